@@ -1,0 +1,38 @@
+# The two commands of the README:
+#   make demo   the main job on its embedded default (a simulated cluster: fault -> remediation -> resume)
+#   make test   the whole test suite (installs Slurm 22.05 + munge when missing, starts and
+#               stops its own lab cluster, runs ruff, mypy --strict and pytest)
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test lint unit bench lab-up lab-down clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(BIN)/slurm-heal demo
+
+lint: setup
+	$(BIN)/ruff check slurm_heal tests benchmarks
+	$(BIN)/mypy
+
+# Pure logic only: fast, no Slurm needed.
+unit: setup
+	$(BIN)/pytest -m "not slurm"
+
+test: setup
+	contrib/lab/lab install
+	$(MAKE) lint
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

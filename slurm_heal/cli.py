@@ -1,0 +1,88 @@
+"""The `slurm-heal` command line (SPEC I4).
+
+Subcommands live in `slurm_heal/commands/<name>.py`, each exposing a click command
+named like the module, and are imported lazily: `slurm-heal check` runs on every node
+every few minutes and must not pay for the controller's imports.
+
+Errors: library code raises `HealError` subclasses; this is the one place that turns
+them into a message on stderr and an exit status (`errors.EXIT_CODES`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from slurm_heal import __version__
+from slurm_heal.errors import HealError, exit_code_for
+
+# name -> "module:attribute". Order is the order of `--help`.
+COMMANDS: dict[str, str] = {
+    "demo": "slurm_heal.commands.demo:demo",
+    "status": "slurm_heal.commands.status:status",
+    "check": "slurm_heal.commands.check:check",
+    "agent": "slurm_heal.commands.agent:agent",
+    "daemon": "slurm_heal.commands.daemon:daemon",
+    "simulate": "slurm_heal.commands.simulate:simulate",
+    "plan": "slurm_heal.commands.plan:plan",
+    "alerts": "slurm_heal.commands.admin:alerts",
+    "remediations": "slurm_heal.commands.admin:remediations",
+    "approve": "slurm_heal.commands.admin:approve",
+    "deny": "slurm_heal.commands.admin:deny",
+    "request": "slurm_heal.commands.admin:request",
+    "cancel": "slurm_heal.commands.admin:cancel",
+    "history": "slurm_heal.commands.admin:history",
+    "explain": "slurm_heal.commands.admin:explain",
+    "breaker": "slurm_heal.commands.admin:breaker",
+    "policy": "slurm_heal.commands.admin:policy",
+    "simulator": "slurm_heal.commands.simulator:simulator",
+}
+
+
+def _load(name: str) -> click.Command | None:
+    module_name, _, attr = COMMANDS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:  # not written yet: hide it rather than crash
+            return None
+        raise
+    command = getattr(module, attr, None)
+    return command if isinstance(command, click.Command) else None
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [n for n in COMMANDS if _load(n) is not None]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        return _load(cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HealError as exc:
+            click.echo(f"slurm-heal: error: {exc}", err=True)
+            ctx.exit(exit_code_for(exc))
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="slurm-heal")
+def cli() -> None:
+    """slurm-heal: Slurm-native automatic remediation for GPU clusters."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="slurm-heal")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

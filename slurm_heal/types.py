@@ -1,0 +1,170 @@
+"""Light, frozen value types shared by the node side and the controller side.
+
+These are plain dataclasses on purpose: the node check imports them on every run and
+must start fast (pydantic alone costs ~50 ms of import time). Controller-side state
+(remediations, the store, the policy) lives in `models.py` as pydantic models.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    """How bad a fault is (SPEC vocabulary)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 0, "warning": 1, "critical": 2}[self.value]
+
+
+class Action(str, enum.Enum):
+    """What a remediation does to a node (SPEC vocabulary, L2, E4)."""
+
+    REBOOT = "reboot"
+    REBUILD = "rebuild"
+    MIGRATE = "migrate"
+    POWER_CYCLE = "power_cycle"  # preview, off unless enabled (E4)
+    REMOVE = "remove"  # only ever by a person (Q2)
+    NONE = "none"  # record only, routed to support (D8)
+
+
+# Actions a request (CLI, API, reason string) may ask for (SPEC Q2).
+REQUESTABLE_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Machine-readable proof of a fault (SPEC D7): a log line, counters, output."""
+
+    source: str  # e.g. "kmsg", "/proc/mounts", "nvidia-smi", "systemctl"
+    text: str = ""  # the raw line / output excerpt
+    at: str | None = None  # ISO-8601 time the evidence was produced, when known
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"source": self.source, "text": self.text}
+        if self.at is not None:
+            out["at"] = self.at
+        if self.data:
+            out["data"] = dict(self.data)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Evidence:
+        return cls(
+            source=str(raw.get("source", "")),
+            text=str(raw.get("text", "")),
+            at=raw.get("at"),
+            data=dict(raw.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One fault seen by a node-side detector in one run."""
+
+    fault: str  # catalog id, e.g. "gpu.xid.79"
+    severity: Severity
+    summary: str  # plain language
+    detector: str  # e.g. "kernel_log"
+    node: str
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fault": self.fault,
+            "severity": self.severity.value,
+            "summary": self.summary,
+            "evidence": [e.to_json() for e in self.evidence],
+            "detector": self.detector,
+            "node": self.node,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A fault seen on one node over time (SPEC vocabulary, D7).
+
+    The node side publishes active alerts in the node's ``Extra`` field (I2), under the
+    key ``slurm_heal`` (see `slurm_heal.extra`); the controller reads them from there.
+    """
+
+    node: str
+    fault: str
+    severity: Severity
+    summary: str
+    first_seen: datetime
+    last_seen: datetime
+    evidence: tuple[Evidence, ...] = ()
+    detector: str = ""
+    cleared: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.cleared is None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One Slurm node as a backend reports it (SPEC I3: both backends fill this)."""
+
+    name: str
+    states: frozenset[str]  # upper-case flags, e.g. {"IDLE", "DRAIN"}
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: datetime | None = None
+    extra_raw: str = ""  # the Extra field as Slurm holds it
+    extra: dict[str, Any] | None = None  # Extra parsed as JSON, when it is a JSON object
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    boot_time: datetime | None = None
+    slurmd_start_time: datetime | None = None
+    address: str = ""
+    hostname: str = ""
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.states
+
+    @property
+    def down(self) -> bool:
+        return "DOWN" in self.states
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job allocated on one or more nodes."""
+
+    job_id: int
+    user: str
+    state: str  # e.g. RUNNING, PENDING, COMPLETING
+    nodes: tuple[str, ...]
+    name: str = ""
+    start_time: datetime | None = None
+    end_time: datetime | None = None  # expected end (start + time limit) while running
+    time_limit_minutes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """A snapshot of the cluster, read once per controller cycle."""
+
+    nodes: tuple[NodeInfo, ...]
+    jobs: tuple[JobInfo, ...] = ()
+
+    def node(self, name: str) -> NodeInfo | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None
+
+    def jobs_on(self, name: str) -> tuple[JobInfo, ...]:
+        return tuple(j for j in self.jobs if name in j.nodes)

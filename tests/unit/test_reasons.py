@@ -1,0 +1,58 @@
+"""Reason-string grammar: our cordon marker and the request channel (SPEC I2, Q1, Q2)."""
+
+import pytest
+
+from slurm_heal import reasons
+from slurm_heal.errors import ReasonError
+from slurm_heal.types import Action
+
+
+def test_request_from_a_detector_parses_action_detector_and_id() -> None:  # SPEC Q1
+    r = reasons.parse_request("heal-request: reboot detector=ibmon id=4711 port 1 flapping")
+    assert r.action is Action.REBOOT
+    assert (r.detector, r.request_id, r.text) == ("ibmon", "4711", "port 1 flapping")
+
+
+def test_request_keys_in_any_order_and_optional() -> None:
+    r = reasons.parse_request("heal-request: migrate id=9 detector=x")
+    assert (r.action, r.detector, r.request_id, r.text) == (Action.MIGRATE, "x", "9", "")
+    assert reasons.parse_request("heal-request: rebuild").detector is None
+
+
+def test_remove_parses_so_it_can_be_refused_by_name() -> None:  # SPEC Q2
+    assert reasons.parse_request("heal-request: remove detector=d id=1").action is Action.REMOVE
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("heal-request:", "no action"),
+        ("heal-request: explode detector=x", "unknown action 'explode'"),
+        ("heal-request: reboot detecter=x id=1", "unknown key 'detecter'"),
+        ("heal-request: reboot id=1 id=2", "given twice"),
+        ("heal-request: reboot id=a;b", "not a token"),
+        ("heal-request: none", "cannot be requested"),
+    ],
+)
+def test_malformed_request_names_the_problem(bad: str, words: str) -> None:
+    with pytest.raises(ReasonError, match=words):
+        reasons.parse_request(bad)
+
+
+def test_our_marker_round_trips_and_is_recognised() -> None:  # house style 2
+    text = reasons.format_marker("gpu.xid.79", remediation="r-1", by="controller", text="reboot")
+    assert reasons.is_ours(text) and not reasons.is_request(text)
+    m = reasons.parse_marker(text)
+    assert (m.fault, m.remediation, m.by, m.text) == ("gpu.xid.79", "r-1", "controller", "reboot")
+
+
+def test_foreign_reason_is_not_ours() -> None:
+    assert not reasons.is_ours("bad DIMM, ticket 1234")
+    assert not reasons.is_ours("heal-request: reboot")
+    with pytest.raises(ReasonError):
+        reasons.parse_marker("Kill task failed")
+
+
+def test_request_round_trip() -> None:
+    text = reasons.format_request(Action.REBOOT, "ibmon", "4711", "flap")
+    assert reasons.parse_request(text) == reasons.ReasonRequest(Action.REBOOT, "ibmon", "4711", "flap")
