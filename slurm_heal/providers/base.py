@@ -1,0 +1,52 @@
+"""The provider port: whatever repairs a node (cloud API, bare-metal API, scripts, Slurm).
+
+Every call carries an idempotency key derived from the remediation and the step
+(`slurm_heal.models.idempotency_key`): submitting the same key twice never executes the
+action twice (SPEC S6); `status(key)` answers what happened to an earlier submit, which
+is how a restarted controller resolves an attempt left in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from slurm_heal.types import Action
+
+OperationStatus = Literal["pending", "running", "succeeded", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A provider's record of one action on one node."""
+
+    id: str
+    key: str  # the idempotency key it was created with
+    node: str
+    action: Action
+    status: OperationStatus
+    detail: str = ""  # provider's message / script output excerpt (kept in the audit)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("succeeded", "failed")
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """Executes actions on nodes. Errors raise `slurm_heal.errors.ProviderError` subclasses
+    (`ProviderRefused` for an action this provider cannot do)."""
+
+    name: str
+
+    def supports(self, action: Action) -> bool:
+        """Whether this provider can carry out ``action`` at all."""
+        ...
+
+    def submit(self, node: str, action: Action, key: str) -> Operation:
+        """Start ``action`` on ``node``. Same ``key`` again: the same operation, not a new one."""
+        ...
+
+    def status(self, key: str) -> Operation | None:
+        """The operation created with ``key``; None when the provider never saw it."""
+        ...
