@@ -208,6 +208,7 @@ class Effect(Frozen):
     signal: str | None = None
     why: str = ""
     rule: str = ""
+    ref: str = ""  # poll: the key of the act Attempt being asked about
 
 
 class Decision(Frozen):
@@ -231,10 +232,13 @@ class Plan(Frozen):
     consumed: tuple[str, ...] = ()  # inbox command ids handled by this plan
     breaker: Breaker | None = None  # new breaker state, when it changed
     next_wake: datetime | None = None
+    paused: bool | None = None  # new State.paused, when a pause/unpause command changed it
+    data: dict[str, Any] | None = None  # new State.data (engine bookkeeping), when changed
 
     @property
     def empty(self) -> bool:
-        return not (self.updates or self.effects or self.consumed or self.breaker)
+        return not (self.updates or self.effects or self.consumed or self.breaker
+                    or self.paused is not None or self.data is not None)
 
 
 def idempotency_key(remediation_id: str, step: str, attempt: int = 0) -> str:
