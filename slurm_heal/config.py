@@ -1,0 +1,323 @@
+"""The operator's policy file (TOML) as a frozen, validated model (SPEC P, Q, E, S).
+
+One TOML file holds the policy knobs (this module) plus two sections owned by other parts
+of slurm-heal that are accepted and passed through untouched: ``[controller]`` and
+``[provider]``. Every knob, its default and why is documented in ``docs/policy.md``.
+
+Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` raise
+`ConfigError` naming the file, the dotted key and why, e.g.
+``policy.toml: waiting.max_wait: 30h is more than the 24h allowed (SPEC P3)``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from slurm_heal.errors import ConfigError
+from slurm_heal.types import Action, Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_WAIT_LIMIT = timedelta(hours=24)  # SPEC P3: more is rejected
+Mode = Literal["auto", "manual", "deny"]
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Parse "30s", "30m", "2h", "7d", "1w" (or a number of seconds) into a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"{value!r} is negative")
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    raise ValueError(f"{value!r} is not a duration (use e.g. \"30s\", \"30m\", \"2h\", \"7d\")")
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest exact "30m"/"2h"/"7d" form of ``value`` (for records and docs)."""
+    secs = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs and secs % size == 0:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# A duration knob: "30s", "30m", "2h", "7d" (or seconds) in the file, a timedelta here.
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class ApprovalRule(_Section):
+    """One approval rule (SPEC P2). Unset matchers match anything."""
+
+    fault: str | None = None  # glob, e.g. "gpu.xid.119" or "gpu.xid.*"
+    action: Action | None = None
+    nodes: str | None = None  # Slurm host list, e.g. "gpu[01-08]"
+    pools: tuple[str, ...] | None = None
+    mode: Mode
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodeset(cls, value: str | None) -> str | None:
+        if value is not None:
+            node_names(value)  # raises ValueError on a malformed host list
+        return value
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _pools(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    def matches(self, fault: str, action: Action, node: str, pool: str | None) -> bool:
+        """Whether this rule applies to (fault, action, node, pool)."""
+        if self.fault is not None and not fnmatch.fnmatchcase(fault, self.fault):
+            return False
+        if self.action is not None and self.action is not action:
+            return False
+        if self.nodes is not None and node not in node_names(self.nodes):
+            return False
+        return not (self.pools is not None and pool not in self.pools)
+
+    def specificity(self) -> tuple[int, int, int, int]:
+        """Sort key: more matchers first, then node > pool, exact fault > glob, action."""
+        exact_fault = self.fault is not None and not any(c in self.fault for c in "*?[")
+        given = sum(x is not None for x in (self.fault, self.action, self.nodes, self.pools))
+        scope = 2 if self.nodes is not None else (1 if self.pools is not None else 0)
+        fault_rank = 2 if exact_fault else (1 if self.fault is not None else 0)
+        return (given, scope, fault_rank, int(self.action is not None))
+
+
+def node_names(hostlist: str) -> frozenset[str]:
+    """Expand a Slurm host list ("gpu[01-04],cpu1") with ClusterShell's NodeSet."""
+    from ClusterShell.NodeSet import NodeSet  # imported lazily: only approvals need it
+
+    try:
+        return frozenset(str(n) for n in NodeSet(hostlist))
+    except Exception as exc:  # ClusterShell raises its own parse errors
+        raise ValueError(f"{hostlist!r} is not a Slurm host list: {exc}") from None
+
+
+class Approvals(_Section):
+    """SPEC P2: who approves a proposed remediation."""
+
+    default: Mode = "manual"
+    rules: tuple[ApprovalRule, ...] = ()
+
+
+class Waiting(_Section):
+    """SPEC P3: waiting for running jobs before acting."""
+
+    max_wait: timedelta | None = timedelta(hours=2)  # None = "never" interrupt jobs
+    at_limit: Literal["requeue", "cancel"] = "requeue"
+    signal: str | None = None  # e.g. "USR1": sent before the limit so jobs can checkpoint
+    signal_lead: Duration = timedelta(minutes=10)
+
+    @field_validator("max_wait", mode="before")
+    @classmethod
+    def _max_wait(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "never":
+            return None
+        if value is None:
+            return None
+        wait = parse_duration(value)
+        if wait > MAX_WAIT_LIMIT:
+            raise ValueError(f"{value} is more than the 24h allowed (SPEC P3); "
+                             "use \"never\" to never interrupt running jobs")
+        return wait
+
+
+
+class Safety(_Section):
+    """SPEC S1-S5 (plus the return timeout of L5)."""
+
+    # S1: keys are a severity (info/warning/critical) or a fault glob; a fault glob wins.
+    persistence: dict[str, timedelta] = Field(default_factory=lambda: {
+        "critical": timedelta(0), "warning": timedelta(minutes=10), "info": timedelta(minutes=30)})
+    cooldown: Duration = timedelta(minutes=30)  # S2
+    # S3: None = max(concurrency_min, floor(concurrency_percent % of the cluster's nodes))
+    concurrency: int | None = Field(default=None, ge=1)
+    concurrency_percent: float = Field(default=5.0, gt=0, le=100)
+    concurrency_min: int = Field(default=1, ge=1)
+    one_per_pool: bool = True  # S4
+    breaker_threshold: int = Field(default=5, ge=1)  # S5: N automatic starts in the window
+    breaker_window: Duration = timedelta(hours=1)
+    return_timeout: Duration = timedelta(hours=1)  # L5: node must come back within this
+
+    @field_validator("persistence", mode="before")
+    @classmethod
+    def _persistence(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError("must be a table of severity or fault glob = duration")
+        out = {"critical": timedelta(0), "warning": timedelta(minutes=10),
+               "info": timedelta(minutes=30)}
+        for key, raw in value.items():
+            out[str(key)] = parse_duration(raw)
+        return out
+
+
+    def persistence_for(self, fault: str, severity: Severity) -> timedelta:
+        """S1: how long an alert must persist: exact fault, then longest glob, then severity."""
+        if fault in self.persistence:
+            return self.persistence[fault]
+        globs = [k for k in self.persistence
+                 if k not in ("critical", "warning", "info") and fnmatch.fnmatchcase(fault, k)]
+        if globs:
+            return self.persistence[max(globs, key=len)]
+        return self.persistence.get(severity.value, timedelta(0))
+
+    def concurrency_limit(self, cluster_size: int) -> int:
+        """S3: the cap on remediations in disruptive phases for a cluster of this size."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return max(self.concurrency_min, math.floor(cluster_size * self.concurrency_percent / 100))
+
+
+class Escalation(_Section):
+    """SPEC E1-E5."""
+
+    repeats: int = Field(default=2, ge=1)  # E1: after this many, the next step of the ladder
+    window: Duration = timedelta(days=7)  # E2
+    migrate_evidence_window: Duration = timedelta(days=10)  # E3
+    ladder: tuple[Action, ...] = (Action.REBOOT, Action.REBUILD, Action.MIGRATE)
+    power_cycle: bool = False  # E4: preview; off unless enabled
+    migrate_spares: int | None = Field(default=None, ge=0)  # E5: None = the provider decides
+
+
+    @field_validator("ladder")
+    @classmethod
+    def _ladder(cls, value: tuple[Action, ...]) -> tuple[Action, ...]:
+        if not value:
+            raise ValueError("the ladder needs at least one action")
+        if len(set(value)) != len(value):
+            raise ValueError("an action appears twice in the ladder")
+        bad = [a.value for a in value if a in (Action.REMOVE, Action.NONE)]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} cannot be on the ladder (remove is only "
+                             "ever done by a person, SPEC Q2)")
+        return value
+
+
+class Requests(_Section):
+    """SPEC Q2-Q4: requests from people and detectors."""
+
+    # P1/Q4: by default a request needs an active alert on the node (evidence). Set these
+    # to accept the request itself as evidence enough.
+    operator_is_evidence: bool = False
+    detector_is_evidence: bool = False
+
+
+class Capacity(_Section):
+    """SPEC Q4: keep enough of a pool in service."""
+
+    # A remediation may not start when fewer than this share of the pool's other nodes
+    # would remain in service (floor; a one-node pool is never held by it).
+    min_available_percent: float = Field(default=50.0, ge=0, le=100)
+
+
+class Pools(_Section):
+    """How nodes are grouped into pools (S4)."""
+
+    by: Literal["partition", "feature"] = "partition"
+    feature_prefix: str = "pool="  # by feature: the first feature starting with this
+
+
+class Policy(_Section):
+    """The whole configuration file: policy knobs + pass-through sections."""
+
+    mode: Literal["normal", "recommend_only"] = "normal"
+    approvals: Approvals = Approvals()
+    waiting: Waiting = Waiting()
+    safety: Safety = Safety()
+    escalation: Escalation = Escalation()
+    requests: Requests = Requests()
+    capacity: Capacity = Capacity()
+    pools: Pools = Pools()
+    controller: dict[str, Any] = Field(default_factory=dict)  # validated by the controller
+    provider: dict[str, Any] = Field(default_factory=dict)  # validated by the provider
+    source: str = Field(default="<defaults>", exclude=True)
+
+    @model_validator(mode="after")
+    def _power_cycle_on_ladder(self) -> Policy:
+        if Action.POWER_CYCLE in self.escalation.ladder and not self.escalation.power_cycle:
+            raise ValueError("escalation.ladder names power_cycle but escalation.power_cycle "
+                             "(preview, SPEC E4) is off")
+        return self
+
+    def pool_of(self, partitions: tuple[str, ...], features: tuple[str, ...]) -> str:
+        """The pool a node belongs to (S4): first partition, or its pool feature."""
+        if self.pools.by == "feature":
+            for f in features:
+                if f.startswith(self.pools.feature_prefix):
+                    return f[len(self.pools.feature_prefix):]
+            return "default"
+        return partitions[0] if partitions else "default"
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
+    """Validate a policy document (parsed TOML or scenario JSON). Raises ConfigError."""
+    if not isinstance(data, dict):
+        raise ConfigError("the policy must be a table/object", file=source)
+    try:
+        return Policy.model_validate({**data, "source": source})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _dotted(tuple(p for p in err["loc"] if not str(p).startswith("function-")))
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (see docs/policy.md for the knobs)"
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        raise ConfigError(msg + more, file=source, key=key or None) from None
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate the policy TOML file at ``path``. Raises ConfigError."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(p)) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=str(p)) from None
+    return policy_from_dict(data, source=str(p))
