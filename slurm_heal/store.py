@@ -1,0 +1,609 @@
+"""The JSON state store (SPEC I5, S6; ARCHITECTURE house style 5: boring and safe).
+
+One JSON document (`models.State`) in a state directory next to slurmctld. The rules:
+
+* **Versioned.** The document carries ``schema_version``. A newer version than this code
+  knows is refused (`StoreError`), never overwritten: an old binary must not clobber the
+  state a newer one wrote.
+* **Locked.** Every read-modify-write holds an exclusive ``fcntl.flock`` on a sibling
+  ``<name>.lock`` file, waited for at most ``lock_timeout`` seconds (`StoreLocked`).
+  Plain reads (`Store.load`) need no lock: writes replace the file atomically, so a
+  reader sees either the old or the new document, never half of one.
+* **Atomic.** A write goes to a temp file in the same directory, is fsynced, renamed over
+  the document with ``os.replace`` and the directory is fsynced: a crash at any point
+  leaves the old document or the new one.
+* **Fail closed.** A corrupt or unreadable document is moved aside to
+  ``<name>.corrupt-<UTC timestamp>`` and `StoreCorrupt` is raised. In its place the
+  store writes a fresh document whose circuit breaker is open (SPEC S5), so automatic
+  remediation stays stopped until a person has looked and runs
+  ``slurm-heal breaker reset``; manual remediations stay possible.
+* **Idempotent** (SPEC S6, Q3). `Store.apply` creates a remediation only when neither its
+  id nor (for an open one) its ``dedup_key`` is already there, and records an effect's
+  intent (an `Attempt` with its idempotency key) before anyone acts on it: of two
+  replicas applying the same plan, exactly one is told to execute each effect.
+* **Pruned.** `Store.prune` drops what no rule can count any more (E1/E2 count one week,
+  E3 looks back ten days: terminal records older than 14 days go).
+
+The daemon's cycle (ARCHITECTURE "the flow")::
+
+    state = store.load()
+    plan = decide(view, state, now, policy)
+    state, effects = store.apply(plan, now)          # intents persisted before acting
+    for effect in effects:
+        ... execute ...
+        store.record_outcome(effect.remediation, effect.key, "ok", clock())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from pydantic import ValidationError
+
+from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
+from slurm_heal.models import (
+    SCHEMA_VERSION,
+    Attempt,
+    Breaker,
+    Command,
+    Decision,
+    Effect,
+    Plan,
+    Remediation,
+    State,
+)
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+FALLBACK_STATE_DIR = Path("/var/lib/slurm-heal")
+# E1/E2 count attempts of the last 7 days, E3 looks 10 days back for evidence: a
+# terminal remediation older than 14 days can no longer change any decision.
+DEFAULT_KEEP = timedelta(days=14)
+# An operator command the engine has not consumed within a day is stale: approving a
+# remediation a day after the person asked would surprise them more than dropping it.
+DEFAULT_COMMAND_TTL = timedelta(days=1)
+# Recent decision records kept for `slurm-heal explain` (state.data["decisions"]).
+DECISIONS_KEY = "decisions"
+MAX_DECISIONS = 500
+# Output excerpts kept in an attempt's audit record; keeps the document small.
+MAX_DETAIL = 4000
+_POLL_INTERVAL = 0.05
+_SCONTROL_TIMEOUT = 10.0
+
+OutcomeKind = Literal["ok", "failed", "running"]
+
+
+def _utc(now: datetime) -> datetime:
+    """``now`` as an aware UTC datetime (naive values are taken to be UTC)."""
+    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+
+
+# --------------------------------------------------------------------------- location
+
+
+def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> str:
+    """Run ``argv`` (never a shell) and return stdout; kill its process group on timeout."""
+    proc = subprocess.Popen(  # argv list, never a shell
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env=env,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, argv, out, err)
+    return out
+
+
+_STATE_SAVE = re.compile(r"^\s*StateSaveLocation\s*=\s*(\S+)\s*$", re.MULTILINE)
+
+
+def state_dir_from_config(text: str) -> Path | None:
+    """The slurm-heal directory for the output of ``scontrol show config``.
+
+    It is a ``slurm-heal`` directory beside (a sibling of) StateSaveLocation, so it
+    lives on the same disk slurmctld trusts with its own state but is never mistaken
+    for slurmctld's files.
+    """
+    m = _STATE_SAVE.search(text)
+    if not m or m.group(1) in ("(null)", "none"):
+        return None
+    return Path(m.group(1)).parent / "slurm-heal"
+
+
+def default_state_dir(slurm_conf: str | Path | None = None, *, timeout: float = _SCONTROL_TIMEOUT,
+                      retries: int = 2) -> Path:
+    """Where the store lives by default: ``slurm-heal`` beside slurmctld's StateSaveLocation.
+
+    Asks ``scontrol show config`` (bounded: ``timeout`` seconds per try, ``retries``
+    tries). When Slurm cannot be asked, falls back to ``/var/lib/slurm-heal`` and logs a
+    warning that says so and how to choose another directory.
+    """
+    env = None
+    if slurm_conf is not None:
+        env = dict(os.environ, SLURM_CONF=str(slurm_conf))
+    problem = "no answer"
+    for attempt in range(max(1, retries)):
+        try:
+            found = state_dir_from_config(_run(["scontrol", "show", "config"], timeout, env))
+        except FileNotFoundError:
+            problem = "scontrol is not installed"
+            break
+        except OSError as exc:
+            problem = f"cannot run scontrol: {exc}"
+            break
+        except subprocess.TimeoutExpired:
+            problem = f"scontrol show config did not answer within {timeout:g}s"
+        except subprocess.CalledProcessError as exc:
+            problem = f"scontrol show config failed (exit {exc.returncode}): " \
+                      f"{(exc.stderr or '').strip()[:200]}"
+        else:
+            if found is not None:
+                return found
+            problem = "scontrol show config has no StateSaveLocation"
+            break
+        if attempt + 1 < retries:
+            time.sleep(0.5)
+    log.warning("state directory: %s; using %s (set --state-dir or SLURM_HEAL_STATE_DIR "
+                "to choose another)", problem, FALLBACK_STATE_DIR)
+    return FALLBACK_STATE_DIR
+
+
+# --------------------------------------------------------------------------- store
+
+
+class Txn:
+    """A read-modify-write under the store lock: set `state` to save it on exit."""
+
+    def __init__(self, state: State) -> None:
+        self.original = state
+        self.state = state
+
+    @property
+    def changed(self) -> bool:
+        return self.state is not self.original
+
+
+class Store:
+    """The JSON state store (SPEC I5).
+
+    ``path`` is the state directory (the document is ``<dir>/state.json``) or, when it
+    ends in ``.json``, the document itself. The lock is ``<document>.lock`` beside it.
+    """
+
+    def __init__(self, path: Path | str, lock_timeout: float = 10.0) -> None:
+        p = Path(path)
+        self.file = p if p.suffix == ".json" else p / STATE_FILE
+        self.dir = self.file.parent
+        self.lock_file = self.file.with_name(self.file.name + ".lock")
+        self.lock_timeout = lock_timeout
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.file)!r})"
+
+    # ----------------------------------------------------------------- low level
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the exclusive lock; wait at most ``lock_timeout`` seconds."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o640)
+        except OSError as exc:
+            raise StoreError(f"cannot open the store lock {self.lock_file}: {exc}") from exc
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                        raise StoreError(f"cannot lock {self.lock_file}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise StoreLocked(
+                        f"{self.lock_file}: another process holds the store lock "
+                        f"(held by: {self._holder()}); gave up after {self.lock_timeout:g}s"
+                    )
+                time.sleep(_POLL_INTERVAL)
+            # Who holds it, for the message another process may show (diagnostics only).
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    def _holder(self) -> str:
+        try:
+            return self.lock_file.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    def _parse(self, raw: bytes) -> State:
+        """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer."""
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StoreCorrupt(f"{self.file}: not valid JSON: {exc}") from exc
+        if not isinstance(doc, dict):
+            raise StoreCorrupt(f"{self.file}: the document is not a JSON object")
+        version = doc.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise StoreCorrupt(f"{self.file}: schema_version is missing or invalid: {version!r}")
+        if version > SCHEMA_VERSION:
+            # Refuse, don't clobber: a newer slurm-heal wrote this (SPEC I5).
+            raise StoreError(
+                f"{self.file}: schema_version {version} is newer than this slurm-heal "
+                f"understands ({SCHEMA_VERSION}); upgrade slurm-heal, the file is left as it is"
+            )
+        try:
+            return State.model_validate(doc)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise StoreCorrupt(
+                f"{self.file}: invalid document at {where or '(top)'}: {first['msg']} "
+                f"({exc.error_count()} problem(s))"
+            ) from exc
+
+    def _read_raw(self) -> bytes | None:
+        try:
+            return self.file.read_bytes()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError as exc:
+            raise StoreError(f"{self.file} is a directory, not the store document") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot read the store {self.file}: {exc}") from exc
+
+    def _read_locked(self) -> State:
+        """Read the document; the caller holds the lock. Corrupt → set aside + raise."""
+        raw = self._read_raw()
+        if raw is None:
+            return State()
+        try:
+            return self._parse(raw)
+        except StoreCorrupt as exc:
+            self._set_aside(str(exc))
+
+    def _set_aside(self, problem: str) -> NoReturn:
+        """Move the corrupt document aside, leave a fail-closed document, raise StoreCorrupt."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        target = self.file.with_name(f"{self.file.name}.corrupt-{stamp}")
+        n = 1
+        while target.exists():
+            target = self.file.with_name(f"{self.file.name}.corrupt-{stamp}-{n}")
+            n += 1
+        try:
+            os.replace(self.file, target)
+            self._fsync_dir()
+        except OSError as exc:
+            raise StoreCorrupt(
+                f"{problem}; moving it aside to {target.name} failed too ({exc}); "
+                "nothing disruptive runs until a person repairs or removes the file"
+            ) from exc
+        why = (f"the state store was corrupt and was moved aside to {target.name}; "
+               "automatic remediation is stopped until a person checks it and runs "
+               "`slurm-heal breaker reset`")
+        now = datetime.now(timezone.utc)
+        self._write(State(breaker=Breaker(open=True, opened_at=now, why=why),
+                          data={"store_recovered": {"at": now.isoformat(),
+                                                    "moved_to": target.name,
+                                                    "problem": problem}}))
+        log.error("%s; moved aside to %s; automatic remediation stopped (breaker open)",
+                  problem, target)
+        raise StoreCorrupt(f"{problem}; moved aside to {target}; automatic remediation is "
+                           "stopped (breaker open) until a person runs `slurm-heal breaker reset`")
+
+    def _fsync_dir(self) -> None:
+        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write(self, state: State) -> None:
+        """Atomically replace the document; the caller holds the lock."""
+        # Serialize first: a state that cannot be written touches nothing on disk.
+        try:
+            payload = state.model_dump_json(indent=1).encode("utf-8") + b"\n"
+        except Exception as exc:  # pydantic's serialization errors have no common base
+            raise StoreError(f"cannot serialize the state for {self.file}: {exc}") from exc
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # Temp files left by a writer that was killed mid-write: we hold the lock, so no
+        # live writer owns them.
+        for stale in self.dir.glob(f".{self.file.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{self.file.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, 0o640)
+            os.replace(tmp, self.file)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._fsync_dir()
+
+    # ----------------------------------------------------------------- public API
+
+    def load(self) -> State:
+        """The current state; an empty State when there is no document yet.
+
+        Raises StoreCorrupt (after setting the file aside) or StoreError (newer schema,
+        unreadable file).
+        """
+        raw = self._read_raw()
+        if raw is None:
+            return State()
+        try:
+            return self._parse(raw)
+        except StoreCorrupt:
+            pass
+        # Re-check under the lock before moving anything: a concurrent writer may have
+        # replaced the file since, and only one process may set it aside.
+        with self._locked():
+            return self._read_locked()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Txn]:
+        """Hold the lock around a read-modify-write.
+
+        ``txn.state`` is read fresh under the lock; assign ``txn.state = new`` to save
+        it atomically when the block ends. An exception in the block writes nothing.
+        """
+        with self._locked():
+            txn = Txn(self._read_locked())
+            yield txn
+            if txn.changed:
+                self._write(txn.state)
+
+    def apply(self, plan: Plan, now: datetime) -> tuple[State, tuple[Effect, ...]]:
+        """Apply a plan under the lock and record intents; return what this caller executes.
+
+        * New remediations are created idempotently (SPEC S6, Q3): not when a record with
+          the same id exists, nor when an open record has the same ``dedup_key``.
+        * Updated records replace the stored ones by id, keeping every attempt already
+          recorded (another replica's intent is never forgotten). A terminal record is
+          final: a stale update cannot reopen it.
+        * Consumed inbox commands are dropped; the breaker is set when the plan says so.
+        * Each effect with a remediation and a key gets an `Attempt` (the intent) before
+          anyone acts. When that key is already recorded, someone else owns it and the
+          effect is not returned: no action runs twice. ``poll`` effects only read, so they
+          are returned without a new attempt. Effects for a remediation that is not in
+          the store (a duplicate create that was dropped) are not returned.
+        * Decision records are kept (bounded) for `slurm-heal explain`.
+        """
+        now = _utc(now)
+        with self.transaction() as txn:
+            state = txn.state
+            records = list(state.remediations)
+            index = {r.id: i for i, r in enumerate(records)}
+            for rem in plan.updates:
+                i = index.get(rem.id)
+                if i is None:
+                    dup = next((r for r in records if not r.phase.terminal
+                                and r.dedup_key == rem.dedup_key), None)
+                    if dup is not None:
+                        log.info("node=%s remediation=%s not created: %s is already open for "
+                                 "the same fault/request (S6)", rem.node, rem.id, dup.id)
+                        continue
+                    index[rem.id] = len(records)
+                    records.append(rem)
+                    continue
+                stored = records[i]
+                if stored.phase.terminal and not rem.phase.terminal:
+                    log.warning("node=%s remediation=%s stale update ignored: already %s",
+                                rem.node, rem.id, stored.phase.value)
+                    continue
+                records[i] = rem.model_copy(update={"attempts": _merge_attempts(
+                    stored.attempts, rem.attempts)})
+
+            execute: list[Effect] = []
+            for effect in plan.effects:
+                if effect.remediation is None:
+                    execute.append(effect)
+                    continue
+                i = index.get(effect.remediation)
+                if i is None:
+                    continue
+                rem = records[i]
+                if effect.kind == "poll" or not effect.key:
+                    execute.append(effect)
+                    continue
+                if any(a.key == effect.key for a in rem.attempts):
+                    continue  # already recorded by us or another replica: never run twice
+                attempt = Attempt(key=effect.key, effect=effect.kind, action=effect.action,
+                                  started=now)
+                records[i] = rem.model_copy(update={"attempts": rem.attempts + (attempt,),
+                                                    "updated": now})
+                execute.append(effect)
+
+            consumed = set(plan.consumed)
+            data = state.data
+            if plan.records:
+                data = dict(data)
+                data[DECISIONS_KEY] = _keep_decisions(data.get(DECISIONS_KEY), plan.records)
+            new = state.model_copy(update={
+                "remediations": tuple(records),
+                "inbox": tuple(c for c in state.inbox if c.id not in consumed),
+                "breaker": plan.breaker if plan.breaker is not None else state.breaker,
+                "data": data,
+            })
+            txn.state = new
+        return new, tuple(execute)
+
+    def record_outcome(self, remediation_id: str, key: str, outcome: OutcomeKind,
+                       now: datetime, operation: str | None = None, detail: str = "") -> State:
+        """Record what happened to the attempt ``key`` of a remediation; return the state.
+
+        ``running`` means the provider accepted it and an operation is under way (the
+        engine polls it); ``ok``/``failed`` finish the attempt. NotFound when the
+        remediation or the attempt is not in the store.
+        """
+        if outcome not in ("ok", "failed", "running"):
+            raise ValueError(f"outcome must be ok, failed or running, not {outcome!r}")
+        now = _utc(now)
+        with self.transaction() as txn:
+            state = txn.state
+            rem = state.get(remediation_id)
+            if rem is None:
+                raise NotFound(f"no remediation {remediation_id!r} in {self.file}")
+            attempts = list(rem.attempts)
+            i = next((n for n, a in enumerate(attempts) if a.key == key), None)
+            if i is None:
+                raise NotFound(f"remediation {remediation_id} has no attempt with key {key!r}")
+            a = attempts[i]
+            attempts[i] = a.model_copy(update={
+                "outcome": outcome,
+                "finished": None if outcome == "running" else now,
+                "operation": operation if operation is not None else a.operation,
+                "detail": detail[-MAX_DETAIL:] if detail else a.detail,
+            })
+            new_rem = rem.model_copy(update={"attempts": tuple(attempts), "updated": now})
+            txn.state = state.model_copy(update={"remediations": tuple(
+                new_rem if r.id == remediation_id else r for r in state.remediations)})
+        return txn.state
+
+    def add_command(self, cmd: Command) -> Command:
+        """Put an operator's command in the inbox for the engine's next cycle.
+
+        approve/deny/cancel must name an open remediation (by id) or a node that has
+        one; a node is resolved to its remediation id (for approve/deny, the one waiting
+        for approval). NotFound otherwise, and when a node has several candidates.
+        Returns the command as stored. A command whose id is already in the inbox is
+        not added twice.
+        """
+        with self.transaction() as txn:
+            state = txn.state
+            if any(c.id == cmd.id for c in state.inbox):
+                return next(c for c in state.inbox if c.id == cmd.id)
+            if cmd.kind in ("approve", "deny", "cancel"):
+                rem = resolve_open(state, cmd.remediation or cmd.node or "",
+                                   waiting_for_approval=cmd.kind != "cancel")
+                cmd = cmd.model_copy(update={"remediation": rem.id, "node": rem.node})
+            elif cmd.kind == "request" and (not cmd.node or cmd.action is None):
+                raise NotFound("a request needs a node and an action")
+            txn.state = state.model_copy(update={"inbox": state.inbox + (cmd,)})
+        return cmd
+
+    def prune(self, now: datetime, keep: timedelta = DEFAULT_KEEP,
+              command_ttl: timedelta = DEFAULT_COMMAND_TTL) -> State:
+        """Retention: drop what no rule can count any more; return the new state.
+
+        Terminal remediations last updated more than ``keep`` ago (default 14 days:
+        E1/E2 count 7 days, E3 looks back 10) and inbox commands older than
+        ``command_ttl`` go. Open remediations are never pruned, however old.
+        """
+        now = _utc(now)
+        with self.transaction() as txn:
+            state = txn.state
+            kept = tuple(r for r in state.remediations
+                         if not r.phase.terminal or _utc(r.updated) >= now - keep)
+            inbox = tuple(c for c in state.inbox if _utc(c.at) >= now - command_ttl)
+            if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox):
+                log.info("store prune: %d remediation(s), %d command(s) dropped",
+                         len(state.remediations) - len(kept), len(state.inbox) - len(inbox))
+                txn.state = state.model_copy(update={"remediations": kept, "inbox": inbox})
+        return txn.state
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _merge_attempts(stored: tuple[Attempt, ...], update: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
+    """Stored attempts win (they may carry outcomes another process recorded), except that
+    an outcome in the update fills in one still in flight in the store."""
+    by_key = {a.key: a for a in update}
+    out = []
+    for a in stored:
+        u = by_key.get(a.key)
+        out.append(u if (u is not None and a.outcome is None and u.outcome is not None) else a)
+    seen = {a.key for a in stored}
+    out.extend(a for a in update if a.key not in seen)
+    return tuple(out)
+
+
+def _keep_decisions(existing: Any, new: tuple[Decision, ...]) -> list[dict[str, Any]]:
+    """Append decision records, skipping a repeat of a node's last record, keep the last N."""
+    kept: list[dict[str, Any]] = [d for d in existing if isinstance(d, dict)] \
+        if isinstance(existing, list) else []
+    last: dict[str, tuple[Any, ...]] = {}
+    for d in kept:
+        last[str(d.get("node"))] = _decision_sig(d)
+    for rec in new:
+        d = rec.model_dump(mode="json")
+        sig = _decision_sig(d)
+        if last.get(rec.node) == sig:
+            continue  # the same "blocked by S4" every cycle says nothing new
+        last[rec.node] = sig
+        kept.append(d)
+    return kept[-MAX_DECISIONS:]
+
+
+def _decision_sig(d: dict[str, Any]) -> tuple[Any, ...]:
+    return (d.get("remediation"), d.get("phase"), d.get("rule"), d.get("why"), d.get("action"))
+
+
+def decisions(state: State, node: str | None = None) -> tuple[Decision, ...]:
+    """The recent decision records kept in the state (oldest first), optionally one node's."""
+    out = []
+    for d in state.data.get(DECISIONS_KEY) or []:
+        if not isinstance(d, dict) or (node is not None and d.get("node") != node):
+            continue
+        try:
+            out.append(Decision.model_validate(d))
+        except ValidationError:
+            continue  # a malformed record is no reason to fail an `explain`
+    return tuple(out)
+
+
+def resolve_open(state: State, target: str, *, waiting_for_approval: bool = False) -> Remediation:
+    """The open remediation ``target`` names: a remediation id, or a node that has one.
+
+    With ``waiting_for_approval``, a node is resolved to its remediation in phase
+    ``proposed`` when it has exactly one. NotFound when there is none or it is ambiguous.
+    """
+    if not target:
+        raise NotFound("name a node or a remediation id")
+    rem = state.get(target)
+    if rem is not None:
+        if rem.phase.terminal:
+            raise NotFound(f"remediation {target} is already {rem.phase.value}")
+        return rem
+    candidates = state.open_for(target)
+    if not candidates:
+        raise NotFound(f"{target!r} is neither an open remediation id nor a node with an "
+                       "open remediation (see `slurm-heal remediations`)")
+    if waiting_for_approval and len(candidates) > 1:
+        proposed = tuple(r for r in candidates if r.phase.value == "proposed")
+        if len(proposed) == 1:
+            return proposed[0]
+    if len(candidates) > 1:
+        raise NotFound(f"node {target} has {len(candidates)} open remediations ("
+                       + ", ".join(r.id for r in candidates) + "); name one by its id")
+    return candidates[0]
