@@ -79,6 +79,8 @@ DEFAULT_KEEP = timedelta(days=14)
 DEFAULT_COMMAND_TTL = timedelta(days=1)
 # Recent decision records kept for `slurm-heal explain` (state.data["decisions"]).
 DECISIONS_KEY = "decisions"
+RECOVERED_KEY = "store_recovered"
+STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY})  # keys of State.data the store owns
 MAX_DECISIONS = 500
 # Output excerpts kept in an attempt's audit record; keeps the document small.
 MAX_DETAIL = 4000
@@ -307,7 +309,7 @@ class Store:
                "`slurm-heal breaker reset`")
         now = datetime.now(timezone.utc)
         self._write(State(breaker=Breaker(open=True, opened_at=now, why=why),
-                          data={"store_recovered": {"at": now.isoformat(),
+                          data={RECOVERED_KEY: {"at": now.isoformat(),
                                                     "moved_to": target.name,
                                                     "problem": problem}}))
         log.error("%s; moved aside to %s; automatic remediation stopped (breaker open)",
@@ -390,7 +392,9 @@ class Store:
         * Updated records replace the stored ones by id, keeping every attempt already
           recorded (another replica's intent is never forgotten). A terminal record is
           final: a stale update cannot reopen it.
-        * Consumed inbox commands are dropped; the breaker is set when the plan says so.
+        * Consumed inbox commands are dropped; the breaker, ``paused`` and the engine's
+          ``data`` are set when the plan carries them (``data["decisions"]`` and
+          ``data["store_recovered"]`` belong to the store and are kept).
         * Each effect with a remediation and a key gets an `Attempt` (the intent) before
           anyone acts. When that key is already recorded, someone else owns it and the
           effect is not returned: no action runs twice. ``poll`` effects only read, so they
@@ -445,6 +449,11 @@ class Store:
 
             consumed = set(plan.consumed)
             data = state.data
+            if plan.data is not None:
+                # The engine's bookkeeping replaces its own keys; the keys the store owns
+                # always come from the stored document (a plan may carry a stale copy).
+                data = {k: v for k, v in plan.data.items() if k not in STORE_KEYS}
+                data.update({k: v for k, v in state.data.items() if k in STORE_KEYS})
             if plan.records:
                 data = dict(data)
                 data[DECISIONS_KEY] = _keep_decisions(data.get(DECISIONS_KEY), plan.records)
@@ -452,6 +461,7 @@ class Store:
                 "remediations": tuple(records),
                 "inbox": tuple(c for c in state.inbox if c.id not in consumed),
                 "breaker": plan.breaker if plan.breaker is not None else state.breaker,
+                "paused": plan.paused if plan.paused is not None else state.paused,
                 "data": data,
             })
             txn.state = new

@@ -345,6 +345,17 @@ def test_apply_drops_consumed_commands_and_sets_the_breaker(tmp_path: Path) -> N
     assert state.breaker == breaker
 
 
+def test_apply_sets_pause_and_engine_data_but_keeps_the_store_keys(tmp_path: Path) -> None:
+    """House style 8 (kill switch): a consumed pause command pauses the store's state."""
+    store = Store(tmp_path)
+    rec = Decision(at=T0, node="gpu01", phase="alert", rule="D7", why="xid 79 seen")
+    store.apply(Plan(records=(rec,)), T0)
+    state, _ = store.apply(Plan(paused=True, data={"cycle": 7, "decisions": []}), T0)
+    assert state.paused and state.data["cycle"] == 7
+    assert decisions(state) == (rec,)
+    assert not store.apply(Plan(paused=False), T0)[0].paused
+
+
 def test_decision_records_are_kept_for_explain_without_repeats(tmp_path: Path) -> None:
     """House style 9: `explain NODE` shows the last decisions with rule ids and whys."""
     store = Store(tmp_path)
