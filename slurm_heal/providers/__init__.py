@@ -1,0 +1,372 @@
+"""Providers: whatever repairs a node (SPEC L2, S6). See `base.py` for the protocol and
+docs/providers.md for the configuration of each type.
+
+The registry is an explicit list that rejects duplicate names (house style 7). Built-in
+types: ``http``, ``exec``, ``slurm``, ``openstack``, ``simulator``. Third-party types
+come in through the entry point group ``slurm_heal.providers``: each entry point names a
+factory ``factory(cfg, *, slurm, state_dir) -> Provider``; one that fails to load is
+listed by `available_providers` as unavailable, with its error.
+
+This package imports nothing heavy at import time (no requests, no pydantic): the
+adapters are imported when `make_provider` builds one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_heal.errors import ConfigError
+from slurm_heal.providers.base import Operation, OperationStatus, Provider
+from slurm_heal.types import Action
+
+if TYPE_CHECKING:
+    from slurm_heal.slurm.base import SlurmClient
+
+__all__ = ["ENTRY_POINT_GROUP", "Operation", "OperationStatus", "Provider",
+           "ProviderFactory", "ProviderRegistry", "REGISTRY", "available_providers",
+           "make_provider"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "slurm_heal.providers"
+SECTION = "provider"
+
+ProviderFactory = Callable[..., Provider]
+"""``factory(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+state_dir: Path | None) -> Provider``."""
+
+
+class ProviderRegistry:
+    """Provider types by name. Registering a name twice is an error."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, ProviderFactory] = {}
+        self._origin: dict[str, str] = {}
+        self._unavailable: dict[str, str] = {}
+        self._plugins_loaded = False
+
+    def register(self, name: str, factory: ProviderFactory, *, origin: str = "builtin") -> None:
+        """Add a provider type; ValueError when ``name`` is taken."""
+        if name in self._factories:
+            raise ValueError(f"provider type {name!r} is already registered "
+                             f"(by {self._origin[name]})")
+        self._factories[name] = factory
+        self._origin[name] = origin
+
+    def get(self, name: str) -> ProviderFactory | None:
+        """The factory for ``name`` (loading plugins on first miss)."""
+        if name not in self._factories:
+            self.load_plugins()
+        return self._factories.get(name)
+
+    def load_plugins(self) -> None:
+        """Load the ``slurm_heal.providers`` entry points once."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                factory = ep.load()
+                if not callable(factory):
+                    raise TypeError(f"{ep.value} is not callable")
+                self.register(ep.name, factory, origin=f"plugin {ep.value}")
+            except Exception as exc:  # noqa: BLE001 - a bad plugin must not break the rest
+                self._unavailable[ep.name] = f"{type(exc).__name__}: {exc}"
+                log.warning("provider plugin %s (%s) is unavailable: %s", ep.name, ep.value, exc)
+
+    def available(self) -> dict[str, str]:
+        """Every known type -> "builtin", "plugin MODULE:ATTR" or "unavailable: ERROR"."""
+        self.load_plugins()
+        out = dict(self._origin)
+        for name, error in self._unavailable.items():
+            out.setdefault(name, f"unavailable: {error}")
+        return out
+
+    def names(self) -> list[str]:
+        """Names of the usable types."""
+        return sorted(self._factories)
+
+
+REGISTRY = ProviderRegistry()
+
+
+def available_providers() -> dict[str, str]:
+    """Every provider type and where it comes from (or why it is unavailable)."""
+    return REGISTRY.available()
+
+
+def make_provider(cfg: Mapping[str, Any], *, slurm: SlurmClient | None = None,
+                  state_dir: str | os.PathLike[str] | None = None) -> Provider:
+    """Build the provider a ``[provider]`` config section describes.
+
+    ``state_dir`` (or the section's own ``state_dir`` key, which wins) is where the
+    exec, slurm and openstack providers remember the idempotency keys they acted on;
+    without one they remember them in memory only (not restart-safe). Raises
+    ConfigError naming the key at fault.
+    """
+    if not isinstance(cfg, Mapping):
+        raise ConfigError("must be a table", key=SECTION)
+    kind = cfg.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ConfigError(f"missing or not a string; one of: {', '.join(REGISTRY.names())}",
+                          key=f"{SECTION}.type")
+    factory = REGISTRY.get(kind)
+    if factory is None:
+        why = REGISTRY.available().get(kind, "")
+        raise ConfigError(f"unknown provider type {kind!r}"
+                          + (f" ({why})" if why else "")
+                          + f"; known: {', '.join(REGISTRY.names())}", key=f"{SECTION}.type")
+    own = cfg.get("state_dir")
+    if own is not None and not isinstance(own, str):
+        raise ConfigError("must be a path string", key=f"{SECTION}.state_dir")
+    chosen = own if own is not None else state_dir
+    sd = Path(chosen) if chosen is not None else None
+    if sd is None and kind in ("exec", "slurm", "openstack"):
+        log.warning("provider %s has no state_dir: idempotency keys are remembered in "
+                    "memory only and a restart could repeat an action", kind)
+    return factory(cfg, slurm=slurm, state_dir=sd)
+
+
+# --- config validation ------------------------------------------------------------------
+@dataclass
+class _Section:
+    """Typed, named access to a ``[provider]`` table; every problem names its key."""
+
+    cfg: Mapping[str, Any]
+    allowed: frozenset[str]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.cfg) - self.allowed - {"type", "state_dir"})
+        if unknown:
+            raise ConfigError(f"unknown key for provider type {self.cfg.get('type')!r}; "
+                              f"allowed: {', '.join(sorted(self.allowed))}",
+                              key=f"{SECTION}.{unknown[0]}")
+
+    def _key(self, name: str) -> str:
+        return f"{SECTION}.{name}"
+
+    def text(self, name: str, default: str | None = None, *, required: bool = False
+            ) -> str | None:
+        value = self.cfg.get(name, default)
+        if value is None:
+            if required:
+                raise ConfigError("is required", key=self._key(name))
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"must be a non-empty string, not {value!r}", key=self._key(name))
+        return value
+
+    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        value = self.cfg.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+            raise ConfigError(f"must be a number >= {minimum:g}, not {value!r}",
+                              key=self._key(name))
+        return float(value)
+
+    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
+        value = self.cfg.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigError(f"must be an integer >= {minimum}, not {value!r}",
+                              key=self._key(name))
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.cfg.get(name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"must be true or false, not {value!r}", key=self._key(name))
+        return value
+
+    def table(self, name: str) -> dict[str, str]:
+        value = self.cfg.get(name, {})
+        if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()):
+            raise ConfigError("must be a table of name = \"string\"", key=self._key(name))
+        return dict(value)
+
+    def actions(self, name: str, default: frozenset[Action]) -> frozenset[Action]:
+        value = self.cfg.get(name)
+        if value is None:
+            return default
+        if not isinstance(value, list):
+            raise ConfigError("must be a list of actions", key=self._key(name))
+        out = set()
+        for item in value:
+            try:
+                action = Action(item)
+            except ValueError:
+                action = Action.NONE
+            if action not in default:
+                raise ConfigError(f"{item!r} is not one of "
+                                  f"{', '.join(sorted(a.value for a in default))}",
+                                  key=self._key(name))
+            out.add(action)
+        return frozenset(out)
+
+
+_HTTP_KEYS = frozenset({"url", "token_file", "connect_timeout", "read_timeout", "attempts",
+                        "backoff", "actions"})
+
+
+def _http_kwargs(s: _Section) -> dict[str, Any]:
+    from slurm_heal.providers.http import HTTP_ACTIONS
+
+    token_file = s.text("token_file")
+    if token_file is not None and not Path(token_file).is_file():
+        raise ConfigError(f"{token_file} is not a readable file", key=f"{SECTION}.token_file")
+    return {"token_file": token_file,
+            "connect_timeout": s.number("connect_timeout", 3.0, minimum=0.001),
+            "read_timeout": s.number("read_timeout", 10.0, minimum=0.001),
+            "attempts": s.integer("attempts", 5), "backoff": s.number("backoff", 0.5),
+            "actions": s.actions("actions", HTTP_ACTIONS)}
+
+
+def _check_url(url: str, key: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"must be an http:// or https:// URL, not {url!r}", key=key)
+    return url
+
+
+def _make_http(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+               state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.http import HttpProvider
+
+    s = _Section(cfg, _HTTP_KEYS)
+    url = _check_url(s.text("url", required=True) or "", f"{SECTION}.url")
+    return HttpProvider(url, **_http_kwargs(s))
+
+
+def _make_simulator(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                    state_dir: Path | None) -> Provider:
+    """An http provider against a simulator: the one at ``url``, or (no url) one started
+    in this process on 127.0.0.1 (for the demo); `close()` stops it."""
+    from slurm_heal.providers.http import HttpProvider
+    from slurm_heal.providers.simulator import LabHook, SimulatorServer
+
+    s = _Section(cfg, _HTTP_KEYS | {"duration", "lab_dir", "scratch_root", "port"})
+    url = s.text("url")
+    kwargs = _http_kwargs(s)
+    if url is not None:
+        for embedded_only in ("duration", "lab_dir", "scratch_root", "port"):
+            if embedded_only in cfg:
+                raise ConfigError("only applies to an embedded simulator (no url)",
+                                  key=f"{SECTION}.{embedded_only}")
+        return HttpProvider(_check_url(url, f"{SECTION}.url"), **kwargs)
+    lab_dir, scratch = s.text("lab_dir"), s.text("scratch_root")
+    hook = LabHook(lab_dir, scratch_root=scratch, slurm=slurm) if lab_dir else None
+    server = SimulatorServer(port=s.integer("port", 0, minimum=0), on_action=hook,
+                             duration=s.number("duration", 1.0)).start()
+    return _EmbeddedSimulator(HttpProvider(server.url, **kwargs), server)
+
+
+class _EmbeddedSimulator:
+    """An http provider that owns the simulator it talks to."""
+
+    name = "simulator"
+
+    def __init__(self, client: Any, server: Any):
+        self.client, self.server = client, server
+
+    def supports(self, action: Action) -> bool:
+        return bool(self.client.supports(action))
+
+    def submit(self, node: str, action: Action, key: str) -> Operation:
+        op: Operation = self.client.submit(node, action, key)
+        return op
+
+    def status(self, key: str) -> Operation | None:
+        op: Operation | None = self.client.status(key)
+        return op
+
+    def close(self) -> None:
+        """Stop the embedded simulator."""
+        self.client.close()
+        self.server.stop()
+
+
+def _make_exec(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+               state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.script import EXEC_ACTIONS, ExecProvider
+
+    s = _Section(cfg, frozenset({"scripts", "timeout", "env"}))
+    raw = s.table("scripts")
+    if not raw:
+        raise ConfigError("needs at least one action = \"/path/to/script\"",
+                          key=f"{SECTION}.scripts")
+    scripts: dict[Action, str] = {}
+    for name, path in raw.items():
+        key = f"{SECTION}.scripts.{name}"
+        try:
+            action = Action(name)
+        except ValueError:
+            action = Action.NONE
+        if action not in EXEC_ACTIONS:
+            raise ConfigError(f"not an action; one of "
+                              f"{', '.join(sorted(a.value for a in EXEC_ACTIONS))}", key=key)
+        if not os.path.isfile(path) or not os.access(path, os.X_OK):
+            raise ConfigError(f"{path} is not an executable file", key=key)
+        scripts[action] = path
+    return ExecProvider(scripts, state_dir=state_dir,
+                        timeout=s.number("timeout", 600.0, minimum=0.001), env=s.table("env"))
+
+
+def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.slurm import SlurmRebootProvider
+
+    s = _Section(cfg, frozenset({"nextstate", "timeout"}))
+    if slurm is None:
+        raise ConfigError("the slurm provider needs a Slurm client (none was given)",
+                          key=f"{SECTION}.type")
+    nextstate = (s.text("nextstate", "RESUME") or "RESUME").upper()
+    if nextstate not in ("RESUME", "DOWN"):
+        raise ConfigError(f"must be RESUME or DOWN, not {nextstate!r}",
+                          key=f"{SECTION}.nextstate")
+    return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate=nextstate,
+                               timeout=s.number("timeout", 1800.0, minimum=1))
+
+
+def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                    state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.openstack import OpenStackProvider
+
+    s = _Section(cfg, frozenset({
+        "auth_url", "username", "password", "password_file", "project_name", "user_domain",
+        "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
+        "connect_timeout", "read_timeout", "attempts"}))
+    password = s.text("password")
+    password_file = s.text("password_file")
+    if (password is None) == (password_file is None):
+        raise ConfigError("set exactly one of password and password_file",
+                          key=f"{SECTION}.password_file")
+    if password_file is not None:
+        try:
+            password = Path(password_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {password_file}: {exc}",
+                              key=f"{SECTION}.password_file") from exc
+    compute_url = s.text("compute_url")
+    return OpenStackProvider(
+        auth_url=_check_url(s.text("auth_url", required=True) or "", f"{SECTION}.auth_url"),
+        username=s.text("username", required=True) or "", password=password or "",
+        project_name=s.text("project_name", required=True) or "",
+        user_domain=s.text("user_domain", "Default") or "Default",
+        project_domain=s.text("project_domain", "Default") or "Default",
+        compute_url=_check_url(compute_url, f"{SECTION}.compute_url") if compute_url else None,
+        interface=s.text("interface", "public") or "public", region=s.text("region"),
+        image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
+        state_dir=state_dir,
+        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
+        read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
+        attempts=s.integer("attempts", 4))
+
+
+for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
+                        ("openstack", _make_openstack), ("simulator", _make_simulator)):
+    REGISTRY.register(_name, _factory)

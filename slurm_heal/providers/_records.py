@@ -1,0 +1,107 @@
+"""A small durable key -> record map for providers whose backend has no idempotency key.
+
+The exec, slurm and openstack providers remember every idempotency key they acted on
+here, so the same key never runs an action twice, even across a controller restart or
+with two replicas sharing the state directory (SPEC S6). Writes are atomic (temp file,
+fsync, rename) and serialised by an ``flock`` on a side lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from slurm_heal.errors import ProviderError
+
+# Keep the file small: an old key is only ever needed to resolve an in-flight attempt,
+# which happens within minutes; a week-old key is never asked about again.
+MAX_RECORDS = 5000
+
+
+class KeyRecords:
+    """Records keyed by idempotency key, kept in ``path`` (JSON object), or in memory only
+    when ``path`` is None."""
+
+    def __init__(self, path: str | os.PathLike[str] | None):
+        self.path = Path(path) if path is not None else None
+        self._memory: dict[str, dict[str, Any]] = {}
+        self._thread_lock = threading.Lock()
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """Hold the lock and yield the current records; changes made to the yielded dict
+        are written back when the block exits without an error."""
+        with self._thread_lock:
+            if self.path is None:
+                yield self._memory
+                return
+            lock_path = self.path.with_name(self.path.name + ".lock")
+            with open(lock_path, "a+") as lock_file:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+                try:
+                    records = self._read()
+                    before = json.dumps(records, sort_keys=True)
+                    yield records
+                    if json.dumps(records, sort_keys=True) != before:
+                        self._write(records)
+                finally:
+                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record for ``key``, or None."""
+        with self.locked() as records:
+            rec = records.get(key)
+            return dict(rec) if rec is not None else None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        """Store (replace) the record for ``key``."""
+        with self.locked() as records:
+            records[key] = record
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        assert self.path is not None
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise ProviderError(f"cannot read provider records {self.path}: {exc}") from exc
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except ValueError as exc:
+            # Never guess: a corrupt record file could make us run an action twice.
+            raise ProviderError(
+                f"provider records {self.path} are not valid JSON ({exc}); "
+                "move the file aside after checking which actions already ran"
+            ) from exc
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise ProviderError(f"provider records {self.path}: expected a JSON object of objects")
+        return data
+
+    def _write(self, records: dict[str, dict[str, Any]]) -> None:
+        assert self.path is not None
+        if len(records) > MAX_RECORDS:
+            # Oldest first by submit time; records without one sort first.
+            ordered = sorted(records.items(), key=lambda kv: str(kv[1].get("submitted", "")))
+            for key, _ in ordered[: len(records) - MAX_RECORDS]:
+                del records[key]
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(records, fh, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise

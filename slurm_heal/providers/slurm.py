@@ -1,0 +1,149 @@
+"""The `slurm` provider: reboot through Slurm itself (``scontrol reboot ASAP
+nextstate=RESUME``), which runs the site's RebootProgram. Slurm cannot re-image or move
+a node, so rebuild, migrate and power_cycle are refused (ProviderRefused).
+
+The operation succeeds once Slurm reports the node back: its boot time is later than
+it was at submit and no reboot is pending (REBOOT_REQUESTED / REBOOT_ISSUED gone, not
+DOWN). It fails when Slurm marks the node DOWN with "reboot timed out" or the node is
+not back within ``timeout`` seconds. Submitted keys are kept in memory and in a JSON
+file in the state directory, so a key is never rebooted twice (SPEC S6).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
+from slurm_heal.providers._records import KeyRecords
+from slurm_heal.providers.base import Operation
+from slurm_heal.reasons import OUR_PREFIX, format_marker, is_ours
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import Action
+
+_REBOOT_PENDING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SlurmRebootProvider:
+    """Reboots nodes with ``scontrol reboot``; refuses every other action."""
+
+    name = "slurm"
+
+    def __init__(self, slurm: SlurmClient, *, state_dir: str | os.PathLike[str] | None = None,
+                 nextstate: str = "RESUME", timeout: float = 1800.0,
+                 clock: Callable[[], datetime] = _utcnow):
+        self.slurm = slurm
+        self.nextstate = nextstate
+        self.timeout = timeout
+        self.clock = clock
+        self.records = KeyRecords(Path(state_dir) / "slurm-provider.json"
+                                  if state_dir is not None else None)
+
+    def supports(self, action: Action) -> bool:
+        """Only reboot."""
+        return action == Action.REBOOT
+
+    def submit(self, node: str, action: Action, key: str) -> Operation:
+        """``scontrol reboot`` the node once per ``key``; returns the running operation."""
+        if action != Action.REBOOT:
+            raise ProviderRefused(
+                f"slurm provider cannot {action.value} a node: Slurm can only reboot it "
+                "(through the site's RebootProgram); configure an exec, http or openstack "
+                "provider for rebuild, migrate and power_cycle")
+        if not key:
+            raise ProviderError("an idempotency key is required")
+        existing = self.status(key)
+        if existing is not None:
+            if existing.node != node:
+                raise ProviderError(f"idempotency key {key!r} was used for {existing.node}, "
+                                    f"not {node}")
+            return existing
+        try:
+            info = self.slurm.node(node)
+        except NotFound as exc:
+            raise ProviderError(f"slurm provider: {exc}") from exc
+        now = self.clock()
+        rec: dict[str, Any] = {
+            "id": "slurm-" + uuid.uuid4().hex[:12], "node": node, "action": action.value,
+            "submitted": _aware(now).isoformat(),
+            "boot_before": _aware(info.boot_time).isoformat() if info.boot_time else None,
+            "status": "running", "detail": "",
+        }
+        with self.records.locked() as records:
+            if key in records:  # another replica got there first
+                return _op(key, records[key])
+            records[key] = rec  # intent before the call: a crash never reboots twice
+        # Keep our cordon marker as the reason: the node must stay recognisably ours.
+        reason = info.reason if is_ours(info.reason) else format_marker(
+            "provider.reboot", remediation=key.split(":", 1)[0] or None, text=f"key={key}")
+        if not reason.startswith(OUR_PREFIX):  # pragma: no cover - format_marker guarantees
+            raise ProviderError("internal: reboot reason must be ours")
+        try:
+            self.slurm.reboot(node, reason, nextstate=self.nextstate)
+        except SlurmError as exc:
+            rec.update(status="failed", detail=f"scontrol reboot failed: {exc}")
+            self.records.put(key, rec)
+            return _op(key, rec)
+        rec["detail"] = f"scontrol reboot ASAP nextstate={self.nextstate} issued"
+        self.records.put(key, rec)
+        return _op(key, rec)
+
+    def status(self, key: str) -> Operation | None:
+        """Ask Slurm whether the node rebooted for ``key`` is back."""
+        rec = self.records.get(key)
+        if rec is None:
+            return None
+        if rec["status"] in ("succeeded", "failed"):
+            return _op(key, rec)
+        node = str(rec["node"])
+        try:
+            info = self.slurm.node(node)
+        except NotFound:
+            rec.update(status="failed", detail=f"node {node} no longer exists in Slurm")
+            self.records.put(key, rec)
+            return _op(key, rec)
+        submitted = _parse(rec["submitted"]) or self.clock()
+        before = _parse(rec.get("boot_before"))
+        boot = _aware(info.boot_time) if info.boot_time is not None else None
+        booted = boot is not None and (
+            boot > before if before is not None
+            # Slurm's boot time has one-second resolution.
+            else boot >= submitted.replace(microsecond=0))
+        pending = bool(info.states & _REBOOT_PENDING)
+        if booted and not pending and not info.down:
+            rec.update(status="succeeded",
+                       detail=f"node {node} is back (boot time {info.boot_time:%Y-%m-%dT%H:%M:%S})")
+        elif info.down and "reboot timed out" in info.reason.lower():
+            rec.update(status="failed", detail=f"Slurm: {info.reason}")
+        elif _aware(self.clock()) - submitted > timedelta(seconds=self.timeout):
+            rec.update(status="failed", detail=f"node {node} did not come back within "
+                                               f"{self.timeout:g}s (states: "
+                                               f"{','.join(sorted(info.states))})")
+        else:
+            return _op(key, rec)
+        self.records.put(key, rec)
+        return _op(key, rec)
+
+
+def _aware(value: datetime) -> datetime:
+    # Backends may report naive times (local Slurm time); compare them as UTC-aware.
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _parse(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    return _aware(datetime.fromisoformat(value))
+
+
+def _op(key: str, rec: Mapping[str, Any]) -> Operation:
+    return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]), action=Action.REBOOT,
+                     status=rec["status"], detail=str(rec.get("detail", "")))
