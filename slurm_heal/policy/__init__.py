@@ -1,0 +1,9 @@
+"""The pure decision core (ARCHITECTURE "pure core"): no I/O, no clock, no randomness.
+
+    from slurm_heal.policy import decide
+    plan = decide(view, state, now, policy)
+"""
+
+from slurm_heal.policy.engine import decide, host_of, is_automatic
+
+__all__ = ["decide", "host_of", "is_automatic"]

@@ -1,0 +1,872 @@
+"""The pure decision core: ``decide(view, state, now, policy) -> Plan`` (ARCHITECTURE).
+
+No I/O, no clock, no randomness: everything comes in as arguments, everything goes out
+in the Plan. Same input, same plan, same remediation ids and idempotency keys (SPEC S6),
+so two controller replicas deciding on the same snapshot produce one remediation.
+
+One call does, in order:
+
+1. operator commands from ``state.inbox`` (approve, deny, cancel, request,
+   reset_breaker, pause, unpause), all consumed;
+2. record-only observations: D5 (nodes DOWN/DRAIN for reasons not ours), D8 (alerts
+   with no action: recorded and routed to support), malformed request reasons (Q1);
+3. every open remediation moves along its life cycle (SPEC L1) as far as the snapshot
+   allows: proposed -> approved/denied -> cordoned -> waiting -> draining -> acting ->
+   returning -> done, or failed / cancelled / withdrawn (L4);
+4. new remediations from alerts (after S1 persistence) and from request reason strings
+   (Q1-Q4), with the action chosen by the catalog, E1 escalation and E3 evidence.
+
+Safety gates held before each disruptive step (cordon, act): recommend-only mode, the
+global pause, the breaker (S5, automatic remediations only), the cooldown (S2),
+evidence for requests (P1/Q4), reserved migrate spares (E5), the concurrency limit (S3),
+one per pool (S4) and pool capacity (Q4). A held remediation gets one ``blocked``
+record naming the limit, not one per cycle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from slurm_heal import catalog as catalog_mod
+from slurm_heal import extra as extra_mod
+from slurm_heal import reasons
+from slurm_heal.config import Policy, format_duration
+from slurm_heal.errors import CatalogError, ReasonError
+from slurm_heal.models import (
+    Attempt,
+    Breaker,
+    Command,
+    Decision,
+    Effect,
+    EffectKind,
+    Phase,
+    Plan,
+    Remediation,
+    State,
+    Step,
+    idempotency_key,
+    remediation_id,
+)
+from slurm_heal.types import REQUESTABLE_ACTIONS, Action, Alert, ClusterView, NodeInfo, Severity
+
+# How soon to look again while an action runs (the daemon's own interval may be shorter).
+POLL_EVERY = timedelta(minutes=1)
+# Re-send a requeue/cancel when jobs are still there this long after the last one.
+EVICT_AGAIN = timedelta(minutes=5)
+PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
+                     Phase.DRAINING})
+STARTED = frozenset({Phase.CORDONED, Phase.WAITING, Phase.DRAINING})
+# Job states that still occupy the node (PENDING jobs do not).
+BUSY_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED",
+                             "RESIZING", "SIGNALING", "STAGE_OUT"})
+# Faults that describe Slurm's own state or the request channel: never evidence (P1).
+NOT_EVIDENCE = frozenset({"slurm.node_down", "slurm.node_drain", "request", "request.malformed"})
+
+
+def _iso(t: datetime) -> str:
+    return t.isoformat()
+
+
+def _parse(t: Any) -> datetime | None:
+    if isinstance(t, datetime):
+        return t
+    if isinstance(t, str):
+        try:
+            return datetime.fromisoformat(t)
+        except ValueError:
+            return None
+    return None
+
+
+def host_of(node: NodeInfo | None, name: str) -> str:
+    """Machine identity for E1: Extra ``slurm_heal.host`` when present, else the node name."""
+    if node is not None and isinstance(node.extra, dict):
+        ours = node.extra.get(extra_mod.KEY)
+        if isinstance(ours, dict) and isinstance(ours.get("host"), str) and ours["host"]:
+            return str(ours["host"])
+    return name
+
+
+def _checked_at(node: NodeInfo) -> datetime | None:
+    """When the node's health check last published (Extra ``slurm_heal.checked_at``)."""
+    if isinstance(node.extra, dict):
+        ours = node.extra.get(extra_mod.KEY)
+        if isinstance(ours, dict) and "checked_at" in ours:
+            return _parse(str(ours["checked_at"]).replace("Z", "+00:00"))
+    return None
+
+
+def is_automatic(rem: Remediation) -> bool:
+    """S5: automatic = not requested by a person and not approved by a person."""
+    return rem.automatic and rem.approved_by is None
+
+
+def _act_attempts(rem: Remediation) -> list[Attempt]:
+    return [a for a in rem.attempts if a.effect == "act"]
+
+
+def _acted_at(rem: Remediation) -> datetime | None:
+    acts = _act_attempts(rem)
+    return acts[0].started if acts else None
+
+
+def _ended_at(rem: Remediation) -> datetime | None:
+    return rem.phase_times.get(rem.phase.value) if rem.phase.terminal else None
+
+
+class _Decider:
+    """One decide() call's working set. Private; the public surface is `decide`."""
+
+    def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
+                 alerts: Mapping[str, Sequence[Alert]] | None) -> None:
+        self.view = view
+        self.state = state
+        self.now = now
+        self.policy = policy
+        self.catalog = catalog_mod.load()
+        self.rems: dict[str, Remediation] = {r.id: r for r in state.remediations}
+        self.order: list[str] = [r.id for r in state.remediations]
+        self.changed: list[str] = []
+        self.effects: list[Effect] = []
+        self.records: list[Decision] = []
+        self.consumed: list[str] = []
+        self.breaker = state.breaker
+        self.breaker_changed = False
+        self.paused = state.paused
+        self.paused_changed = False
+        self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
+        self.noted: dict[str, Any] = {}
+        self.wakes: list[datetime] = []
+        self.alerts: dict[str, list[Alert]] = {}
+        for node in view.nodes:
+            raw = (alerts.get(node.name, ()) if alerts is not None
+                   else extra_mod.alerts_from_extra(node.name, node.extra, now))
+            self.alerts[node.name] = sorted((a for a in raw if a.active),
+                                            key=lambda a: (a.fault, a.first_seen))
+
+    # ---------------------------------------------------------------- bookkeeping
+    def put(self, rem: Remediation) -> Remediation:
+        if rem.id not in self.rems:
+            self.order.append(rem.id)
+        self.rems[rem.id] = rem
+        if rem.id not in self.changed:
+            self.changed.append(rem.id)
+        return rem
+
+    def record(self, node: str, phase: str, rule: str, why: str,
+               rem: Remediation | None = None, action: Action | None = None) -> None:
+        self.records.append(Decision(
+            at=self.now, node=node, remediation=rem.id if rem else None,
+            action=action if action is not None else (rem.action if rem else Action.NONE),
+            phase=phase, rule=rule, why=why))
+
+    def step(self, rem: Remediation, phase: str, rule: str, why: str,
+             by: str | None = None, **changes: Any) -> Remediation:
+        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
+        times = dict(rem.phase_times)
+        data = dict(rem.data)
+        update: dict[str, Any] = dict(changes)
+        if phase in Phase._value2member_map_:
+            update["phase"] = Phase(phase)
+            times.setdefault(phase, self.now)
+            data.pop("blocked", None)
+        data.update(update.pop("data", {}))
+        update.update(phase_times=times, data=data, updated=self.now,
+                      steps=rem.steps + (Step(at=self.now, phase=phase, rule=rule, why=why,
+                                                by=by),))
+        new = rem.model_copy(update=update)
+        self.record(rem.node, phase, rule, why, new)
+        return self.put(new)
+
+    def once(self, key: str, value: Any = True) -> bool:
+        """True the first time a condition is seen (kept while it holds)."""
+        self.noted[key] = value
+        return bool(self.old_noted.get(key) != value)
+
+    def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
+               **fields: Any) -> None:
+        base = rem.id if rem else "n-" + hashlib.sha256(
+            f"{node}|{fields.get('why', '')}".encode()).hexdigest()[:12]
+        self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
+                                   action=rem.action if rem else Action.NONE,
+                                   key=idempotency_key(base, step, n), **fields))
+
+    def wake(self, t: datetime) -> None:
+        self.wakes.append(t)
+
+    # ---------------------------------------------------------------- views of the world
+    def node(self, name: str) -> NodeInfo | None:
+        return self.view.node(name)
+
+    def pool(self, name: str) -> str:
+        n = self.node(name)
+        return self.policy.pool_of(n.partitions, n.features) if n else "default"
+
+    def active(self, node: str, fault: str | None = None) -> list[Alert]:
+        out = self.alerts.get(node, [])
+        return [a for a in out if fault is None or a.fault == fault]
+
+    def fault_action(self, alert: Alert) -> Action:
+        """The catalog's action for an alert (Xid 154 names its own; E4 power cut)."""
+        try:
+            fault = self.catalog.get(alert.fault)
+        except CatalogError:
+            return Action.NONE
+        if fault.record_only:
+            return Action.NONE
+        action = fault.action
+        if fault.recovery_action:
+            for ev in alert.evidence:
+                named = ev.data.get("recovery_action") if ev.data else None
+                if isinstance(named, str):
+                    action = self.catalog.recovery_action(named) or action
+        if fault.power_cut and self.policy.escalation.power_cycle:
+            action = Action.POWER_CYCLE  # SPEC E4 (preview, enabled by policy)
+        return action
+
+    def evidence(self, node: str) -> Alert | None:
+        """P1: the worst active alert on the node that counts as a confirmed failure."""
+        cands = [a for a in self.active(node) if a.fault not in NOT_EVIDENCE]
+        if not cands:
+            return None
+        return sorted(cands, key=lambda a: (-a.severity.rank, a.fault))[0]
+
+    def healthy_but_for_us(self, node: str) -> bool:
+        """No active alert that would itself keep the node out of service."""
+        for a in self.active(node):
+            try:
+                f = self.catalog.get(a.fault)
+            except CatalogError:
+                continue
+            if f.cordon or a.severity is Severity.CRITICAL:
+                return False
+        return True
+
+    def jobs(self, node: str) -> list[int]:
+        return sorted(j.job_id for j in self.view.jobs_on(node)
+                      if j.state.upper() in BUSY_JOB_STATES)
+
+    def open_rems(self) -> list[Remediation]:
+        return [self.rems[i] for i in self.order if not self.rems[i].phase.terminal]
+
+    # ---------------------------------------------------------------- commands
+    def target(self, cmd: Command) -> Remediation | None:
+        if cmd.remediation:
+            return self.rems.get(cmd.remediation)
+        if cmd.node:
+            opened = [r for r in self.open_rems() if r.node == cmd.node]
+            return opened[0] if opened else None
+        return None
+
+    def command(self, cmd: Command) -> None:
+        self.consumed.append(cmd.id)
+        node = cmd.node or "-"
+        if cmd.kind == "reset_breaker":
+            self.breaker = Breaker(open=False, reset_by=cmd.by, reset_at=self.now,
+                                   why=cmd.reason or "reset by a person")
+            self.breaker_changed = True
+            self.record(node, "approved", "S5", f"breaker reset by {cmd.by}: automatic "
+                        "remediation may start again")
+            return
+        if cmd.kind in ("pause", "unpause"):
+            self.paused = cmd.kind == "pause"
+            self.paused_changed = True
+            self.record(node, "blocked" if self.paused else "approved", "pause",
+                        f"{cmd.kind}d by {cmd.by}: " + ("nothing disruptive starts"
+                                                          if self.paused else "work resumes"))
+            return
+        if cmd.kind == "request":
+            self.request(cmd.node or "", cmd.action or Action.NONE, cmd.detector, cmd.request_id,
+                         by=cmd.by, person=True, since=cmd.at, text=cmd.reason)
+            return
+        rem = self.target(cmd)
+        if rem is None or rem.phase.terminal:
+            self.record(node, "blocked", "P4", f"{cmd.kind} by {cmd.by} ignored: no open "
+                        f"remediation {'for ' + cmd.node if cmd.node else cmd.remediation}")
+            return
+        if cmd.kind == "approve":
+            if rem.phase is not Phase.PROPOSED:
+                self.record(rem.node, "blocked", "P2", f"approve by {cmd.by} ignored: "
+                            f"{rem.id} is already {rem.phase.value}", rem)
+                return
+            self.step(rem, "approved", "P2:person", f"approved by {cmd.by}", by=cmd.by,
+                      approved_by=cmd.by, approval_rule="P2:person")
+        elif cmd.kind == "deny":
+            if rem.phase not in (Phase.PROPOSED, Phase.APPROVED):
+                self.record(rem.node, "blocked", "P2", f"deny by {cmd.by} ignored: {rem.id} "
+                            f"is already {rem.phase.value}; use cancel", rem)
+                return
+            rem = self.step(rem, "denied", "P2:person", f"denied by {cmd.by}", by=cmd.by,
+                            approval_rule="P2:person")
+            self.release(rem, "denied")
+        elif cmd.kind == "cancel":
+            if rem.phase not in PRE_ACT:
+                self.record(rem.node, "blocked", "L1", f"cancel by {cmd.by} refused: the "
+                            f"{rem.action.value} already runs ({rem.phase.value})", rem)
+                return
+            rem = self.step(rem, "cancelled", "P4", f"cancelled by {cmd.by}"
+                            + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by)
+            self.release(rem, "cancelled")
+
+    # ---------------------------------------------------------------- creation
+    def request(self, node_name: str, action: Action, detector: str | None,
+                request_id: str | None, *, by: str, person: bool, since: datetime,
+                text: str = "") -> None:
+        """A request from a person (inbox) or a detector (reason string), SPEC Q1-Q4."""
+        who = by if person else f"detector {detector or '?'}"
+        node = self.node(node_name)
+        if node is None:
+            if self.once(f"req-nonode:{node_name}:{action.value}"):
+                self.record(node_name, "denied", "Q1", f"request from {who}: no such node")
+            return
+        if action not in REQUESTABLE_ACTIONS:
+            # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
+            if self.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
+                self.record(node_name, "denied", "Q2",
+                            f"request for {action.value} from {who} refused: only reboot, "
+                            "rebuild and migrate can be requested; removal is done by a person",
+                            action=action)
+            return
+        if detector or request_id:
+            for r in self.rems.values():  # SPEC Q3: detector + id = one remediation
+                if r.node == node_name and r.detector == detector and r.request_id == request_id:
+                    return
+        opened = [r for r in self.open_rems() if r.node == node_name]
+        if opened:
+            if self.once(f"l3:{node_name}:{detector}:{request_id}:{action.value}", opened[0].id):
+                self.record(node_name, "blocked", "L3", f"request for {action.value} from {who} "
+                            f"waits: {opened[0].id} is already open on this node", action=action)
+            return
+        rid = remediation_id(node_name, "request", detector, request_id, since)
+        if rid in self.rems:
+            return
+        host = host_of(node, node_name)
+        chosen, rule, why = action, "Q1", f"{action.value} requested by {who}"
+        if text:
+            why += f" ({text})"
+        ev = self.evidence(node_name)
+        if chosen is Action.MIGRATE:
+            chosen, rule, why = self.e3(node_name, host, chosen, rule, why)
+        rem = Remediation(
+            id=rid, node=node_name, host=host, pool=self.pool(node_name), fault="request",
+            severity=ev.severity if ev else Severity.WARNING, action=chosen,
+            origin="operator" if person else "request", automatic=not person,
+            requested_by=by, detector=detector, request_id=request_id, action_rule=rule,
+            escalated_from=action if chosen is not action else None,
+            alert_first_seen=ev.first_seen if ev else None, created=self.now, updated=self.now)
+        self.put(rem)
+        rem = self.step(rem, "proposed", rule, why)
+        if chosen is not action:
+            rem = self.step(rem, "escalated", "E3", rem.data.get("e3_why", "migrate needs "
+                            "evidence: rebuild instead"))
+        self.advance(rem)
+
+    def e1(self, host: str, fault: str, action: Action) -> tuple[Action | None, list[str]]:
+        """SPEC E1/E2: climb the ladder while the same action already failed to hold.
+
+        Returns the action (None = past the end of the ladder) and the why of each climb.
+        """
+        esc = self.policy.escalation
+        whys: list[str] = []
+        while True:
+            since = self.now - esc.window
+            count = 0
+            for r in self.rems.values():
+                acted = _acted_at(r)
+                # E2: only executed attempts in the window; cancelled/withdrawn/denied
+                # (incl. faults that cleared on their own) never reach an act.
+                if (r.host == host and r.fault == fault and r.action is action
+                        and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
+                    count += 1
+            if count < esc.repeats or action not in esc.ladder:
+                return action, whys
+            i = esc.ladder.index(action)
+            nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
+            whys.append(f"{fault} came back on {host} after {count} {action.value}s within "
+                        f"{format_duration(esc.window)}: "
+                        + (f"{nxt.value} instead" if nxt else "the ladder has ended"))
+            if nxt is None:
+                return None, whys
+            action = nxt
+
+    def e3(self, node: str, host: str, action: Action, rule: str,
+           why: str) -> tuple[Action, str, str]:
+        """SPEC E3: migrate needs a critical alert now or on this machine within 10 days."""
+        if any(a.severity is Severity.CRITICAL for a in self.active(node)):
+            return action, rule, why
+        since = self.now - self.policy.escalation.migrate_evidence_window
+        for r in self.rems.values():
+            if r.host == host and r.severity is Severity.CRITICAL and r.created >= since:
+                return action, rule, why
+        return Action.REBUILD, "E3", (
+            f"{why}; migrate needs evidence (a critical alert now or on {host} in the last "
+            f"{format_duration(self.policy.escalation.migrate_evidence_window)}) and there is "
+            "none: rebuild instead")
+
+    def create_from_alerts(self, node: NodeInfo) -> None:
+        name = node.name
+        if any(r.node == name for r in self.open_rems()):
+            return  # SPEC L3: one remediation at a time per node
+        cands: list[tuple[Alert, Action]] = []
+        for a in self.active(name):
+            act = self.fault_action(a)
+            if act is Action.NONE:
+                continue
+            hold = self.policy.safety.persistence_for(a.fault, a.severity)
+            if self.now - a.first_seen < hold:  # SPEC S1
+                until = a.first_seen + hold
+                self.wake(until)
+                if self.once(f"s1:{name}:{a.fault}:{_iso(a.first_seen)}"):
+                    self.record(name, "blocked", "S1", f"{a.fault} must persist "
+                                f"{format_duration(hold)} before action (until {_iso(until)})",
+                                action=act)
+                continue
+            cands.append((a, act))
+        if not cands:
+            return
+        ladder = self.policy.escalation.ladder
+        alert, action = sorted(cands, key=lambda c: (
+            -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
+            c[0].fault))[0]
+        host = host_of(node, name)
+        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
+        last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
+        if last is not None and last.data.get("handed_to_person"):
+            if self.once(f"person:{name}", last.id):
+                self.record(name, "blocked", "E1", f"{name} was handed to a person after "
+                            f"{last.id}; nothing automatic until a person acts", last)
+            return
+        rid = self.new_id(name, alert)
+        if rid is None:
+            return
+        chosen, whys = self.e1(host, alert.fault, action)
+        rule = "P1"
+        why = (f"{alert.fault} ({alert.severity.value}) on {name} since "
+               f"{_iso(alert.first_seen)}: {alert.summary or self.explain(alert.fault)}; "
+               f"catalog action {action.value}")
+        if chosen is None:
+            if self.once(f"ladder-end:{name}:{alert.fault}"):
+                self.record(name, "escalated", "E1", "; ".join(whys) + f"; {name} is handed to "
+                            "a person with a removal recommendation (SPEC Q2)", action=Action.REMOVE)
+                self.effect("notify", name, None, "notify", why="; ".join(whys), rule="E1")
+            return
+        e3_why = ""
+        if chosen is Action.MIGRATE:
+            c2, r2, w2 = self.e3(name, host, chosen, rule, why)
+            if c2 is not chosen:
+                e3_why = w2.split("; ", 1)[-1] if "; " in w2 else w2
+                chosen = c2
+        rem = Remediation(
+            id=rid, node=name, host=host, pool=self.pool(name), fault=alert.fault,
+            severity=alert.severity, action=chosen, origin="alert", automatic=True,
+            detector=alert.detector or None, action_rule="E3" if e3_why else (
+                "E1" if whys else f"catalog:{alert.fault}"),
+            escalated_from=action if chosen is not action else None,
+            alert_first_seen=alert.first_seen, created=self.now, updated=self.now,
+            data={"evidence_fault": alert.fault})
+        self.put(rem)
+        rem = self.step(rem, "proposed", rule, why)
+        for w in whys:
+            rem = self.step(rem, "escalated", "E1", w)
+        if e3_why:
+            rem = self.step(rem, "escalated", "E3", e3_why)
+        self.advance(rem)
+
+    def explain(self, fault: str) -> str:
+        try:
+            return self.catalog.get(fault).explanation
+        except CatalogError:
+            return fault
+
+    def new_id(self, name: str, alert: Alert) -> str | None:
+        """A deterministic id for a new remediation of this alert, or None when this alert
+        instance was already handled (denied, cancelled, or done and not seen since)."""
+        since = alert.first_seen
+        for _ in range(50):
+            rid = remediation_id(name, alert.fault, alert.detector or None, None, since)
+            old = self.rems.get(rid)
+            if old is None:
+                return rid
+            end = _ended_at(old) or old.updated
+            if old.phase is Phase.FAILED:
+                since = end  # L5: the next recommendation follows E1
+            elif old.phase in (Phase.DONE, Phase.WITHDRAWN) and alert.last_seen > end:
+                since = end  # seen again after it ended: a recurrence
+            else:
+                return None
+        return None
+
+    def create_from_reason(self, node: NodeInfo) -> None:
+        if not reasons.is_request(node.reason):
+            return
+        try:
+            req = reasons.parse_request(node.reason)
+        except ReasonError as exc:
+            if self.once(f"malformed:{node.name}", node.reason):
+                self.record(node.name, "alert", "Q1", f"request.malformed: {exc}; the node is "
+                            "left as it is")
+            return
+        self.request(node.name, req.action, req.detector, req.request_id,
+                     by=f"detector:{req.detector or '?'}", person=False,
+                     since=node.reason_time or self.now, text=req.text)
+
+    # ---------------------------------------------------------------- observations
+    def observe(self, node: NodeInfo) -> None:
+        name = node.name
+        if (node.down or node.drained) and node.reason and not reasons.is_ours(node.reason) \
+                and not reasons.is_request(node.reason):
+            fault = "slurm.node_down" if node.down else "slurm.node_drain"
+            if self.once(f"d5:{name}", f"{fault}:{node.reason}"):
+                self.record(name, "alert", "D5", f"{fault}: {name} is "
+                            f"{'DOWN' if node.down else 'drained'} by someone else "
+                            f"({node.reason!r}); recorded, never touched by slurm-heal")
+        for a in self.active(name):
+            if a.fault in NOT_EVIDENCE or self.fault_action(a) is not Action.NONE:
+                continue
+            key = f"d8:{name}:{a.fault}:{_iso(a.first_seen)}"
+            if self.once(key):
+                why = (f"{a.fault} ({a.severity.value}): {a.summary or self.explain(a.fault)}; "
+                       "no action is mapped: recorded and sent to support")
+                self.record(name, "notified", "D8", why)
+                self.effect("notify", name, None, "notify", why=why, rule="D8",
+                            reason=key)
+
+    # ---------------------------------------------------------------- the life cycle
+    def release(self, rem: Remediation, what: str) -> None:
+        """Undo our cordon (never a reason that is not ours, house style 2)."""
+        node = self.node(rem.node)
+        if node is None or not node.drained or not reasons.is_ours(node.reason):
+            return
+        if not self.healthy_but_for_us(rem.node):
+            self.record(rem.node, rem.phase.value, "L1", f"{what}, but {rem.node} stays drained: "
+                        "a fault that keeps it out of service is still active", rem)
+            return
+        self.effect("release", rem.node, rem, "release", reason=node.reason,
+                    why=f"{what}: undo the cordon", rule="L4" if what == "withdrawn" else "P4")
+
+    def blocked(self, rem: Remediation, rule: str, why: str) -> Remediation:
+        if rem.data.get("blocked") == rule:
+            return rem
+        rem = self.step(rem, "blocked", rule, why)
+        return self.put(rem.model_copy(update={"data": {**rem.data, "blocked": rule}}))
+
+    def hold(self, rem: Remediation, rule: str, why: str) -> bool:
+        """Record (once) that a limit holds ``rem`` back; always True."""
+        self.blocked(rem, rule, why)
+        return True
+
+    def gate(self, rem: Remediation, starting: bool) -> bool:
+        """The first limit that holds ``rem`` back from its next disruptive step, or None."""
+        pol = self.policy
+        if pol.mode == "recommend_only":
+            return self.hold(rem, "recommend_only", f"recommend-only mode: would "
+                                f"{'cordon ' + rem.node + ' and ' if starting else ''}"
+                                f"{rem.action.value} now; nothing is executed")
+        if self.paused:
+            return self.hold(rem, "pause", "slurm-heal is paused: nothing disruptive "
+                                "starts until a person unpauses it")
+        if is_automatic(rem):
+            if self.breaker_gate(rem, starting):
+                return True
+        if not starting:
+            return False
+        ends = [t for r in self.rems.values() if r.node == rem.node and r.phase.terminal
+                and _act_attempts(r) and (t := _ended_at(r)) is not None]
+        last_end = max(ends, default=None)
+        if last_end is not None and self.now < last_end + pol.safety.cooldown:
+            self.wake(last_end + pol.safety.cooldown)
+            return self.hold(rem, "S2", f"cooldown: the last remediation on {rem.node} "
+                                f"ended at {_iso(last_end)}; the next may start "
+                                f"{format_duration(pol.safety.cooldown)} later")
+        if rem.origin != "alert":
+            enough = (pol.requests.operator_is_evidence if rem.origin == "operator"
+                      else pol.requests.detector_is_evidence)
+            ev = self.evidence(rem.node)
+            if ev is None and not enough:
+                return self.hold(rem, "P1", f"no confirmed alert on {rem.node}: a request "
+                                    "needs evidence (SPEC P1/Q4); it waits for one")
+            if ev is not None and "evidence_fault" not in rem.data and not enough:
+                rem = self.put(rem.model_copy(update={
+                    "data": {**rem.data, "evidence_fault": ev.fault}}))
+        started = [r for r in self.open_rems() if r.phase.disruptive and r.id != rem.id]
+        spares = pol.escalation.migrate_spares
+        if rem.action is Action.MIGRATE and spares is not None:
+            moving = sum(1 for r in started if r.action is Action.MIGRATE)
+            if moving >= spares:
+                return self.hold(rem, "E5", f"all {spares} reserved spare host(s) are in "
+                                    "use by other migrations")
+        limit = pol.safety.concurrency_limit(len(self.view.nodes))
+        if len(started) >= limit:
+            return self.hold(rem, "S3", f"{len(started)} remediation(s) already run; the "
+                                f"limit for {len(self.view.nodes)} nodes is {limit}")
+        pool = self.pool(rem.node)
+        if pol.safety.one_per_pool:
+            same = [r for r in started if self.pool(r.node) == pool]
+            if same:
+                return self.hold(rem, "S4", f"pool {pool} already has {same[0].id} on "
+                                    f"{same[0].node}: one at a time per pool")
+        members = [n for n in self.view.nodes
+                   if self.policy.pool_of(n.partitions, n.features) == pool and n.name != rem.node]
+        if members:
+            busy = {r.node for r in started}
+            up = [n for n in members if not (n.down or n.drained) and n.name not in busy]
+            need = int(len(members) * pol.capacity.min_available_percent // 100)
+            if len(up) < need:
+                return self.hold(rem, "Q4", f"pool {pool}: only {len(up)} of {len(members)} "
+                                    f"other nodes in service, {need} must stay")
+        return False
+
+    def breaker_gate(self, rem: Remediation, starting: bool) -> bool:
+        """SPEC S5: N automatic starts within the window open the breaker."""
+        pol = self.policy.safety
+        if not self.breaker.open and starting:
+            since = self.now - pol.breaker_window
+            if self.breaker.reset_at and self.breaker.reset_at > since:
+                since = self.breaker.reset_at  # a reset starts a fresh count
+            starts = sum(1 for r in self.rems.values() if is_automatic(r) and r.id != rem.id
+                         and (t := r.phase_times.get("cordoned")) is not None and t >= since)
+            if starts >= pol.breaker_threshold:
+                why = (f"{starts} automatic remediations started within "
+                       f"{format_duration(pol.breaker_window)} (threshold "
+                       f"{pol.breaker_threshold}): the breaker opens; automatic remediation "
+                       "stops until a person resets it")
+                self.breaker = Breaker(open=True, opened_at=self.now, why=why)
+                self.breaker_changed = True
+                return self.hold(rem, "S5", why)
+        if self.breaker.open:
+            return self.hold(rem, "S5", "the breaker is open: automatic remediation waits "
+                                "for a person (slurm-heal breaker reset)")
+        return False
+
+    def approve(self, rem: Remediation) -> Remediation:
+        """SPEC P2: the most specific matching rule decides; the rule is recorded."""
+        if rem.origin == "operator":
+            return self.step(rem, "approved", "P2:person", f"requested by {rem.requested_by}, "
+                             "a person", approved_by=rem.requested_by, approval_rule="P2:person")
+        ap = self.policy.approvals
+        pool = self.pool(rem.node)
+        fault = rem.data.get("evidence_fault", rem.fault) if rem.origin == "alert" else rem.fault
+        matching = [(i, r) for i, r in enumerate(ap.rules)
+                    if r.matches(fault, rem.action, rem.node, pool)]
+        strict = {"deny": 2, "manual": 1, "auto": 0}
+        if matching:
+            # Most specific first; a tie goes to the more cautious mode, then file order.
+            i, rule = sorted(matching, key=lambda m: (
+                tuple(-x for x in m[1].specificity()), -strict[m[1].mode], m[0]))[0]
+            mode, rid = rule.mode, f"P2:approvals[{i}]"
+        else:
+            mode, rid = ap.default, "P2:default"
+        if rem.data.get("approval_pending") == rid and mode == "manual":
+            return rem
+        if mode == "auto":
+            return self.step(rem, "approved", rid, f"auto-approved by {rid} for "
+                             f"{fault} / {rem.action.value} on {rem.node}", approval_rule=rid)
+        if mode == "deny":
+            rem = self.step(rem, "denied", rid, f"{rid} denies {rem.action.value} for {fault} "
+                            f"on {rem.node}", approval_rule=rid)
+            self.release(rem, "denied")
+            return rem
+        rem = self.step(rem, "proposed", rid, f"waits for a person: slurm-heal approve "
+                        f"{rem.node} (or deny)", approval_rule=rid)
+        return self.put(rem.model_copy(update={"data": {**rem.data, "approval_pending": rid}}))
+
+    def advance(self, rem: Remediation) -> None:
+        """Move one remediation as far as this snapshot allows."""
+        node = self.node(rem.node)
+        if node is None:
+            if rem.phase in PRE_ACT:
+                self.step(rem, "cancelled", "L3", f"{rem.node} is no longer in Slurm")
+            return
+        ev = rem.data.get("evidence_fault")
+        if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev):
+            rem = self.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
+                            f"{rem.action.value} ran: the recommendation is withdrawn")
+            self.release(rem, "withdrawn")
+            return
+        if rem.phase is Phase.PROPOSED:
+            rem = self.approve(rem)
+            if rem.phase is not Phase.APPROVED:
+                return
+        if rem.phase is Phase.APPROVED:
+            if self.gate(rem, starting=True):
+                return
+            rem = self.rems[rem.id]
+            self.effect("cordon", rem.node, rem, "cordon", why="no new jobs", rule="L1",
+                        reason=reasons.format_marker(rem.fault, rem.id, "controller",
+                                                     f"for {rem.action.value}"))
+            self.step(rem, "cordoned", "L1", f"drain {rem.node} (no new jobs) before the "
+                      f"{rem.action.value}")
+            return  # the next cycle sees the drain take effect
+        if rem.phase in STARTED:
+            self.wait_and_drain(rem, node)
+            return
+        if rem.phase is Phase.ACTING:
+            self.acting(rem)
+            return
+        if rem.phase is Phase.RETURNING:
+            self.returning(rem, node)
+
+    def wait_and_drain(self, rem: Remediation, node: NodeInfo) -> None:
+        """SPEC P3 + L1: wait for jobs (at most max_wait), evict at the limit, then act."""
+        if not node.drained:
+            self.wake(self.now + POLL_EVERY)
+            return  # our cordon has not taken effect yet
+        jobs = self.jobs(rem.node)
+        w = self.policy.waiting
+        start = rem.phase_times.get("cordoned", self.now)
+        limit = start + w.max_wait if w.max_wait is not None else None
+        if jobs:
+            ids = ", ".join(str(j) for j in jobs)
+            if rem.phase is Phase.CORDONED:
+                rem = self.step(rem, "waiting", "P3", f"{len(jobs)} job(s) still run on "
+                                f"{rem.node} ({ids}); waiting "
+                                + (f"until {_iso(limit)} at most" if limit else
+                                   "for them to end (never interrupted)"))
+            if limit is None:
+                return
+            if w.signal and not rem.data.get("signalled") and self.now >= limit - w.signal_lead:
+                self.effect("signal_jobs", rem.node, rem, "signal", signal=w.signal, rule="P3",
+                            why=f"checkpoint before the wait limit at {_iso(limit)}")
+                rem = self.step(rem, "waiting", "P3", f"sent {w.signal} to job(s) {ids} so they "
+                                f"can checkpoint before {_iso(limit)}", data={"signalled": True})
+            elif w.signal and not rem.data.get("signalled"):
+                self.wake(limit - w.signal_lead)
+            if self.now < limit:
+                self.wake(limit)
+                return
+            n = int(rem.data.get("evict_n", 0))
+            last = _parse(rem.data.get("evict_at"))
+            if n == 0 or (last is not None and self.now >= last + EVICT_AGAIN):
+                kind: EffectKind = "requeue_jobs" if w.at_limit == "requeue" else "cancel_jobs"
+                self.effect(kind, rem.node, rem, w.at_limit, n, rule="P3",
+                            why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
+                rem = self.step(rem, "draining", "P3", f"the wait limit passed: {w.at_limit} job(s) "
+                                f"{ids}", data={"evict_n": n + 1, "evict_at": _iso(self.now)})
+            self.wake(self.now + EVICT_AGAIN)
+            return
+        if self.gate(rem, starting=False):
+            return
+        rem = self.rems[rem.id]
+        if any(a.key == idempotency_key(rem.id, "act", 0) for a in rem.attempts):
+            return  # SPEC S6: never twice
+        self.effect("act", rem.node, rem, "act", 0, rule="L1",
+                    why=f"{rem.action.value} {rem.node}")
+        self.step(rem, "acting", "L1", f"no jobs left on {rem.node}: {rem.action.value} it")
+        self.wake(self.now + POLL_EVERY)
+
+    def acting(self, rem: Remediation) -> None:
+        act_key = idempotency_key(rem.id, "act", 0)
+        seen = [a for a in rem.attempts if a.effect in ("act", "poll")]
+        if not any(a.key == act_key for a in seen):
+            # Recorded before it runs: no Attempt means it never ran; ask again, same key.
+            self.effect("act", rem.node, rem, "act", 0, rule="L1",
+                        why=f"{rem.action.value} {rem.node}")
+            self.wake(self.now + POLL_EVERY)
+            return
+        latest = seen[-1]
+        if latest.outcome in (None, "running"):
+            polls = sum(1 for a in rem.attempts if a.effect == "poll")
+            self.effect("poll", rem.node, rem, "poll", polls, ref=act_key, rule="S6",
+                        why=f"is the {rem.action.value} of {rem.node} finished?")
+            self.wake(self.now + POLL_EVERY)
+            return
+        if latest.outcome == "ok":
+            done = latest.finished or self.now
+            self.step(rem, "returning", "L5", f"the {rem.action.value} finished; waiting for "
+                      f"{rem.node} to come back and pass its health check",
+                      data={"act_done": _iso(done)})
+            self.wake(self.now + POLL_EVERY)
+            return
+        self.fail(rem, "L5", f"the {rem.action.value} failed"
+                  + (f": {latest.detail}" if latest.detail else ""))
+
+    def returning(self, rem: Remediation, node: NodeInfo) -> None:
+        done = _parse(rem.data.get("act_done")) or rem.updated
+        acted = _acted_at(rem) or done
+        rebooting = node.down or any(s.startswith("REBOOT") for s in node.states)
+        back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
+        checked = _checked_at(node)
+        health_ran = checked is None or checked > done
+        if back and health_ran:
+            bad = [a for a in self.active(rem.node)
+                   if a.last_seen > done and (a.severity is Severity.CRITICAL
+                                              or a.fault == rem.data.get("evidence_fault"))]
+            if bad:
+                self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
+                          f"sees {', '.join(sorted({a.fault for a in bad}))}")
+                return
+            if node.drained and reasons.is_ours(node.reason):
+                self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
+                            why="health check passed")
+            self.step(rem, "done", "L5", f"{rem.node} is back and passed its health check"
+                      + ("; resumed" if node.drained and reasons.is_ours(node.reason) else
+                         "" if not node.drained else "; its reason is not ours: not resumed"))
+            return
+        limit = done + self.policy.safety.return_timeout
+        if self.now >= limit:
+            self.fail(rem, "L5", f"{rem.node} did not come back healthy within "
+                      f"{format_duration(self.policy.safety.return_timeout)}")
+            return
+        self.wake(min(limit, self.now + POLL_EVERY))
+
+    def fail(self, rem: Remediation, rule: str, why: str) -> None:
+        """L5: the remediation ends failed; the next recommendation follows E1. A failed
+        last step of the ladder ends with a person, never a loop."""
+        ladder = self.policy.escalation.ladder
+        top = rem.action is Action.MIGRATE or (rem.action in ladder and rem.action is ladder[-1])
+        if top:
+            rem = self.step(rem, "failed", rule, why + f"; {rem.node} stays cordoned",
+                            data={"handed_to_person": True})
+            msg = (f"{rem.action.value} did not fix {rem.node}: it stays cordoned and is handed "
+                   "to a person with a removal recommendation (slurm-heal never removes, Q2)")
+            self.step(rem, "escalated", "E1", msg)
+            self.effect("notify", rem.node, rem, "notify", why=msg, rule="E1")
+            return
+        rem = self.step(rem, "failed", rule, why + "; the next recommendation follows E1")
+        self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
+        if self.evidence(rem.node) is None:
+            self.release(rem, "failed with no alert left")
+
+    # ---------------------------------------------------------------- the fold
+    def run(self) -> Plan:
+        for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
+            self.command(cmd)
+        nodes = sorted(self.view.nodes, key=lambda n: n.name)
+        for node in nodes:
+            self.observe(node)
+        for rem in sorted(self.open_rems(), key=lambda r: (r.created, r.id)):
+            if not self.rems[rem.id].phase.terminal:
+                self.advance(self.rems[rem.id])
+        for node in nodes:
+            self.create_from_reason(node)
+        for node in nodes:
+            self.create_from_alerts(node)
+        effects = self.effects
+        if self.policy.mode == "recommend_only":
+            effects = [e for e in effects if e.kind == "notify"]
+        data: dict[str, Any] | None = None
+        if self.noted != self.old_noted:
+            data = {**self.state.data, "noted": self.noted}
+        return Plan(
+            updates=tuple(self.rems[i] for i in self.changed),
+            effects=tuple(effects),
+            records=tuple(self.records),
+            consumed=tuple(self.consumed),
+            breaker=self.breaker if self.breaker_changed else None,
+            next_wake=min(self.wakes) if self.wakes else None,
+            paused=self.paused if self.paused_changed else None,
+            data=data,
+        )
+
+
+def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
+           alerts: Mapping[str, Sequence[Alert]] | None = None) -> Plan:
+    """Decide what happens next. Pure: no I/O, no clock, no randomness (ARCHITECTURE).
+
+    ``alerts`` overrides the alerts read from each node's Extra (simulate passes its
+    own). The same arguments always give the same Plan, ids and keys (SPEC S6).
+    """
+    return _Decider(view, state, now, policy, alerts).run()
