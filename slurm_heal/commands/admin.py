@@ -1,0 +1,551 @@
+"""The operator's admin commands (SPEC I4): alerts, remediations, approve, deny, request,
+cancel, history, explain, breaker, policy. Every command has ``--json`` (one JSON
+object on stdout); plain output is for people.
+
+Commands that change something (approve, deny, cancel, request, breaker reset) never act
+themselves: they put a `models.Command` in the store's inbox and the controller consumes
+it at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
+
+Where the store is: ``--state-dir``, else ``$SLURM_HEAL_STATE_DIR``, else the
+``[controller] state_dir`` of ``--config``, else `store.default_state_dir` (beside
+slurmctld's StateSaveLocation).
+
+Embedding/tests: a `SlurmClient` placed in the click context object under ``"slurm"``
+(``cli.main(obj={"slurm": client})``) is used instead of `slurm_heal.slurm.make_client`.
+"""
+
+from __future__ import annotations
+
+import getpass
+import importlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, TypeVar
+
+import click
+
+from slurm_heal.errors import HealError, NotFound, SlurmError
+from slurm_heal.models import Command, Remediation, State
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import Action, Alert
+
+F = TypeVar("F", bound=Callable[..., Any])
+ENV_STATE_DIR = "SLURM_HEAL_STATE_DIR"
+EXPLAIN_DECISIONS = 10
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _default_by() -> str:
+    """The person running the command (the one behind sudo, when there is one)."""
+    for var in ("SUDO_USER", "USER", "LOGNAME"):
+        if os.environ.get(var):
+            return os.environ[var]
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _controller_section(config: str | None) -> dict[str, Any]:
+    if not config:
+        return {}
+    from slurm_heal.config import load_policy
+
+    return dict(load_policy(config).controller)
+
+
+def _store(state_dir: str | None, config: str | None) -> Any:
+    from slurm_heal.store import Store, default_state_dir
+
+    if state_dir:
+        return Store(state_dir)
+    if os.environ.get(ENV_STATE_DIR):
+        return Store(os.environ[ENV_STATE_DIR])
+    section = _controller_section(config)
+    if section.get("state_dir"):
+        return Store(str(section["state_dir"]))
+    return Store(default_state_dir(section.get("slurm_conf")))
+
+
+def _slurm(config: str | None) -> SlurmClient:
+    """The Slurm client: the one the context carries, else `slurm_heal.slurm.make_client`."""
+    ctx = click.get_current_context()
+    obj = ctx.find_object(dict)
+    if obj is not None and obj.get("slurm") is not None:
+        client: SlurmClient = obj["slurm"]
+        return client
+    factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
+    if factory is None:
+        raise SlurmError("no Slurm backend is available in this installation")
+    section = _controller_section(config)
+    kwargs: dict[str, Any] = {}
+    if section.get("slurm_backend"):
+        kwargs["backend"] = section["slurm_backend"]
+    if section.get("slurm_conf"):
+        kwargs["slurm_conf"] = section["slurm_conf"]
+    made: SlurmClient = factory(**kwargs)
+    return made
+
+
+def _emit_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def _ts(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def state_options(func: F) -> F:
+    """--state-dir and --config, shared by every command that reads the store."""
+    func = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+                        help="The controller's TOML config (its [controller] state_dir and "
+                             "slurm_conf are used).")(func)
+    func = click.option("--state-dir", "state_dir", type=click.Path(file_okay=False),
+                        default=None, help=f"The store directory (default: ${ENV_STATE_DIR}, "
+                        "else beside slurmctld's StateSaveLocation).")(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON object instead of text (SPEC I4).")(func)
+
+
+def by_option(func: F) -> F:
+    return click.option("--by", default=None, metavar="NAME",
+                        help="Who is asking (default: $SUDO_USER, else $USER).")(func)
+
+
+def _last_why(rem: Remediation) -> str:
+    return rem.steps[-1].why if rem.steps else ""
+
+
+def _rem_json(rem: Remediation) -> dict[str, Any]:
+    out: dict[str, Any] = rem.model_dump(mode="json")
+    out["open"] = not rem.phase.terminal
+    return out
+
+
+# --------------------------------------------------------------------------- remediations
+
+
+@click.command()
+@click.option("--all", "show_all", is_flag=True, help="Include finished remediations.")
+@click.option("--node", default=None, help="Only this node.")
+@state_options
+@json_option
+def remediations(show_all: bool, node: str | None, state_dir: str | None, config: str | None,
+                 as_json: bool) -> None:
+    """List open remediations (with --all, finished ones too)."""
+    state: State = _store(state_dir, config).load()
+    rems = [r for r in state.remediations
+            if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
+    pending = [c for c in state.inbox if node is None or c.node == node]
+    if as_json:
+        _emit_json({"remediations": [_rem_json(r) for r in rems],
+                    "pending_commands": [c.model_dump(mode="json") for c in pending],
+                    "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused})
+        return
+    if state.breaker.open:
+        click.echo(f"Breaker OPEN since {_ts(state.breaker.opened_at)}: {state.breaker.why} "
+                   "(automatic remediation stopped, SPEC S5)")
+    if state.paused:
+        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+    if not rems:
+        click.echo("No open remediations." if not show_all else "No remediations recorded.")
+    else:
+        _table([[r.id, r.node, r.fault, r.action.value, r.phase.value, r.origin,
+                 _ts(r.updated), _last_why(r)[:60]] for r in rems],
+               ["ID", "NODE", "FAULT", "ACTION", "PHASE", "ORIGIN", "UPDATED", "WHY"])
+    if pending:
+        click.echo(f"{len(pending)} command(s) waiting for the controller's next cycle: "
+                   + ", ".join(f"{c.kind} {c.remediation or c.node or ''}".strip()
+                               for c in pending))
+
+
+# --------------------------------------------------------------------------- history
+
+
+def _print_remediation(rem: Remediation) -> None:
+    state = "open" if not rem.phase.terminal else "finished"
+    click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
+               f"({state})")
+    who = rem.requested_by + (f" (detector {rem.detector} id {rem.request_id})"
+                              if rem.detector else "")
+    approver = rem.approved_by or (f"auto: {rem.approval_rule}" if rem.approval_rule else "-")
+    click.echo(f"  requested by {who}; approved by {approver}; "
+               f"action chosen by {rem.action_rule or '-'}"
+               + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))
+    for step in rem.steps:
+        by = f"  by {step.by}" if step.by else ""
+        click.echo(f"  {_ts(step.at)}  {step.phase:<10} [{step.rule}] {step.why}{by}")
+    for a in rem.attempts:
+        outcome = a.outcome or "in flight"
+        detail = f": {a.detail[:100]}" if a.detail else ""
+        click.echo(f"  {_ts(a.started)}  {a.effect:<10} {a.action.value} key={a.key} "
+                   f"-> {outcome}{detail}")
+
+
+@click.command()
+@click.argument("node")
+@state_options
+@json_option
+def history(node: str, state_dir: str | None, config: str | None, as_json: bool) -> None:
+    """Every remediation of NODE with its steps: phase, time, rule, why, who (SPEC P4)."""
+    state: State = _store(state_dir, config).load()
+    rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
+    if as_json:
+        _emit_json({"node": node, "remediations": [_rem_json(r) for r in rems]})
+        return
+    if not rems:
+        click.echo(f"No remediation recorded for {node} (finished ones are kept 14 days).")
+        return
+    for i, rem in enumerate(rems):
+        if i:
+            click.echo("")
+        _print_remediation(rem)
+
+
+# --------------------------------------------------------------------------- alerts
+
+
+def _alert_json(alert: Alert) -> dict[str, Any]:
+    from slurm_heal import catalog
+    from slurm_heal.extra import alert_to_json
+
+    out = alert_to_json(alert)
+    out["node"] = alert.node
+    try:
+        fault = catalog.load().get(alert.fault)
+        out["explanation"] = fault.explanation
+        out["default_action"] = fault.action.value
+    except HealError:
+        out["explanation"] = "(not in the fault catalog)"
+        out["default_action"] = None
+    return out
+
+
+def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
+    from slurm_heal.extra import alerts_from_extra
+
+    now = _now()
+    nodes = (client.node(node),) if node else client.nodes()
+    out: list[Alert] = []
+    for n in nodes:
+        out.extend(alerts_from_extra(n.name, n.extra, now))
+    return out
+
+
+@click.command()
+@click.option("--node", default=None, help="Only this node.")
+@state_options
+@json_option
+def alerts(node: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
+    """Active alerts the node checks published in Slurm (node Extra, SPEC D7, I2)."""
+    found = _alerts_of(_slurm(config), node)
+    if as_json:
+        _emit_json({"alerts": [_alert_json(a) for a in found]})
+        return
+    if not found:
+        click.echo("No active alerts." if node is None else f"No active alerts on {node}.")
+        return
+    _table([[a.node, a.fault, a.severity.value, _ts(a.first_seen), _ts(a.last_seen),
+             a.summary[:70]] for a in found],
+           ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"])
+
+
+# --------------------------------------------------------------------------- explain
+
+
+@click.command()
+@click.argument("node")
+@state_options
+@json_option
+def explain(node: str, state_dir: str | None, config: str | None, as_json: bool) -> None:
+    """Why NODE is in the state it is: alerts, what they mean, the open remediation and
+    the last decisions with their rule ids (house style 9). Works without Slurm."""
+    from slurm_heal.store import decisions
+
+    slurm_info: dict[str, Any] = {"reachable": False, "error": None}
+    found: list[Alert] = []
+    try:
+        client = _slurm(config)
+        info = client.node(node)
+        slurm_info.update(reachable=True, states=sorted(info.states), reason=info.reason)
+        found = _alerts_of(client, node)
+    except HealError as exc:  # degrade: the store alone still explains a lot
+        slurm_info["error"] = str(exc)
+        unknown = isinstance(exc, NotFound)
+    else:
+        unknown = False
+    state: State = _store(state_dir, config).load()
+    if unknown and not any(r.node == node for r in state.remediations):
+        raise NotFound(f"Slurm does not know a node {node!r} and the store has no record of it")
+    open_rems = list(state.open_for(node))
+    recent = sorted((r for r in state.remediations if r.node == node and r.phase.terminal),
+                    key=lambda r: r.updated)[-3:]
+    recs = list(decisions(state, node))[-EXPLAIN_DECISIONS:]
+    if as_json:
+        _emit_json({"node": node, "slurm": slurm_info,
+                    "alerts": [_alert_json(a) for a in found],
+                    "open_remediations": [_rem_json(r) for r in open_rems],
+                    "recent_remediations": [_rem_json(r) for r in recent],
+                    "decisions": [d.model_dump(mode="json") for d in recs],
+                    "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused})
+        return
+    click.echo(f"Node {node}")
+    if slurm_info["reachable"]:
+        click.echo(f"  Slurm: {'+'.join(slurm_info['states']) or '?'}"
+                   + (f", reason: {slurm_info['reason']}" if slurm_info["reason"] else ""))
+    else:
+        click.echo(f"  Slurm: not reachable ({slurm_info['error']}); showing the store only")
+    click.echo("Alerts:" if found else ("Alerts: none active" if slurm_info["reachable"]
+                                        else "Alerts: unknown (Slurm not reachable)"))
+    for a in found:
+        j = _alert_json(a)
+        click.echo(f"  {a.fault} ({a.severity.value}) since {_ts(a.first_seen)}: {a.summary}")
+        click.echo(f"    what it means: {j['explanation']}")
+        click.echo(f"    default action: {j['default_action'] or 'none (record and notify)'}")
+    if state.breaker.open:
+        click.echo(f"Breaker OPEN: {state.breaker.why}")
+    if state.paused:
+        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+    if open_rems:
+        click.echo("Open remediation:")
+        for rem in open_rems:
+            _print_remediation(rem)
+    else:
+        click.echo("Open remediation: none")
+    if recent and not open_rems:
+        last = recent[-1]
+        click.echo(f"Last finished: {last.id} {last.action.value} {last.phase.value} at "
+                   f"{_ts(last.updated)}: {_last_why(last)}")
+    if recs:
+        click.echo("Last decisions:")
+        for d in recs:
+            click.echo(f"  {_ts(d.at)}  {d.phase:<10} [{d.rule}] {d.action.value}: {d.why}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool) -> None:
+    stored: Command = _store(state_dir, config).add_command(cmd)
+    if as_json:
+        _emit_json({"queued": stored.model_dump(mode="json")})
+        return
+    target = stored.remediation or stored.node or "the cluster"
+    where = f" on {stored.node}" if stored.node and stored.remediation else ""
+    click.echo(f"{stored.kind} queued for {target}{where} by {stored.by} (command {stored.id}); "
+               "the controller acts on it at its next cycle.")
+
+
+OperatorKind = Literal["approve", "deny", "cancel"]
+
+
+def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> click.Command:
+    """approve/deny/cancel: the same shape, one inbox command each."""
+
+    def run(target: str, reason: str, by: str | None, state_dir: str | None,
+            config: str | None, as_json: bool) -> None:
+        # The store resolves TARGET: a remediation id first, else a node with an open one.
+        cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind=kind,
+                      by=by or _default_by(), reason=reason, node=target)
+        _queue(state_dir, config, cmd, as_json)
+
+    run.__doc__ = help_text
+    decorated = json_option(state_options(by_option(
+        click.option("--reason", default="", help=reason_help)(
+            click.argument("target", metavar="NODE|REMEDIATION_ID")(run)))))
+    return click.command(name=kind, help=help_text)(decorated)
+
+
+approve = _target_command(
+    "approve", "Approve the proposed remediation of NODE (or by id) (SPEC P2).",
+    "Why (kept in the audit record).")
+deny = _target_command(
+    "deny", "Deny the proposed remediation of NODE (or by id); the node is released (P2).",
+    "Why it is denied (kept in the audit record).")
+cancel = _target_command(
+    "cancel", "Cancel the open remediation of NODE (or by id); cancelled ones are not counted "
+    "for escalation (SPEC E2).", "Why it is cancelled (kept in the audit record).")
+
+
+@click.command()
+@click.argument("node")
+@click.argument("action", type=click.Choice([a.value for a in (
+    Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)]))
+@click.option("--reason", required=True, help="Why (kept in the audit record).")
+@click.option("--detector", default=None, help="The detector this request comes from (Q3).")
+@click.option("--id", "request_id", default=None,
+              help="The detector's request id; detector + id deduplicate (SPEC Q3).")
+@by_option
+@state_options
+@json_option
+def request(node: str, action: str, reason: str, detector: str | None, request_id: str | None,
+            by: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
+    """Ask for ACTION on NODE (SPEC Q1-Q4): reboot, rebuild, migrate, or remove.
+
+    The request goes through the same checks as an alert: evidence (P1), capacity and
+    the cluster limits. ``remove`` is accepted here because the CLI is a person (Q2): it
+    is recorded as an operator request; with --detector it is refused, since a detector
+    may never ask for removal.
+    """
+    from slurm_heal.reasons import format_request
+
+    act = Action(action)
+    if act is Action.REMOVE and (detector or request_id):
+        raise click.UsageError("remove is only ever done by a person: a request naming a "
+                               "detector cannot ask for it (SPEC Q2)")
+    if request_id and not detector:
+        raise click.UsageError("--id needs --detector: together they deduplicate (SPEC Q3)")
+    if not reason.strip():
+        raise click.UsageError("--reason must say why")
+    format_request(act, detector, request_id)  # validates the tokens (ReasonError: exit 2)
+    _check_node(node, config)
+    cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="request",
+                  by=by or _default_by(), node=node, action=act, detector=detector,
+                  request_id=request_id, reason=reason.strip())
+    _queue(state_dir, config, cmd, as_json)
+
+
+def _check_node(node: str, config: str | None) -> None:
+    """A typo'd node name is caught now when Slurm answers; without Slurm, the request is
+    queued and the controller reports it."""
+    try:
+        _slurm(config).node(node)
+    except NotFound:
+        raise NotFound(f"Slurm does not know a node {node!r}") from None
+    except HealError as exc:
+        click.echo(f"warning: could not check {node} with Slurm ({exc}); queued anyway",
+                   err=True)
+
+
+# --------------------------------------------------------------------------- breaker
+
+
+@click.command()
+@click.argument("what", type=click.Choice(["show", "reset"]), default="show")
+@click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
+@by_option
+@state_options
+@json_option
+def breaker(what: str, reason: str, by: str | None, state_dir: str | None, config: str | None,
+            as_json: bool) -> None:
+    """Show the circuit breaker, or reset it (SPEC S5): a person's decision that automatic
+    remediation may start again."""
+    store = _store(state_dir, config)
+    state: State = store.load()
+    b = state.breaker
+    pending = [c for c in state.inbox if c.kind == "reset_breaker"]
+    if what == "reset":
+        if not b.open:
+            if as_json:
+                _emit_json({"breaker": b.model_dump(mode="json"), "queued": None})
+            else:
+                click.echo("The breaker is closed; nothing to reset.")
+            return
+        cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="reset_breaker",
+                      by=by or _default_by(), reason=reason)
+        _queue(state_dir, config, cmd, as_json)
+        return
+    if as_json:
+        _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,
+                    "reset_pending": bool(pending)})
+        return
+    if b.open:
+        click.echo(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}")
+        click.echo("Automatic remediation is stopped; manual requests still run. "
+                   + ("A reset is queued for the next cycle." if pending
+                      else "Reset with `slurm-heal breaker reset` once you have looked."))
+    else:
+        last = f" (last reset by {b.reset_by} at {_ts(b.reset_at)})" if b.reset_by else ""
+        click.echo(f"Breaker closed: automatic remediation allowed{last}.")
+    if state.paused:
+        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+
+
+# --------------------------------------------------------------------------- policy
+
+
+def _plain(value: Any) -> Any:
+    """A policy value as plain JSON data, durations in the file's own "30m" form."""
+    from slurm_heal.config import format_duration
+
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Action):
+        return value.value
+    return value
+
+
+def _flatten(prefix: str, value: Any) -> Iterable[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _flatten(f"{prefix}.{k}" if prefix else str(k), v)
+    else:
+        yield prefix, value
+
+
+@click.group()
+def policy() -> None:
+    """Check or show a policy file (the daemon's --config)."""
+
+
+@policy.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@json_option
+def policy_check(file: str, as_json: bool) -> None:
+    """Validate FILE; a problem exits 2 naming the file, the key and why."""
+    from slurm_heal.config import load_policy
+
+    p = load_policy(file)
+    summary = {"file": file, "ok": True, "mode": p.mode,
+               "approvals_default": p.approvals.default,
+               "approval_rules": len(p.approvals.rules)}
+    if as_json:
+        _emit_json(summary)
+        return
+    click.echo(f"{file}: OK (mode {p.mode}, approvals default {p.approvals.default}, "
+               f"{len(p.approvals.rules)} approval rule(s))")
+
+
+@policy.command("show")
+@click.argument("file", type=click.Path(dir_okay=False))
+@json_option
+def policy_show(file: str, as_json: bool) -> None:
+    """Show FILE's effective policy: every knob, defaults filled in."""
+    from slurm_heal.config import load_policy
+
+    p = load_policy(file)
+    data = _plain(p.model_dump(mode="python", exclude_none=False))
+    if as_json:
+        _emit_json({"file": file, "policy": data})
+        return
+    rules = data.get("approvals", {}).pop("rules", [])
+    for key, value in _flatten("", data):
+        click.echo(f"{key} = {json.dumps(value)}")
+    for i, rule in enumerate(rules):
+        matchers = ", ".join(f"{k}={v}" for k, v in rule.items() if k != "mode" and v is not None)
+        click.echo(f"approvals.rules[{i}]: {matchers or 'anything'} -> {rule['mode']}")
