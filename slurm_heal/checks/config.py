@@ -1,0 +1,187 @@
+"""The node check's configuration: a small TOML file, validated into dataclasses.
+
+No pydantic here on purpose (start-up time). Every key is optional; an unknown key or a
+value of the wrong type is a `ConfigError` naming the file and the key, so a typo never
+silently switches a detector off. Example (all defaults shown)::
+
+    [check]
+    state_dir = "/var/lib/slurm-heal/node"   # under SLURM_HEAL_ROOT when set
+    timeout = 20.0                           # seconds for all detectors together
+
+    [kernel_log]                             # SPEC D1, D2, D4
+    enabled = true
+    source = "kmsg"                          # kmsg | file | journal
+    path = "/var/log/kern.log"               # for source = "file"
+    first_read_mb = 16                       # the first read (no cursor) is bounded
+    hold = 3600                              # seconds a non-critical kernel fault stays
+                                             # active after it was last seen; critical
+                                             # ones stay until the node reboots
+    timeout = 10.0
+    modes = ["healthcheck", "prolog", "epilog", "agent"]
+
+    [mounts]                                 # SPEC D4 read-only file systems
+    enabled = true
+    rw = ["/"]                               # mounts that must be read-write
+    modes = ["healthcheck", "prolog", "epilog", "agent"]
+
+    [services]                               # SPEC D4 restart loops
+    enabled = true
+    units = ["slurmd", "munge", "kubelet", "containerd"]
+    window = 3600                            # seconds
+    max_restarts = 3                         # more restarts than this in the window
+    timeout = 5.0
+    modes = ["healthcheck", "agent"]
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_heal.checks import paths
+from slurm_heal.errors import ConfigError
+
+MODES = ("healthcheck", "prolog", "epilog", "agent")
+SOURCES = ("kmsg", "file", "journal")
+ALL_MODES = MODES
+FAST_MODES = ("healthcheck", "prolog", "epilog", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelLogConfig:
+    enabled: bool = True
+    source: str = "kmsg"
+    path: str = "/var/log/kern.log"
+    first_read_mb: float = 16.0
+    hold: float = 3600.0
+    timeout: float = 10.0
+    modes: tuple[str, ...] = FAST_MODES
+
+
+@dataclass(frozen=True, slots=True)
+class MountsConfig:
+    enabled: bool = True
+    rw: tuple[str, ...] = ("/",)
+    timeout: float = 5.0
+    modes: tuple[str, ...] = FAST_MODES
+
+
+@dataclass(frozen=True, slots=True)
+class ServicesConfig:
+    enabled: bool = True
+    units: tuple[str, ...] = ("slurmd", "munge", "kubelet", "containerd")
+    window: float = 3600.0
+    max_restarts: int = 3
+    timeout: float = 5.0
+    # systemctl costs a process start: not inside every job's prolog/epilog.
+    modes: tuple[str, ...] = ("healthcheck", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckConfig:
+    state_dir: str = paths.STATE_DIR
+    timeout: float = 20.0
+    kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
+    mounts: MountsConfig = field(default_factory=MountsConfig)
+    services: ServicesConfig = field(default_factory=ServicesConfig)
+    source_file: str = ""  # where it was read from ("" = defaults)
+
+    def state_path(self) -> str:
+        """The state dir as read on this node (under the replay root when set)."""
+        return paths.host_path(self.state_dir)
+
+
+def _typed(file: str, key: str, value: Any, default: Any) -> Any:
+    """Check ``value`` against the type of ``default``; convert ints to floats."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+            if value <= 0:
+                raise ConfigError(f"must be positive, got {value}", file=file, key=key)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and value < 0:
+            raise ConfigError(f"must not be negative, got {value}", file=file, key=key)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if ok:
+            value = tuple(value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        want = type(default).__name__ if not isinstance(default, tuple) else "list of strings"
+        raise ConfigError(f"expected {want}, got {value!r}", file=file, key=key)
+    return value
+
+
+def _section(file: str, name: str, raw: Any, default: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a table, got {raw!r}", file=file, key=name)
+    known = {f: getattr(default, f) for f in default.__dataclass_fields__}
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known or isinstance(known[key], (KernelLogConfig, MountsConfig,
+                                                       ServicesConfig)):
+            raise ConfigError(
+                f"unknown key (known: {', '.join(k for k in known if k != 'source_file')})",
+                file=file, key=f"{name}.{key}")
+        values[key] = _typed(file, f"{name}.{key}", value, known[key])
+    for bad in set(values.get("modes", ())) - set(MODES):
+        raise ConfigError(f"unknown mode {bad!r} (known: {', '.join(MODES)})",
+                          file=file, key=f"{name}.modes")
+    return type(default)(**values)
+
+
+def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
+    """Validate a parsed TOML document into a CheckConfig (ConfigError on bad input)."""
+    sections = {"kernel_log": KernelLogConfig(), "mounts": MountsConfig(),
+                "services": ServicesConfig()}
+    for key in data:
+        if key not in ("check", *sections):
+            raise ConfigError(f"unknown section (known: check, {', '.join(sections)})",
+                              file=file, key=key)
+    built = {name: _section(file, name, data.get(name, {}), default)
+             for name, default in sections.items()}
+    check = data.get("check", {})
+    if not isinstance(check, dict):
+        raise ConfigError("expected a table", file=file, key="check")
+    top: dict[str, Any] = {}
+    for key, value in check.items():
+        if key not in ("state_dir", "timeout"):
+            raise ConfigError("unknown key (known: state_dir, timeout)", file=file,
+                              key=f"check.{key}")
+        top[key] = _typed(file, f"check.{key}", value, getattr(CheckConfig(), key))
+    if built["kernel_log"].source not in SOURCES:
+        raise ConfigError(f"unknown source {built['kernel_log'].source!r} "
+                          f"(known: {', '.join(SOURCES)})", file=file, key="kernel_log.source")
+    return CheckConfig(**top, **built, source_file=file)
+
+
+def load_config(path: str | None) -> CheckConfig:
+    """Read the config file. ``None``: the default file when it exists, else defaults.
+
+    A file named explicitly must exist; the default one may be absent.
+    """
+    explicit = path is not None
+    file = path if explicit else paths.host_path(paths.CONFIG_FILE)
+    assert file is not None
+    if sys.version_info >= (3, 11):
+        import tomllib  # only when there is a file: most nodes run on defaults
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        with open(file, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError("file not found", file=file) from None
+        return CheckConfig()
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
+    return parse_config(data, file)

@@ -1,0 +1,392 @@
+"""Kernel log parsing and evaluation (SPEC D1, D2, D4). Pure: bytes in, events out.
+
+Speed matters (the target is >= 500 MB/s): a big chunk is never split into lines in
+Python. `scan` looks for a handful of literal needles with ``bytes.find`` (C speed)
+and only the lines that contain one are decoded and parsed.
+
+Line formats understood, detected per line (a file may mix them after rotation):
+
+* kmsg records ``prio,seq,usec,flags;message`` (/dev/kmsg, or a replay file of it);
+  continuation lines (``" KEY=value"``) are skipped
+* ``dmesg -T``: ``[Sun Feb 23 16:24:18 2025] message``
+* plain ``dmesg``: ``[  123.456789] message``
+* ``journalctl -k -o short-iso`` / rsyslog: ``2025-02-23T16:24:18+0000 host kernel: message``
+* classic syslog: ``Feb 23 16:24:18 host kernel: [ 123.4] message``
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from slurm_heal.types import Evidence, Finding, Severity
+
+# Every line that can produce an event contains one of these. Keep them literal and
+# few: each costs one pass of bytes.find over the chunk.
+NEEDLES: tuple[bytes, ...] = (
+    b"NVRM: Xid",
+    b"NVRM: GPU at PCI:",
+    b"fallen off the bus",
+    b"Shutting down filesystem",
+    b"shut down due to",
+    b"blocked for more than",
+    b"soft lockup",
+    b"detected stall",
+)
+
+_PCI = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
+class _Lazy:
+    """A regex compiled on first use: a healthy run with no candidate line compiles
+    none of them (start-up time is most of a check's cost)."""
+
+    __slots__ = ("_args", "_re")
+
+    def __init__(self, *args: Any) -> None:
+        self._args = args
+        self._re: re.Pattern[str] | None = None
+
+    def _get(self) -> re.Pattern[str]:
+        if self._re is None:
+            self._re = re.compile(*self._args)
+        return self._re
+
+    def match(self, text: str) -> re.Match[str] | None:
+        return self._get().match(text)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self._get().search(text)
+
+
+_XID = _Lazy(r"NVRM: Xid \((?:PCI:)?(" + _PCI + r")\): (\d+),\s*(.*)$")
+_PIDNAME = _Lazy(r"^pid=([^,]*),\s*(?:name=([^,]*),\s*)?(.*)$")
+_GPU_AT = _Lazy(r"NVRM: GPU at PCI:(" + _PCI + r"): (GPU-[0-9a-fA-F-]+)")
+_OFF_BUS = _Lazy(r"(" + _PCI + r")\b.*fallen off the bus")
+_RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
+_XFS = _Lazy(r"XFS \(([^)]+)\):.*(?:Shutting down filesystem|shut down due to)")
+_HUNG = _Lazy(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
+_SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?")
+_RCU = _Lazy(r"rcu.*detected stall")
+
+_KMSG = _Lazy(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+_DMESG_T = _Lazy(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\] ?(.*)$")
+_DMESG = _Lazy(r"^\[ *(\d+)\.(\d+)\] ?(.*)$")
+_ISO = _Lazy(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) \S+ "
+                  r"kernel: ?(?:\[ *\d+\.\d+\] )?(.*)$")
+_SYSLOG = _Lazy(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) \S+ kernel: ?(?:\[ *(\d+)\.(\d+)\] )?(.*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One kernel log line split into its time and message."""
+
+    raw: str
+    message: str
+    at: str | None = None  # ISO-8601 wall time when the format carries it
+    usec: int | None = None  # microseconds since boot (kmsg, plain dmesg)
+    seq: int | None = None  # kmsg sequence number
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One kernel message that means a fault (or maps a GPU)."""
+
+    fault: str  # catalog id
+    key: str  # what makes two events the same alert on this node (e.g. the PCI bus)
+    line: Line
+    pci: str | None = None
+    xid: int | None = None
+    pid: int | None = None
+    process: str | None = None
+    detail: str = ""  # the driver's/kernel's own words
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """Events in order, plus what the log says about which GPU sits on which bus."""
+
+    events: list[Event] = field(default_factory=list)
+    gpu_uuids: dict[str, str] = field(default_factory=dict)  # pci -> GPU-uuid
+    lines: int = 0  # lines parsed (after the prefilter)
+
+
+def norm_pci(text: str) -> str:
+    """``00000000:3B:00.0`` / ``0000:3b:00`` -> ``0000:3b:00`` (domain:bus:device)."""
+    text = text.lower().split(".", 1)[0]
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0000")
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
+
+
+def split_line(raw: str) -> Line | None:
+    """Split one log line into time and message; None for kmsg continuation lines."""
+    if raw[:1] == " " and "=" in raw:
+        return None  # kmsg dictionary line (" SUBSYSTEM=pci")
+    c = raw[:1]
+    if c.isdigit():
+        m = _KMSG.match(raw)
+        if m:
+            return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
+                        usec=int(m.group(3)), seq=int(m.group(2)))
+        m = _ISO.match(raw)
+        if m:
+            return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
+    elif c == "[":
+        m = _DMESG_T.match(raw)
+        if m:
+            return Line(raw=raw, message=m.group(2), at=_ctime(m.group(1)))
+        m = _DMESG.match(raw)
+        if m:
+            usec = int(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
+            return Line(raw=raw, message=m.group(3), usec=usec)
+    else:
+        m = _SYSLOG.match(raw)
+        if m:
+            return Line(raw=raw, message=m.group(4))
+    return Line(raw=raw, message=raw)
+
+
+def _iso(text: str) -> str | None:
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        # Python 3.10 rejects "+0000"; journalctl short-iso prints it that way.
+        try:
+            value = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z")
+        except ValueError:
+            return None
+    return value.isoformat()
+
+
+def _ctime(text: str) -> str | None:
+    # dmesg -T prints local time without a zone; keep it naive rather than guess.
+    try:
+        return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").isoformat()
+    except ValueError:
+        return None
+
+
+def classify(line: Line) -> Event | tuple[str, str] | None:
+    """The event a message means; a ``(pci, uuid)`` pair for a GPU-at line; else None."""
+    msg = line.message
+    if "NVRM: Xid" in msg:
+        m = _XID.search(msg)
+        if m is None:
+            return None
+        pci, code, rest = norm_pci(m.group(1)), int(m.group(2)), m.group(3).strip()
+        pid: int | None = None
+        process: str | None = None
+        pm = _PIDNAME.match(rest)
+        if pm:
+            pid_text = pm.group(1).strip().strip("'")
+            pid = int(pid_text) if pid_text.isdigit() else None
+            name = (pm.group(2) or "").strip().strip("'")
+            process = name if name and name != "<unknown>" else None
+            rest = pm.group(3).strip()
+        data: dict[str, Any] = {}
+        if code == 154:
+            rm = _RECOVERY.search(rest)
+            if rm:
+                data["recovery_action"] = rm.group(1)
+        return Event(fault=f"gpu.xid.{code}", key=pci, line=line, pci=pci, xid=code,
+                     pid=pid, process=process, detail=rest, data=data)
+    if "NVRM: GPU at PCI:" in msg:
+        m = _GPU_AT.search(msg)
+        return (norm_pci(m.group(1)), m.group(2)) if m else None
+    if "fallen off the bus" in msg:
+        m = _OFF_BUS.search(msg)
+        bus = norm_pci(m.group(1)) if m else None
+        return Event(fault="gpu.off_bus", key=bus or "", line=line, pci=bus, detail=msg)
+    if "XFS (" in msg:
+        m = _XFS.search(msg)
+        if m:
+            return Event(fault="fs.xfs_shutdown", key=m.group(1), line=line, detail=msg,
+                         data={"device": m.group(1)})
+        return None
+    if "blocked for more than" in msg:
+        m = _HUNG.search(msg)
+        if m:
+            return Event(fault="kernel.hung_task", key="", line=line, pid=int(m.group(2)),
+                         process=m.group(1), detail=msg,
+                         data={"blocked_seconds": int(m.group(3))})
+        return None
+    if "soft lockup" in msg:
+        m = _SOFT.search(msg)
+        if m:
+            return Event(fault="kernel.soft_lockup", key="", line=line,
+                         pid=int(m.group(4)) if m.group(4) else None, process=m.group(3),
+                         detail=msg, data={"cpu": int(m.group(1))})
+        return None
+    if _RCU.search(msg):
+        return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
+    return None
+
+
+def candidate_spans(data: bytes, needles: tuple[bytes, ...] = NEEDLES) -> list[tuple[int, int]]:
+    """Start/end offsets of the lines holding a needle, in order, without duplicates."""
+    spans: set[tuple[int, int]] = set()
+    size = len(data)
+    for needle in needles:
+        i = data.find(needle)
+        while i != -1:
+            start = data.rfind(b"\n", 0, i) + 1
+            end = data.find(b"\n", i)
+            if end == -1:
+                end = size
+            spans.add((start, end))
+            i = data.find(needle, end)
+    return sorted(spans)
+
+
+def scan(data: bytes, result: ScanResult | None = None) -> ScanResult:
+    """Parse the interesting lines of ``data`` (whole lines) into events."""
+    out = result if result is not None else ScanResult()
+    for start, end in candidate_spans(data):
+        raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
+        line = split_line(raw)
+        if line is None:
+            continue
+        out.lines += 1
+        ev = classify(line)
+        if ev is None:
+            continue
+        if isinstance(ev, tuple):
+            out.gpu_uuids[ev[0]] = ev[1]
+        elif ev.fault == "gpu.off_bus" and any(
+                e.fault == "gpu.xid.79" and e.key == ev.key for e in out.events[-8:]):
+            continue  # the Xid 79 line already says it; one alert, not two
+        else:
+            out.events.append(ev)
+    return out
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+@dataclass(frozen=True, slots=True)
+class GpuMap:
+    """What is known about the GPUs: PCI bus -> index / UUID."""
+
+    index: dict[str, int] = field(default_factory=dict)
+    uuid: dict[str, str] = field(default_factory=dict)
+
+    def describe(self, pci: str | None) -> str:
+        if not pci:
+            return "a GPU"
+        idx = self.index.get(pci)
+        return f"GPU {idx} (PCI {pci})" if idx is not None else f"the GPU at PCI {pci}"
+
+
+def event_at(line: Line, boot_wall: datetime | None) -> str | None:
+    """Wall time of a line: its own stamp, or boot time + microseconds since boot."""
+    if line.at is not None:
+        return line.at
+    if line.usec is not None and boot_wall is not None:
+        return (boot_wall + timedelta(microseconds=line.usec)).isoformat()
+    return None
+
+
+def _summary(ev: Event, gpus: GpuMap, explanation: str, count: int) -> str:
+    times = f" ({count} times)" if count > 1 else ""
+    if ev.xid is not None:
+        who = f", process {ev.process}" if ev.process else ""
+        detail = ev.detail[:160]
+        return f"{gpus.describe(ev.pci)} reported Xid {ev.xid}{who}: {detail}{times}"
+    if ev.fault == "gpu.off_bus":
+        return f"{gpus.describe(ev.pci)} has fallen off the bus{times}"
+    if ev.fault == "fs.xfs_shutdown":
+        return f"XFS on {ev.key} shut down: {ev.detail[:160]}{times}"
+    if ev.fault == "kernel.hung_task":
+        return f"kernel task {ev.process} (pid {ev.pid}) hung{times}"
+    if ev.fault == "kernel.soft_lockup":
+        return f"soft lockup on CPU {ev.data.get('cpu')} ({ev.process}){times}"
+    return explanation.split(". ")[0] + times
+
+
+def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
+          now: datetime, boot_wall: datetime | None, severity_of: Any,
+          explanation_of: Any, recovery_of: Any) -> dict[str, dict[str, Any]]:
+    """Fold new events into the latched kernel faults (pure; returns a new dict).
+
+    ``latched`` maps ``fault|key`` to a JSON-able record kept in the state file. The
+    lookups are passed in (the catalog) so this stays testable without I/O.
+    """
+    out = {k: dict(v) for k, v in latched.items()}
+    stamp = now.astimezone(timezone.utc).isoformat()
+    for ev in events:
+        k = f"{ev.fault}|{ev.key}"
+        rec = out.get(k)
+        severity: Severity = severity_of(ev.fault)
+        data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
+        if ev.pci and ev.pci in gpus.index:
+            data["gpu_index"] = gpus.index[ev.pci]
+        if ev.pci and ev.pci in gpus.uuid:
+            data["gpu_uuid"] = gpus.uuid[ev.pci]
+        if ev.xid is not None:
+            data["xid"] = ev.xid
+        if ev.pid is not None:
+            data["pid"] = ev.pid
+        if ev.process:
+            data["process"] = ev.process
+        if ev.line.seq is not None:
+            data["seq"] = ev.line.seq
+        data.update(ev.data)
+        if ev.xid == 154:
+            # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
+            # the GPU needs nothing any more: record it, never cordon for it.
+            action = recovery_of(ev.data.get("recovery_action", ""))
+            if action is not None:
+                data["action"] = action
+                if action == "none":
+                    severity = Severity.INFO
+        evidence = {"source": "kernel_log", "text": ev.line.raw,
+                    "at": event_at(ev.line, boot_wall), "data": data}
+        count = (rec or {}).get("count", 0) + 1
+        summary = _summary(ev, gpus, explanation_of(ev.fault), count)
+        if rec is None:
+            out[k] = {"fault": ev.fault, "severity": severity.value, "summary": summary,
+                      "first_seen": stamp, "last_seen": stamp, "count": count,
+                      "evidence": [evidence]}
+        else:
+            ev_list = list(rec.get("evidence", []))
+            # keep the first and the latest two: where it started and where it is now
+            ev_list = (ev_list[:1] + ev_list[1:][-1:] + [evidence])[-3:]
+            rec.update(severity=severity.value, summary=summary, last_seen=stamp,
+                       count=count, evidence=ev_list)
+    return out
+
+
+def expire(latched: dict[str, dict[str, Any]], now: datetime,
+           hold_seconds: float) -> dict[str, dict[str, Any]]:
+    """Drop latched faults that no longer count (pure).
+
+    Critical kernel faults stay until the node reboots (the caller drops everything on
+    a new boot id): a GPU off the bus does not come back by itself. Others stay
+    ``hold_seconds`` after they were last seen.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for k, rec in latched.items():
+        if rec.get("severity") == Severity.CRITICAL.value:
+            out[k] = rec
+            continue
+        try:
+            last = datetime.fromisoformat(str(rec.get("last_seen")))
+        except ValueError:
+            continue
+        if (now - last).total_seconds() < hold_seconds:
+            out[k] = rec
+    return out
+
+
+def findings(latched: dict[str, dict[str, Any]], node: str,
+             detector: str = "kernel_log") -> list[Finding]:
+    """The latched kernel faults as findings."""
+    out: list[Finding] = []
+    for rec in latched.values():
+        out.append(Finding(
+            fault=str(rec["fault"]), severity=Severity(rec["severity"]),
+            summary=str(rec["summary"]), detector=detector, node=node,
+            evidence=tuple(Evidence.from_json(e) for e in rec.get("evidence", []))))
+    return out

@@ -1,0 +1,157 @@
+"""Node problems (SPEC D4): read-only mounts and service restart loops.
+
+``parse_*``/``evaluate_*`` are pure; ``gather_*`` do the I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from slurm_heal.checks import proc
+from slurm_heal.errors import CheckError
+from slurm_heal.types import Evidence, Finding, Severity
+
+
+class Unsupported(Exception):
+    """The hardware or tool a detector needs is absent: reported, never a fault."""
+
+
+# ------------------------------------------------------------------ read-only mounts
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    device: str
+    mountpoint: str
+    fstype: str
+    options: tuple[str, ...]
+    line: str
+
+    @property
+    def read_only(self) -> bool:
+        return "ro" in self.options
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes space, tab, newline and backslash as octal (\040 ...).
+    if "\\" not in field:
+        return field
+    return field.encode("latin-1").decode("unicode_escape").encode("latin-1").decode(
+        "utf-8", "replace")
+
+
+def parse_mounts(text: str) -> dict[str, Mount]:
+    """Mount point -> mount; the last mount on a point wins (it hides the others)."""
+    out: dict[str, Mount] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        point = _unescape(parts[1])
+        out[point] = Mount(_unescape(parts[0]), point, parts[2],
+                           tuple(parts[3].split(",")), line)
+    return out
+
+
+def evaluate_mounts(mounts: dict[str, Mount], rw: tuple[str, ...], node: str,
+                    source: str = "/proc/mounts") -> list[Finding]:
+    """A finding for every mount that should be read-write but is read-only.
+
+    A configured mount point that is not mounted is not this detector's business.
+    """
+    out = []
+    for point in rw:
+        m = mounts.get(point)
+        if m is None or not m.read_only:
+            continue
+        out.append(Finding(
+            fault="fs.readonly", severity=Severity.CRITICAL,
+            summary=f"{point} ({m.device}, {m.fstype}) is mounted read-only but should be writable",
+            detector="mounts", node=node,
+            evidence=(Evidence(source=source, text=m.line,
+                               data={"mountpoint": point, "device": m.device}),)))
+    return out
+
+
+# ------------------------------------------------------------------ restart loops
+
+def parse_systemctl_show(text: str) -> dict[str, int]:
+    """``systemctl show -p Id,LoadState,NRestarts U...`` -> unit -> NRestarts.
+
+    Units systemd does not know (LoadState=not-found) are left out.
+    """
+    out: dict[str, int] = {}
+    for block in text.strip().split("\n\n"):
+        props: dict[str, str] = {}
+        for line in block.splitlines():
+            key, _, value = line.partition("=")
+            props[key.strip()] = value.strip()
+        unit = props.get("Id", "")
+        if not unit or props.get("LoadState", "loaded") == "not-found":
+            continue
+        if props.get("NRestarts", "").isdigit():
+            out[unit] = int(props["NRestarts"])
+    return out
+
+
+def gather_restarts(units: tuple[str, ...], timeout: float) -> dict[str, int]:
+    """NRestarts of each unit; Unsupported where there is no running systemd."""
+    if proc.which("systemctl") is None:
+        raise Unsupported("systemctl not found on PATH")
+    names = [u if "." in u else u + ".service" for u in units]
+    res = proc.run(["systemctl", "show", "-p", "Id", "-p", "LoadState", "-p", "NRestarts",
+                    "--", *names], timeout)
+    if res.returncode != 0:
+        err = res.stderr.strip()
+        if "not been booted with systemd" in err or "Failed to connect to bus" in err:
+            raise Unsupported("systemd is not running on this node")
+        raise CheckError(f"systemctl show failed (exit {res.returncode}): {err[:200]}")
+    return parse_systemctl_show(res.stdout)
+
+
+def evaluate_restarts(history: dict[str, list[list[float]]], counts: dict[str, int],
+                      now: datetime, window: float, max_restarts: int,
+                      node: str) -> tuple[list[Finding], dict[str, list[list[float]]]]:
+    """Restart loops from NRestarts samples over time (pure).
+
+    ``history`` (kept in the state file) holds ``[epoch, NRestarts]`` samples per unit.
+    A unit restarting more than ``max_restarts`` times within ``window`` seconds is a
+    loop. A counter that went down (unit reset) starts the history afresh.
+    """
+    t = now.timestamp()
+    new_hist: dict[str, list[list[float]]] = {}
+    out: list[Finding] = []
+    for unit, count in counts.items():
+        samples = [s for s in history.get(unit, []) if len(s) == 2]
+        if samples and samples[-1][1] > count:
+            samples = []
+        # keep the newest sample older than the window as the baseline
+        inside = [s for s in samples if t - s[0] <= window]
+        older = [s for s in samples if t - s[0] > window]
+        kept = older[-1:] + inside + [[t, float(count)]]
+        new_hist[unit] = kept[-50:]
+        baseline_samples = inside[:1] + older[-1:]
+        if not baseline_samples:
+            continue
+        baseline = min(s[1] for s in baseline_samples)
+        restarts = int(count - baseline)
+        if restarts > max_restarts:
+            out.append(Finding(
+                fault="service.restart_loop", severity=Severity.WARNING,
+                summary=f"{unit} restarted {restarts} times in the last "
+                        f"{int(window // 60)} minutes",
+                detector="services", node=node,
+                evidence=(Evidence(source="systemctl", text=f"{unit} NRestarts={count}",
+                                   at=now.isoformat(),
+                                   data={"unit": unit, "restarts": restarts,
+                                         "window_s": window}),)))
+    return out, new_hist
+
+
+def history_json(raw: Any) -> dict[str, list[list[float]]]:
+    """The restart history from the state file, ignoring anything malformed."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): [list(map(float, s)) for s in v if isinstance(s, list) and len(s) == 2]
+            for k, v in raw.items() if isinstance(v, list)}

@@ -1,0 +1,50 @@
+"""Running external tools from the node check (house style 6).
+
+argv lists only, always a timeout, and on timeout the whole process group is killed,
+so a hung ``systemctl`` or ``nvidia-smi`` can never hang the health check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_heal.errors import CheckError
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def which(tool: str) -> str | None:
+    """The tool's path on PATH, or None (the detector is then "unsupported")."""
+    import shutil  # imported here: the healthy prolog/epilog path runs no tool
+
+    return shutil.which(tool)
+
+
+def run(argv: list[str], timeout: float) -> Result:
+    """Run ``argv`` with a timeout; CheckError when it cannot start or runs too long."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)
+    except OSError as exc:
+        raise CheckError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise CheckError(f"{' '.join(argv)} ran longer than {timeout:g}s; killed") from None
+    return Result(tuple(argv), proc.returncode, out, err)

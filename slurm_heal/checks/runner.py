@@ -1,0 +1,367 @@
+"""Run the node detectors, turn findings into alerts, publish them to Slurm (SPEC I1, I2).
+
+What a run does, in order:
+
+1. load the state (cursors, latched kernel faults, what we set in Slurm), under a lock;
+2. run the enabled detectors for this mode, each in a thread with a deadline. A
+   detector that is disabled contributes nothing; one that does not run in this mode,
+   fails or times out keeps its previous findings (a broken detector never clears an
+   alert or resumes a node);
+3. group findings into alerts (one per fault id) with ``first_seen`` kept across runs,
+   so the controller's persistence rule (SPEC S1) works;
+4. unless ``dry_run``: write the alerts into the node's ``Extra`` under our key, drain
+   the node with our reason (``heal: <fault> by=check``) for faults the catalog marks
+   ``cordon``; once they are gone, remove our key and resume the node, but only when
+   its reason is ours and was set by the check (house style 2: never a node drained by
+   someone else, nor one the controller cordoned);
+5. save the state.
+
+On a healthy node with nothing published, Slurm is not called at all: that keeps the
+check cheap enough to run inside every job's epilog.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from slurm_heal.checks import kernlog, node, paths, sources, state
+from slurm_heal.checks.config import CheckConfig
+from slurm_heal.errors import HealError, ReasonError
+from slurm_heal.types import Alert, Evidence, Finding, Severity
+
+if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
+    from slurm_heal.slurm.base import SlurmClient
+
+DETECTORS = ("kernel_log", "mounts", "services")
+
+# Exit statuses of `slurm-heal check` (documented in docs/checks.md).
+EXIT_HEALTHY = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_SLURM = 3
+EXIT_DETECTOR_FAILED = 10
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorStatus:
+    """How one detector fared: ok, disabled, skipped (not in this mode), unsupported,
+    error or timeout. Only ``ok`` replaces the detector's previous findings."""
+
+    name: str
+    status: str
+    message: str = ""
+
+
+@dataclass(slots=True)
+class CheckResult:
+    node: str
+    mode: str
+    findings: list[Finding]
+    alerts: list[Alert]
+    statuses: list[DetectorStatus]
+    actions: list[str] = field(default_factory=list)  # what we changed in Slurm
+    notes: list[str] = field(default_factory=list)  # what we chose not to change, and why
+    exit_code: int = EXIT_HEALTHY
+
+
+def node_name(explicit: str | None = None) -> str:
+    """--node, else $SLURMD_NODENAME (set by slurmd for HealthCheckProgram/Prolog/Epilog),
+    else the short host name."""
+    return explicit or os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def default_client() -> SlurmClient:
+    """The Slurm client the node side uses (the `cli` backend; imported lazily)."""
+    from slurm_heal.slurm import make_client  # type: ignore[attr-defined]
+
+    client: SlurmClient = make_client()
+    return client
+
+
+def cordons(f: Finding) -> bool:
+    """Whether a finding drains the node: the catalog says cordon and the finding is as
+    severe as the catalog's fault (an Xid 154 whose recovery action is "None" is not)."""
+    from slurm_heal import catalog
+
+    fault = catalog.load().get(f.fault)
+    return fault.cordon and f.severity.rank >= fault.severity.rank
+
+
+def _boot_wall(now: datetime) -> datetime | None:
+    text = paths.read_text(paths.host_path("/proc/uptime")).split()
+    try:
+        return datetime.fromtimestamp(now.timestamp() - float(text[0]), timezone.utc)
+    except (IndexError, ValueError):
+        return None
+
+
+def _recovery(text: str) -> str | None:
+    from slurm_heal import catalog
+
+    action = catalog.load().recovery_action(text)
+    return action.value if action is not None else None
+
+
+def _unused(fid: str) -> Any:
+    raise AssertionError(f"no events, yet asked about {fid}")
+
+
+# ------------------------------------------------------------------ the detectors
+# Each takes (config, state, node, now) and returns (findings, state updates). They do
+# their own I/O and never write the state themselves: the run applies the updates only
+# for detectors that finished.
+
+Update = dict[str, Any]
+DetectorFn = Callable[[CheckConfig, dict[str, Any], str, datetime], tuple[list[Finding], Update]]
+
+
+def detect_kernel_log(cfg: CheckConfig, st: dict[str, Any], name: str,
+                      now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D1, D2, D4: new kernel log lines since the cursor, folded into the latched
+    kernel faults of this boot."""
+    kc = cfg.kernel_log
+    result = kernlog.ScanResult()
+    cursor = st.get("cursor")
+    if kc.source == "kmsg":
+        new_cursor = sources.read_kmsg(paths.host_path("/dev/kmsg"), cursor, result)
+    elif kc.source == "file":
+        new_cursor = sources.read_file(paths.host_path(kc.path), cursor,
+                                       int(kc.first_read_mb * (1 << 20)), result)
+    else:
+        new_cursor = sources.read_journal(cursor, kc.timeout, 20000, result)
+    uuids = dict(st.get("gpu_uuids") or {})
+    uuids.update(result.gpu_uuids)
+    gpus = kernlog.GpuMap(index=sources.gpu_indexes(paths.host_path), uuid=uuids)
+    if result.events:
+        # The catalog costs a TOML parse: only when there is something to classify.
+        from slurm_heal import catalog
+
+        cat = catalog.load()
+        severity_of: Callable[[str], Severity] = lambda fid: cat.get(fid).severity  # noqa: E731
+        explanation_of: Callable[[str], str] = lambda fid: cat.get(fid).explanation  # noqa: E731
+    else:
+        severity_of = explanation_of = _unused
+    latched = kernlog.latch(
+        st.get("kernel") or {}, result.events, gpus, now, _boot_wall(now),
+        severity_of=severity_of, explanation_of=explanation_of, recovery_of=_recovery)
+    latched = kernlog.expire(latched, now, kc.hold)
+    return (kernlog.findings(latched, name),
+            {"cursor": new_cursor, "kernel": latched, "gpu_uuids": uuids})
+
+
+def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,
+                  now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D4: mounts that should be read-write but are read-only."""
+    path = paths.host_path("/proc/mounts")
+    text = paths.read_text(path, default="\0")
+    if text == "\0":
+        raise node.Unsupported(f"{path} does not exist")
+    return node.evaluate_mounts(node.parse_mounts(text), cfg.mounts.rw, name), {}
+
+
+def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
+                    now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D4: slurmd/munge/kubelet/containerd restarting in a loop."""
+    sc = cfg.services
+    counts = node.gather_restarts(sc.units, sc.timeout)
+    found, hist = node.evaluate_restarts(node.history_json(st.get("services")), counts, now,
+                                         sc.window, sc.max_restarts, name)
+    return found, {"services": hist}
+
+
+REGISTRY: dict[str, DetectorFn] = {
+    "kernel_log": detect_kernel_log,
+    "mounts": detect_mounts,
+    "services": detect_services,
+}
+
+
+def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetime,
+                   mode: str, only: frozenset[str] | None
+                   ) -> tuple[dict[str, list[Finding]], list[DetectorStatus], Update]:
+    results: dict[str, tuple[list[Finding], Update] | BaseException] = {}
+    threads: list[tuple[str, threading.Thread, float]] = []
+    statuses: dict[str, DetectorStatus] = {}
+    for det, fn in REGISTRY.items():
+        dcfg = getattr(cfg, det)
+        if not dcfg.enabled:
+            statuses[det] = DetectorStatus(det, "disabled")
+            continue
+        if mode not in dcfg.modes or (only is not None and det not in only):
+            statuses[det] = DetectorStatus(det, "skipped", f"not run in {mode} mode")
+            continue
+
+        def target(det: str = det, fn: DetectorFn = fn) -> None:
+            try:
+                results[det] = fn(cfg, st, name, now)
+            except BaseException as exc:  # reported as the detector's status
+                results[det] = exc
+
+        t = threading.Thread(target=target, name=f"check-{det}", daemon=True)
+        t.start()
+        threads.append((det, t, float(dcfg.timeout)))
+    deadline = time.monotonic() + cfg.timeout
+    found: dict[str, list[Finding]] = {}
+    updates: Update = {}
+    for det, t, limit in threads:
+        t.join(max(0.0, min(limit, deadline - time.monotonic())))
+        res = results.get(det)
+        if t.is_alive() or res is None:
+            statuses[det] = DetectorStatus(det, "timeout", f"no answer within {limit:g}s")
+        elif isinstance(res, node.Unsupported):
+            statuses[det] = DetectorStatus(det, "unsupported", str(res))
+            found[det] = []
+        elif isinstance(res, BaseException):
+            msg = str(res) if isinstance(res, HealError) else f"{type(res).__name__}: {res}"
+            statuses[det] = DetectorStatus(det, "error", msg)
+        else:
+            statuses[det] = DetectorStatus(det, "ok")
+            found[det] = res[0]
+            updates.update(res[1])
+    return found, [statuses[d] for d in REGISTRY], updates
+
+
+def _previous(st: dict[str, Any], det: str, name: str) -> list[Finding]:
+    out = []
+    for raw in (st.get("findings") or {}).get(det, []):
+        try:
+            out.append(Finding(fault=raw["fault"], severity=Severity(raw["severity"]),
+                               summary=raw["summary"], detector=det, node=name,
+                               evidence=tuple(Evidence.from_json(e)
+                                              for e in raw.get("evidence", []))))
+        except (KeyError, ValueError, TypeError):
+            continue
+    return out
+
+
+def to_alerts(findings: list[Finding], first_seen: dict[str, str], now: datetime) -> list[Alert]:
+    """One alert per fault id, most severe first; ``first_seen`` survives across runs."""
+    by_fault: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_fault.setdefault(f.fault, []).append(f)
+    out = []
+    for fid, group in by_fault.items():
+        group.sort(key=lambda f: -f.severity.rank)
+        first = now
+        if fid in first_seen:
+            try:
+                first = datetime.fromisoformat(first_seen[fid])
+            except ValueError:
+                pass
+        summary = group[0].summary
+        if len(group) > 1:
+            summary += f" (and {len(group) - 1} more)"
+        out.append(Alert(node=group[0].node, fault=fid, severity=group[0].severity,
+                         summary=summary, first_seen=first, last_seen=now,
+                         evidence=tuple(e for f in group for e in f.evidence),
+                         detector=group[0].detector))
+    out.sort(key=lambda a: (-a.severity.rank, a.fault))
+    return out
+
+
+def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
+             st: dict[str, Any], existed: bool, now: datetime, result: CheckResult) -> None:
+    from slurm_heal import extra, reasons
+
+    pub = st.setdefault("published", {"extra": False, "drained": ""})
+    if alerts:
+        client.set_extra(name, extra.KEY, extra.our_section(alerts, now))
+        if not pub.get("extra"):
+            result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
+        pub["extra"] = True
+    elif pub.get("extra") or not existed:
+        client.set_extra(name, extra.KEY, None)
+        if pub.get("extra"):
+            result.actions.append(f"removed our alerts from {name}'s Extra")
+        pub["extra"] = False
+    worst = [f for f in findings if cordons(f)]
+    if worst:
+        info = client.node(name)
+        if not info.drained:
+            reason = reasons.format_marker(worst[0].fault, by="check", text=worst[0].summary)
+            client.drain(name, reason)
+            pub["drained"] = reason
+            result.actions.append(f"drained {name}: {reason}")
+        elif not reasons.is_ours(info.reason):
+            result.notes.append(f"{name} is already drained by someone else "
+                                f"({info.reason!r}); left as it is")
+        return
+    if not (pub.get("drained") or not existed):
+        return
+    info = client.node(name)
+    pub["drained"] = ""
+    if not info.drained:
+        return
+    try:
+        marker = reasons.parse_marker(info.reason) if reasons.is_ours(info.reason) else None
+    except ReasonError:
+        marker = None
+    if marker is not None and marker.by == "check":
+        client.resume(name)
+        result.actions.append(f"resumed {name} (its fault is gone)")
+    else:
+        result.notes.append(f"{name} stays drained: its reason {info.reason!r} "
+                            "was not set by the node check")
+
+
+def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
+              dry_run: bool = False, client: SlurmClient | None = None,
+              client_factory: Callable[[], SlurmClient] | None = None,
+              only: frozenset[str] | None = None, now: datetime | None = None) -> CheckResult:
+    """One check run on this node (see the module docstring). Raises SlurmError when
+    publishing fails (the state, cursors included, is saved first)."""
+    now = now or datetime.now(timezone.utc)
+    state_dir = cfg.state_path()
+    with state.locked(state_dir):
+        st, existed = state.load(state_dir, paths.boot_id())
+        found, statuses, updates = _run_detectors(cfg, st, node_name, now, mode, only)
+        st.update(updates)
+        all_findings: list[Finding] = []
+        saved: dict[str, list[dict[str, Any]]] = {}
+        for s in statuses:
+            if s.status == "disabled":
+                continue
+            det_findings = found[s.name] if s.name in found else _previous(st, s.name, node_name)
+            det_findings = [replace(f, node=node_name) for f in det_findings]
+            saved[s.name] = [f.to_json() for f in det_findings]
+            all_findings.extend(det_findings)
+        st["findings"] = saved
+        alerts = to_alerts(all_findings, st.get("alerts") or {}, now)
+        st["alerts"] = {a.fault: a.first_seen.isoformat() for a in alerts}
+        result = CheckResult(node=node_name, mode=mode, findings=all_findings, alerts=alerts,
+                             statuses=statuses)
+        try:
+            pub = st.get("published") or {}
+            needs_slurm = bool(alerts) or bool(pub.get("extra")) or bool(pub.get("drained")) \
+                or not existed
+            if not dry_run and needs_slurm:
+                if client is None:
+                    client = (client_factory or default_client)()
+                _publish(client, node_name, alerts, all_findings, st, existed, now, result)
+        finally:
+            state.save(state_dir, st)
+    result.exit_code = exit_code(result)
+    return result
+
+
+def exit_code(result: CheckResult) -> int:
+    """0 healthy; 1 findings. Prolog: 1 only for faults that make the node unusable
+    (cordon), so Slurm requeues the job. Epilog: 0 (we drain with our own reason; a
+    failing epilog would make Slurm drain with its own). 10: a detector failed and
+    nothing was found."""
+    if result.mode == "epilog":
+        return EXIT_HEALTHY
+    if result.mode == "prolog":
+        return EXIT_FINDINGS if any(cordons(f) for f in result.findings) else EXIT_HEALTHY
+    if result.findings:
+        return EXIT_FINDINGS
+    if any(s.status in ("error", "timeout") for s in result.statuses):
+        return EXIT_DETECTOR_FAILED
+    return EXIT_HEALTHY
+

@@ -1,0 +1,199 @@
+"""Kernel log sources with a cursor (SPEC D1): each run reads only what is new.
+
+* ``kmsg`` (default): /dev/kmsg, one record per read(); the cursor is the last record's
+  sequence number. Sequence numbers restart at boot, so the caller drops the cursor when
+  the boot id changes and the whole (bounded) kernel ring buffer is read afresh.
+  Under a replay root ``dev/kmsg`` is a regular file and is read like a log file.
+* ``file``: a log file; the cursor is (inode, offset). Rotation is followed: when the
+  inode changed, the rest of the rotated file (``PATH.1`` or ``PATH-*`` with the old
+  inode) is read first; a truncated file is read from its start.
+* ``journal``: ``journalctl -k`` with its own cursor (``--after-cursor``).
+
+The first read (no cursor) is bounded: the last ``first_read_mb`` of a file, the
+current boot's last lines of the journal.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+from slurm_heal.checks import kernlog, proc
+from slurm_heal.errors import CheckError
+
+CHUNK = 16 << 20
+Cursor = dict[str, Any]
+
+
+def _scan_fd(fd: int, start: int, end: int | None, drop_partial_first: bool,
+             result: kernlog.ScanResult) -> int:
+    """Scan whole lines from ``start`` to ``end`` (EOF when None); return the offset
+    after the last complete line (a partial last line waits for the next run)."""
+    os.lseek(fd, start, os.SEEK_SET)
+    pos = start
+    carry = b""
+    first = drop_partial_first
+    while True:
+        want = CHUNK if end is None else min(CHUNK, end - pos)
+        if want <= 0:
+            break
+        block = os.read(fd, want)
+        if not block:
+            break
+        pos += len(block)
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n")
+        if cut == -1:
+            carry = data
+            continue
+        body, carry = data[:cut + 1], data[cut + 1:]
+        if first:
+            nl = body.find(b"\n")
+            body = body[nl + 1:]
+            first = False
+        kernlog.scan(body, result)
+    return pos - len(carry)
+
+
+def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
+              result: kernlog.ScanResult) -> Cursor:
+    """Scan what is new in a log file since ``cursor``; return the new cursor."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise CheckError(f"kernel log file {path} does not exist") from None
+    except OSError as exc:
+        raise CheckError(f"cannot open kernel log file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        old_inode = (cursor or {}).get("inode")
+        offset = int((cursor or {}).get("offset", 0))
+        if cursor and cursor.get("kind") == "file" and old_inode == st.st_ino:
+            if offset > size:  # truncated in place (copytruncate): all of it is new
+                offset = 0
+            start, partial = offset, False
+        elif cursor and cursor.get("kind") == "file" and old_inode is not None:
+            _finish_rotated(path, int(old_inode), offset, result)
+            start, partial = 0, False
+        else:
+            start = max(0, size - first_read_bytes)
+            partial = start > 0
+        end = _scan_fd(fd, start, None, partial, result)
+        return {"kind": "file", "path": path, "inode": st.st_ino, "offset": end}
+    finally:
+        os.close(fd)
+
+
+def _finish_rotated(path: str, inode: int, offset: int, result: kernlog.ScanResult) -> None:
+    """Read the unread rest of the file ``path`` was before it was rotated."""
+    for candidate in [path + ".1", *sorted(glob.glob(glob.escape(path) + "-*"))]:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        if st.st_ino == inode and not candidate.endswith((".gz", ".xz", ".zst")):
+            fd = os.open(candidate, os.O_RDONLY)
+            try:
+                _scan_fd(fd, min(offset, st.st_size), None, False, result)
+            finally:
+                os.close(fd)
+            return
+
+
+def read_kmsg(path: str, cursor: Cursor | None, result: kernlog.ScanResult) -> Cursor:
+    """Read the records of /dev/kmsg newer than the cursor's sequence number."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise CheckError(f"{path} does not exist") from None
+    if not stat.S_ISCHR(st.st_mode):
+        # Replay: a regular file in kmsg record format.
+        new = read_file(path, cursor if (cursor or {}).get("kind") == "file" else None,
+                        1 << 62, result)
+        return new
+    last = int((cursor or {}).get("seq", -1)) if (cursor or {}).get("kind") == "kmsg" else -1
+    records: list[bytes] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                rec = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # overwritten while we read: skip ahead
+                    continue
+                raise CheckError(f"reading {path}: {exc.strerror}") from None
+            if not rec:
+                break
+            seq = _seq(rec)
+            if seq > last:
+                records.append(rec if rec.endswith(b"\n") else rec + b"\n")
+                last = seq
+    finally:
+        os.close(fd)
+    if records:
+        kernlog.scan(b"".join(records), result)
+    return {"kind": "kmsg", "seq": last}
+
+
+def _seq(record: bytes) -> int:
+    try:
+        return int(record.split(b",", 2)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def read_journal(cursor: Cursor | None, timeout: float, max_lines: int,
+                 result: kernlog.ScanResult) -> Cursor:
+    """Scan the kernel messages journald has since the cursor."""
+    if proc.which("journalctl") is None:
+        raise CheckError("journalctl not found on PATH")
+    argv = ["journalctl", "-k", "-o", "short-iso", "--no-pager", "-q", "--show-cursor"]
+    if cursor and cursor.get("kind") == "journal" and cursor.get("cursor"):
+        argv.append(f"--after-cursor={cursor['cursor']}")
+    else:
+        argv += ["-b", "-n", str(max_lines)]
+    res = proc.run(argv, timeout)
+    if res.returncode != 0:
+        raise CheckError(f"journalctl failed (exit {res.returncode}): {res.stderr.strip()[:200]}")
+    text = res.stdout
+    new_cursor = (cursor or {}).get("cursor", "")
+    marker = text.rfind("-- cursor: ")
+    if marker != -1:
+        new_cursor = text[marker + len("-- cursor: "):].strip()
+        text = text[:marker]
+    kernlog.scan(text.encode("utf-8", "replace"), result)
+    return {"kind": "journal", "cursor": new_cursor}
+
+
+def gpu_indexes(root_path: Callable[[str], str]) -> dict[str, int]:
+    """PCI bus -> GPU index from /proc/driver/nvidia/gpus (cheap: no nvidia-smi).
+
+    ``Device Minor`` (the /dev/nvidiaN number) when the file says it, else the
+    position in PCI order, which is how nvidia-smi numbers GPUs by default.
+    """
+    base = root_path("/proc/driver/nvidia/gpus")
+    try:
+        buses = sorted(os.listdir(base))
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for pos, bus in enumerate(buses):
+        index = pos
+        try:
+            with open(os.path.join(base, bus, "information"), encoding="utf-8",
+                      errors="replace") as fh:
+                for line in fh:
+                    if line.startswith("Device Minor:"):
+                        index = int(line.split(":", 1)[1])
+                        break
+        except (OSError, ValueError):
+            pass
+        out[kernlog.norm_pci(bus)] = index
+    return out
