@@ -11,7 +11,7 @@ Where the store is: ``--state-dir``, else ``$SLURM_HEAL_STATE_DIR``, else the
 slurmctld's StateSaveLocation).
 
 Embedding/tests: a `SlurmClient` placed in the click context object under ``"slurm"``
-(``cli.main(obj={"slurm": client})``) is used instead of `slurm_heal.slurm.make_client`.
+(``slurm_heal.cli.cli.main(args, obj={"slurm": client})``) is used instead of `slurm_heal.slurm.make_client`.
 """
 
 from __future__ import annotations
