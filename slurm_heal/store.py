@@ -559,17 +559,22 @@ def _merge_attempts(stored: tuple[Attempt, ...], update: tuple[Attempt, ...]) ->
 
 
 def _keep_decisions(existing: Any, new: tuple[Decision, ...]) -> list[dict[str, Any]]:
-    """Append decision records, skipping a repeat of a node's last record, keep the last N."""
+    """Append decision records, keep the last N. Skipped: a record already kept (the same
+    plan applied twice, by a replica or a retry) and a repeat of the node's last record
+    (the same "blocked by S4" every cycle says nothing new)."""
     kept: list[dict[str, Any]] = [d for d in existing if isinstance(d, dict)] \
         if isinstance(existing, list) else []
+    seen = {json.dumps(d, sort_keys=True, default=str) for d in kept}
     last: dict[str, tuple[Any, ...]] = {}
     for d in kept:
         last[str(d.get("node"))] = _decision_sig(d)
     for rec in new:
         d = rec.model_dump(mode="json")
+        full = json.dumps(d, sort_keys=True, default=str)
         sig = _decision_sig(d)
-        if last.get(rec.node) == sig:
-            continue  # the same "blocked by S4" every cycle says nothing new
+        if full in seen or last.get(rec.node) == sig:
+            continue
+        seen.add(full)
         last[rec.node] = sig
         kept.append(d)
     return kept[-MAX_DECISIONS:]

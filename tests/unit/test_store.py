@@ -368,6 +368,16 @@ def test_decision_records_are_kept_for_explain_without_repeats(tmp_path: Path) -
     assert [d.node for d in decisions(state)] == ["gpu01", "gpu02"]
 
 
+def test_the_same_plan_applied_twice_keeps_its_decisions_once(tmp_path: Path) -> None:
+    """S6: a replica (or a retry) applying the same plan adds nothing to the record."""
+    store = Store(tmp_path)
+    recs = (Decision(at=T0, node="gpu01", phase="proposed", rule="P1", why="dbe seen"),
+            Decision(at=T0, node="gpu01", phase="proposed", rule="P2:default", why="waits"))
+    store.apply(Plan(records=recs), T0)
+    state, _ = store.apply(Plan(records=recs), T0)
+    assert decisions(state) == recs
+
+
 # Property: however a plan stream repeats, each keyed effect is handed out at most once
 # and open remediations never share a dedup key (S6).
 _nodes = st.sampled_from(["gpu01", "gpu02"])
