@@ -126,3 +126,23 @@ def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) ->
                            if isinstance(e, dict)),
         ))
     return out
+
+
+def with_key(current_raw: str, key: str, value: Any | None) -> str:
+    """The new Extra text: ``current_raw`` with top-level ``key`` set to ``value`` (or
+    removed when None), every other key kept. Used by the Slurm backends' set_extra.
+
+    Non-JSON text in Extra belongs to someone else and is never overwritten: SlurmError.
+    """
+    current = parse_extra(current_raw)
+    if current is None:
+        raise SlurmError(
+            "node Extra holds non-JSON text that slurm-heal does not own; "
+            f"refusing to overwrite it: {current_raw[:80]!r}"
+        )
+    new = dict(current)
+    if value is None:
+        new.pop(key, None)
+    else:
+        new[key] = value
+    return json.dumps(new, separators=(",", ":"), sort_keys=True) if new else ""
