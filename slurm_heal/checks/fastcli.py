@@ -66,8 +66,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
-        node: str | None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+        node: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run a check and print it; return the exit status. Shared with the click command."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
     try:
         cfg = config.load_config(config_file)
     except ConfigError as exc:

@@ -77,11 +77,11 @@ def node_name(explicit: str | None = None) -> str:
 
 
 def default_client() -> SlurmClient:
-    """The Slurm client the node side uses (the `cli` backend; imported lazily)."""
-    from slurm_heal.slurm import make_client  # type: ignore[attr-defined]
+    """The Slurm client the node side uses: the `cli` backend, imported only when
+    something must be written (pyslurm's import would cost more than the whole check)."""
+    from slurm_heal.slurm import make_client
 
-    client: SlurmClient = make_client()
-    return client
+    return make_client(backend="cli")
 
 
 def cordons(f: Finding) -> bool:

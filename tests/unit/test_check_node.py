@@ -1,0 +1,102 @@
+"""Node problems (SPEC D4): read-only mounts and restart loops; the check config."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from slurm_heal.checks import config, node
+from slurm_heal.errors import ConfigError
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+MOUNTS = """\
+/dev/sda1 / ext4 rw,relatime 0 0
+/dev/nvme0n1 /scratch xfs ro,relatime 0 0
+/dev/sdb1 /mnt/my\\040data ext4 ro 0 0
+"""
+
+
+def test_a_read_only_mount_that_should_be_writable_is_a_critical_finding() -> None:
+    found = node.evaluate_mounts(node.parse_mounts(MOUNTS), ("/", "/scratch"), "n1")
+    assert [(f.fault, f.evidence[0].data["mountpoint"]) for f in found] == [
+        ("fs.readonly", "/scratch")]
+
+
+def test_a_mount_not_configured_rw_or_not_mounted_is_not_a_finding() -> None:
+    mounts = node.parse_mounts(MOUNTS)
+    assert node.evaluate_mounts(mounts, ("/", "/home"), "n1") == []
+    assert "/mnt/my data" in mounts
+
+
+def test_the_last_mount_on_a_point_wins() -> None:
+    text = "/dev/sda1 / ext4 rw 0 0\n/dev/sda1 / ext4 ro 0 0\n"
+    assert len(node.evaluate_mounts(node.parse_mounts(text), ("/",), "n1")) == 1
+
+
+SHOW = """\
+Id=slurmd.service
+LoadState=loaded
+NRestarts=7
+
+Id=kubelet.service
+LoadState=not-found
+NRestarts=0
+"""
+
+
+def test_systemctl_show_output_is_parsed_and_unknown_units_left_out() -> None:
+    assert node.parse_systemctl_show(SHOW) == {"slurmd.service": 7}
+
+
+def _run(samples: list[tuple[int, int]], window: float = 3600, most: int = 3
+         ) -> list[str]:
+    hist: dict[str, list[list[float]]] = {}
+    found = []
+    for minute, count in samples:
+        found, hist = node.evaluate_restarts(hist, {"slurmd.service": count},
+                                             T0 + timedelta(minutes=minute), window, most, "n1")
+    return [f.summary for f in found]
+
+
+def test_restarts_growing_within_the_window_are_a_restart_loop() -> None:
+    assert _run([(0, 2), (10, 4), (20, 6)]) == ["slurmd.service restarted 4 times in the last 60 minutes"]
+
+
+def test_a_few_restarts_or_old_ones_are_not_a_loop() -> None:
+    assert _run([(0, 2), (10, 4)]) == []
+    assert _run([(0, 0), (90, 5), (200, 6)]) == []
+
+
+def test_a_counter_reset_starts_the_history_afresh() -> None:
+    assert _run([(0, 20), (5, 1), (10, 2)]) == []
+
+
+def test_config_defaults_and_a_valid_file(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[kernel_log]\nsource = "file"\npath = "/var/log/kern.log"\n'
+                 '[services]\nenabled = false\n[mounts]\nrw = ["/", "/scratch"]\n')
+    cfg = config.load_config(str(f))
+    assert cfg.kernel_log.source == "file" and not cfg.services.enabled
+    assert cfg.mounts.rw == ("/", "/scratch")
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[kernel_log]\nsource = "dmesg"\n', "kernel_log.source"),
+    ("[mounts]\nrw = '/'\n", "mounts.rw"),
+    ("[services]\nwindow = -5\n", "services.window"),
+    ('[services]\nmodes = ["always"]\n', "services.modes"),
+    ("[gpu]\nenabled = true\n", "gpu"),
+    ("[check\n", "not valid TOML"),
+])
+def test_bad_config_is_an_error_naming_the_key(tmp_path: Path, text: str, key: str) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        config.load_config(str(f))
+
+
+def test_an_explicit_config_file_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        config.load_config(str(tmp_path / "missing.toml"))

@@ -1,0 +1,91 @@
+"""Kernel log sources and their cursors (SPEC D1: incremental, survives rotation and
+reboots, first read bounded)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from slurm_heal.checks import kernlog, sources
+
+XID = b"4,%d,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+NOISE = b"6,1,1,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready\n"
+
+
+def read(path: Path, cursor: sources.Cursor | None, first: int = 1 << 30
+         ) -> tuple[list[int | None], sources.Cursor]:
+    res = kernlog.ScanResult()
+    new = sources.read_file(str(path), cursor, first, res)
+    return [e.line.seq for e in res.events], new
+
+
+def test_second_run_reads_only_what_is_new(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(NOISE + XID % 2)
+    seqs, cur = read(log, None)
+    assert seqs == [2]
+    assert read(log, cur)[0] == []
+    with log.open("ab") as fh:
+        fh.write(XID % 3)
+    assert read(log, cur)[0] == [3]
+
+
+def test_a_partial_last_line_waits_for_its_newline(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    line = XID % 5
+    log.write_bytes(NOISE + line[:20])
+    seqs, cur = read(log, None)
+    assert seqs == []
+    with log.open("ab") as fh:
+        fh.write(line[20:])
+    assert read(log, cur)[0] == [5]
+
+
+def test_rotation_reads_the_rest_of_the_old_file_then_the_new_one(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(NOISE)
+    _, cur = read(log, None)
+    with log.open("ab") as fh:
+        fh.write(XID % 7)  # written after our last run, before the rotation
+    os.rename(log, tmp_path / "kern.log.1")
+    log.write_bytes(XID % 8)
+    seqs, cur2 = read(log, cur)
+    assert seqs == [7, 8]
+    assert read(log, cur2)[0] == []
+
+
+def test_a_truncated_file_is_read_from_its_start(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(NOISE * 10)
+    _, cur = read(log, None)
+    with log.open("wb") as fh:  # copytruncate, then one new line
+        fh.write(XID % 9)
+    assert read(log, cur)[0] == [9]
+
+
+def test_the_first_read_is_bounded_to_the_tail(tmp_path: Path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_bytes(XID % 1 + NOISE * 1000 + XID % 2)
+    seqs, _ = read(log, None, first=len(NOISE) * 10)
+    assert seqs == [2]
+
+
+def test_a_kmsg_replay_file_is_read_incrementally(tmp_path: Path) -> None:
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_bytes(NOISE + XID % 2)
+    res = kernlog.ScanResult()
+    cur = sources.read_kmsg(str(kmsg), None, res)
+    assert [e.line.seq for e in res.events] == [2]
+    res2 = kernlog.ScanResult()
+    sources.read_kmsg(str(kmsg), cur, res2)
+    assert res2.events == []
+
+
+def test_gpu_index_comes_from_the_drivers_proc_files(tmp_path: Path) -> None:
+    base = tmp_path / "proc/driver/nvidia/gpus"
+    for bus, minor in (("0000:3b:00.0", "5"), ("0000:1a:00.0", None)):
+        (base / bus).mkdir(parents=True)
+        if minor:
+            (base / bus / "information").write_text(f"Model: H100\nDevice Minor: {minor}\n")
+    got = sources.gpu_indexes(lambda p: str(tmp_path) + p)
+    assert got == {"0000:3b:00": 5, "0000:1a:00": 0}
