@@ -593,7 +593,7 @@ def _parse_action(value: Any) -> Action:
 class LabHook:
     """`on_action` for the Slurm lab: real effects that Slurm and the node checks see.
 
-    - reboot / power_cycle: ``LAB reboot NODE --dir LAB_DIR`` (the lab restarts the
+    - reboot / power_cycle: ``LAB --dir LAB_DIR reboot NODE`` (the lab restarts the
       node's slurmd with ``-b``, so Slurm records a new boot);
     - rebuild: wipes ``scratch_root/NODE`` (local data is lost, SPEC L2), then reboots;
     - migrate: records the new host identity in the node's Extra under
@@ -635,7 +635,7 @@ class LabHook:
     def _reboot(self, node: str) -> None:
         from slurm_heal.providers._proc import run
 
-        argv = [str(self.lab_command), "reboot", node, "--dir", str(self.lab_dir)]
+        argv = [str(self.lab_command), "--dir", str(self.lab_dir), "reboot", node]
         try:
             result = run(argv, timeout=self.timeout)
         except OSError as exc:

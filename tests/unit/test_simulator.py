@@ -128,7 +128,7 @@ def test_nova_refuses_an_action_while_the_server_is_busy(sim: SimulatorServer) -
 
 
 def test_lab_hook_reboots_wipes_scratch_and_records_the_new_host(tmp_path: Path) -> None:
-    """Lab mode: reboot runs `lab reboot NODE --dir DIR`; rebuild wipes scratch first;
+    """Lab mode: reboot runs `lab --dir DIR reboot NODE`; rebuild wipes scratch first;
     migrate writes the new host identity into the node's Extra."""
     log = tmp_path / "lab.log"
     os.environ["LAB_LOG"] = str(log)
@@ -152,7 +152,7 @@ def test_lab_hook_reboots_wipes_scratch_and_records_the_new_host(tmp_path: Path)
             assert [o["status"] for o in sim.operations()] == ["succeeded"] * 3
     finally:
         del os.environ["LAB_LOG"]
-    assert log.read_text().splitlines() == [f"reboot gpu07 --dir {tmp_path / 'lab'}"] * 3
+    assert log.read_text().splitlines() == [f"--dir {tmp_path / 'lab'} reboot gpu07"] * 3
     extra = json.loads(cluster.node("gpu07").extra_raw)
     assert extra["slurm_heal_host"] == {"host": sim.host_of("gpu07"),
                                         "previous": "host-gpu07"}

@@ -1,0 +1,160 @@
+"""The Provider contract (slurm_heal/providers/base.py), run through every provider type
+that supports the case: the controller relies on exactly these behaviours (SPEC S6, L2).
+
+Plus the lab test: the slurm provider reboots a real lab node through scontrol (the
+lab's RebootProgram) and the simulator in lab mode reboots one from outside."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from slurm_heal.errors import ProviderRefused
+from slurm_heal.providers import make_provider
+from slurm_heal.providers.base import Provider
+from slurm_heal.providers.http import HttpProvider
+from slurm_heal.providers.openstack import OpenStackProvider
+from slurm_heal.providers.script import ExecProvider
+from slurm_heal.providers.simulator import LabHook, SimulatorServer
+from slurm_heal.providers.slurm import SlurmRebootProvider
+from slurm_heal.slurm.memory import MemorySlurm
+from slurm_heal.types import Action
+from tests.lab import Lab
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
+NODE = "gpu01"
+
+
+@dataclass
+class Case:
+    provider: Provider
+    executions: Callable[[], int]  # how often the action really ran, per the backend
+    settle: Callable[[], None]  # let a started operation finish
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm"])
+def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
+    kind = request.param
+    if kind in ("http", "openstack"):
+        with SimulatorServer(port=0, duration=0.02) as sim:
+            p: Provider
+            if kind == "http":
+                p = HttpProvider(sim.url, backoff=0.01)
+            else:
+                p = OpenStackProvider(auth_url=sim.url, username="u", password="p",
+                                      project_name="hpc", image="img", state_dir=tmp_path)
+            yield Case(p, lambda: sum(sim.stats()["executed"].values()),
+                       lambda: sim.wait_idle(5) and None)
+    elif kind == "simulator":
+        p = make_provider({"type": "simulator", "duration": 0.02})
+        server = p.server
+        try:
+            yield Case(p, lambda: sum(server.stats()["executed"].values()),
+                       lambda: server.wait_idle(5) and None)
+        finally:
+            p.close()
+    elif kind == "exec":
+        runs = tmp_path / "runs"
+        p = ExecProvider({Action.REBOOT: DATA / "ok.sh"}, state_dir=tmp_path,
+                         env={"RUNS_FILE": str(runs)})
+        yield Case(p, lambda: len(runs.read_text().split()) if runs.exists() else 0,
+                   lambda: None)
+    else:
+        clock = Clock()
+        cluster = MemorySlurm([(NODE, "gpu")], clock=clock)
+        clock.now += timedelta(seconds=10)
+
+        def settle() -> None:
+            clock.now += timedelta(seconds=10)  # the simulated reboot takes 2 s
+
+        yield Case(SlurmRebootProvider(cluster, state_dir=tmp_path, clock=clock),
+                   lambda: cluster.history(NODE).count("reboot"), settle)
+
+
+def test_submit_returns_the_operation_for_that_node_action_and_key(case: Case) -> None:
+    op = case.provider.submit(NODE, Action.REBOOT, "r-c1:act:0")
+    assert (op.node, op.action, op.key) == (NODE, Action.REBOOT, "r-c1:act:0")
+    assert op.status in ("pending", "running", "succeeded")
+
+
+def test_same_key_twice_executes_once(case: Case) -> None:
+    """SPEC S6: the second submit is answered from the first; nothing runs again."""
+    first = case.provider.submit(NODE, Action.REBOOT, "r-c2:act:0")
+    second = case.provider.submit(NODE, Action.REBOOT, "r-c2:act:0")
+    assert first.id == second.id
+    assert case.executions() == 1
+
+
+def test_status_answers_for_a_submitted_key_until_it_finishes(case: Case) -> None:
+    """How a restarted controller resolves an in-flight attempt: ask by key."""
+    op = case.provider.submit(NODE, Action.REBOOT, "r-c3:act:0")
+    case.settle()
+    done = case.provider.status("r-c3:act:0")
+    assert done is not None and done.id == op.id
+    assert done.finished and done.status == "succeeded"
+
+
+def test_status_of_an_unknown_key_is_none(case: Case) -> None:
+    assert case.provider.status("r-never:act:0") is None
+
+
+def test_remove_is_never_a_provider_action(case: Case) -> None:
+    """SPEC Q2: removal is done by a person; every provider refuses it."""
+    assert not case.provider.supports(Action.REMOVE)
+    with pytest.raises(ProviderRefused):
+        case.provider.submit(NODE, Action.REMOVE, "r-c5:act:0")
+    assert case.executions() == 0
+
+
+# --- the real Slurm lab ------------------------------------------------------------------
+@pytest.mark.slurm
+def test_slurm_provider_reboots_a_lab_node_and_it_returns(lab_clean: Lab,
+                                                         tmp_path: Path) -> None:
+    """scontrol reboot ASAP nextstate=RESUME -> the lab's RebootProgram -> slurmd comes
+    back with a new boot time -> the operation succeeds, once."""
+    from slurm_heal.slurm import make_client
+
+    lab = lab_clean
+    node = lab.nodes[-1]
+    slurm = make_client(slurm_conf=str(lab.conf))
+    provider = make_provider({"type": "slurm", "timeout": 120}, slurm=slurm, state_dir=tmp_path)
+    op = provider.submit(node, Action.REBOOT, "r-lab:act:0")
+    assert op.status == "running"
+    deadline = time.monotonic() + 90
+    while True:
+        done = provider.status("r-lab:act:0")
+        assert done is not None
+        if done.finished or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert done.status == "succeeded", done.detail
+    assert provider.submit(node, Action.REBOOT, "r-lab:act:0").status == "succeeded"
+    lab.wait_for(lambda: "IDLE" in lab.state(node), timeout=30)
+
+
+@pytest.mark.slurm
+def test_simulator_in_lab_mode_reboots_the_node_slurm_sees_it(lab_clean: Lab) -> None:
+    lab = lab_clean
+    node = lab.nodes[-2]
+    before = lab.show(node)["BootTime"]
+    hook = LabHook(lab.dir)
+    with SimulatorServer(port=0, duration=0, on_action=hook) as sim:
+        p = HttpProvider(sim.url)
+        p.submit(node, Action.REBOOT, "r-lab2:act:0")
+        assert sim.wait_idle(60)
+        assert p.status("r-lab2:act:0").status == "succeeded"  # type: ignore[union-attr]
+    lab.wait_for(lambda: lab.show(node)["BootTime"] != before,
+                 timeout=30, what="new BootTime")
