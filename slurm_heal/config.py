@@ -37,14 +37,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[smhdw])+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_WAIT_LIMIT = timedelta(hours=24)  # SPEC P3: more is rejected
 Mode = Literal["auto", "manual", "deny"]
 
 
 def parse_duration(value: Any) -> timedelta:
-    """Parse "30s", "30m", "2h", "7d", "1w" (or a number of seconds) into a timedelta."""
+    """Parse "30s", "30m", "2h", "7d", "1w", "1d12h" (or seconds) into a timedelta."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
@@ -53,10 +54,9 @@ def parse_duration(value: Any) -> timedelta:
         if value < 0:
             raise ValueError(f"{value!r} is negative")
         return timedelta(seconds=value)
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    if isinstance(value, str) and _DURATION.match(value.strip().replace(" ", "")):
+        return timedelta(seconds=sum(float(n) * _UNIT[u]
+                                     for n, u in _PART.findall(value.replace(" ", ""))))
     raise ValueError(f"{value!r} is not a duration (use e.g. \"30s\", \"30m\", \"2h\", \"7d\")")
 
 
