@@ -1,0 +1,35 @@
+"""`slurm-heal check`: the node health check (SPEC D1-D4, I1, I2).
+
+The implementation lives in `slurm_heal.checks.fastcli`, which also serves the fast
+entry point ``python -m slurm_heal.checks`` (no click import); this click command only
+maps options onto it so the check shows up in ``slurm-heal --help``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from slurm_heal.checks import fastcli
+
+
+@click.command("check")
+@click.option("--mode", type=click.Choice(["healthcheck", "prolog", "epilog"]),
+              default="healthcheck", show_default=True,
+              help="prolog: fail only for faults that make the node unusable; "
+                   "epilog: fast checks, always exit 0.")
+@click.option("--json", "as_json", is_flag=True, help="Print findings as a JSON list.")
+@click.option("--dry-run", is_flag=True, help="Write nothing to Slurm.")
+@click.option("--config", "config_file", metavar="FILE", default=None,
+              help="Check configuration (default /etc/slurm-heal/check.toml if present).")
+@click.option("--node", metavar="NAME", default=None,
+              help="Node name (default $SLURMD_NODENAME, else the short host name).")
+@click.pass_context
+def check(ctx: click.Context, mode: str, as_json: bool, dry_run: bool,
+          config_file: str | None, node: str | None) -> None:
+    """Run the node health checks; publish alerts and drain for critical faults.
+
+    Exit status: 0 healthy, 1 findings (prolog: only faults that make the node
+    unusable; epilog: always 0), 2 usage or configuration error, 3 Slurm error,
+    10 a detector failed and nothing was found.
+    """
+    ctx.exit(fastcli.run(mode, as_json, dry_run, config_file, node))
