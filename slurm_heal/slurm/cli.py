@@ -326,6 +326,8 @@ class CliSlurm:
             raise SlurmUnreachable(f"no answer within {self.timeout:g}s",
                                    command=argv) from None
         if proc.returncode != 0:
+            # scontrol prints some errors ("Node gpu99 not found") on stdout.
+            err = err if err.strip() else out
             if any(s in err for s in _UNREACHABLE):
                 raise SlurmUnreachable("no Slurm controller answered", command=argv,
                                        returncode=proc.returncode, stderr=err)
