@@ -243,6 +243,9 @@ def _alert_json(alert: Alert) -> dict[str, Any]:
 
 
 def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
+    """The node checks' alerts from Extra, plus D5: a node DOWN or drained for a reason
+    slurm-heal did not set (what a Slurm exporter would show; never touched by us)."""
+    from slurm_heal import catalog, reasons
     from slurm_heal.extra import alerts_from_extra
 
     now = _now()
@@ -250,6 +253,14 @@ def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     out: list[Alert] = []
     for n in nodes:
         out.extend(alerts_from_extra(n.name, n.extra, now))
+        if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
+                and not reasons.is_request(n.reason):
+            fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
+            seen = n.reason_time or now
+            out.append(Alert(
+                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
+                summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
+                first_seen=seen, last_seen=seen))
     return out
 
 
@@ -258,7 +269,8 @@ def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
 @state_options
 @json_option
 def alerts(node: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
-    """Active alerts the node checks published in Slurm (node Extra, SPEC D7, I2)."""
+    """Active alerts: what the node checks published in Slurm (node Extra, SPEC D7, I2)
+    and nodes DOWN or drained by someone else (D5)."""
     found = _alerts_of(_slurm(config), node)
     if as_json:
         _emit_json({"alerts": [_alert_json(a) for a in found]})

@@ -238,6 +238,16 @@ def test_alerts_come_from_the_nodes_extra_with_their_explanation(
     assert "No active alerts on gpu02" in plain
 
 
+def test_a_node_drained_by_someone_else_is_reported_not_ours(store: Store,
+                                                               slurm: MemorySlurm) -> None:
+    """SPEC D5: DOWN/DRAIN for a reason slurm-heal did not set is an alert; ours is not."""
+    slurm.drain("gpu02", "bad fan - ticket 123")
+    slurm.drain("gpu03", "heal: gpu.xid.79 rem=r-1 by=controller")
+    data = json.loads(run(store, ["alerts", "--json"], slurm=slurm).output)
+    assert [(a["node"], a["fault"]) for a in data["alerts"]] == [("gpu02", "slurm.node_drain")]
+    assert "bad fan - ticket 123" in data["alerts"][0]["summary"]
+
+
 def test_alerts_exit_3_when_slurm_does_not_answer(store: Store) -> None:
     result = run(store, ["alerts"], slurm=Unreachable())
     assert result.exit_code == 3 and "not answering" in result.output
