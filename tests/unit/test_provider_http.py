@@ -176,3 +176,16 @@ def test_malformed_answers_name_the_problem(body: bytes, problem: str) -> None:
             p.submit("gpu07", Action.REBOOT, "r-11:act:0")
     finally:
         httpd.shutdown()  # type: ignore[attr-defined]
+
+
+def test_unreachable_provider_is_retried_then_a_clear_error(sleeps: list[float]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = HttpProvider(f"http://127.0.0.1:{port}", attempts=3, backoff=0.01, sleep=sleeps.append)
+    with pytest.raises(ProviderError, match="gave up after 3 tries: connection failed") as info:
+        p.submit("gpu07", Action.REBOOT, "r-12:act:0")
+    assert not isinstance(info.value, ProviderTimeout)
+    assert len(sleeps) == 2 and all(0 <= s <= 0.04 for s in sleeps)  # jittered back-off
