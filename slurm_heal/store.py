@@ -391,7 +391,8 @@ class Store:
           the same id exists, nor when an open record has the same ``dedup_key``.
         * Updated records replace the stored ones by id, keeping every attempt already
           recorded (another replica's intent is never forgotten). A terminal record is
-          final: a stale update cannot reopen it.
+          final: a stale update cannot reopen it, and that plan's effects for it are
+          dropped.
         * Consumed inbox commands are dropped; the breaker, ``paused`` and the engine's
           ``data`` are set when the plan carries them (``data["decisions"]`` and
           ``data["store_recovered"]`` belong to the store and are kept).
@@ -407,6 +408,7 @@ class Store:
             state = txn.state
             records = list(state.remediations)
             index = {r.id: i for i, r in enumerate(records)}
+            stale: set[str] = set()
             for rem in plan.updates:
                 i = index.get(rem.id)
                 if i is None:
@@ -421,8 +423,11 @@ class Store:
                     continue
                 stored = records[i]
                 if stored.phase.terminal and not rem.phase.terminal:
+                    # Decided before it saw the end (a person's cancel, another replica):
+                    # neither the update nor its effects may run.
                     log.warning("node=%s remediation=%s stale update ignored: already %s",
                                 rem.node, rem.id, stored.phase.value)
+                    stale.add(rem.id)
                     continue
                 records[i] = rem.model_copy(update={"attempts": _merge_attempts(
                     stored.attempts, rem.attempts)})
@@ -433,7 +438,7 @@ class Store:
                     execute.append(effect)
                     continue
                 i = index.get(effect.remediation)
-                if i is None:
+                if i is None or effect.remediation in stale:
                     continue
                 rem = records[i]
                 if effect.kind == "poll" or not effect.key:
