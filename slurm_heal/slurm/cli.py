@@ -323,7 +323,7 @@ class CliSlurm:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            raise SlurmUnreachable(f"no answer within {self.timeout:g}s",
+            raise SlurmUnreachable(f"no Slurm controller answered within {self.timeout:g}s",
                                    command=argv) from None
         if proc.returncode != 0:
             # scontrol prints some errors ("Node gpu99 not found") on stdout.

@@ -1,0 +1,18 @@
+"""`slurm-heal status` with no cluster: one clear line, non-zero exit (SPEC I4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurm_heal.cli import cli
+
+
+def test_status_with_missing_slurm_conf_fails_in_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "slurm.conf"
+    result = CliRunner().invoke(cli, ["status", "--json", "--backend", "cli",
+                                      "--slurm-conf", str(missing)])
+    assert result.exit_code == 3
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert lines == [f"slurm-heal: error: slurm.conf not found: {missing}"]
