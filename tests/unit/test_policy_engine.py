@@ -1,0 +1,494 @@
+"""decide() as a table of scenarios: one citing test per SPEC rule (P, Q, L, E, S, D5, D8).
+
+All pure: a ClusterView, a State, `now` and a Policy in, a Plan out. No Slurm, no clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from slurm_heal.config import Policy, policy_from_dict
+from slurm_heal.models import (
+    Attempt,
+    Breaker,
+    Command,
+    Phase,
+    Plan,
+    Remediation,
+    State,
+    idempotency_key,
+)
+from slurm_heal.policy import decide
+from slurm_heal.reasons import format_marker
+from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
+
+T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
+AUTO = {"approvals": {"default": "auto"}}
+
+
+def node(name: str, *states: str, pool: str = "a", reason: str = "", host: str | None = None,
+         boot: datetime | None = None, checked: datetime | None = None) -> NodeInfo:
+    ours: dict[str, Any] = {}
+    if host:
+        ours["host"] = host
+    if checked:
+        ours["checked_at"] = checked.isoformat()
+    return NodeInfo(name=name, states=frozenset(states or {"IDLE"}), reason=reason,
+                    partitions=(pool,), extra={"slurm_heal": ours} if ours else {},
+                    boot_time=boot)
+
+
+def alert(n: str, fault: str = "gpu.xid.48", sev: Severity = Severity.CRITICAL,
+          since: datetime = T0, seen: datetime | None = None, **kw: Any) -> Alert:
+    return Alert(node=n, fault=fault, severity=sev, summary="", first_seen=since,
+                 last_seen=seen or since, **kw)
+
+
+def pol(**over: Any) -> Policy:
+    return policy_from_dict({**AUTO, **over})
+
+
+def rem(n: str = "gpu01", phase: Phase = Phase.DONE, action: Action = Action.REBOOT,
+        fault: str = "gpu.xid.48", at: datetime = T0, acted: bool = True, host: str | None = None,
+        **kw: Any) -> Remediation:
+    rid = kw.pop("id", f"r-{n}-{phase.value}-{at.timestamp():.0f}-{action.value}")
+    attempts = (Attempt(key=idempotency_key(rid, "act", 0), effect="act", action=action,
+                        started=at, outcome="ok", finished=at),) if acted else ()
+    return Remediation(id=rid, node=n, host=host or n, pool="a", fault=fault, action=action,
+                       phase=phase, created=at, updated=at, attempts=attempts,
+                       phase_times={"cordoned": at, phase.value: at},
+                       severity=kw.pop("severity", Severity.CRITICAL),
+                       data=kw.pop("data", {"evidence_fault": fault}), **kw)
+
+
+def run(nodes: list[NodeInfo], alerts: dict[str, list[Alert]] | None = None,
+        state: State | None = None, now: datetime = T0, policy: Policy | None = None,
+        jobs: tuple[JobInfo, ...] = ()) -> Plan:
+    return decide(ClusterView(nodes=tuple(nodes), jobs=jobs), state or State(), now,
+                  policy or pol(), alerts or {})
+
+
+def phases(plan: Plan, n: str | None = None) -> list[tuple[str, str]]:
+    return [(r.phase, r.rule) for r in plan.records if n is None or r.node == n]
+
+
+def kinds(plan: Plan) -> list[str]:
+    return [e.kind for e in plan.effects]
+
+
+def apply(state: State, plan: Plan, outcome: str | None = "ok") -> State:
+    """What the daemon does: updates, then an Attempt per effect with an outcome."""
+    rems = {r.id: r for r in state.remediations}
+    order = [r.id for r in state.remediations]
+    for r in plan.updates:
+        if r.id not in rems:
+            order.append(r.id)
+        rems[r.id] = r
+    for e in plan.effects:
+        if e.remediation:
+            r = rems[e.remediation]
+            rems[r.id] = r.model_copy(update={"attempts": r.attempts + (Attempt(
+                key=e.key, effect=e.kind, action=e.action, started=T0, outcome=outcome,
+                finished=T0 if outcome else None),)})
+    return state.model_copy(update={
+        "remediations": tuple(rems[i] for i in order),
+        "inbox": tuple(c for c in state.inbox if c.id not in plan.consumed),
+        "breaker": plan.breaker or state.breaker})
+
+
+# ------------------------------------------------------------------ the thin slice (L1)
+def test_alert_is_proposed_auto_approved_and_cordoned_with_our_marker() -> None:
+    """SPEC L1/P2: alert -> proposed -> approved -> cordoned, one cordon effect, our marker."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]})
+    assert phases(plan) == [("proposed", "P1"), ("approved", "P2:default"), ("cordoned", "L1")]
+    (eff,) = plan.effects
+    r = plan.updates[0]
+    assert eff.kind == "cordon" and eff.key == idempotency_key(r.id, "cordon", 0)
+    assert eff.reason == format_marker("gpu.xid.48", r.id, "controller", "for reboot")
+
+
+def test_full_life_cycle_to_resume() -> None:
+    """SPEC L1/L5: cordoned -> acting -> returning -> done with a resume of our reason."""
+    nodes = [node("gpu01"), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    p1 = run(nodes, al)
+    s = apply(State(), p1)
+    rid = p1.updates[0].id
+    drained = [node("gpu01", "IDLE", "DRAIN", reason=p1.effects[0].reason), node("gpu02")]
+    p2 = run(drained, al, s, T0 + timedelta(seconds=30))
+    assert phases(p2) == [("acting", "L1")] and kinds(p2) == ["act"]
+    assert p2.effects[0].key == idempotency_key(rid, "act", 0)
+    s = apply(s, p2, "ok")
+    t3 = T0 + timedelta(minutes=1)
+    p3 = run(drained, {}, s, t3)
+    assert phases(p3) == [("returning", "L5")]
+    s = apply(s, p3)
+    back = [node("gpu01", "IDLE", "DRAIN", reason=p1.effects[0].reason,
+                 boot=t3, checked=t3 + timedelta(seconds=30)), node("gpu02")]
+    p4 = run(back, {}, s, t3 + timedelta(minutes=1))
+    assert phases(p4) == [("done", "L5")] and kinds(p4) == ["resume"]
+
+
+# ------------------------------------------------------------------ daemon contract (S6)
+def test_deciding_twice_on_the_same_input_gives_the_same_plan() -> None:
+    """SPEC S6: deterministic ids and keys, so two replicas agree."""
+    args = ([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]})
+    assert run(*args) == run(*args)
+
+
+def test_an_act_in_flight_after_a_crash_is_polled_not_repeated() -> None:
+    """SPEC S6: an act Attempt without an outcome is asked about, never re-executed."""
+    r = rem(phase=Phase.ACTING, acted=False)
+    r = r.model_copy(update={"attempts": (Attempt(key=idempotency_key(r.id, "act", 0),
+                                                  effect="act", started=T0),)})
+    plan = run([node("gpu01", "DRAIN")], {"gpu01": [alert("gpu01")]}, State(remediations=(r,)),
+               T0 + timedelta(minutes=2))
+    assert kinds(plan) == ["poll"]
+    assert plan.effects[0].ref == idempotency_key(r.id, "act", 0)
+    assert plan.effects[0].key == idempotency_key(r.id, "poll", 0)
+
+
+def test_a_running_operation_is_polled_with_a_fresh_key_each_time() -> None:
+    """SPEC S6: keys are never handed out twice."""
+    r = rem(phase=Phase.ACTING, acted=False)
+    r = r.model_copy(update={"attempts": (
+        Attempt(key=idempotency_key(r.id, "act", 0), effect="act", started=T0, outcome="running"),
+        Attempt(key=idempotency_key(r.id, "poll", 0), effect="poll", started=T0,
+                outcome="running"))})
+    plan = run([node("gpu01", "DRAIN")], {}, State(remediations=(r,)), T0 + timedelta(minutes=2))
+    assert [e.key for e in plan.effects] == [idempotency_key(r.id, "poll", 1)]
+
+
+# ------------------------------------------------------------------ P
+def test_a_request_without_an_alert_is_held_for_evidence() -> None:
+    """SPEC P1/Q4: a request needs a confirmed alert on the node."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REBOOT)
+    plan = run([node("gpu01"), node("gpu02")], {}, State(inbox=(cmd,)))
+    assert ("blocked", "P1") in phases(plan) and "cordon" not in kinds(plan)
+    assert plan.consumed == ("c1",)
+
+
+def test_policy_can_take_a_persons_request_as_evidence_enough() -> None:
+    """SPEC P1 (documented choice): requests.operator_is_evidence lets a person's ask run."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REBOOT)
+    plan = run([node("gpu01"), node("gpu02")], {}, State(inbox=(cmd,)),
+               policy=pol(requests={"operator_is_evidence": True}))
+    assert kinds(plan) == ["cordon"]
+    assert plan.updates[0].approved_by == "alice" and not plan.updates[0].automatic
+
+
+@pytest.mark.parametrize(("rules", "fault", "expected"), [
+    ([{"fault": "gpu.xid.*", "mode": "auto"}, {"fault": "gpu.xid.48", "mode": "manual"}],
+     "gpu.xid.48", ("proposed", "P2:approvals[1]")),
+    ([{"pools": ["a"], "mode": "auto"}, {"pools": ["a", "b"], "mode": "deny"}],
+     "gpu.xid.48", ("denied", "P2:approvals[1]")),  # tie: the cautious mode wins
+    ([{"action": "reboot", "mode": "manual"}, {"fault": "gpu.xid.48", "mode": "auto"}],
+     "gpu.xid.48", ("approved", "P2:approvals[1]")),  # an exact fault beats an action
+    ([{"fault": "gpu.xid.48", "mode": "auto"},
+      {"fault": "gpu.xid.48", "nodes": "gpu[01-02]", "mode": "manual"}],
+     "gpu.xid.48", ("proposed", "P2:approvals[1]")),  # node rule beats fault-only rule
+    ([{"pools": ["b"], "mode": "auto"}], "gpu.xid.48", ("proposed", "P2:default")),
+    ([{"pools": ["a"], "mode": "auto"}], "gpu.xid.48", ("approved", "P2:approvals[0]")),
+])
+def test_the_most_specific_approval_rule_wins_and_is_recorded(
+        rules: list[dict[str, Any]], fault: str, expected: tuple[str, str]) -> None:
+    """SPEC P2."""
+    p = policy_from_dict({"approvals": {"default": "manual", "rules": rules}})
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01", fault)]}, policy=p)
+    assert phases(plan)[1] == expected
+    assert plan.updates[0].approval_rule == expected[1]
+
+
+def test_jobs_hold_the_action_until_the_wait_limit_then_are_requeued() -> None:
+    """SPEC P3: wait up to max_wait, then requeue."""
+    r = rem(phase=Phase.CORDONED, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    st = State(remediations=(r,))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason=format_marker("gpu.xid.48", r.id))]
+    al = {"gpu01": [alert("gpu01")]}
+    early = run(n, al, st, T0 + timedelta(hours=1), jobs=(job,))
+    assert phases(early) == [("waiting", "P3")] and kinds(early) == []
+    late = run(n, al, apply(st, early), T0 + timedelta(hours=2), jobs=(job,))
+    assert ("draining", "P3") in phases(late) and kinds(late) == ["requeue_jobs"]
+
+
+def test_waiting_more_than_24h_is_rejected() -> None:
+    """SPEC P3: at most 24h, or "never"."""
+    from slurm_heal.errors import ConfigError
+    with pytest.raises(ConfigError, match=r"waiting\.max_wait.*24h"):
+        policy_from_dict({"waiting": {"max_wait": "25h"}}, "p.toml")
+
+
+def test_every_step_is_audited_with_rule_why_and_time() -> None:
+    """SPEC P4: who requested, who approved (or which rule), the action rule, phase times."""
+    cmd = Command(id="c1", at=T0, kind="approve", by="bob", node="gpu01")
+    p0 = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+             policy=policy_from_dict({}))
+    s = apply(State(), p0)
+    p1 = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+             s.model_copy(update={"inbox": (cmd,)}), T0 + timedelta(minutes=1),
+             policy=policy_from_dict({}))
+    r = p1.updates[0]
+    assert r.approved_by == "bob" and r.requested_by == "slurm-heal"
+    assert r.action_rule == "catalog:gpu.xid.48"
+    assert {"proposed", "approved", "cordoned"} <= set(r.phase_times)
+    assert all(step.rule and step.why for step in r.steps)
+
+
+# ------------------------------------------------------------------ Q
+def test_a_detector_asking_for_removal_is_refused() -> None:
+    """SPEC Q2."""
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: remove detector=hw id=1")
+    plan = run([n, node("gpu02")], {"gpu01": [alert("gpu01")]})
+    assert ("denied", "Q2") in phases(plan, "gpu01")
+    assert all(e.action is not Action.REMOVE for e in plan.effects)
+
+
+def test_same_detector_and_id_make_one_remediation() -> None:
+    """SPEC Q3."""
+    reason = "heal-request: reboot detector=ibmon id=4711"
+    n = [node("gpu01", "IDLE", "DRAIN", reason=reason), node("gpu02")]
+    al = {"gpu01": [alert("gpu01", "ib.link_down")]}
+    p1 = run(n, al, policy=pol())
+    s = apply(State(), p1)
+    # the first one finished; the detector reports the same problem again
+    done = s.remediations[0].model_copy(update={"phase": Phase.DONE})
+    p2 = run(n, al, State(remediations=(done,)), T0 + timedelta(hours=2))
+    assert not [u for u in p2.updates if u.detector == "ibmon" and u.id != done.id]
+
+
+def test_a_malformed_request_reason_is_recorded_and_the_node_left_alone() -> None:
+    """SPEC Q1: request.malformed, nothing done."""
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detectr=x")
+    plan = run([n, node("gpu02")])
+    assert phases(plan) == [("alert", "Q1")] and plan.effects == ()
+
+
+def test_capacity_holds_a_remediation_when_the_pool_is_short() -> None:
+    """SPEC Q4."""
+    nodes = [node("gpu01"), node("gpu02", "DOWN", reason="psu"), node("gpu03", "DRAIN",
+                                                                     reason="x")]
+    plan = run(nodes, {"gpu01": [alert("gpu01")]})
+    assert ("blocked", "Q4") in phases(plan, "gpu01") and "cordon" not in kinds(plan)
+
+
+# ------------------------------------------------------------------ L
+def test_one_remediation_per_node_for_several_alerts() -> None:
+    """SPEC L3: the worst alert decides; one remediation."""
+    al = {"gpu01": [alert("gpu01", "gpu.xid.48"), alert("gpu01", "gpu.xid.79")]}
+    plan = run([node("gpu01"), node("gpu02")], al)
+    assert len(plan.updates) == 1 and plan.updates[0].action is Action.MIGRATE
+
+
+def test_the_recommendation_is_withdrawn_when_the_alert_clears() -> None:
+    """SPEC L4: and our cordon is released."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    n = node("gpu01", "DRAIN", reason=format_marker("gpu.xid.48", r.id))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=5))
+    assert phases(plan) == [("withdrawn", "L4")] and kinds(plan) == ["release"]
+
+
+def test_a_foreign_reason_is_never_released() -> None:
+    """House style 2 / D5: a node drained by someone else is never resumed by us."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    plan = run([node("gpu01", "DRAIN", reason="operator: bad fan"), node("gpu02")], {},
+               State(remediations=(r,)), T0 + timedelta(minutes=5))
+    assert ("withdrawn", "L4") in phases(plan) and "release" not in kinds(plan)
+
+
+def test_failing_health_check_after_the_action_fails_the_remediation() -> None:
+    """SPEC L5: a critical alert newer than the action: not resumed; failed."""
+    r = rem(phase=Phase.RETURNING, data={"evidence_fault": "gpu.xid.48",
+                                         "act_done": T0.isoformat()})
+    t = T0 + timedelta(minutes=10)
+    n = node("gpu01", "DRAIN", reason=format_marker("gpu.xid.48", r.id), boot=T0 +
+             timedelta(minutes=2), checked=t)
+    plan = run([n, node("gpu02")], {"gpu01": [alert("gpu01", since=t, seen=t)]},
+               State(remediations=(r,)), t)
+    assert ("failed", "L5") in phases(plan) and "resume" not in kinds(plan)
+
+
+def test_a_node_that_does_not_come_back_in_time_fails() -> None:
+    """SPEC L5: the return timeout."""
+    r = rem(phase=Phase.RETURNING, data={"evidence_fault": "gpu.xid.48",
+                                         "act_done": T0.isoformat()})
+    plan = run([node("gpu01", "DOWN", "DRAIN"), node("gpu02")], {}, State(remediations=(r,)),
+               T0 + timedelta(hours=2))
+    assert ("failed", "L5") in phases(plan)
+
+
+# ------------------------------------------------------------------ E
+def history(n: int, action: Action = Action.REBOOT, days_ago: float = 1.0,
+            phase: Phase = Phase.DONE, host: str = "gpu01") -> tuple[Remediation, ...]:
+    return tuple(rem(phase=phase, action=action, host=host,
+                     at=T0 - timedelta(days=days_ago, hours=i)) for i in range(n))
+
+
+def test_third_reboot_becomes_rebuild() -> None:
+    """SPEC E1."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(remediations=history(2)))
+    assert ("escalated", "E1") in phases(plan) and plan.updates[0].action is Action.REBUILD
+
+
+def test_third_rebuild_becomes_migrate() -> None:
+    """SPEC E1 (critical alert active, so E3 evidence holds)."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(remediations=history(2) + history(2, Action.REBUILD, 2)))
+    assert plan.updates[0].action is Action.MIGRATE
+
+
+def test_a_new_machine_starts_counting_from_zero() -> None:
+    """SPEC E1 counts per machine: after migrate the node has a new host identity."""
+    plan = run([node("gpu01", host="gpu01~1"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(remediations=history(2)))
+    assert plan.updates[0].action is Action.REBOOT
+
+
+@pytest.mark.parametrize(("hist", "why"), [
+    (history(2, days_ago=8), "older than the window"),
+    (history(2, phase=Phase.CANCELLED), "cancelled"),
+    (history(2, phase=Phase.WITHDRAWN), "cleared on their own"),
+])
+def test_not_counted_for_escalation(hist: tuple[Remediation, ...], why: str) -> None:
+    """SPEC E2."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(remediations=hist))
+    assert plan.updates[0].action is Action.REBOOT, why
+
+
+def test_migrate_without_evidence_becomes_rebuild() -> None:
+    """SPEC E3: only a warning now and no critical alert on the machine in 10 days."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.MIGRATE)
+    al = {"gpu01": [alert("gpu01", "service.restart_loop", Severity.WARNING)]}
+    plan = run([node("gpu01"), node("gpu02")], al, State(inbox=(cmd,)))
+    assert plan.updates[0].action is Action.REBUILD and ("escalated", "E3") in phases(plan)
+
+
+def test_migrate_with_a_recent_critical_alert_on_the_machine_stays_migrate() -> None:
+    """SPEC E3: evidence recorded on the same machine within 10 days counts."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.MIGRATE)
+    al = {"gpu01": [alert("gpu01", "service.restart_loop", Severity.WARNING)]}
+    plan = run([node("gpu01"), node("gpu02")], al,
+               State(inbox=(cmd,), remediations=history(1, days_ago=9)))
+    assert plan.updates[0].action is Action.MIGRATE
+
+
+@pytest.mark.parametrize(("enabled", "expected"), [(False, Action.MIGRATE),
+                                                   (True, Action.POWER_CYCLE)])
+def test_power_cycle_is_a_preview_off_unless_enabled(enabled: bool, expected: Action) -> None:
+    """SPEC E4."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01", "gpu.xid.79")]},
+               policy=pol(escalation={"power_cycle": enabled}))
+    assert plan.updates[0].action is expected
+
+
+def test_reserved_spares_limit_concurrent_migrations() -> None:
+    """SPEC E5."""
+    busy = rem("gpu02", Phase.ACTING, Action.MIGRATE, "gpu.xid.79", acted=False)
+    plan = run([node("gpu01", pool="a"), node("gpu02", "DRAIN", pool="b"), node("gpu03")],
+               {"gpu01": [alert("gpu01", "gpu.xid.79")], "gpu02": [alert("gpu02", "gpu.xid.79")]},
+               State(remediations=(busy,)),
+               policy=pol(escalation={"migrate_spares": 1}, safety={"concurrency": 5}))
+    assert ("blocked", "E5") in phases(plan, "gpu01")
+
+
+def test_xid_154_follows_the_drivers_recovery_action() -> None:
+    """Catalog: Xid 154 carries the driver's action; "None" means record and notify (D8)."""
+    ev = (Evidence(source="kmsg", data={"recovery_action": "None"}),)
+    plan = run([node("gpu01"), node("gpu02")],
+               {"gpu01": [alert("gpu01", "gpu.xid.154", evidence=ev)]})
+    assert phases(plan) == [("notified", "D8")]
+
+
+# ------------------------------------------------------------------ S
+def test_an_alert_must_persist_before_action() -> None:
+    """SPEC S1."""
+    al = {"gpu01": [alert("gpu01", "gpu.row_remap.pending", Severity.WARNING)]}
+    early = run([node("gpu01"), node("gpu02")], al, now=T0 + timedelta(minutes=5))
+    assert phases(early) == [("blocked", "S1")] and not early.updates
+    assert early.next_wake == T0 + timedelta(minutes=10)
+    later = run([node("gpu01"), node("gpu02")], al, now=T0 + timedelta(minutes=10))
+    assert later.updates
+
+
+def test_nothing_within_the_cooldown() -> None:
+    """SPEC S2."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01", since=T0)]},
+               State(remediations=history(1, days_ago=0)), T0 + timedelta(minutes=10))
+    assert ("blocked", "S2") in phases(plan) and "cordon" not in kinds(plan)
+
+
+def test_concurrency_limit_is_derived_from_cluster_size() -> None:
+    """SPEC S3: max(1, 5% of nodes) by default."""
+    p = pol()
+    assert p.safety.concurrency_limit(10) == 1 and p.safety.concurrency_limit(100) == 5
+    busy = rem("gpu02", Phase.WAITING, acted=False)
+    plan = run([node("gpu01", pool="a"), node("gpu02", "DRAIN", pool="b")],
+               {"gpu01": [alert("gpu01")], "gpu02": [alert("gpu02")]}, State(remediations=(busy,)))
+    assert ("blocked", "S3") in phases(plan, "gpu01")
+
+
+def test_one_remediation_at_a_time_per_pool() -> None:
+    """SPEC S4."""
+    busy = rem("gpu02", Phase.WAITING, acted=False)
+    plan = run([node("gpu01"), node("gpu02", "DRAIN"), node("gpu03"), node("gpu04")],
+               {"gpu01": [alert("gpu01")], "gpu02": [alert("gpu02")]}, State(remediations=(busy,)),
+               policy=pol(safety={"concurrency": 5}))
+    assert ("blocked", "S4") in phases(plan, "gpu01")
+
+
+def test_the_breaker_opens_on_a_surge_and_stops_automatic_remediation() -> None:
+    """SPEC S5: N automatic starts in the window open it; only a person closes it."""
+    recent = tuple(rem(f"gpu0{i}", Phase.DONE, at=T0 - timedelta(minutes=10 * i))
+                   for i in range(2, 4))
+    nodes = [node(f"gpu0{i}", pool=f"p{i}") for i in range(1, 5)]
+    p = pol(safety={"breaker_threshold": 2, "concurrency": 5})
+    plan = run(nodes, {"gpu01": [alert("gpu01")]}, State(remediations=recent), policy=p)
+    assert plan.breaker is not None and plan.breaker.open
+    assert ("blocked", "S5") in phases(plan) and "cordon" not in kinds(plan)
+
+
+def test_a_person_still_gets_through_an_open_breaker() -> None:
+    """SPEC S5: manual remediations stay possible."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REBOOT)
+    plan = run([node("gpu01"), node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+               State(inbox=(cmd,), breaker=Breaker(open=True)))
+    assert kinds(plan) == ["cordon"]
+
+
+def test_pause_holds_everything_disruptive() -> None:
+    """House style 8: the global kill switch."""
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, State(paused=True))
+    assert ("blocked", "pause") in phases(plan) and plan.effects == ()
+
+
+def test_recommend_only_executes_nothing_but_notifications() -> None:
+    """Recommend-only mode (issue 3)."""
+    plan = run([node("gpu01"), node("gpu02")],
+               {"gpu01": [alert("gpu01")], "gpu02": [alert("gpu02", "gpu.thermal",
+                                                            Severity.WARNING)]},
+               policy=pol(mode="recommend_only"))
+    assert ("blocked", "recommend_only") in phases(plan) and kinds(plan) == ["notify"]
+
+
+# ------------------------------------------------------------------ D
+def test_a_node_down_for_someone_elses_reason_is_recorded_only() -> None:
+    """SPEC D5."""
+    plan = run([node("gpu01", "DOWN", reason="Not responding"), node("gpu02")])
+    assert phases(plan) == [("alert", "D5")] and plan.effects == ()
+    again = run([node("gpu01", "DOWN", reason="Not responding"), node("gpu02")],
+                state=State(data=plan.data or {}))
+    assert again.records == ()  # recorded once, not every cycle
+
+
+def test_a_fault_without_an_action_is_sent_to_support_once() -> None:
+    """SPEC D8."""
+    al = {"gpu01": [alert("gpu01", "disk.low_space", Severity.WARNING)]}
+    plan = run([node("gpu01"), node("gpu02")], al)
+    assert phases(plan) == [("notified", "D8")] and kinds(plan) == ["notify"]
+    again = run([node("gpu01"), node("gpu02")], al, State(data=plan.data or {}))
+    assert again.effects == ()
