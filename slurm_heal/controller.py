@@ -1,0 +1,268 @@
+"""The controller cycle (ARCHITECTURE "the flow") and the daemon loop.
+
+One cycle, short and imperative; all deciding happens in the pure `decide()`:
+
+    1. now   = clock()                      read once
+    2. view  = slurm.snapshot()             nodes, reasons, Extra, jobs
+    3. state = store.load()                 a corrupt store fails closed (nothing runs)
+    4. plan  = decide(view, state, now, policy)
+    5. store.apply(plan)                    updates + every effect's intent, BEFORE acting;
+                                            returns the effects this replica won (S6)
+    6. execute them through Slurm / the provider, each isolated (one failure does not
+       stop the others)
+    7. store.record_outcome(...)            per effect
+
+A ``poll`` effect is not an intent of its own (the store hands it out without recording
+it): it asks the provider what happened to the remediation's ``act`` attempt (its
+``ref`` is that attempt's idempotency key) and records the answer on that attempt. That is how a restarted controller resolves an attempt left in
+flight without acting again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slurm_heal import reasons
+from slurm_heal.errors import (
+    ConfigError,
+    HealError,
+    ProviderError,
+    ProviderTimeout,
+    SlurmError,
+    StoreCorrupt,
+)
+from slurm_heal.models import Attempt, Decision, Effect, State
+from slurm_heal.providers.base import Operation, Provider
+from slurm_heal.slurm.base import SlurmClient
+
+log = logging.getLogger("slurm_heal.controller")
+
+Outcome = Literal["ok", "failed", "running"]
+
+
+def utcnow() -> datetime:
+    """The real clock (the only place the controller reads it)."""
+    return datetime.now(timezone.utc)
+
+
+class ControllerSettings(BaseModel):
+    """The ``[controller]`` section of the config file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state_dir: str | None = None  # default: beside slurmctld's StateSaveLocation
+    interval: float = Field(default=30.0, gt=0, le=3600)  # seconds between cycles
+    slurm_backend: Literal["auto", "cli", "pyslurm"] = "auto"
+    slurm_conf: str | None = None
+    heartbeat: str | None = None  # default: <state_dir>/heartbeat
+    notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
+
+
+def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:
+    """Validate the ``[controller]`` section; errors name the key."""
+    try:
+        return ControllerSettings.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = "controller." + ".".join(str(p) for p in err["loc"])
+        raise ConfigError(err["msg"], file=source, key=key) from None
+
+
+@dataclass
+class Executed:
+    effect: Effect
+    outcome: Outcome | None  # None: left in flight (timeout), resolved next cycle
+    detail: str = ""
+
+
+@dataclass
+class CycleReport:
+    at: datetime
+    records: tuple[Decision, ...] = ()
+    executed: list[Executed] = field(default_factory=list)
+    failed_closed: str | None = None
+
+
+def _fields(**kv: object) -> str:
+    return " ".join(f"{k}={v}" for k, v in kv.items() if v not in (None, ""))
+
+
+class Notifier:
+    """The support channel (D8): a JSON-lines file plus a WARNING log line."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def __call__(self, effect: Effect, now: datetime) -> None:
+        log.warning("notify %s why=%s", _fields(node=effect.node, remediation=effect.remediation,
+                                                rule=effect.rule), effect.why)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"at": now.isoformat(), "node": effect.node,
+                                     "remediation": effect.remediation, "rule": effect.rule,
+                                     "why": effect.why}) + "\n")
+
+
+class Controller:
+    """Runs cycles. Every port is passed in; nothing here decides anything."""
+
+    def __init__(self, *, slurm: SlurmClient, provider: Provider, store: Any, policy: Any,
+                 clock: Callable[[], datetime] = utcnow,
+                 notifier: Callable[[Effect, datetime], None] | None = None,
+                 decide: Callable[..., Any] | None = None) -> None:
+        if decide is None:
+            from slurm_heal.policy import decide as real_decide
+            decide = real_decide
+        self.slurm = slurm
+        self.provider = provider
+        self.store = store
+        self.policy = policy
+        self.clock = clock
+        self.notifier = notifier or Notifier(None)
+        self._decide = decide
+        self.stop = threading.Event()
+
+    def cycle(self) -> CycleReport:
+        now = self.clock()
+        view = self.slurm.snapshot()
+        try:
+            state: State = self.store.load()
+        except StoreCorrupt as exc:  # house style 5: fail closed until a person acts
+            log.error("store is corrupt, nothing disruptive runs until a person acts: %s", exc)
+            return CycleReport(at=now, failed_closed=str(exc))
+        plan = self._decide(view, state, now, self.policy)
+        state, mine = self.store.apply(plan, now)
+        for rec in plan.records:
+            log.info("%s phase=%s action=%s why=%s",
+                     _fields(node=rec.node, remediation=rec.remediation, rule=rec.rule),
+                     rec.phase, rec.action.value, rec.why)
+        report = CycleReport(at=now, records=plan.records)
+        for effect in mine:
+            if self.stop.is_set():
+                log.info("stopping between steps; the rest runs next time")
+                break
+            report.executed.append(self._run(effect, state, now))
+        return report
+
+    # -- effects -----------------------------------------------------------------------
+    def _run(self, effect: Effect, state: State, now: datetime) -> Executed:
+        where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
+        record_key = effect.key
+        operation: str | None = None
+        try:
+            if effect.kind == "poll":
+                act = _act_attempt(state, effect.remediation, effect.ref)
+                if act is None:
+                    log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
+                    return Executed(effect, None, "no act attempt to poll")
+                record_key = act.key
+                op = self.provider.status(act.key)
+                if op is None:
+                    # The provider never saw the key: the submit never arrived. Sending it
+                    # again with the SAME key cannot execute twice (the key dedups).
+                    log.warning("%s provider has no record of key=%s; re-sending with the "
+                                "same key", where, act.key)
+                    op = self.provider.submit(effect.node, act.action, act.key)
+                outcome, detail, operation = _op_outcome(op)
+            elif effect.kind == "act":
+                op = self.provider.submit(effect.node, effect.action, effect.key)
+                outcome, detail, operation = _op_outcome(op)
+            elif effect.kind == "cordon":
+                self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
+                    "request", remediation=effect.remediation, by="controller"))
+                outcome, detail = "ok", "drained"
+            elif effect.kind == "signal_jobs":
+                self.slurm.signal_jobs(effect.node, effect.signal or "USR1")
+                outcome, detail = "ok", f"signal {effect.signal or 'USR1'} sent"
+            elif effect.kind == "requeue_jobs":
+                self.slurm.requeue_jobs(effect.node)
+                outcome, detail = "ok", "jobs requeued"
+            elif effect.kind == "cancel_jobs":
+                self.slurm.cancel_jobs(effect.node)
+                outcome, detail = "ok", "jobs cancelled"
+            elif effect.kind in ("resume", "release"):
+                node = self.slurm.node(effect.node)
+                if node.drained and not reasons.is_ours(node.reason):
+                    # house style 2: never resume a node somebody else drained
+                    outcome, detail = "failed", f"reason is not ours ({node.reason!r}); left alone"
+                else:
+                    if node.drained:
+                        self.slurm.resume(effect.node)
+                    outcome, detail = "ok", "resumed"
+            elif effect.kind == "notify":
+                self.notifier(effect, now)
+                outcome, detail = "ok", "sent to support"
+            else:  # pragma: no cover - Effect.kind is a closed Literal
+                outcome, detail = "failed", f"unknown effect {effect.kind}"
+        except ProviderTimeout as exc:
+            # We do not know whether it happened: leave it in flight; next cycle asks.
+            log.warning("%s effect=%s timed out, left in flight: %s", where, effect.kind, exc)
+            return Executed(effect, None, str(exc))
+        except (SlurmError, ProviderError) as exc:
+            outcome, detail = "failed", str(exc)
+        log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
+                 effect.action.value, outcome, detail[:200])
+        if effect.remediation and record_key:
+            try:
+                self.store.record_outcome(effect.remediation, record_key, outcome, now,
+                                          operation=operation, detail=detail[:2000])
+            except HealError as exc:
+                log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
+        return Executed(effect, outcome, detail)
+
+
+def _act_attempt(state: State, remediation: str | None, ref: str) -> Attempt | None:
+    """The act attempt a poll asks about: the one named by ``ref``, else the latest."""
+    rem = state.get(remediation) if remediation else None
+    if rem is None:
+        return None
+    acts = [a for a in rem.attempts if a.effect == "act" and (not ref or a.key == ref)]
+    return acts[-1] if acts else None
+
+
+def _op_outcome(op: Operation) -> tuple[Outcome, str, str]:
+    if op.status == "succeeded":
+        return "ok", op.detail or "succeeded", op.id
+    if op.status == "failed":
+        return "failed", op.detail or "failed", op.id
+    return "running", op.detail or op.status, op.id
+
+
+def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
+                max_cycles: int | None = None) -> int:
+    """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps)."""
+
+    def _stop(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after the current step", signum)
+        controller.stop.set()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    cycles = 0
+    while not controller.stop.is_set():
+        try:
+            controller.cycle()
+        except SlurmError as exc:
+            log.error("cycle skipped, Slurm unavailable: %s", exc)
+        cycles += 1
+        if heartbeat is not None:
+            heartbeat.parent.mkdir(parents=True, exist_ok=True)
+            tmp = heartbeat.with_suffix(".tmp")
+            tmp.write_text(controller.clock().isoformat() + "\n")
+            tmp.replace(heartbeat)
+        if max_cycles is not None and cycles >= max_cycles:
+            break
+        controller.stop.wait(interval)
+    return cycles

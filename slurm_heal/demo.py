@@ -1,0 +1,199 @@
+"""`slurm-heal demo`: the whole remediation life cycle on a simulated cluster.
+
+Everything here is the real thing except the cluster: the real node check reads a
+(replayed) kernel log and publishes its alert in the node's Extra, the real controller
+decides with the real engine under a real policy, records to the real JSON store, and
+repairs the node through the real `http` provider talking to the provider simulator
+over HTTP on 127.0.0.1. The cluster is `MemorySlurm` (in process, so the demo runs on
+a machine without Slurm) or, with ``lab``, the loopback lab cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+from slurm_heal.checks.config import parse_config
+from slurm_heal.checks.runner import run_check
+from slurm_heal.config import policy_from_dict
+from slurm_heal.controller import Controller, CycleReport, Notifier, utcnow
+from slurm_heal.models import Phase
+from slurm_heal.providers.http import HttpProvider
+from slurm_heal.providers.simulator import SimulatorServer
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.slurm.memory import MemorySlurm
+from slurm_heal.store import Store
+from slurm_heal.types import Action
+
+# The SPEC P2 example, plus short times so the story fits in well under a minute.
+DEMO_POLICY: dict[str, Any] = {
+    "approvals": {"default": "manual", "rules": [
+        {"fault": "gpu.xid.119", "action": "reboot", "mode": "auto"},
+        {"fault": "gpu.xid.95", "action": "reboot", "mode": "auto"},
+        {"action": "migrate", "mode": "manual"},
+    ]},
+    "safety": {"persistence": {"critical": "2s"}, "cooldown": "30m"},
+    "waiting": {"max_wait": "2h", "at_limit": "requeue"},
+}
+
+XID_LINE = ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=python3, Timeout after 6s of "
+            "waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
+            "(0x20801813 0x4c).")
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+FAULTY = "gpu02"
+
+
+class ReplayNode:
+    """A node's system files (kernel log, boot id) under a replay root for the check."""
+
+    def __init__(self, base: Path, name: str) -> None:
+        self.root = base / name
+        (self.root / "dev").mkdir(parents=True)
+        (self.root / "proc/sys/kernel/random").mkdir(parents=True)
+        self.seq = 0
+        self.boot()
+
+    def boot(self) -> None:
+        """A new boot: new boot id, empty kernel log."""
+        (self.root / "proc/sys/kernel/random/boot_id").write_text(str(uuid.uuid4()) + "\n")
+        (self.root / "proc/uptime").write_text("5.00 5.00\n")
+        (self.root / "proc/mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
+        (self.root / "dev/kmsg").write_text("6,1,1000,-;Linux version 6.1.0 (demo)\n")
+        self.seq = 1
+
+    def kernel_says(self, message: str, prio: int = 3) -> None:
+        self.seq += 1
+        with (self.root / "dev/kmsg").open("a") as fh:
+            fh.write(f"{prio},{self.seq},{self.seq * 1000000},-;{message}\n")
+
+
+@contextmanager
+def _replay_root(path: Path) -> Iterator[None]:
+    old = os.environ.get("SLURM_HEAL_ROOT")
+    os.environ["SLURM_HEAL_ROOT"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_HEAL_ROOT", None)
+        else:
+            os.environ["SLURM_HEAL_ROOT"] = old
+
+
+class Narrator:
+    def __init__(self, out: TextIO, start: float) -> None:
+        self.out = out
+        self.start = start
+
+    def say(self, node: str, text: str) -> None:
+        self.out.write(f"{time.monotonic() - self.start:6.1f}s  {node:<6} {text}\n")
+        self.out.flush()
+
+    def report(self, report: CycleReport) -> None:
+        for rec in report.records:
+            action = f" {rec.action.value}" if rec.action is not Action.NONE else ""
+            self.say(rec.node, f"[{rec.phase}]{action}  rule={rec.rule}  {rec.why}")
+        for ex in report.executed:
+            e = ex.effect
+            if e.kind == "poll" and ex.outcome == "running":
+                continue
+            outcome = ex.outcome or "in flight"
+            self.say(e.node, f"  -> {e.kind}{' ' + e.action.value if e.action is not Action.NONE else ''}"
+                             f": {outcome}{' (' + ex.detail + ')' if ex.detail else ''}")
+
+
+def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
+             interval: float = 0.5, workdir: Path | None = None) -> int:
+    """Run the demo; return 0 when the node was repaired and resumed, else 1."""
+    start = time.monotonic()
+    say = Narrator(out, start)
+    tmp = Path(tempfile.mkdtemp(prefix="slurm-heal-demo-")) if workdir is None else workdir
+    check_cfg = parse_config({"services": {"enabled": False}, "mounts": {"rw": ["/"]}})
+    replay = {n: ReplayNode(tmp / "nodes", n) for n in NODES}
+    cluster: MemorySlurm
+
+    def node_check(node: str, client: SlurmClient) -> int:
+        with _replay_root(replay[node].root):
+            result = run_check(check_cfg, node_name=node, client=client)
+        for f in result.findings:
+            say.say(node, f"node check: {f.fault} ({f.severity.value}) {f.summary}")
+        for a in result.actions:
+            say.say(node, f"node check: {a}")
+        return len(result.findings)
+
+    def on_boot(node: str) -> None:
+        replay[node].boot()
+        say.say(node, "booted (new boot id, clean kernel log); HealthCheckProgram runs")
+        if node_check(node, cluster) == 0:
+            say.say(node, "node check: healthy")
+
+    cluster = MemorySlurm([(n, "gpu") for n in NODES], clock=utcnow, on_boot=on_boot)
+
+    def on_action(node: str, action: Action, op: Any) -> str | None:
+        say.say(node, f"provider simulator: executing {action.value} (operation {op.id})")
+        if action in (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE):
+            cluster.simulate_reboot(node, timedelta(seconds=2))
+        return None
+
+    policy = policy_from_dict(DEMO_POLICY, source="demo policy (SPEC P2 example)")
+    store = Store(tmp / "state")
+    with SimulatorServer(port=0, on_action=on_action, duration=1.0) as sim:
+        out.write(f"slurm-heal demo: a simulated GPU cluster {NODES[0]}..{NODES[-1]}, the "
+                  f"provider simulator on {sim.url}, state in {tmp}\n"
+                  "policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
+                  "migrate always needs a person\n\n")
+        provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=5)
+        controller = Controller(slurm=cluster, provider=provider, store=store, policy=policy,
+                                notifier=Notifier(tmp / "state" / "notifications.jsonl"))
+        jid = cluster.submit_job(FAULTY, timedelta(seconds=job_seconds))
+        say.say(FAULTY, f"job {jid} (alice, train) is running; it ends in {job_seconds:.0f}s")
+        for n in NODES:
+            node_check(n, cluster)
+        say.say("*", "all nodes healthy; the controller runs a cycle every "
+                     f"{interval}s")
+        say.report(controller.cycle())
+        replay[FAULTY].kernel_says(XID_LINE)
+        say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE[:78]}...")
+        node_check(FAULTY, cluster)
+        ok = _drive(controller, cluster, say, store, deadline, interval, start)
+        provider.close()
+        stats = sim.stats()
+    if ok:
+        rem = [r for r in store.load().remediations if r.node == FAULTY][-1]
+        out.write("\naudit record (SPEC P4):\n")
+        out.write(f"  remediation {rem.id}: {rem.action.value} of {rem.node} for {rem.fault}\n")
+        out.write(f"  requested by {rem.requested_by}; approved by "
+                  f"{rem.approved_by or 'rule ' + str(rem.approval_rule)}; action chosen by "
+                  f"{rem.action_rule}\n")
+        for phase, at in rem.phase_times.items():
+            out.write(f"  {phase:<10} {at.isoformat()}\n")
+        out.write(f"  provider actions executed per idempotency key: {stats['executed']}\n")
+        out.write(f"\n{FAULTY} was repaired and is back in service.\n")
+    if workdir is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if ok else 1
+
+
+def _drive(controller: Controller, cluster: SlurmClient, say: Narrator, store: Store,
+           deadline: float, interval: float, start: float,
+           sleep: Callable[[float], None] = time.sleep) -> bool:
+    while time.monotonic() - start < deadline:
+        say.report(controller.cycle())
+        rems = [r for r in store.load().remediations if r.node == FAULTY]
+        if rems and rems[-1].phase is Phase.DONE and not cluster.node(FAULTY).drained:
+            return True
+        if rems and rems[-1].phase.terminal and rems[-1].phase is not Phase.DONE:
+            say.say(FAULTY, f"remediation ended {rems[-1].phase.value}")
+            return False
+        sleep(interval)
+    say.say(FAULTY, f"not finished after {deadline:.0f}s")
+    return False
+

@@ -1,0 +1,196 @@
+"""An in-process simulated Slurm cluster implementing `SlurmClient`.
+
+This is a product feature, not a test double: `slurm-heal demo` runs the real
+controller against it on a machine with no Slurm at all. It follows the Slurm 22.05
+behaviour the cli backend sees on the lab: a drained node keeps running its jobs
+(ALLOCATED+DRAIN) until they end (IDLE+DRAIN), a reboot takes the node DOWN and brings
+it back with a new boot time, and ``Extra`` is free text we keep JSON in.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from slurm_heal.errors import NotFound, SlurmError
+from slurm_heal.extra import parse_extra
+from slurm_heal.types import ClusterView, JobInfo, NodeInfo
+
+
+@dataclass
+class _Node:
+    name: str
+    partitions: tuple[str, ...]
+    features: tuple[str, ...] = ()
+    drain: bool = False
+    down: bool = False
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: datetime | None = None
+    extra_raw: str = ""
+    boot_time: datetime | None = None
+    reboot_done_at: datetime | None = None
+    reboot_resume: bool = False
+    history: list[str] = field(default_factory=list)
+
+
+class MemorySlurm:
+    """A small Slurm cluster in memory, advanced lazily by ``clock``.
+
+    ``on_boot(node)`` is called when a simulated reboot completes: the place where the
+    node's own health check would run at boot.
+    """
+
+    def __init__(self, nodes: list[tuple[str, str]], clock: Callable[[], datetime],
+                 on_boot: Callable[[str], None] | None = None, user: str = "root") -> None:
+        self._clock = clock
+        self._lock = threading.RLock()
+        now = clock()
+        self._nodes = {n: _Node(name=n, partitions=(p,), boot_time=now) for n, p in nodes}
+        self._jobs: dict[int, JobInfo] = {}
+        self._next_job = 1000
+        self._on_boot = on_boot
+        self._user = user
+
+    # -- simulation controls (not part of SlurmClient) --------------------------------
+    def submit_job(self, node: str, runtime: timedelta, user: str = "alice",
+                   name: str = "train") -> int:
+        """Start a job on ``node`` that ends after ``runtime``."""
+        with self._lock:
+            self._node(node)
+            self._next_job += 1
+            now = self._clock()
+            self._jobs[self._next_job] = JobInfo(
+                job_id=self._next_job, user=user, state="RUNNING", nodes=(node,), name=name,
+                start_time=now, end_time=now + runtime,
+                time_limit_minutes=int(runtime.total_seconds() // 60) + 1)
+            return self._next_job
+
+    def simulate_reboot(self, node: str, duration: timedelta, resume: bool = False) -> None:
+        """Take ``node`` down now; it comes back after ``duration`` with a new boot time."""
+        with self._lock:
+            n = self._node(node)
+            n.down = True
+            n.reboot_done_at = self._clock() + duration
+            n.reboot_resume = resume
+            n.history.append("reboot")
+            for jid in [j.job_id for j in self._jobs.values() if node in j.nodes]:
+                del self._jobs[jid]  # a reboot kills what still runs (NODE_FAIL)
+
+    def _advance(self) -> None:
+        now = self._clock()
+        for jid, job in list(self._jobs.items()):
+            if job.end_time is not None and job.end_time <= now:
+                del self._jobs[jid]
+        booted = []
+        for n in self._nodes.values():
+            if n.reboot_done_at is not None and n.reboot_done_at <= now:
+                n.down = False
+                n.boot_time = n.reboot_done_at
+                n.reboot_done_at = None
+                if n.reboot_resume:
+                    n.drain, n.reason = False, ""
+                booted.append(n.name)
+        for name in booted:
+            if self._on_boot is not None:
+                self._on_boot(name)
+
+    def _node(self, name: str) -> _Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise NotFound(f"node {name!r} is not in this cluster") from None
+
+    def _info(self, n: _Node) -> NodeInfo:
+        busy = any(n.name in j.nodes for j in self._jobs.values())
+        states = {"DOWN"} if n.down else {"ALLOCATED" if busy else "IDLE"}
+        if n.drain:
+            states.add("DRAIN")
+        if n.reboot_done_at is not None:
+            states.add("REBOOT_ISSUED")
+        return NodeInfo(
+            name=n.name, states=frozenset(states), reason=n.reason, reason_user=n.reason_user,
+            reason_time=n.reason_time, extra_raw=n.extra_raw, extra=parse_extra(n.extra_raw),
+            partitions=n.partitions, features=n.features, boot_time=n.boot_time,
+            slurmd_start_time=n.boot_time, hostname=n.name)
+
+    # -- SlurmClient ---------------------------------------------------------------------
+    def snapshot(self) -> ClusterView:
+        with self._lock:
+            self._advance()
+            return ClusterView(nodes=tuple(self._info(n) for n in self._nodes.values()),
+                               jobs=tuple(self._jobs.values()))
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self.snapshot().nodes
+
+    def node(self, name: str) -> NodeInfo:
+        with self._lock:
+            self._advance()
+            return self._info(self._node(name))
+
+    def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
+        with self._lock:
+            self._advance()
+            return tuple(j for j in self._jobs.values() if node is None or node in j.nodes)
+
+    def drain(self, node: str, reason: str) -> None:
+        if not reason.strip():
+            raise SlurmError("drain needs a reason", command=["scontrol", "update"])
+        with self._lock:
+            n = self._node(node)
+            n.drain, n.reason, n.reason_user, n.reason_time = True, reason, self._user, self._clock()
+
+    def resume(self, node: str) -> None:
+        with self._lock:
+            n = self._node(node)
+            if n.down:
+                raise SlurmError(f"node {node} is down", command=["scontrol", "update"])
+            n.drain, n.reason, n.reason_user, n.reason_time = False, "", "", None
+
+    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+        with self._lock:
+            n = self._node(node)
+            current = parse_extra(n.extra_raw)
+            if current is None:
+                raise SlurmError(f"node {node} Extra holds non-JSON text; not overwriting it")
+            new = dict(current)
+            if value is None:
+                new.pop(key, None)
+            else:
+                new[key] = value
+            n.extra_raw = json.dumps(new, separators=(",", ":"), sort_keys=True) if new else ""
+
+    def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
+
+    def signal_jobs(self, node: str, signal: str) -> None:
+        with self._lock:
+            self._node(node).history.append(f"signal:{signal}")
+
+    def requeue_jobs(self, node: str) -> None:
+        self._end_jobs(node, "requeue")
+
+    def cancel_jobs(self, node: str) -> None:
+        self._end_jobs(node, "cancel")
+
+    def _end_jobs(self, node: str, how: str) -> None:
+        with self._lock:
+            n = self._node(node)
+            for jid in [j.job_id for j in self._jobs.values() if node in j.nodes]:
+                n.history.append(f"{how}:{jid}")
+                del self._jobs[jid]
+
+    def history(self, node: str) -> list[str]:
+        """What was done to ``node`` (reboots, signals, requeues) — for the demo and tests."""
+        with self._lock:
+            return list(self._node(node).history)
+
+    def with_partition(self, node: str, partition: str) -> None:
+        with self._lock:
+            n = self._node(node)
+            self._nodes[node] = replace(n, partitions=(partition,))
