@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from slurm_heal.checks import proc
+from slurm_heal.checks import paths, proc
 from slurm_heal.errors import CheckError
 from slurm_heal.types import Evidence, Finding, Severity
 
@@ -97,6 +98,10 @@ def parse_systemctl_show(text: str) -> dict[str, int]:
 
 def gather_restarts(units: tuple[str, ...], timeout: float) -> dict[str, int]:
     """NRestarts of each unit; Unsupported where there is no running systemd."""
+    # sd_booted(): systemd is PID 1 exactly when this directory exists. Checking it
+    # first saves a process start on nodes without systemd (containers).
+    if not os.path.isdir(paths.host_path("/run/systemd/system")):
+        raise Unsupported("systemd is not running on this node")
     if proc.which("systemctl") is None:
         raise Unsupported("systemctl not found on PATH")
     names = [u if "." in u else u + ".service" for u in units]

@@ -1,0 +1,165 @@
+"""Node check benchmarks (`make bench`): what the performance targets are measured with.
+
+    python benchmarks/run.py [--runs N] [--size-mb MB]
+
+1. full ``slurm-heal check --dry-run`` on a healthy replayed node, interpreter start
+   included (median of N runs; the fast entry and the console script);
+2. kernel log scanning in MB/s over a generated log (default 200 MB, written to a
+   temp dir at run time and deleted);
+3. an incremental check with nothing new on a 200 MB vs a 2 MB log (the cost must not
+   depend on the log's size).
+
+Targets (docs/checks.md): full check <= 100 ms median, scanning >= 500 MB/s.
+Benchmarks are never run by the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from slurm_heal.checks import kernlog, sources  # noqa: E402
+
+NOISE = [
+    "IPv6: ADDRCONF(NETDEV_CHANGE): cali{n:x}: link becomes ready",
+    "nvidia-nvswitch{m}: open (major=510)",
+    "perf: interrupt took too long (2509 > 2500), lowering kernel.perf_event_max_sample_rate to 79500",
+    "EXT4-fs (nvme1n1): mounted filesystem with ordered data mode. Opts: (null)",
+    "audit: type=1400 audit({n}.123:{m}): apparmor=\"DENIED\" operation=\"open\" profile=\"snap\"",
+    "NVRM: GPU4 RPC history (CPU -> GSP): entry {n} function 76 GSP_RM_CONTROL 0x20802a02",
+    "eth0: renamed from veth{n:x}",
+    "device veth{n:x} entered promiscuous mode",
+]
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid={n}, name=python3, GPU has fallen off the bus."
+
+
+def make_log(path: Path, size: int, faults_every: int = 10 << 20) -> int:
+    """A kmsg-record log of about ``size`` bytes with an Xid line every ~10 MB."""
+    lines = []
+    seq = 0
+    for n in range(20000):
+        lines.append(f"6,{seq},{n * 1000},-;{NOISE[n % len(NOISE)].format(n=n, m=n % 8)}\n")
+        seq += 1
+    block = "".join(lines).encode()
+    written = 0
+    faults = 0
+    with path.open("wb") as fh:
+        while written < size:
+            fh.write(block)
+            written += len(block)
+            if written // faults_every > faults:
+                fh.write(f"2,{seq},1,-;{XID.format(n=faults)}\n".encode())
+                faults += 1
+    return faults
+
+
+def median_ms(argv: list[str], env: dict[str, str], runs: int) -> tuple[float, float]:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=60, check=False)
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.9) - 1]
+
+
+def healthy_root(base: Path, log_bytes: int = 0) -> Path:
+    root = base
+    (root / "dev").mkdir(parents=True, exist_ok=True)
+    (root / "proc/sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("bench-boot\n")
+    (root / "proc/mounts").write_text("/dev/sda1 / ext4 rw,relatime 0 0\n"
+                                      "tmpfs /tmp tmpfs rw 0 0\n")
+    (root / "proc/uptime").write_text("12345.67 100.0\n")
+    (root / "dev/kmsg").write_bytes(b"".join(
+        f"6,{i},{i * 1000},-;{NOISE[i % len(NOISE)].format(n=i, m=i % 8)}\n".encode()
+        for i in range(2000)))
+    return root
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--size-mb", type=int, default=200)
+    args = ap.parse_args()
+    py = sys.executable
+    console = shutil.which("slurm-heal", path=str(Path(py).parent)) or "slurm-heal"
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory(prefix="slurm-heal-bench-") as tmp:
+        base = Path(tmp)
+        root = healthy_root(base / "healthy")
+        env = dict(os.environ, SLURM_HEAL_ROOT=str(root))
+        subprocess.run([py, "-m", "slurm_heal.checks", "--dry-run", "--node", "n1"], env=env,
+                       stdout=subprocess.DEVNULL, check=False)  # first run sets the cursor
+        med, p90 = median_ms([py, "-c", "pass"], env, args.runs)
+        rows.append(("python -c pass (interpreter start, reference)", f"{med:.0f} ms", f"p90 {p90:.0f} ms"))
+        med, p90 = median_ms([py, "-m", "slurm_heal.checks", "--dry-run", "--node", "n1"], env, args.runs)
+        rows.append(("full check --dry-run, healthy (python -m slurm_heal.checks)", f"{med:.0f} ms",
+                     f"p90 {p90:.0f} ms; target <= 100 ms"))
+        med, p90 = median_ms([console, "check", "--dry-run", "--node", "n1"], env, args.runs)
+        rows.append(("full check --dry-run, healthy (slurm-heal check, via click)", f"{med:.0f} ms",
+                     f"p90 {p90:.0f} ms"))
+
+        big = base / "big" / "var/log/kern.log"
+        big.parent.mkdir(parents=True)
+        faults = make_log(big, args.size_mb << 20)
+        size = big.stat().st_size
+        best = 0.0
+        for _ in range(3):
+            res = kernlog.ScanResult()
+            t = time.perf_counter()
+            sources.read_file(str(big), None, 1 << 62, res)
+            dt = time.perf_counter() - t
+            best = max(best, size / dt / 1e6)
+        assert len(res.events) == faults, (len(res.events), faults)
+        rows.append((f"kernel log scan, {size / 1e6:.0f} MB file (read + scan, best of 3)",
+                     f"{best:.0f} MB/s", f"{faults} Xid lines found; target >= 500 MB/s"))
+        data = big.read_bytes()
+        t = time.perf_counter()
+        kernlog.scan(data)
+        rows.append(("kernel log scan, in memory (scan only)",
+                     f"{len(data) / (time.perf_counter() - t) / 1e6:.0f} MB/s", ""))
+        del data
+        if shutil.which("grep"):
+            t = time.perf_counter()
+            subprocess.run(["grep", "-c", "-F", "NVRM: Xid", str(big)], stdout=subprocess.DEVNULL,
+                           check=False)
+            rows.append(("grep -c -F 'NVRM: Xid' (reference)",
+                         f"{size / (time.perf_counter() - t) / 1e6:.0f} MB/s", ""))
+
+        conf = base / "file.toml"
+        conf.write_text('[kernel_log]\nsource = "file"\npath = "/var/log/kern.log"\n'
+                        "first_read_mb = 1000\n")
+        small_root = base / "small"
+        small = small_root / "var/log/kern.log"
+        small.parent.mkdir(parents=True)
+        make_log(small, 2 << 20)
+        for label, r in (("2 MB", small_root), (f"{size / 1e6:.0f} MB", base / "big")):
+            healthy_root(r)
+            e = dict(os.environ, SLURM_HEAL_ROOT=str(r))
+            argv = [py, "-m", "slurm_heal.checks", "--dry-run", "--node", "n1", "--config", str(conf)]
+            subprocess.run(argv, env=e, stdout=subprocess.DEVNULL, check=False)  # sets the cursor
+            med, p90 = median_ms(argv, e, args.runs)
+            rows.append((f"incremental check, nothing new, {label} log", f"{med:.0f} ms",
+                         f"p90 {p90:.0f} ms"))
+    width = max(len(r[0]) for r in rows)
+    print(f"{'benchmark':<{width}}  {'result':>10}  notes")
+    print("-" * (width + 40))
+    for name, value, note in rows:
+        print(f"{name:<{width}}  {value:>10}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
