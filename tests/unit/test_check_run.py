@@ -1,0 +1,224 @@
+"""`slurm-heal check` end to end on a replay root, against the in-memory Slurm
+(SPEC D1, D7, I1, I2; house style 2 "we own our reasons")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from slurm_heal import extra
+from slurm_heal.checks import config, fastcli, runner
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.slurm.memory import MemorySlurm
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+XID79 = "2,501,130223456,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.\n"
+XID13 = "4,502,130223999,-;NVRM: Xid (PCI:0000:18:00): 13, Graphics Exception: ESR 0x404600\n"
+NOISE = "6,500,100,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready\n"
+
+
+class Node:
+    """A replayed node: files under a root dir, SLURM_HEAL_ROOT pointing at it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / "dev").mkdir(parents=True)
+        (root / "proc/sys/kernel/random").mkdir(parents=True)
+        self.boot("boot-1")
+        self.kmsg(NOISE)
+        (root / "proc/mounts").write_text("/dev/sda1 / ext4 rw,relatime 0 0\n")
+
+    def boot(self, boot_id: str) -> None:
+        (self.root / "proc/sys/kernel/random/boot_id").write_text(boot_id + "\n")
+
+    def kmsg(self, text: str, append: bool = False) -> None:
+        with (self.root / "dev/kmsg").open("a" if append else "w") as fh:
+            fh.write(text)
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Node:
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(tmp_path / "root"))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no systemctl: services unsupported
+    return Node(tmp_path / "root")
+
+
+@pytest.fixture
+def slurm() -> MemorySlurm:
+    return MemorySlurm([("gpu01", "gpu"), ("gpu02", "gpu")], clock=lambda: T0)
+
+
+def check(slurm: SlurmClient | None, mode: str = "healthcheck", dry_run: bool = False,
+          now: datetime = T0,
+          factory: Callable[[], SlurmClient] | None = None) -> runner.CheckResult:
+    return runner.run_check(config.CheckConfig(), node_name="gpu01", mode=mode, dry_run=dry_run,
+                            client=slurm, client_factory=factory, now=now)
+
+
+def ours(slurm: MemorySlurm) -> dict[str, object] | None:
+    ex = slurm.node("gpu01").extra or {}
+    value = ex.get(extra.KEY)
+    return value if isinstance(value, dict) else None
+
+
+def test_xid_79_drains_the_node_and_publishes_the_alert_with_evidence(node: Node,
+                                                                     slurm: MemorySlurm) -> None:
+    """SPEC D1, D7, I2: alert with the raw line in Extra, drained with our reason."""
+    node.kmsg(XID79, append=True)
+    result = check(slurm)
+    assert result.exit_code == runner.EXIT_FINDINGS
+    info = slurm.node("gpu01")
+    assert info.drained and info.reason.startswith("heal: gpu.xid.79 by=check")
+    section = ours(slurm)
+    assert section is not None
+    (alert,) = section["alerts"]  # type: ignore[index]
+    assert alert["fault"] == "gpu.xid.79" and alert["severity"] == "critical"
+    assert "GPU has fallen off the bus" in alert["evidence"][0]["text"]
+    assert alert["evidence"][0]["data"]["pci"] == "0000:3b:00"
+
+
+def test_alert_stays_and_keeps_its_first_seen_while_nothing_new_is_logged(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S1 needs first_seen to persist; an Xid 79 does not go away by itself."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    later = check(slurm, now=T0 + timedelta(minutes=10))
+    (alert,) = later.alerts
+    assert alert.first_seen == T0 and alert.last_seen == T0 + timedelta(minutes=10)
+    assert slurm.node("gpu01").drained
+
+
+def test_after_a_reboot_the_alert_clears_and_our_drain_is_resumed(node: Node,
+                                                                 slurm: MemorySlurm) -> None:
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    node.boot("boot-2")
+    node.kmsg(NOISE)  # a fresh kernel ring buffer
+    result = check(slurm, now=T0 + timedelta(minutes=30))
+    assert result.exit_code == runner.EXIT_HEALTHY
+    assert not slurm.node("gpu01").drained
+    assert ours(slurm) is None
+    assert any("resumed" in a for a in result.actions)
+
+
+def test_a_node_drained_by_someone_else_is_never_resumed_or_relabelled(
+        node: Node, slurm: MemorySlurm) -> None:
+    """House style 2: "bad DIMM" stays exactly as the operator wrote it."""
+    slurm.drain("gpu01", "bad DIMM")
+    node.kmsg(XID79, append=True)
+    first = check(slurm)
+    assert slurm.node("gpu01").reason == "bad DIMM"
+    assert any("already drained by someone else" in n for n in first.notes)
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=30))
+    info = slurm.node("gpu01")
+    assert info.drained and info.reason == "bad DIMM"
+
+
+def test_a_node_the_controller_cordoned_is_not_resumed_by_the_check(
+        node: Node, slurm: MemorySlurm) -> None:
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    slurm.resume("gpu01")
+    slurm.drain("gpu01", "heal: gpu.xid.79 rem=r-1 by=controller cordoned for migrate")
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=30))
+    assert slurm.node("gpu01").reason.startswith("heal: gpu.xid.79 rem=r-1 by=controller")
+
+
+def test_foreign_extra_keys_are_kept(node: Node, slurm: MemorySlurm) -> None:
+    slurm.set_extra("gpu01", "site", {"rack": "r12"})
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=30))
+    assert slurm.node("gpu01").extra == {"site": {"rack": "r12"}}
+
+
+def test_dry_run_writes_nothing_to_slurm(node: Node, slurm: MemorySlurm) -> None:
+    node.kmsg(XID79, append=True)
+    result = check(slurm, dry_run=True)
+    assert [f.fault for f in result.findings] == ["gpu.xid.79"]
+    assert not slurm.node("gpu01").drained and ours(slurm) is None
+
+
+def test_a_healthy_node_with_nothing_published_does_not_call_slurm(node: Node) -> None:
+    """Cheap epilogs: once the state knows nothing of ours is in Slurm, no Slurm call."""
+    calls: list[int] = []
+
+    def factory() -> SlurmClient:
+        calls.append(1)
+        return MemorySlurm([("gpu01", "gpu")], clock=lambda: T0)
+
+    check(None, factory=factory)  # first run reconciles with Slurm once
+    check(None, factory=factory)
+    check(None, mode="epilog", factory=factory)
+    assert calls == [1]
+
+
+def test_a_warning_is_published_but_does_not_drain(node: Node, slurm: MemorySlurm) -> None:
+    """SPEC D8: an application Xid is recorded, the node stays in service."""
+    node.kmsg(XID13, append=True)
+    result = check(slurm)
+    assert result.exit_code == runner.EXIT_FINDINGS
+    assert not slurm.node("gpu01").drained
+    assert ours(slurm) is not None
+
+
+def test_a_failing_detector_keeps_the_alert_and_the_drain(node: Node,
+                                                         slurm: MemorySlurm) -> None:
+    """A broken detector never clears an alert or resumes a node."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    (node.root / "dev/kmsg").unlink()
+    result = check(slurm, now=T0 + timedelta(minutes=5))
+    assert [s.status for s in result.statuses if s.name == "kernel_log"] == ["error"]
+    assert [a.fault for a in result.alerts] == ["gpu.xid.79"]
+    assert slurm.node("gpu01").drained
+
+
+def test_a_read_only_root_file_system_drains_the_node(node: Node, slurm: MemorySlurm) -> None:
+    """SPEC D4."""
+    (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    check(slurm)
+    assert slurm.node("gpu01").reason.startswith("heal: fs.readonly by=check")
+
+
+def test_prolog_fails_only_for_faults_that_make_the_node_unusable(node: Node,
+                                                                  slurm: MemorySlurm) -> None:
+    node.kmsg(XID13, append=True)
+    assert check(slurm, mode="prolog").exit_code == 0
+    node.kmsg(XID79, append=True)
+    assert check(slurm, mode="prolog").exit_code == 1
+
+
+def test_epilog_always_exits_zero_and_drains_with_our_reason(node: Node,
+                                                            slurm: MemorySlurm) -> None:
+    """A failing epilog makes Slurm drain with its own reason; we drain with ours."""
+    node.kmsg(XID79, append=True)
+    assert check(slurm, mode="epilog").exit_code == 0
+    assert slurm.node("gpu01").reason.startswith("heal: gpu.xid.79")
+
+
+def test_json_output_is_a_list_of_findings(node: Node, capsys: pytest.CaptureFixture[str]) -> None:
+    node.kmsg(XID79, append=True)
+    code = fastcli.main(["--json", "--dry-run", "--node", "gpu01"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert set(out[0]) == {"fault", "severity", "summary", "evidence", "detector", "node"}
+    assert out[0]["node"] == "gpu01"
+
+
+def test_a_bad_config_file_is_a_usage_error_naming_the_key(
+        node: Node, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "check.toml"
+    bad.write_text("[kernel_log]\nsorce = 'kmsg'\n")
+    assert fastcli.main(["--config", str(bad), "--dry-run"]) == 2
+    assert "kernel_log.sorce" in capsys.readouterr().err
