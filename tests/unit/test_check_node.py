@@ -100,3 +100,33 @@ def test_bad_config_is_an_error_naming_the_key(tmp_path: Path, text: str, key: s
 def test_an_explicit_config_file_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         config.load_config(str(tmp_path / "missing.toml"))
+
+
+def test_restart_loop_is_seen_across_check_runs_through_systemctl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D4 with systemd's NRestarts growing between runs (a stand-in systemctl)."""
+    from slurm_heal.checks import runner
+
+    root = tmp_path / "root"
+    (root / "run/systemd/system").mkdir(parents=True)  # sd_booted()
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("b1\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    count = tmp_path / "count"
+    (bin_dir / "systemctl").write_text(
+        "#!/bin/sh\n"
+        f"echo Id=slurmd.service; echo LoadState=loaded; echo NRestarts=$(/bin/cat {count})\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    cfg = config.parse_config({"kernel_log": {"enabled": False}})
+    results = []
+    for minute, n in ((0, 1), (10, 3), (20, 6)):
+        count.write_text(str(n))
+        results.append(runner.run_check(cfg, node_name="n1", dry_run=True,
+                                        now=T0 + timedelta(minutes=minute)))
+    assert [r.findings for r in results[:2]] == [[], []]
+    (finding,) = results[2].findings
+    assert finding.fault == "service.restart_loop" and "slurmd.service" in finding.summary
+    assert results[2].exit_code == 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from slurm_heal.checks import kernlog, sources
 
 XID = b"4,%d,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
@@ -89,3 +91,37 @@ def test_gpu_index_comes_from_the_drivers_proc_files(tmp_path: Path) -> None:
             (base / bus / "information").write_text(f"Model: H100\nDevice Minor: {minor}\n")
     got = sources.gpu_indexes(lambda p: str(tmp_path) + p)
     assert got == {"0000:3b:00": 5, "0000:1a:00": 0}
+
+
+def test_the_live_kmsg_device_is_read_once_then_only_new_records(tmp_path: Path) -> None:
+    """SPEC D1 on this machine's own /dev/kmsg (record format, sequence cursor)."""
+    if not os.access("/dev/kmsg", os.R_OK):
+        pytest.skip("/dev/kmsg is not readable here")
+    first = sources.read_kmsg("/dev/kmsg", None, kernlog.ScanResult())
+    assert first["kind"] == "kmsg" and first["seq"] >= 0
+    again = sources.read_kmsg("/dev/kmsg", first, kernlog.ScanResult())
+    assert again["seq"] >= first["seq"]
+
+
+def test_journal_source_uses_and_advances_journald_cursor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "journalctl"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {tmp_path}/calls\n'
+        "echo '2025-02-23T16:24:18+0000 gpu07 kernel: NVRM: Xid (PCI:0000:9b:00): 119, "
+        "pid=1, name=x, Timeout'\n"
+        "echo '-- cursor: s=abc;i=42'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    res = kernlog.ScanResult()
+    cur = sources.read_journal(None, 5.0, 1000, res)
+    assert cur == {"kind": "journal", "cursor": "s=abc;i=42"}
+    assert [e.fault for e in res.events] == ["gpu.xid.119"]
+    assert res.events[0].line.at == "2025-02-23T16:24:18+00:00"
+    sources.read_journal(cur, 5.0, 1000, kernlog.ScanResult())
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "-b -n 1000" in calls[0]  # the first read is bounded to this boot
+    assert "--after-cursor=s=abc;i=42" in calls[1]
