@@ -24,6 +24,11 @@ silently switches a detector off. Example (all defaults shown)::
     rw = ["/"]                               # mounts that must be read-write
     modes = ["healthcheck", "prolog", "epilog", "agent"]
 
+    [gpus]                                   # SPEC D2 fewer GPUs than configured
+    enabled = true
+    expected = 0                             # GPUs this node must show; 0 = not checked
+    modes = ["healthcheck", "prolog", "epilog", "agent"]
+
     [services]                               # SPEC D4 restart loops
     enabled = true
     units = ["slurmd", "munge", "kubelet", "containerd"]
@@ -68,6 +73,14 @@ class MountsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class GpusConfig:
+    enabled: bool = True
+    expected: int = 0
+    timeout: float = 5.0
+    modes: tuple[str, ...] = FAST_MODES
+
+
+@dataclass(frozen=True, slots=True)
 class ServicesConfig:
     enabled: bool = True
     units: tuple[str, ...] = ("slurmd", "munge", "kubelet", "containerd")
@@ -84,6 +97,7 @@ class CheckConfig:
     timeout: float = 20.0
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
+    gpus: GpusConfig = field(default_factory=GpusConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
     source_file: str = ""  # where it was read from ("" = defaults)
 
@@ -124,8 +138,7 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
     known = {f: getattr(default, f) for f in default.__dataclass_fields__}
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in known or isinstance(known[key], (KernelLogConfig, MountsConfig,
-                                                       ServicesConfig)):
+        if key not in known:
             raise ConfigError(
                 f"unknown key (known: {', '.join(k for k in known if k != 'source_file')})",
                 file=file, key=f"{name}.{key}")
@@ -138,8 +151,8 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
 
 def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
     """Validate a parsed TOML document into a CheckConfig (ConfigError on bad input)."""
-    sections = {"kernel_log": KernelLogConfig(), "mounts": MountsConfig(),
-                "services": ServicesConfig()}
+    sections: dict[str, Any] = {"kernel_log": KernelLogConfig(), "mounts": MountsConfig(),
+                                "gpus": GpusConfig(), "services": ServicesConfig()}
     for key in data:
         if key not in ("check", *sections):
             raise ConfigError(f"unknown section (known: check, {', '.join(sections)})",

@@ -75,6 +75,30 @@ def evaluate_mounts(mounts: dict[str, Mount], rw: tuple[str, ...], node: str,
     return out
 
 
+# ------------------------------------------------------------------ GPU count (D2)
+
+def count_gpus(root_path: str) -> int:
+    """GPUs the NVIDIA driver has bound (entries of /proc/driver/nvidia/gpus); 0 when
+    the driver is not loaded, which on a GPU node is itself the fault."""
+    try:
+        return len(os.listdir(root_path))
+    except OSError:
+        return 0
+
+
+def evaluate_gpu_count(visible: int, expected: int, node: str) -> list[Finding]:
+    """SPEC D2: fewer GPUs visible than the node is configured to have."""
+    if expected <= 0 or visible >= expected:
+        return []
+    return [Finding(
+        fault="gpu.missing", severity=Severity.CRITICAL,
+        summary=f"{visible} of {expected} GPUs are visible to the driver",
+        detector="gpus", node=node,
+        evidence=(Evidence(source="/proc/driver/nvidia/gpus",
+                           text=f"visible={visible} expected={expected}",
+                           data={"visible": visible, "expected": expected}),))]
+
+
 # ------------------------------------------------------------------ restart loops
 
 def parse_systemctl_show(text: str) -> dict[str, int]:

@@ -38,7 +38,7 @@ from slurm_heal.types import Alert, Evidence, Finding, Severity
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
 
-DETECTORS = ("kernel_log", "mounts", "services")
+DETECTORS = ("kernel_log", "mounts", "gpus", "services")
 
 # Exit statuses of `slurm-heal check` (documented in docs/checks.md).
 EXIT_HEALTHY = 0
@@ -165,6 +165,15 @@ def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,
     return node.evaluate_mounts(node.parse_mounts(text), cfg.mounts.rw, name), {}
 
 
+def detect_gpus(cfg: CheckConfig, st: dict[str, Any], name: str,
+                now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D2: fewer GPUs than configured (``[gpus] expected``; 0 = not checked)."""
+    if cfg.gpus.expected <= 0:
+        raise node.Unsupported("no expected GPU count configured")
+    visible = node.count_gpus(paths.host_path("/proc/driver/nvidia/gpus"))
+    return node.evaluate_gpu_count(visible, cfg.gpus.expected, name), {}
+
+
 def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
                     now: datetime) -> tuple[list[Finding], Update]:
     """SPEC D4: slurmd/munge/kubelet/containerd restarting in a loop."""
@@ -178,6 +187,7 @@ def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
 REGISTRY: dict[str, DetectorFn] = {
     "kernel_log": detect_kernel_log,
     "mounts": detect_mounts,
+    "gpus": detect_gpus,
     "services": detect_services,
 }
 

@@ -52,7 +52,9 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
         cursor = data.get("cursor")
         # kmsg sequence numbers and journald boots restart; a file's offset does not
         # (re-reading pre-reboot lines would re-raise faults the reboot fixed).
-        fresh["cursor"] = cursor if isinstance(cursor, dict) and cursor.get("kind") == "file" else None
+        keep = (isinstance(cursor, dict) and cursor.get("kind") == "file"
+                and not str(cursor.get("path", "")).endswith("/dev/kmsg"))
+        fresh["cursor"] = cursor if keep else None
         fresh["published"] = data.get("published", fresh["published"])
         fresh["services"] = {}
         return fresh, True

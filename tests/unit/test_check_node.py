@@ -130,3 +130,23 @@ def test_restart_loop_is_seen_across_check_runs_through_systemctl(
     (finding,) = results[2].findings
     assert finding.fault == "service.restart_loop" and "slurmd.service" in finding.summary
     assert results[2].exit_code == 1
+
+
+def test_fewer_gpus_than_configured_is_gpu_missing(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D2: 7 of 8 GPUs visible drains the node; no expected count, no check."""
+    from slurm_heal.checks import runner
+
+    root = tmp_path / "root"
+    for i in range(7):
+        (root / f"proc/driver/nvidia/gpus/0000:{i + 16:02x}:00.0").mkdir(parents=True)
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
+    cfg = config.parse_config({"gpus": {"expected": 8}, "kernel_log": {"enabled": False}})
+    result = runner.run_check(cfg, node_name="n1", dry_run=True, now=T0)
+    (finding,) = result.findings
+    assert finding.fault == "gpu.missing" and finding.summary.startswith("7 of 8 GPUs")
+    assert runner.cordons(finding)
+    plain = runner.run_check(config.parse_config({"kernel_log": {"enabled": False}}),
+                             node_name="n1", dry_run=True, now=T0)
+    assert plain.findings == []
+    assert [s.status for s in plain.statuses if s.name == "gpus"] == ["unsupported"]
