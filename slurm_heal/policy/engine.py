@@ -16,11 +16,13 @@ One call does, in order:
 4. new remediations from alerts (after S1 persistence) and from request reason strings
    (Q1-Q4), with the action chosen by the catalog, E1 escalation and E3 evidence.
 
-Safety gates held before each disruptive step (cordon, act): recommend-only mode, the
-global pause, the breaker (S5, automatic remediations only), the cooldown (S2),
+Safety gates held before a remediation starts (cordon): recommend-only mode, the global
+pause, the breaker (S5, automatic remediations only), the cooldown (S2),
 evidence for requests (P1/Q4), reserved migrate spares (E5), the concurrency limit (S3),
-one per pool (S4) and pool capacity (Q4). A held remediation gets one ``blocked``
-record naming the limit, not one per cycle.
+one per pool (S4) and pool capacity (Q4). Recommend-only and pause also hold the action
+of a started one; the breaker does not (it stops new automatic work, and a half-done
+remediation held back would only keep its node drained). A held remediation gets one
+``blocked`` record naming the limit, not one per cycle.
 """
 
 from __future__ import annotations
@@ -568,11 +570,12 @@ class _Decider:
         if self.paused:
             return self.hold(rem, "pause", "slurm-heal is paused: nothing disruptive "
                                 "starts until a person unpauses it")
-        if is_automatic(rem):
-            if self.breaker_gate(rem, starting):
-                return True
         if not starting:
+            # Started remediations finish: the breaker stops new automatic work (S5);
+            # holding a half-done one would only keep its node drained longer.
             return False
+        if is_automatic(rem) and self.breaker_gate(rem):
+            return True
         ends = [t for r in self.rems.values() if r.node == rem.node and r.phase.terminal
                 and _act_attempts(r) and (t := _ended_at(r)) is not None]
         last_end = max(ends, default=None)
@@ -619,10 +622,10 @@ class _Decider:
                                     f"other nodes in service, {need} must stay")
         return False
 
-    def breaker_gate(self, rem: Remediation, starting: bool) -> bool:
+    def breaker_gate(self, rem: Remediation) -> bool:
         """SPEC S5: N automatic starts within the window open the breaker."""
         pol = self.policy.safety
-        if not self.breaker.open and starting:
+        if not self.breaker.open:
             since = self.now - pol.breaker_window
             if self.breaker.reset_at and self.breaker.reset_at > since:
                 since = self.breaker.reset_at  # a reset starts a fresh count
@@ -633,7 +636,9 @@ class _Decider:
                        f"{format_duration(pol.breaker_window)} (threshold "
                        f"{pol.breaker_threshold}): the breaker opens; automatic remediation "
                        "stops until a person resets it")
-                self.breaker = Breaker(open=True, opened_at=self.now, why=why)
+                # Keep reset_by/reset_at: the count restarts from the last reset.
+                self.breaker = self.breaker.model_copy(update={
+                    "open": True, "opened_at": self.now, "why": why})
                 self.breaker_changed = True
                 return self.hold(rem, "S5", why)
         if self.breaker.open:

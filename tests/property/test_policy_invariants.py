@@ -1,0 +1,161 @@
+"""Invariants of the engine over random event streams (issue 3, hypothesis).
+
+Each example is a random scenario (alerts, clears, jobs, approvals, cancels, requests,
+failing actions, breaker resets) on a six-node, three-pool cluster under a random policy,
+run through the real simulation. Every decide() call is checked:
+
+- S3/S4: never more remediations in disruptive phases than the limit, never two in a pool;
+- P1: never an action on a node without a confirmed alert; E3: never a migrate without
+  evidence; Q2: never `remove`;
+- S5: no automatic remediation starts while the breaker is open (one started before it
+  opened may finish), never more automatic starts in the window than the threshold;
+  S2: nothing starts within the cooldown after a remediation on the node;
+- S6: deciding twice on the same input gives the same plan; no key is handed out twice;
+  L3: never two open remediations on one node.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from slurm_heal.models import Phase, Remediation
+from slurm_heal.policy import decide, is_automatic
+from slurm_heal.simulation import Cycle, Simulation, parse_scenario
+from slurm_heal.types import Action, Severity
+
+NODES = [f"gpu0{i}" for i in range(1, 7)]
+FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",
+          "gpu.row_remap.pending", "gpu.thermal", "disk.low_space"]
+
+alert = st.fixed_dictionaries({"type": st.just("alert"), "node": st.sampled_from(NODES),
+                               "fault": st.sampled_from(FAULTS)})
+event = st.one_of(
+    alert, alert, alert,  # weighted: most of what happens to a cluster is alerts
+    st.fixed_dictionaries({"type": st.just("clear"), "node": st.sampled_from(NODES),
+                           "fault": st.sampled_from(FAULTS)}),
+    st.fixed_dictionaries({"type": st.just("job"), "node": st.sampled_from(NODES),
+                           "id": st.integers(1, 50), "ends": st.integers(1, 300)}),
+    st.fixed_dictionaries({"type": st.sampled_from(["approve", "deny", "cancel",
+                                                    "action_fails"]),
+                           "node": st.sampled_from(NODES)}),
+    st.fixed_dictionaries({"type": st.just("request"), "node": st.sampled_from(NODES),
+                           "action": st.sampled_from(["reboot", "rebuild", "migrate", "remove"]),
+                           "who": st.sampled_from(["person", "detector"]),
+                           "id": st.sampled_from(["1", "2"])}),
+    st.fixed_dictionaries({"type": st.just("reset_breaker")}),
+)
+# A busy few hours, so that remediations overlap and the limits matter.
+timed = st.tuples(st.integers(0, 240), event)
+policies = st.fixed_dictionaries({
+    "approvals": st.fixed_dictionaries({"default": st.sampled_from(["auto", "manual"])}),
+    "safety": st.fixed_dictionaries({
+        "breaker_threshold": st.integers(1, 4),
+        "concurrency": st.sampled_from([1, 2, 3]),
+        "one_per_pool": st.booleans()}),
+    "waiting": st.fixed_dictionaries({"max_wait": st.sampled_from(["30m", "2h", "never"])}),
+})
+
+
+def scenario(events: list[tuple[int, dict[str, Any]]], config: dict[str, Any]) -> dict[str, Any]:
+    out = []
+    for minute, raw in events:
+        e = {k: v for k, v in raw.items() if k != "who"}
+        e["at"] = f"+{minute}m"
+        if e["type"] == "job":
+            e["ends"] = f"+{minute + e['ends']}m"
+        if e["type"] == "request":
+            if raw["who"] == "person":
+                e["by"] = "alice"
+            else:
+                e["detector"] = "det"
+        out.append(e)
+    return {"start": "2026-01-05T00:00:00Z", "config": config, "until": "+2d",
+            "nodes": [{"name": n, "pool": f"p{i // 2}"} for i, n in enumerate(NODES)],
+            "events": out}
+
+
+def merged(c: Cycle) -> dict[str, Remediation]:
+    rems = {r.id: r for r in c.state.remediations}
+    rems.update({r.id: r for r in c.plan.updates})
+    return rems
+
+
+class Checker:
+    def __init__(self, sc: Any) -> None:
+        self.sc = sc
+        self.problems: list[str] = []
+
+    def __call__(self, c: Cycle) -> None:
+        pol = self.sc.policy
+        after = merged(c)
+        at = c.at.isoformat()
+        # S6: deterministic
+        if decide(c.view, c.state, c.at, pol, c.alerts) != c.plan:
+            self.problems.append(f"{at}: two decisions on the same input differ")
+        disruptive = [r for r in after.values() if r.phase.disruptive]
+        limit = pol.safety.concurrency_limit(len(c.view.nodes))
+        if len(disruptive) > limit:
+            self.problems.append(f"{at}: S3 {len(disruptive)} > {limit}")
+        if pol.safety.one_per_pool:
+            pools = [r.pool for r in disruptive]
+            if len(pools) != len(set(pools)):
+                self.problems.append(f"{at}: S4 two in one pool")
+        # S5: never more automatic starts within the window (since a reset) than allowed
+        breaker = c.plan.breaker or c.state.breaker
+        since = c.at - pol.safety.breaker_window
+        if breaker.reset_at is not None and breaker.reset_at > since:
+            since = breaker.reset_at
+        starts = [r for r in after.values() if is_automatic(r)
+                  and (t := r.phase_times.get("cordoned")) is not None and t >= since]
+        if len(starts) > pol.safety.breaker_threshold:
+            self.problems.append(f"{at}: S5 {len(starts)} automatic starts in the window")
+        open_nodes = [r.node for r in after.values() if not r.phase.terminal]
+        if len(open_nodes) != len(set(open_nodes)):
+            self.problems.append(f"{at}: L3 two open remediations on one node")
+        for e in c.plan.effects:
+            rem = after.get(e.remediation or "")
+            if e.action is Action.REMOVE:
+                self.problems.append(f"{at}: Q2 remove")
+            if rem is None or e.kind not in ("cordon", "act"):
+                continue
+            alerts = [a for a in c.alerts.get(e.node, []) if a.active]
+            if e.kind == "act" and not alerts:
+                self.problems.append(f"{at}: P1 act on {e.node} without an alert")
+            if e.kind == "act" and e.action is Action.MIGRATE:
+                crit_now = any(a.severity is Severity.CRITICAL for a in alerts)
+                crit_past = any(r.host == rem.host and r.severity is Severity.CRITICAL
+                                and r.created >= c.at - timedelta(days=10)
+                                for r in c.state.remediations)
+                if not (crit_now or crit_past):
+                    self.problems.append(f"{at}: E3 migrate without evidence")
+            # a person's reset in this very cycle lets automatic work start again
+            reset_now = any(cmd.kind == "reset_breaker" and cmd.id in c.plan.consumed
+                            for cmd in c.state.inbox)
+            started_before = (e.kind == "act" and c.state.breaker.opened_at is not None
+                              and rem.phase_times.get("cordoned", c.at)
+                              <= c.state.breaker.opened_at)
+            if c.state.breaker.open and not reset_now and is_automatic(rem) \
+                    and not started_before:
+                self.problems.append(f"{at}: S5 automatic {e.kind} with the breaker open")
+            for r in c.state.remediations:
+                end = r.phase_times.get(r.phase.value)
+                if (r.node == e.node and r.phase in (Phase.DONE, Phase.FAILED) and end
+                        and any(a.effect == "act" for a in r.attempts)
+                        and c.at < end + pol.safety.cooldown and e.kind == "cordon"):
+                    self.problems.append(f"{at}: S2 cordon of {e.node} within the cooldown")
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(events=st.lists(timed, min_size=1, max_size=14), config=policies)
+def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
+                                                   config: dict[str, Any]) -> None:
+    sc = parse_scenario(scenario(events, config))
+    check = Checker(sc)
+    result = Simulation(sc, on_cycle=check).run()
+    assert not result.violations, result.violations  # S6: no key handed out twice
+    assert not check.problems, check.problems[:5]
