@@ -357,6 +357,14 @@ class Simulation:
         self.records.extend(plan.records)
         for eff in plan.effects:
             rem = rems.get(eff.remediation) if eff.remediation else None
+            if rem is not None and eff.kind == "poll":
+                # As the daemon does: a poll's answer goes onto the act Attempt it names.
+                outcome, op_id, finished = self._execute(eff, t)
+                rems[rem.id] = rem.model_copy(update={"attempts": tuple(
+                    a.model_copy(update={"outcome": outcome, "operation": op_id,
+                                         "finished": finished}) if a.key == eff.ref else a
+                    for a in rem.attempts)})
+                continue
             if rem is not None:
                 if any(a.key == eff.key for a in rem.attempts):
                     self.violations.append(f"{t.isoformat()}: key {eff.key} handed out twice")

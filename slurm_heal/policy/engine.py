@@ -771,13 +771,16 @@ class _Decider:
                         why=f"{rem.action.value} {rem.node}")
             self.wake(self.now + POLL_EVERY)
             return
-        latest = seen[-1]
-        if latest.outcome in (None, "running"):
+        # The daemon writes a poll's answer onto the act Attempt itself; a store that
+        # records polls as Attempts of their own works too: the last final answer counts.
+        finals = [a for a in seen if a.outcome in ("ok", "failed")]
+        if not finals:
             polls = sum(1 for a in rem.attempts if a.effect == "poll")
             self.effect("poll", rem.node, rem, "poll", polls, ref=act_key, rule="S6",
                         why=f"is the {rem.action.value} of {rem.node} finished?")
             self.wake(self.now + POLL_EVERY)
             return
+        latest = finals[-1]
         if latest.outcome == "ok":
             done = latest.finished or self.now
             self.step(rem, "returning", "L5", f"the {rem.action.value} finished; waiting for "
