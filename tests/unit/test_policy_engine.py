@@ -492,3 +492,53 @@ def test_a_fault_without_an_action_is_sent_to_support_once() -> None:
     assert phases(plan) == [("notified", "D8")] and kinds(plan) == ["notify"]
     again = run([node("gpu01"), node("gpu02")], al, State(data=plan.data or {}))
     assert again.effects == ()
+
+
+# ------------------------------------------------------------------ the end of the ladder
+def test_migrates_that_keep_failing_on_a_machine_go_to_a_person_not_a_loop() -> None:
+    """SPEC E1/Q2: past the last step: a removal recommendation to a person, no action."""
+    hist = tuple(rem(phase=Phase.FAILED, action=Action.MIGRATE, fault="gpu.xid.79",
+                     at=T0 - timedelta(days=1, hours=i)) for i in range(2))
+    plan = run([node("gpu01", pool="a"), node("gpu02", pool="b")],
+               {"gpu01": [alert("gpu01", "gpu.xid.79")]}, State(remediations=hist))
+    assert not plan.updates
+    assert [(r.phase, r.rule, r.action) for r in plan.records] == [
+        ("escalated", "E1", Action.REMOVE)]
+    assert kinds(plan) == ["notify"]
+
+
+def test_a_node_handed_to_a_person_gets_nothing_automatic() -> None:
+    """SPEC E1: the failed migrate leaves the node with a person; new alerts don't loop."""
+    r = rem(phase=Phase.FAILED, action=Action.MIGRATE, fault="gpu.xid.79",
+            data={"evidence_fault": "gpu.xid.79", "handed_to_person": True})
+    al = {"gpu01": [alert("gpu01", "gpu.xid.48", since=T0 + timedelta(hours=1))]}
+    plan = run([node("gpu01", "DRAIN"), node("gpu02", pool="b")], al, State(remediations=(r,)),
+               T0 + timedelta(hours=2))
+    assert not plan.updates and ("blocked", "E1") in phases(plan)
+
+
+def test_a_persons_request_for_removal_is_refused_too() -> None:
+    """SPEC Q2: slurm-heal never removes a node itself, whoever asks."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REMOVE)
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(inbox=(cmd,)), policy=policy_from_dict({}))
+    assert ("denied", "Q2") in phases(plan) and not [u for u in plan.updates
+                                                     if u.action is Action.REMOVE]
+
+
+def test_pause_and_unpause_commands_change_the_kill_switch() -> None:
+    """House style 8: pause/unpause reach the State through the plan."""
+    cmd = Command(id="c1", at=T0, kind="pause", by="alice")
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, State(inbox=(cmd,)))
+    assert plan.paused is True and "cordon" not in kinds(plan)
+    cmd2 = Command(id="c2", at=T0, kind="unpause", by="alice")
+    assert run([node("gpu01")], state=State(paused=True, inbox=(cmd2,))).paused is False
+
+
+def test_cancel_is_refused_once_the_action_runs() -> None:
+    """SPEC L1: an action that already runs cannot be taken back."""
+    r = rem(phase=Phase.ACTING, acted=False)
+    cmd = Command(id="c1", at=T0, kind="cancel", by="alice", node="gpu01")
+    plan = run([node("gpu01", "DOWN", "DRAIN")], {"gpu01": [alert("gpu01")]},
+               State(remediations=(r,), inbox=(cmd,)), T0 + timedelta(minutes=1))
+    assert ("blocked", "L1") in phases(plan) and plan.consumed == ("c1",)
