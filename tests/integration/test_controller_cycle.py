@@ -1,0 +1,250 @@
+"""The controller cycle end to end without Slurm: the real engine, store, http provider
+and provider simulator (HTTP on 127.0.0.1) against the in-process simulated cluster, on
+a clock the test moves. SPEC L1-L5, P4, Q1-Q3, S5, S6, D5, I5."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_heal import extra, reasons
+from slurm_heal.config import policy_from_dict
+from slurm_heal.controller import Controller, Notifier
+from slurm_heal.models import Command, Phase, Remediation
+from slurm_heal.providers.http import HttpProvider
+from slurm_heal.providers.simulator import SimulatorServer
+from slurm_heal.slurm.memory import MemorySlurm
+from slurm_heal.store import Store
+from slurm_heal.types import Action, Alert, Evidence, Severity
+
+T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
+NODES = [("gpu01", "a"), ("gpu02", "a"), ("gpu03", "b"), ("gpu04", "b")]
+POLICY = {"approvals": {"default": "manual", "rules": [
+    {"fault": "gpu.xid.119", "action": "reboot", "mode": "auto"},
+    {"fault": "gpu.xid.79", "mode": "auto"},
+    {"fault": "request", "mode": "auto"}]},
+    "safety": {"breaker_threshold": 2, "breaker_window": "1h", "concurrency": 4,
+               "one_per_pool": False},
+    "capacity": {"min_available_percent": 0}}
+
+
+@dataclass
+class Clock:
+    now: datetime = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+
+@dataclass
+class Rig:
+    clock: Clock
+    cluster: MemorySlurm
+    sim: SimulatorServer
+    store: Store
+    policy: Any
+    notes: Path
+    providers: list[HttpProvider] = field(default_factory=list)
+
+    def controller(self) -> Controller:
+        provider = HttpProvider(self.sim.url, connect_timeout=2, read_timeout=5,
+                                attempts=3, backoff=0.01)
+        self.providers.append(provider)
+        return Controller(slurm=self.cluster, provider=provider, store=self.store,
+                          policy=self.policy, clock=self.clock, notifier=Notifier(self.notes))
+
+    def alert(self, node: str, fault: str, severity: Severity = Severity.CRITICAL) -> None:
+        """What the node check publishes (its own tests prove that part)."""
+        now = self.clock()
+        a = Alert(node=node, fault=fault, severity=severity, summary=f"{fault} seen",
+                  first_seen=now, last_seen=now, detector="kernel_log",
+                  evidence=(Evidence(source="kmsg", text=f"NVRM: Xid ...: {fault}"),))
+        self.cluster.set_extra(node, extra.KEY, extra.our_section([a], now))
+
+    def rems(self, node: str | None = None) -> list[Remediation]:
+        return [r for r in self.store.load().remediations if node is None or r.node == node]
+
+    def run(self, ctl: Controller, cycles: int, step: float = 30.0) -> None:
+        for _ in range(cycles):
+            ctl.cycle()
+            self.sim.wait_idle(5)
+            self.clock.advance(seconds=step)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    clock = Clock()
+    holder: dict[str, MemorySlurm] = {}
+
+    def on_boot(node: str) -> None:  # the node's health check at boot: a clean log
+        holder["c"].set_extra(node, extra.KEY, None)
+
+    cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot)
+    holder["c"] = cluster
+
+    def on_action(node: str, action: Action, op: Any) -> str | None:
+        cluster.simulate_reboot(node, timedelta(minutes=3))
+        return None
+
+    with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
+        r = Rig(clock, cluster, sim, Store(tmp_path / "state"),
+                policy_from_dict(POLICY, source="test"), tmp_path / "notes.jsonl")
+        yield r
+        for p in r.providers:
+            p.close()
+
+
+def test_xid_on_a_busy_node_is_cordoned_waits_for_the_job_reboots_and_resumes(rig: Rig) -> None:
+    """SPEC L1, L5, P3, P4: the whole life cycle with a complete audit record."""
+    jid = rig.cluster.submit_job("gpu02", timedelta(minutes=20))
+    rig.alert("gpu02", "gpu.xid.119")
+    ctl = rig.controller()
+    rig.run(ctl, 2)
+    node = rig.cluster.node("gpu02")
+    assert node.drained and reasons.is_ours(node.reason)  # cordoned: no new jobs
+    assert [j.job_id for j in rig.cluster.jobs("gpu02")] == [jid]  # the job still runs
+    assert rig.rems("gpu02")[0].phase is Phase.WAITING
+    assert rig.sim.stats()["executed"] == {}  # nothing done to the node while the job runs
+    rig.run(ctl, 60)  # 30 min of cycles: the job ends, the node reboots, comes back
+    rem = rig.rems("gpu02")[0]
+    assert rem.phase is Phase.DONE, rem.steps[-1]
+    assert not rig.cluster.node("gpu02").drained
+    assert rig.cluster.history("gpu02") == ["reboot"]
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+    # SPEC P4: who requested, who/what approved, the rule that chose the action, phase times
+    assert rem.requested_by and rem.approval_rule == "P2:approvals[0]"
+    assert rem.action is Action.REBOOT and rem.action_rule
+    for phase in ("proposed", "approved", "cordoned", "waiting", "acting", "returning", "done"):
+        assert phase in rem.phase_times, phase
+    assert all(s.rule and s.why for s in rem.steps)
+
+
+def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) -> None:
+    """SPEC S6, L1: an act recorded but never sent is resolved by asking the provider
+    by its key, and the action runs exactly once."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+
+    class Crash(Exception):
+        pass
+
+    real_submit = ctl.provider.submit
+
+    def crash(*_a: Any, **_k: Any) -> Any:
+        raise Crash("controller killed")
+
+    ctl.provider.submit = crash  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        rig.run(ctl, 5)
+    rem = rig.rems("gpu01")[0]
+    assert rem.phase is Phase.ACTING and len(rem.in_flight) == 1
+    assert rig.sim.stats()["executed"] == {}
+    ctl.provider.submit = real_submit  # type: ignore[method-assign]
+    rig.run(rig.controller(), 20)  # a restarted controller
+    assert rig.rems("gpu01")[0].phase is Phase.DONE
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_lost_response_after_the_action_ran_is_not_acted_again(rig: Rig) -> None:
+    """SPEC S6: the provider did it but the answer was lost; the retry with the same
+    idempotency key returns the same operation."""
+    rig.alert("gpu03", "gpu.xid.119")
+    rig.sim.set_faults(lose_response=1)
+    rig.run(rig.controller(), 20)
+    assert rig.rems("gpu03")[0].phase is Phase.DONE
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:
+    """SPEC S6: two replicas working on the same node."""
+    rig.alert("gpu04", "gpu.xid.119")
+    a, b = rig.controller(), rig.controller()
+    for _ in range(20):
+        a.cycle()
+        b.cycle()
+        rig.sim.wait_idle(5)
+        rig.clock.advance(seconds=30)
+    rems = rig.rems("gpu04")
+    assert len(rems) == 1 and rems[0].phase is Phase.DONE
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_request_through_reason_string_repeated_makes_one_remediation(rig: Rig) -> None:
+    """SPEC Q1, Q3: the operator's detector writes a heal-request reason, twice."""
+    rig.alert("gpu02", "ib.link_down")
+    reason = "heal-request: reboot detector=ibmon id=4711 port 1 flapping"
+    rig.cluster.drain("gpu02", reason)
+    ctl = rig.controller()
+    rig.run(ctl, 1)
+    rig.cluster.drain("gpu02", reason)  # the detector fires again
+    rig.run(ctl, 20)
+    rems = rig.rems("gpu02")
+    assert len(rems) == 1
+    assert (rems[0].detector, rems[0].request_id, rems[0].action) == ("ibmon", "4711",
+                                                                      Action.REBOOT)
+    assert rems[0].phase is Phase.DONE
+
+
+def test_foreign_drain_is_reported_never_resumed_or_relabelled(rig: Rig) -> None:
+    """SPEC D5, house style 2."""
+    rig.cluster.drain("gpu03", "bad DIMM, ticket 1234")
+    rig.run(rig.controller(), 5)
+    node = rig.cluster.node("gpu03")
+    assert node.drained and node.reason == "bad DIMM, ticket 1234"
+    assert rig.sim.stats()["executed"] == {}
+    assert not [r for r in rig.rems("gpu03") if r.action is not Action.NONE]
+
+
+def test_burst_of_failures_opens_the_breaker_manual_requests_still_run(rig: Rig) -> None:
+    """SPEC S5: automatic remediation stops until a person resets it."""
+    for n in ("gpu01", "gpu02", "gpu03"):
+        rig.alert(n, "gpu.xid.119")
+    ctl = rig.controller()
+    rig.run(ctl, 30)
+    state = rig.store.load()
+    assert state.breaker.open
+    automatic_done = [r for r in state.remediations if r.phase is Phase.DONE]
+    assert len(automatic_done) == 2  # threshold 2 within the window; started ones finish
+    assert len(rig.sim.stats()["executed"]) == 2
+    held = [r for r in state.remediations if r.node == "gpu03"]
+    assert held and not held[0].phase.disruptive  # the third never started
+    assert not rig.cluster.node("gpu03").drained or reasons.parse_marker(
+        rig.cluster.node("gpu03").reason).by == "check"
+    # a person's request still goes through while the breaker is open
+    rig.alert("gpu04", "ib.link_degraded", Severity.WARNING)
+    rig.store.add_command(Command(id="c1", at=rig.clock(), kind="request", by="alice",
+                                  node="gpu04", action=Action.REBOOT, reason="flapping"))
+    rig.run(ctl, 30)
+    manual = [r for r in rig.rems("gpu04") if r.origin == "operator"]
+    assert manual and manual[0].phase is Phase.DONE and not manual[0].automatic
+    assert rig.store.load().breaker.open
+    assert len(rig.sim.stats()["executed"]) == 3
+
+
+def test_corrupt_store_fails_closed(rig: Rig) -> None:
+    """House style 5: nothing disruptive runs until a person acts."""
+    rig.store.file.parent.mkdir(parents=True, exist_ok=True)
+    rig.store.file.write_text("{not json")
+    rig.alert("gpu01", "gpu.xid.119")
+    report = rig.controller().cycle()
+    assert report.failed_closed
+    assert not rig.cluster.node("gpu01").drained
+    assert rig.sim.stats()["executed"] == {}
+
+
+def test_no_action_fault_is_sent_to_support(rig: Rig) -> None:
+    """SPEC D8: recorded and routed to the support channel, never a reboot."""
+    rig.alert("gpu01", "gpu.pcie.replay_rate", Severity.WARNING)
+    rig.run(rig.controller(), 30, step=60)
+    assert rig.sim.stats()["executed"] == {}
+    lines = [json.loads(x) for x in rig.notes.read_text().splitlines()]
+    assert any(x["node"] == "gpu01" for x in lines)
