@@ -1,0 +1,315 @@
+"""The controller daemon end to end on the real Slurm lab (slurmctld + slurmd on
+127.0.0.1): `slurm-heal daemon` as a process, the node check as `slurm-heal check` on a
+replayed kernel log, and the provider simulator over HTTP whose actions really reboot
+the lab node (slurmd restarted with -b). SPEC L1-L5, Q1-Q4, D5, S5, S6, P4, I2, I3, I5.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_heal import extra
+from slurm_heal.models import Phase, Remediation
+from slurm_heal.providers.simulator import LabHook, SimulatorServer
+from slurm_heal.slurm.cli import CliSlurm
+from slurm_heal.store import Store
+from slurm_heal.types import Action, Alert, Evidence, Severity
+from tests.lab import Lab
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+XID79 = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the "
+         "bus.")
+CHECK_TOML = '[services]\nenabled = false\n[mounts]\nrw = ["/"]\n'
+
+
+def _policy(state_dir: Path, conf: Path, url: str, extra_toml: str = "") -> str:
+    return f"""
+[approvals]
+default = "manual"
+[[approvals.rules]]
+fault = "gpu.xid.79"
+mode = "auto"
+[[approvals.rules]]
+fault = "gpu.xid.119"
+action = "reboot"
+mode = "auto"
+
+[safety]
+concurrency = 4
+one_per_pool = false
+breaker_threshold = 2
+breaker_window = "1h"
+return_timeout = "5m"
+
+[capacity]
+min_available_percent = 0
+{extra_toml}
+[controller]
+state_dir = "{state_dir}"
+interval = 1
+slurm_backend = "cli"
+slurm_conf = "{conf}"
+
+[provider]
+type = "http"
+url = "{url}"
+read_timeout = 30
+"""
+
+
+class Heal:
+    """One test's slurm-heal installation against the lab."""
+
+    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer) -> None:
+        self.lab, self.tmp, self.sim = lab, tmp, sim
+        self.state_dir = tmp / "state"
+        self.config = tmp / "heal.toml"
+        self.config.write_text(_policy(self.state_dir, lab.conf, sim.url))
+        (tmp / "check.toml").write_text(CHECK_TOML)
+        self.slurm = CliSlurm(slurm_conf=str(lab.conf))
+        self.daemons: list[subprocess.Popen[bytes]] = []
+        self.store = Store(self.state_dir)
+        self._boots: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_boots, daemon=True)
+
+    # -- the node side ------------------------------------------------------------------
+    def root(self, node: str) -> Path:
+        root = self.tmp / "roots" / node
+        if not root.exists():
+            (root / "dev").mkdir(parents=True)
+            (root / "proc/sys/kernel/random").mkdir(parents=True)
+            (root / "proc/mounts").write_text("/dev/vda1 / ext4 rw,relatime 0 0\n")
+            (root / "proc/uptime").write_text("100.0 100.0\n")
+            self.new_boot(node)
+        return root
+
+    def new_boot(self, node: str) -> None:
+        root = self.tmp / "roots" / node
+        (root / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
+        (root / "dev/kmsg").write_text("6,1,1000,-;Linux version 6.1.0\n")
+
+    def kernel_says(self, node: str, line: str) -> None:
+        with (self.root(node) / "dev/kmsg").open("a") as fh:
+            fh.write(f"3,2,2000,-;{line}\n")
+
+    def check(self, node: str) -> subprocess.CompletedProcess[str]:
+        """`slurm-heal check` on NODE, as HealthCheckProgram runs it."""
+        env = dict(self.lab.env, SLURM_HEAL_ROOT=str(self.root(node)))
+        return subprocess.run([sys.executable, "-m", "slurm_heal.cli", "check", "--node", node,
+                               "--config", str(self.tmp / "check.toml")],
+                              env=env, capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+
+    def publish(self, node: str, fault: str, severity: Severity = Severity.CRITICAL) -> None:
+        """An alert in Extra as a node-side detector publishes it (for faults the node
+        check does not read from the kernel log)."""
+        from datetime import datetime, timezone
+        now = datetime.now(timezone.utc)
+        alert = Alert(node=node, fault=fault, severity=severity, summary=f"{fault} seen",
+                      first_seen=now, last_seen=now, detector="ibmon",
+                      evidence=(Evidence(source="test", text=fault),))
+        self.slurm.set_extra(node, extra.KEY, extra.our_section([alert], now))
+
+    def _watch_boots(self) -> None:
+        """HealthCheckProgram at boot: when a node's boot time changes, check it."""
+        while not self._stop.is_set():
+            for n in self.lab.nodes:
+                boot = self.lab.show(n).get("BootTime", "")
+                if n in self._boots and boot and boot != self._boots[n]:
+                    self.new_boot(n) if (self.tmp / "roots" / n).exists() else self.root(n)
+                    self.check(n)
+                self._boots[n] = boot or self._boots.get(n, "")
+            self._stop.wait(0.5)
+
+    # -- the controller side ------------------------------------------------------------
+    def start_daemon(self) -> subprocess.Popen[bytes]:
+        log = (self.tmp / f"daemon-{len(self.daemons)}.log").open("wb")
+        proc = subprocess.Popen([sys.executable, "-m", "slurm_heal.cli", "daemon", "--config",
+                                 str(self.config)], env=self.lab.env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.daemons.append(proc)
+        return proc
+
+    def rems(self, node: str) -> list[Remediation]:
+        return [r for r in self.store.load().remediations if r.node == node]
+
+    def wait_phase(self, node: str, phase: Phase, timeout: float = 90) -> Remediation:
+        def done() -> Remediation | None:
+            rems = self.rems(node)
+            return rems[-1] if rems and rems[-1].phase is phase else None
+        try:
+            return self.lab.wait_for(done, timeout=timeout, what=f"{node} {phase.value}")
+        except TimeoutError:
+            raise AssertionError(f"{node} never reached {phase.value}: {self.rems(node)}\n"
+                                 + self.logs()) from None
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:]
+                         for p in sorted(self.tmp.glob("daemon-*.log")))
+
+    def executed(self) -> dict[str, int]:
+        return dict(self.sim.stats()["executed"])
+
+    def close(self) -> None:
+        self._stop.set()
+        for p in self.daemons:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.daemons:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def heal(lab: Lab, tmp_path: Path) -> Iterator[Heal]:
+    hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
+    with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
+        h = Heal(lab, tmp_path, sim)
+        h._watcher.start()
+        try:
+            yield h
+        finally:
+            h.close()
+
+
+def _wait_resumed(lab: Lab, node: str) -> None:
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+
+
+def test_xid79_on_busy_node_waits_for_job_migrates_and_resumes(lab: Lab, heal: Heal) -> None:
+    """SPEC L1-L5, E3, P4: cordon -> wait for the job -> act -> back, checked, resumed."""
+    node = "gpu01"
+    out = lab.run(["sbatch", "--parsable", "-w", node, "-t", "5", "--wrap", "sleep 12"]).stdout
+    job = out.strip().split(";")[0]
+    lab.wait_for(lambda: job in lab.run(["squeue", "-h", "-o", "%i", "-w", node]).stdout,
+                 timeout=30, what="job running")
+    heal.kernel_says(node, XID79)
+    assert heal.check(node).returncode == 1  # findings
+    assert "DRAIN" in lab.state(node)
+    heal.start_daemon()
+    rem = heal.wait_phase(node, Phase.WAITING, timeout=30)
+    assert rem.action is Action.MIGRATE and heal.executed() == {}  # the job still runs
+    rem = heal.wait_phase(node, Phase.DONE, timeout=120)
+    _wait_resumed(lab, node)
+    assert list(heal.executed().values()) == [1]
+    act = [a for a in rem.attempts if a.effect == "act"][0]
+    assert act.started >= rem.phase_times["waiting"]
+    assert job not in lab.run(["squeue", "-h", "-o", "%i"]).stdout  # it ended on its own
+    # SPEC P4: the audit record is complete
+    assert rem.requested_by and rem.approval_rule == "P2:approvals[0]" and rem.action_rule
+    for phase in ("proposed", "approved", "cordoned", "waiting", "acting", "returning", "done"):
+        assert phase in rem.phase_times, phase
+    # migrate gave the node a new host identity, recorded in Extra (L2)
+    assert "slurm_heal_host" in (heal.slurm.node(node).extra or {})
+
+
+def test_reason_string_request_repeated_is_one_remediation(lab: Lab, heal: Heal) -> None:
+    """SPEC Q1, Q3, P1: a detector's request, twice with the same detector and id."""
+    node = "gpu02"
+    heal.publish(node, "ib.link_down")
+    reason = "heal-request: reboot detector=ibmon id=4711 port 1 flapping"
+    lab.scontrol("update", f"nodename={node}", "state=drain", f"reason={reason}")
+    heal.start_daemon()
+    heal.lab.wait_for(lambda: heal.rems(node), timeout=30, what="a remediation")
+    lab.scontrol("update", f"nodename={node}", "state=drain", f"reason={reason}")
+    time.sleep(3)  # a few cycles see the repeated request
+    assert len(heal.rems(node)) == 1 and heal.executed() == {}  # P2: waits for a person
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "approve", node, "--by",
+                           "alice", "--state-dir", str(heal.state_dir)], env=lab.env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rem = heal.wait_phase(node, Phase.DONE, timeout=120)
+    _wait_resumed(lab, node)
+    assert len(heal.rems(node)) == 1
+    assert (rem.detector, rem.request_id, rem.action) == ("ibmon", "4711", Action.REBOOT)
+    assert rem.approved_by == "alice"
+    assert list(heal.executed().values()) == [1]
+
+
+def test_foreign_drain_is_reported_and_left_alone(lab: Lab, heal: Heal) -> None:
+    """SPEC D5: never resumed or relabelled."""
+    node = "gpu03"
+    lab.scontrol("update", f"nodename={node}", "state=drain", "reason=bad DIMM ticket 1234")
+    heal.start_daemon()
+    time.sleep(5)
+    assert lab.show(node).get("Reason", "").startswith("bad")
+    assert "DRAIN" in lab.state(node) and heal.executed() == {}
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "alerts", "--json",
+                           "--state-dir", str(heal.state_dir)], env=lab.env,
+                          capture_output=True, text=True, timeout=60)
+    assert "slurm.node_drain" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_burst_opens_breaker_manual_request_still_runs(lab: Lab, heal: Heal) -> None:
+    """SPEC S5: automatic actions stop; a person's request still works."""
+    for node in ("gpu01", "gpu02", "gpu03"):
+        heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout "
+                               "after 6s of waiting for RPC response from GPU0 GSP!")
+        heal.check(node)
+    heal.start_daemon()
+    lab.wait_for(lambda: heal.store.load().breaker.open, timeout=60, what="breaker open")
+    lab.wait_for(lambda: len(heal.executed()) >= 2, timeout=60, what="two actions")
+    time.sleep(4)
+    assert len(heal.executed()) == 2  # the third automatic one never ran
+    heal.publish("gpu04", "ib.link_degraded", Severity.WARNING)
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "request", "gpu04", "reboot",
+                           "--reason", "flapping link", "--by", "alice", "--state-dir",
+                           str(heal.state_dir)], env=lab.env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rem = heal.wait_phase("gpu04", Phase.DONE, timeout=120)
+    assert rem.origin == "operator" and not rem.automatic and rem.requested_by == "alice"
+    assert len(heal.executed()) == 3 and heal.store.load().breaker.open
+
+
+def test_kill_9_mid_action_then_restart_acts_once_and_completes(lab: Lab, heal: Heal) -> None:
+    """SPEC S6, L1: the intent is recorded; the restarted daemon asks, never acts again."""
+    node = "gpu03"
+    heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after "
+                           "6s of waiting for RPC response from GPU0 GSP!")
+    heal.check(node)
+    heal.sim.set_faults(latency=4.0)  # the act call hangs: kill the daemon inside it
+    first = heal.start_daemon()
+
+    def in_flight() -> bool:
+        rems = heal.rems(node)
+        return bool(rems) and any(a.effect == "act" and a.outcome is None
+                                  for a in rems[-1].attempts)
+    lab.wait_for(in_flight, timeout=60, what="act recorded, no outcome yet")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    heal.sim.set_faults(latency=0.0)
+    heal.start_daemon()
+    heal.wait_phase(node, Phase.DONE, timeout=120)
+    _wait_resumed(lab, node)
+    assert list(heal.executed().values()) == [1]
+
+
+def test_two_daemons_make_one_remediation_and_one_action(lab: Lab, heal: Heal) -> None:
+    """SPEC S6: two replicas on the same state directory."""
+    node = "gpu04"
+    heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after "
+                           "6s of waiting for RPC response from GPU0 GSP!")
+    heal.check(node)
+    heal.start_daemon()
+    heal.start_daemon()
+    heal.wait_phase(node, Phase.DONE, timeout=120)
+    _wait_resumed(lab, node)
+    assert len(heal.rems(node)) == 1
+    assert list(heal.executed().values()) == [1]
+    assert all(p.poll() is None for p in heal.daemons)  # neither crashed
+    os.sync()
