@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -122,6 +122,10 @@ class Heal:
                       evidence=(Evidence(source="test", text=fault),))
         self.slurm.set_extra(node, extra.KEY, extra.our_section([alert], now))
 
+    def baseline(self) -> None:
+        """The boot times the watcher compares against, taken before the test acts."""
+        self._boots = {n: self.lab.show(n).get("BootTime", "") for n in self.lab.nodes}
+
     def _watch_boots(self) -> None:
         """HealthCheckProgram at boot: when a node's boot time changes, check it."""
         while not self._stop.is_set():
@@ -137,7 +141,7 @@ class Heal:
     def start_daemon(self) -> subprocess.Popen[bytes]:
         log = (self.tmp / f"daemon-{len(self.daemons)}.log").open("wb")
         proc = subprocess.Popen([sys.executable, "-m", "slurm_heal.cli", "daemon", "--config",
-                                 str(self.config)], env=self.lab.env, stdout=log,
+                                 str(self.config)], env=dict(self.lab.env, PYTHONFAULTHANDLER="1"), stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.daemons.append(proc)
         return proc
@@ -153,6 +157,17 @@ class Heal:
             return self.lab.wait_for(done, timeout=timeout, what=f"{node} {phase.value}")
         except TimeoutError:
             raise AssertionError(f"{node} never reached {phase.value}: {self.rems(node)}\n"
+                                 + self.logs()) from None
+
+    def wait(self, predicate: Callable[[], object], what: str, timeout: float = 60) -> None:
+        try:
+            self.lab.wait_for(predicate, timeout=timeout, what=what)
+        except TimeoutError as exc:
+            for p in self.daemons:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGABRT)
+                    p.wait(timeout=10)
+            raise AssertionError(f"{exc}\nremediations: {self.store.load().remediations}\n"
                                  + self.logs()) from None
 
     def logs(self) -> str:
@@ -175,10 +190,14 @@ class Heal:
 
 
 @pytest.fixture
-def heal(lab: Lab, tmp_path: Path) -> Iterator[Heal]:
+def heal(lab_clean: Lab, tmp_path: Path) -> Iterator[Heal]:
+    # lab_clean first: its reset may restart a node's slurmd (a new boot time), which the
+    # boot watcher below must not mistake for a reboot done by the test.
+    lab = lab_clean
     hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
     with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
         h = Heal(lab, tmp_path, sim)
+        h.baseline()
         h._watcher.start()
         try:
             yield h
@@ -281,7 +300,8 @@ def test_kill_9_mid_action_then_restart_acts_once_and_completes(lab: Lab, heal: 
     node = "gpu03"
     heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after "
                            "6s of waiting for RPC response from GPU0 GSP!")
-    heal.check(node)
+    checked = heal.check(node)
+    assert checked.returncode == 1, checked.stdout + checked.stderr + str(lab.show(node))
     heal.sim.set_faults(latency=4.0)  # the act call hangs: kill the daemon inside it
     first = heal.start_daemon()
 
@@ -289,7 +309,7 @@ def test_kill_9_mid_action_then_restart_acts_once_and_completes(lab: Lab, heal: 
         rems = heal.rems(node)
         return bool(rems) and any(a.effect == "act" and a.outcome is None
                                   for a in rems[-1].attempts)
-    lab.wait_for(in_flight, timeout=60, what="act recorded, no outcome yet")
+    heal.wait(in_flight, "act recorded, no outcome yet")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     heal.sim.set_faults(latency=0.0)
