@@ -24,6 +24,10 @@ from slurm_heal.errors import SlurmError
 from slurm_heal.types import Alert, Evidence, Severity
 
 KEY = "slurm_heal"
+# The machine identity under the node: written by whatever moves a node to other
+# hardware (a migrate), as {"host": "...", "previous": "..."}. A key of its own, because
+# the node check rewrites KEY on every run and must not lose it.
+HOST_KEY = "slurm_heal_host"
 VERSION = 1
 MAX_EVIDENCE = 3
 MAX_TEXT = 400

@@ -84,8 +84,12 @@ def _parse(t: Any) -> datetime | None:
 
 
 def host_of(node: NodeInfo | None, name: str) -> str:
-    """Machine identity for E1: Extra ``slurm_heal.host`` when present, else the node name."""
+    """Machine identity for E1/E3: Extra ``slurm_heal_host.host`` (set by a migrate), else
+    ``slurm_heal.host``, else the node name."""
     if node is not None and isinstance(node.extra, dict):
+        moved = node.extra.get(extra_mod.HOST_KEY)
+        if isinstance(moved, dict) and isinstance(moved.get("host"), str) and moved["host"]:
+            return str(moved["host"])
         ours = node.extra.get(extra_mod.KEY)
         if isinstance(ours, dict) and isinstance(ours.get("host"), str) and ours["host"]:
             return str(ours["host"])

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from slurm_heal import extra
 from slurm_heal.errors import ProviderError
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 
 PROVIDER_ACTIONS = (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE)
 # Extra key where a migrated node's host identity is recorded (see docs/providers.md).
-HOST_EXTRA_KEY = "slurm_heal_host"
+HOST_EXTRA_KEY = extra.HOST_KEY
 COMPUTE_PREFIX = "/compute/v2.1"
 # Nova's server status / task state while an action runs.
 _NOVA_BUSY = {

@@ -32,13 +32,15 @@ AUTO = {"approvals": {"default": "auto"}}
 def node(name: str, *states: str, pool: str = "a", reason: str = "", host: str | None = None,
          boot: datetime | None = None, checked: datetime | None = None) -> NodeInfo:
     ours: dict[str, Any] = {}
-    if host:
-        ours["host"] = host
+    extra: dict[str, Any] = {}
+    if host:  # what a migrate records (providers/simulator.py LabHook, extra.HOST_KEY)
+        extra["slurm_heal_host"] = {"host": host, "previous": name}
     if checked:
         ours["checked_at"] = checked.isoformat()
+    if ours:
+        extra["slurm_heal"] = ours
     return NodeInfo(name=name, states=frozenset(states or {"IDLE"}), reason=reason,
-                    partitions=(pool,), extra={"slurm_heal": ours} if ours else {},
-                    boot_time=boot)
+                    partitions=(pool,), extra=extra, boot_time=boot)
 
 
 def alert(n: str, fault: str = "gpu.xid.48", sev: Severity = Severity.CRITICAL,
