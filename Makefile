@@ -34,5 +34,14 @@ test: setup
 bench: setup
 	$(BIN)/python benchmarks/run.py
 
+# A lab of your own on 127.0.0.1 (state in .lab/): `eval "$$(contrib/lab/lab env)"` then
+# `slurm-heal status` talks to it. The test suite starts a private one of its own.
+lab-up: setup
+	contrib/lab/lab install
+	contrib/lab/lab up
+
+lab-down:
+	contrib/lab/lab down
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

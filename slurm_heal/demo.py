@@ -4,7 +4,8 @@ Everything here is the real thing except the cluster: the real node check reads 
 (replayed) kernel log and publishes its alert in the node's Extra, the real controller
 decides with the real engine under a real policy, records to the real JSON store, and
 repairs the node through the real `http` provider talking to the provider simulator
-over HTTP on 127.0.0.1. The cluster is `MemorySlurm` (in process, so the demo runs on
+over HTTP on 127.0.0.1. The node's health check at boot runs when the controller sees
+the node's boot time change. The cluster is `MemorySlurm` (in process, so the demo runs on
 a machine without Slurm) or, with ``lab``, the loopback lab cluster.
 """
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import tempfile
 import time
 import uuid
@@ -25,6 +28,7 @@ from slurm_heal.checks.config import parse_config
 from slurm_heal.checks.runner import run_check
 from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller, CycleReport, Notifier, utcnow
+from slurm_heal.errors import HealError
 from slurm_heal.models import Phase
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
@@ -110,60 +114,160 @@ class Narrator:
                              f": {outcome}{' (' + ex.detail + ')' if ex.detail else ''}")
 
 
+class MemoryBackend:
+    """The embedded default: an in-process simulated cluster (no Slurm needed)."""
+
+    name = "a simulated GPU cluster (in process)"
+
+    def __init__(self, tmp: Path) -> None:
+        self.slurm = MemorySlurm([(n, "gpu") for n in NODES], clock=utcnow)
+
+    def submit_job(self, node: str, seconds: float) -> str:
+        return str(self.slurm.submit_job(node, timedelta(seconds=seconds)))
+
+    def hook(self, node: str, action: Action, op: Any) -> str | None:
+        self.slurm.simulate_reboot(node, timedelta(seconds=2))
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class LabBackend:
+    """The loopback lab: real slurmctld and slurmd on 127.0.0.1 (root, Slurm installed)."""
+
+    name = "the Slurm lab on 127.0.0.1 (real slurmctld + slurmd)"
+
+    def __init__(self, tmp: Path) -> None:
+        from slurm_heal.providers.simulator import LabHook
+        from slurm_heal.slurm.cli import CliSlurm
+
+        self.script = Path(__file__).resolve().parents[1] / "contrib" / "lab" / "lab"
+        if not self.script.exists():
+            raise HealError(f"--lab needs the lab script {self.script} (a source checkout)")
+        if os.geteuid() != 0:
+            raise HealError("--lab runs slurmctld and slurmd as root: run it as root")
+        if shutil.which("slurmctld") is None and not Path("/usr/sbin/slurmctld").exists():
+            raise HealError("--lab needs Slurm: run `contrib/lab/lab install` first")
+        self.dir = tmp / "lab"
+        self.lab = [str(self.script), "--dir", str(self.dir)]
+        self._run([*self.lab, "--nodes", str(len(NODES)), "--base-port", str(_free_ports(5)),
+                   "up"], timeout=150)
+        self.conf = self.dir / "etc" / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.slurm = CliSlurm(slurm_conf=str(self.conf))
+        self.hook = LabHook(self.dir, slurm=self.slurm, lab_command=self.script)
+
+    def _run(self, argv: list[str], timeout: float) -> str:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, env=getattr(self, "env", None),
+                                  cwd=self.dir if self.dir.exists() else None)
+        except subprocess.TimeoutExpired:
+            raise HealError(f"{' '.join(argv)} ran past {timeout:.0f}s") from None
+        if proc.returncode != 0:
+            raise HealError(f"{' '.join(argv)} failed: {proc.stderr.strip()[-500:]}")
+        return proc.stdout
+
+    def submit_job(self, node: str, seconds: float) -> str:
+        out = self._run(["sbatch", "--parsable", "-w", node, "-t", "5", "--wrap",
+                         f"sleep {seconds:.0f}"], timeout=30)
+        jid = out.strip().split(";")[0]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the story needs it running, not pending
+            if any(str(j.job_id) == jid and j.state == "RUNNING" for j in self.slurm.jobs(node)):
+                return jid
+            time.sleep(0.3)
+        raise HealError(f"job {jid} did not start on {node} within 30s")
+
+    def close(self) -> None:
+        subprocess.run([*self.lab, "down"], capture_output=True, timeout=60,
+                       stdin=subprocess.DEVNULL, check=False)
+
+
+def _free_ports(count: int) -> int:
+    """A base port P with P..P+count free on 127.0.0.1."""
+    for base in range(23000, 29000, count + 3):
+        try:
+            for port in range(base, base + count + 1):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise HealError("no free ports for the lab in 23000..29000")
+
+
 def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
-             interval: float = 0.5, workdir: Path | None = None) -> int:
+             interval: float = 0.5, workdir: Path | None = None, lab: bool = False) -> int:
     """Run the demo; return 0 when the node was repaired and resumed, else 1."""
     start = time.monotonic()
     say = Narrator(out, start)
     tmp = Path(tempfile.mkdtemp(prefix="slurm-heal-demo-")) if workdir is None else workdir
     check_cfg = parse_config({"services": {"enabled": False}, "mounts": {"rw": ["/"]}})
     replay = {n: ReplayNode(tmp / "nodes", n) for n in NODES}
-    cluster: MemorySlurm
+    if lab:
+        out.write("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
+    backend: MemoryBackend | LabBackend = LabBackend(tmp) if lab else MemoryBackend(tmp)
+    cluster = backend.slurm
+    try:
+        return _story(out, say, backend, cluster, replay, check_cfg, tmp, job_seconds,
+                      deadline, interval, start)
+    finally:
+        backend.close()
+        if workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-    def node_check(node: str, client: SlurmClient) -> int:
+
+def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
+           cluster: SlurmClient, replay: dict[str, ReplayNode], check_cfg: Any, tmp: Path,
+           job_seconds: float, deadline: float, interval: float, start: float) -> int:
+    def node_check(node: str) -> int:
         with _replay_root(replay[node].root):
-            result = run_check(check_cfg, node_name=node, client=client)
+            result = run_check(check_cfg, node_name=node, client=cluster)
         for f in result.findings:
             say.say(node, f"node check: {f.fault} ({f.severity.value}) {f.summary}")
         for a in result.actions:
             say.say(node, f"node check: {a}")
         return len(result.findings)
 
-    def on_boot(node: str) -> None:
-        replay[node].boot()
-        say.say(node, "booted (new boot id, clean kernel log); HealthCheckProgram runs")
-        if node_check(node, cluster) == 0:
-            say.say(node, "node check: healthy")
-
-    cluster = MemorySlurm([(n, "gpu") for n in NODES], clock=utcnow, on_boot=on_boot)
-
     def on_action(node: str, action: Action, op: Any) -> str | None:
         say.say(node, f"provider simulator: executing {action.value} (operation {op.id})")
-        if action in (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE):
-            cluster.simulate_reboot(node, timedelta(seconds=2))
-        return None
+        return backend.hook(node, action, op)
 
     policy = policy_from_dict(DEMO_POLICY, source="demo policy (SPEC P2 example)")
     store = Store(tmp / "state")
     with SimulatorServer(port=0, on_action=on_action, duration=1.0) as sim:
-        out.write(f"slurm-heal demo: a simulated GPU cluster {NODES[0]}..{NODES[-1]}, the "
-                  f"provider simulator on {sim.url}, state in {tmp}\n"
+        out.write(f"slurm-heal demo: {backend.name}, nodes {NODES[0]}..{NODES[-1]}; the "
+                  f"provider simulator on {sim.url}; state in {tmp}\n"
                   "policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
                   "migrate always needs a person\n\n")
-        provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=5)
+        provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=30)
         controller = Controller(slurm=cluster, provider=provider, store=store, policy=policy,
                                 notifier=Notifier(tmp / "state" / "notifications.jsonl"))
-        jid = cluster.submit_job(FAULTY, timedelta(seconds=job_seconds))
-        say.say(FAULTY, f"job {jid} (alice, train) is running; it ends in {job_seconds:.0f}s")
+        jid = backend.submit_job(FAULTY, job_seconds)
+        say.say(FAULTY, f"job {jid} is running; it ends in {job_seconds:.0f}s")
         for n in NODES:
-            node_check(n, cluster)
-        say.say("*", "all nodes healthy; the controller runs a cycle every "
-                     f"{interval}s")
+            node_check(n)
+        say.say("*", f"all nodes healthy; the controller runs a cycle every {interval}s")
         say.report(controller.cycle())
         replay[FAULTY].kernel_says(XID_LINE)
         say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE[:78]}...")
-        node_check(FAULTY, cluster)
-        ok = _drive(controller, cluster, say, store, deadline, interval, start)
+        node_check(FAULTY)
+        boot = cluster.node(FAULTY).boot_time
+
+        def health_check_at_boot() -> None:
+            nonlocal boot
+            now_boot = cluster.node(FAULTY).boot_time
+            if now_boot != boot and now_boot is not None:
+                boot = now_boot
+                replay[FAULTY].boot()
+                say.say(FAULTY, "booted (new boot id, clean kernel log); HealthCheckProgram runs")
+                if node_check(FAULTY) == 0:
+                    say.say(FAULTY, "node check: healthy")
+
+        ok = _drive(controller, cluster, say, store, deadline, interval, start,
+                    health_check_at_boot)
         provider.close()
         stats = sim.stats()
     if ok:
@@ -177,15 +281,14 @@ def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
             out.write(f"  {phase:<10} {at.isoformat()}\n")
         out.write(f"  provider actions executed per idempotency key: {stats['executed']}\n")
         out.write(f"\n{FAULTY} was repaired and is back in service.\n")
-    if workdir is None:
-        shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1
 
 
 def _drive(controller: Controller, cluster: SlurmClient, say: Narrator, store: Store,
-           deadline: float, interval: float, start: float,
+           deadline: float, interval: float, start: float, between: Callable[[], None],
            sleep: Callable[[float], None] = time.sleep) -> bool:
     while time.monotonic() - start < deadline:
+        between()
         say.report(controller.cycle())
         rems = [r for r in store.load().remediations if r.node == FAULTY]
         if rems and rems[-1].phase is Phase.DONE and not cluster.node(FAULTY).drained:
@@ -196,4 +299,3 @@ def _drive(controller: Controller, cluster: SlurmClient, say: Narrator, store: S
         sleep(interval)
     say.say(FAULTY, f"not finished after {deadline:.0f}s")
     return False
-

@@ -10,7 +10,9 @@ import click
 @click.command()
 @click.option("--job-seconds", default=6.0, show_default=True,
               help="How long the job on the faulty node still runs.")
-def demo(job_seconds: float) -> None:
+@click.option("--lab", is_flag=True,
+              help="Run on the loopback Slurm lab (real slurmctld/slurmd; root, Slurm installed).")
+def demo(job_seconds: float, lab: bool) -> None:
     """A simulated cluster goes through fault -> remediation -> resume, narrated.
 
     Starts the provider simulator (HTTP on 127.0.0.1) and an in-process simulated Slurm
@@ -20,6 +22,7 @@ def demo(job_seconds: float) -> None:
     """
     from slurm_heal.demo import run_demo
 
-    code = run_demo(sys.stdout, job_seconds=job_seconds)
+    code = run_demo(sys.stdout, job_seconds=job_seconds, deadline=120.0 if lab else 55.0,
+                    lab=lab)
     if code:
         raise SystemExit(code)

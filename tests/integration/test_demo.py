@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def test_demo_runs_fault_to_resume_and_exits_zero() -> None:
     proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "demo"],
@@ -21,3 +23,14 @@ def test_demo_runs_fault_to_resume_and_exits_zero() -> None:
     assert "gpu02 was repaired and is back in service" in out
     # the action ran exactly once through the provider (SPEC S6)
     assert "executed per idempotency key: {'r-" in out and "': 1}" in out
+
+
+@pytest.mark.slurm
+def test_demo_on_the_lab_runs_the_same_story_on_real_slurm() -> None:
+    """`slurm-heal demo --lab`: its own lab beside the suite's (ports and dir of its own)."""
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "demo", "--lab"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "real slurmctld" in out and "[waiting]" in out and "[done]" in out
+    assert "gpu02 was repaired and is back in service" in out
