@@ -36,7 +36,7 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
     state_dir = Path(settings.state_dir) if settings.state_dir else Path(
         default_state_dir(settings.slurm_conf))
     state_dir.mkdir(parents=True, exist_ok=True)
-    provider = make_provider(dict(policy.provider), slurm=slurm)
+    provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")
     notify = Path(settings.notify_file) if settings.notify_file else state_dir / "notifications.jsonl"
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
