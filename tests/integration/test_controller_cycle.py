@@ -204,6 +204,18 @@ def test_foreign_drain_is_reported_never_resumed_or_relabelled(rig: Rig) -> None
     assert not [r for r in rig.rems("gpu03") if r.action is not Action.NONE]
 
 
+def test_malformed_request_is_a_clear_alert_and_the_node_is_left_as_it_is(rig: Rig) -> None:
+    """Issue 5 / SPEC Q1: a request that does not parse does nothing to the node."""
+    rig.cluster.drain("gpu02", "heal-request: rebot detector=ibmon id=1")
+    ctl = rig.controller()
+    reports = [ctl.cycle() for _ in range(3)]
+    node = rig.cluster.node("gpu02")
+    assert node.drained and node.reason == "heal-request: rebot detector=ibmon id=1"
+    assert not rig.rems("gpu02") and rig.sim.stats()["executed"] == {}
+    records = [r for rep in reports for r in rep.records if r.node == "gpu02"]
+    assert any("rebot" in r.why for r in records), records
+
+
 def test_burst_of_failures_opens_the_breaker_manual_requests_still_run(rig: Rig) -> None:
     """SPEC S5: automatic remediation stops until a person resets it."""
     for n in ("gpu01", "gpu02", "gpu03"):

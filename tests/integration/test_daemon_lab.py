@@ -273,6 +273,25 @@ def test_foreign_drain_is_reported_and_left_alone(lab: Lab, heal: Heal) -> None:
     assert "slurm.node_drain" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_daemon_writes_a_heartbeat_logs_node_fields_and_stops_on_sigterm(
+        lab: Lab, heal: Heal) -> None:
+    """Issue 5: heartbeat file, node=/remediation=/rule= on log lines, clean SIGTERM."""
+    heal.kernel_says("gpu01", "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout "
+                              "after 6s of waiting for RPC response from GPU0 GSP!")
+    heal.check("gpu01")
+    proc = heal.start_daemon()
+    heartbeat = heal.state_dir / "heartbeat"
+    heal.wait(heartbeat.exists, "a heartbeat file")
+    first = heartbeat.read_text()
+    heal.wait(lambda: heartbeat.read_text() != first, "the heartbeat moves on")
+    heal.wait_phase("gpu01", Phase.DONE, timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    lines = [x for x in heal.logs().splitlines() if "gpu01" in x and "phase=" in x]
+    assert lines and all("node=gpu01" in x and "remediation=r-" in x and "rule=" in x
+                         for x in lines)
+
+
 def test_burst_opens_breaker_manual_request_still_runs(lab: Lab, heal: Heal) -> None:
     """SPEC S5: automatic actions stop; a person's request still works."""
     for node in ("gpu01", "gpu02", "gpu03"):
