@@ -82,26 +82,6 @@ def our_section(alerts: list[Alert], checked_at: datetime) -> dict[str, Any]:
             "alerts": [alert_to_json(a) for a in alerts]}
 
 
-def merged_extra(current_raw: str, section: dict[str, Any] | None) -> str:
-    """The new Extra text: ``current_raw`` with our key set (or removed when None).
-
-    Foreign keys are kept. Extra holding non-JSON text that is not ours is never
-    overwritten: that raises SlurmError so nothing of the site's is lost.
-    """
-    current = parse_extra(current_raw)
-    if current is None:
-        raise SlurmError(
-            "node Extra holds non-JSON text that slurm-heal does not own; "
-            f"refusing to overwrite it: {current_raw[:80]!r}"
-        )
-    new = dict(current)
-    if section is None:
-        new.pop(KEY, None)
-    else:
-        new[KEY] = section
-    return json.dumps(new, separators=(",", ":"), sort_keys=True) if new else ""
-
-
 def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:
     """The active alerts the node side published in Extra. Malformed entries are skipped."""
     if not extra:

@@ -9,7 +9,6 @@ it back with a new boot time, and ``Extra`` is free text we keep JSON in.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -17,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_heal.errors import NotFound, SlurmError
-from slurm_heal.extra import parse_extra
+from slurm_heal.extra import parse_extra, with_key
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 
@@ -155,15 +154,7 @@ class MemorySlurm:
     def set_extra(self, node: str, key: str, value: Any | None) -> None:
         with self._lock:
             n = self._node(node)
-            current = parse_extra(n.extra_raw)
-            if current is None:
-                raise SlurmError(f"node {node} Extra holds non-JSON text; not overwriting it")
-            new = dict(current)
-            if value is None:
-                new.pop(key, None)
-            else:
-                new[key] = value
-            n.extra_raw = json.dumps(new, separators=(",", ":"), sort_keys=True) if new else ""
+            n.extra_raw = with_key(n.extra_raw, key, value)
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
         self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
