@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -180,8 +180,3 @@ class MemorySlurm:
         """What was done to ``node`` (reboots, signals, requeues) — for the demo and tests."""
         with self._lock:
             return list(self._node(node).history)
-
-    def with_partition(self, node: str, partition: str) -> None:
-        with self._lock:
-            n = self._node(node)
-            self._nodes[node] = replace(n, partitions=(partition,))
