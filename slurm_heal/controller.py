@@ -44,6 +44,7 @@ from slurm_heal.errors import (
 from slurm_heal.models import Attempt, Decision, Effect, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
 
@@ -193,13 +194,14 @@ class Controller:
                 outcome, detail = "ok", "jobs cancelled"
             elif effect.kind in ("resume", "release"):
                 node = self.slurm.node(effect.node)
-                if node.drained and not reasons.is_ours(node.reason):
-                    # house style 2: never resume a node somebody else drained
-                    outcome, detail = "failed", f"reason is not ours ({node.reason!r}); left alone"
-                else:
-                    if node.drained:
-                        self.slurm.resume(effect.node)
+                if not (node.drained or node.down):
+                    outcome, detail = "ok", "already in service"
+                elif reasons.is_ours(node.reason) or _our_reboot(node, state, effect):
+                    self.slurm.resume(effect.node)
                     outcome, detail = "ok", "resumed"
+                else:
+                    # house style 2: never resume a node somebody else took out of service
+                    outcome, detail = "failed", f"reason is not ours ({node.reason!r}); left alone"
             elif effect.kind == "notify":
                 self.notifier(effect, now)
                 outcome, detail = "ok", "sent to support"
@@ -220,6 +222,15 @@ class Controller:
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
         return Executed(effect, outcome, detail)
+
+
+def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:
+    """The node is out of service only because of the reboot our action caused: Slurm's
+    own reboot reason replaced our marker, and the boot came after our act."""
+    if not reasons.is_slurm_reboot(node.reason) or node.boot_time is None:
+        return False
+    act = _act_attempt(state, effect.remediation, "")
+    return act is not None and node.boot_time > act.started
 
 
 def _act_attempt(state: State, remediation: str | None, ref: str) -> Attempt | None:

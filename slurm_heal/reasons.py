@@ -69,6 +69,18 @@ def is_ours(reason: str | None) -> bool:
     return bool(reason) and reason.lstrip().startswith(OUR_PREFIX)  # type: ignore[union-attr]
 
 
+# Reasons Slurm writes itself when a node reboots: "Node unexpectedly rebooted" (22.05,
+# ReturnToService 0/1, after a reboot Slurm did not order) and "Reboot ..." for
+# `scontrol reboot`. They replace our marker; they are ours to clear only when the boot
+# is the one our own action caused (the caller checks the boot time).
+_SLURM_REBOOT = re.compile(r"^(node unexpectedly rebooted|reboot\b)", re.IGNORECASE)
+
+
+def is_slurm_reboot(reason: str | None) -> bool:
+    """True when ``reason`` is one Slurm writes after a node reboots."""
+    return bool(reason) and bool(_SLURM_REBOOT.match(reason.strip()))  # type: ignore[union-attr]
+
+
 def is_request(reason: str | None) -> bool:
     """True when ``reason`` is (or tries to be) a heal request."""
     return bool(reason) and reason.lstrip().startswith(REQUEST_PREFIX)  # type: ignore[union-attr]

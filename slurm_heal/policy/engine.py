@@ -522,8 +522,11 @@ class _Decider:
     # ---------------------------------------------------------------- observations
     def observe(self, node: NodeInfo) -> None:
         name = node.name
+        ours_rebooting = reasons.is_slurm_reboot(node.reason) and any(
+            r.node == name and r.phase in (Phase.ACTING, Phase.RETURNING)
+            for r in self.rems.values())  # Slurm's reason for the reboot we caused
         if (node.down or node.drained) and node.reason and not reasons.is_ours(node.reason) \
-                and not reasons.is_request(node.reason):
+                and not reasons.is_request(node.reason) and not ours_rebooting:
             fault = "slurm.node_down" if node.down else "slurm.node_drain"
             if self.once(f"d5:{name}", f"{fault}:{node.reason}"):
                 self.record(name, "alert", "D5", f"{fault}: {name} is "
@@ -810,12 +813,18 @@ class _Decider:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
                 return
-            if node.drained and reasons.is_ours(node.reason):
+            out = node.drained or node.down
+            # Slurm may replace our marker with its own reboot reason (ReturnToService
+            # 0/1): that boot is the one our action caused, so it is ours to clear.
+            ours = reasons.is_ours(node.reason) or (
+                reasons.is_slurm_reboot(node.reason) and node.boot_time is not None
+                and node.boot_time > acted)
+            if out and ours:
                 self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
                             why="health check passed")
             self.step(rem, "done", "L5", f"{rem.node} is back and passed its health check"
-                      + ("; resumed" if node.drained and reasons.is_ours(node.reason) else
-                         "" if not node.drained else "; its reason is not ours: not resumed"))
+                      + ("; resumed" if out and ours else
+                         "" if not out else "; its reason is not ours: not resumed"))
             return
         limit = done + self.policy.safety.return_timeout
         if self.now >= limit:

@@ -45,7 +45,8 @@ class MemorySlurm:
     """
 
     def __init__(self, nodes: list[tuple[str, str]], clock: Callable[[], datetime],
-                 on_boot: Callable[[str], None] | None = None, user: str = "root") -> None:
+                 on_boot: Callable[[str], None] | None = None, user: str = "root",
+                 return_to_service: int = 2) -> None:
         self._clock = clock
         self._lock = threading.RLock()
         now = clock()
@@ -54,6 +55,10 @@ class MemorySlurm:
         self._next_job = 1000
         self._on_boot = on_boot
         self._user = user
+        # Slurm's ReturnToService: with 2 a rebooted node registers and is back; with 0/1
+        # a reboot Slurm did not order itself leaves it DOWN, "Node unexpectedly rebooted"
+        # (slurm.conf(5), seen as such on 22.05).
+        self._rts = return_to_service
 
     # -- simulation controls (not part of SlurmClient) --------------------------------
     def submit_job(self, node: str, runtime: timedelta, user: str = "alice",
@@ -88,7 +93,10 @@ class MemorySlurm:
         booted = []
         for n in self._nodes.values():
             if n.reboot_done_at is not None and n.reboot_done_at <= now:
-                n.down = False
+                n.down = self._rts != 2
+                if n.down:
+                    n.reason, n.reason_user, n.reason_time = ("Node unexpectedly rebooted",
+                                                              "slurm", n.reboot_done_at)
                 n.boot_time = n.reboot_done_at
                 n.reboot_done_at = None
                 if n.reboot_resume:
@@ -147,9 +155,9 @@ class MemorySlurm:
     def resume(self, node: str) -> None:
         with self._lock:
             n = self._node(node)
-            if n.down:
-                raise SlurmError(f"node {node} is down", command=["scontrol", "update"])
-            n.drain, n.reason, n.reason_user, n.reason_time = False, "", "", None
+            if n.reboot_done_at is not None:  # not responding: Slurm refuses too
+                raise SlurmError(f"node {node} is not responding", command=["scontrol", "update"])
+            n.down, n.drain, n.reason, n.reason_user, n.reason_time = False, False, "", "", None
 
     def set_extra(self, node: str, key: str, value: Any | None) -> None:
         with self._lock:

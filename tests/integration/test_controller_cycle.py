@@ -128,6 +128,41 @@ def test_xid_on_a_busy_node_is_cordoned_waits_for_the_job_reboots_and_resumes(ri
     assert all(s.rule and s.why for s in rem.steps)
 
 
+def test_node_left_down_by_slurm_after_our_reboot_is_resumed(tmp_path: Path) -> None:
+    """SPEC L5 with ReturnToService=1: Slurm marks the node we rebooted DOWN, "Node
+    unexpectedly rebooted", replacing our marker. That boot is ours, so it is resumed."""
+    clock = Clock()
+    cluster = MemorySlurm(NODES, clock=clock, return_to_service=1,
+                          on_boot=lambda n: cluster.set_extra(n, extra.KEY, None))
+
+    def on_action(node: str, action: Action, op: Any) -> str | None:
+        cluster.simulate_reboot(node, timedelta(minutes=3))
+        return None
+
+    with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
+        rig = Rig(clock, cluster, sim, Store(tmp_path / "state"),
+                  policy_from_dict(POLICY, source="test"), tmp_path / "notes.jsonl")
+        rig.alert("gpu01", "gpu.xid.119")
+        rig.run(rig.controller(), 20)
+        for p in rig.providers:
+            p.close()
+    assert rig.rems("gpu01")[0].phase is Phase.DONE
+    node = cluster.node("gpu01")
+    assert not node.down and not node.drained, node
+
+
+def test_node_down_for_a_foreign_reason_after_our_action_is_left_alone(rig: Rig) -> None:
+    """House style 2: a DOWN reason that is not a reboot's stays for a person."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    rig.run(ctl, 3)
+    rig.clock.advance(minutes=5)  # rebooted by now
+    rig.cluster.drain("gpu01", "PSU fault, ticket 77")
+    rig.run(ctl, 10)
+    node = rig.cluster.node("gpu01")
+    assert node.drained and node.reason == "PSU fault, ticket 77"
+
+
 def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) -> None:
     """SPEC S6, L1: an act recorded but never sent is resolved by asking the provider
     by its key, and the action runs exactly once."""

@@ -56,3 +56,16 @@ def test_foreign_reason_is_not_ours() -> None:
 def test_request_round_trip() -> None:
     text = reasons.format_request(Action.REBOOT, "ibmon", "4711", "flap")
     assert reasons.parse_request(text) == reasons.ReasonRequest(Action.REBOOT, "ibmon", "4711", "flap")
+
+
+@pytest.mark.parametrize("reason, expected", [
+    ("Node unexpectedly rebooted", True),
+    ("Reboot ASAP", True),
+    ("reboot requested", True),
+    ("rebooted by hand, ticket 9", False),
+    ("heal: gpu.xid.79 rem=r-1", False),
+    ("", False),
+])
+def test_slurms_own_reboot_reasons_are_recognised(reason: str, expected: bool) -> None:
+    """SPEC L5: after our reboot Slurm may replace our marker with its own reason."""
+    assert reasons.is_slurm_reboot(reason) is expected
