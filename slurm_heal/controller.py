@@ -37,7 +37,7 @@ from slurm_heal.errors import (
     ConfigError,
     HealError,
     ProviderError,
-    ProviderTimeout,
+    ProviderRefused,
     SlurmError,
     StoreCorrupt,
 )
@@ -180,9 +180,18 @@ class Controller:
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
             elif effect.kind == "cordon":
-                self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
-                    "request", remediation=effect.remediation, by="controller"))
-                outcome, detail = "ok", "drained"
+                node = self.slurm.node(effect.node)
+                if (node.drained or node.down) and node.reason and not (
+                        reasons.is_ours(node.reason) or reasons.is_request(node.reason)):
+                    # house style 2: a person's drain is never relabelled (the engine holds
+                    # such nodes too; this guards the moment between its read and ours)
+                    outcome, detail = "failed", (f"{effect.node} is out of service for a "
+                                                 f"reason not ours ({node.reason!r}); not "
+                                                 "relabelled")
+                else:
+                    self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
+                        "request", remediation=effect.remediation, by="controller"))
+                    outcome, detail = "ok", "drained"
             elif effect.kind == "signal_jobs":
                 self.slurm.signal_jobs(effect.node, effect.signal or "USR1")
                 outcome, detail = "ok", f"signal {effect.signal or 'USR1'} sent"
@@ -207,11 +216,19 @@ class Controller:
                 outcome, detail = "ok", "sent to support"
             else:  # pragma: no cover - Effect.kind is a closed Literal
                 outcome, detail = "failed", f"unknown effect {effect.kind}"
-        except ProviderTimeout as exc:
-            # We do not know whether it happened: leave it in flight; next cycle asks.
-            log.warning("%s effect=%s timed out, left in flight: %s", where, effect.kind, exc)
-            return Executed(effect, None, str(exc))
-        except (SlurmError, ProviderError) as exc:
+        except ProviderRefused as exc:
+            # A definite no from the provider: nothing ran.
+            outcome, detail = "failed", str(exc)
+        except ProviderError as exc:
+            if effect.kind in ("act", "poll"):
+                # A timeout, a 5xx after retries, a lost connection: we do not know whether
+                # the action ran. Leave it in flight; the next cycle asks by the same key
+                # (SPEC S6), and the engine's act timeout hands it to a person at the end.
+                log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
+                            effect.kind, exc)
+                return Executed(effect, None, str(exc))
+            outcome, detail = "failed", str(exc)
+        except SlurmError as exc:
             outcome, detail = "failed", str(exc)
         log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
                  effect.action.value, outcome, detail[:200])

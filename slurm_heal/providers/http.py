@@ -162,9 +162,13 @@ class HttpProvider:
                 elif resp.status_code in (401, 403):
                     raise ProviderError(f"{self.url}: {what}: HTTP {resp.status_code} "
                                         f"(check the token file): {message}")
+                elif resp.status_code == 408:
+                    last = f"HTTP 408: {message}"
                 else:
-                    raise ProviderError(f"{self.url}: {what}: HTTP {resp.status_code}: "
-                                        f"{message}")
+                    # A definite no (400, 404, 409 key reused, 422...): nothing ran, and
+                    # asking again would get the same answer.
+                    raise ProviderRefused(f"{self.url}: {what}: HTTP {resp.status_code}: "
+                                          f"{message}")
             if attempt + 1 < self.attempts:
                 if delay is None:
                     # Exponential backoff with full jitter: replicas retrying together

@@ -5,6 +5,7 @@ a clock the test moves. SPEC L1-L5, P4, Q1-Q3, S5, S6, D5, I5."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -197,6 +198,57 @@ def test_lost_response_after_the_action_ran_is_not_acted_again(rig: Rig) -> None
     rig.run(rig.controller(), 20)
     assert rig.rems("gpu03")[0].phase is Phase.DONE
     assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_provider_errors_while_polling_leave_the_action_in_flight(rig: Rig) -> None:
+    """SPEC S6, L5: a 503 while asking about a running reboot says nothing about the
+    reboot; the act is neither failed (which would lead to a second action) nor repeated."""
+    rig.sim.duration = 1.0  # the operation stays "running" for a (real) second
+    rig.alert("gpu02", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.cycle()  # cordon
+    ctl.cycle()  # act: accepted, running
+    rig.sim.set_faults(error_5xx=3)  # the provider has attempts=3: the poll gives up
+    ctl.cycle()
+    rem = rig.rems("gpu02")[0]
+    acts = [a for a in rem.attempts if a.effect == "act"]
+    assert rem.phase is Phase.ACTING and [a.outcome for a in acts] == ["running"], acts
+    time.sleep(1.2)
+    rig.run(ctl, 20)
+    assert rig.rems("gpu02")[0].phase is Phase.DONE
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_ambiguous_act_failure_is_asked_again_with_the_same_key(rig: Rig) -> None:
+    """SPEC S6: the create gave up on 503s (did it run?); the next cycle asks by the same
+    idempotency key and the action runs exactly once."""
+    rig.alert("gpu03", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.cycle()  # cordon
+    rig.sim.set_faults(error_5xx=3)
+    ctl.cycle()  # act: 503 x3
+    rem = rig.rems("gpu03")[0]
+    assert rem.phase is Phase.ACTING and len(rem.in_flight) == 1
+    rig.run(ctl, 20)
+    assert rig.rems("gpu03")[0].phase is Phase.DONE
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_cordon_never_relabels_a_foreign_drain(rig: Rig) -> None:
+    """House style 2, as the controller's last guard: whatever a plan says, a drain by
+    someone else is not overwritten."""
+    from slurm_heal.models import Effect, Plan
+
+    rig.cluster.drain("gpu01", "bad DIMM, ticket 1234")
+
+    def plan_to_cordon(*_a: Any) -> Plan:
+        return Plan(effects=(Effect(kind="cordon", node="gpu01", reason="heal: gpu.xid.48"),))
+
+    ctl = Controller(slurm=rig.cluster, provider=rig.controller().provider, store=rig.store,
+                     policy=rig.policy, clock=rig.clock, decide=plan_to_cordon)
+    report = ctl.cycle()
+    assert [e.outcome for e in report.executed] == ["failed"]
+    assert rig.cluster.node("gpu01").reason == "bad DIMM, ticket 1234"
 
 
 def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:

@@ -126,7 +126,8 @@ def test_missing_token_file_is_named(tmp_path: Path) -> None:
 
 def test_client_error_carries_the_servers_message(provider: HttpProvider) -> None:
     provider.submit("gpu07", Action.REBOOT, "r-9:act:0")
-    with pytest.raises(ProviderError, match="HTTP 409: idempotency key 'r-9:act:0' was used"):
+    # a definite no (nothing ran): ProviderRefused, which the controller records as failed
+    with pytest.raises(ProviderRefused, match="HTTP 409: idempotency key 'r-9:act:0' was used"):
         provider.submit("gpu08", Action.REBOOT, "r-9:act:0")
 
 
