@@ -251,6 +251,13 @@ class _Decider:
                 return False
         return True
 
+    def foreign(self, node: NodeInfo) -> bool:
+        """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
+        request: a person (or Slurm) owns the node, and we never cordon or resume it."""
+        return bool((node.down or node.drained) and node.reason
+                    and not reasons.is_ours(node.reason)
+                    and not reasons.is_request(node.reason))
+
     def jobs(self, node: str) -> list[int]:
         return sorted(j.job_id for j in self.view.jobs_on(node)
                       if j.state.upper() in BUSY_JOB_STATES)
@@ -525,8 +532,7 @@ class _Decider:
         ours_rebooting = reasons.is_slurm_reboot(node.reason) and any(
             r.node == name and r.phase in (Phase.ACTING, Phase.RETURNING)
             for r in self.rems.values())  # Slurm's reason for the reboot we caused
-        if (node.down or node.drained) and node.reason and not reasons.is_ours(node.reason) \
-                and not reasons.is_request(node.reason) and not ours_rebooting:
+        if self.foreign(node) and not ours_rebooting:
             fault = "slurm.node_down" if node.down else "slurm.node_drain"
             if self.once(f"d5:{name}", f"{fault}:{node.reason}"):
                 self.record(name, "alert", "D5", f"{fault}: {name} is "
@@ -581,6 +587,14 @@ class _Decider:
             # Started remediations finish: the breaker stops new automatic work (S5);
             # holding a half-done one would only keep its node drained longer.
             return False
+        node = self.node(rem.node)
+        if node is not None and self.foreign(node):
+            # SPEC D5 / house style 2: cordoning would replace someone else's reason with
+            # our marker, and the resume at the end would undo their drain. Hold until
+            # they resume the node (or turn their reason into a heal-request).
+            return self.hold(rem, "D5", f"{rem.node} is {'DOWN' if node.down else 'drained'} "
+                                f"by someone else ({node.reason!r}): slurm-heal does not "
+                                "cordon over it; it waits until that person resumes the node")
         if is_automatic(rem) and self.breaker_gate(rem):
             return True
         ends = [t for r in self.rems.values() if r.node == rem.node and r.phase.terminal

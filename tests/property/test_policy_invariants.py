@@ -16,16 +16,17 @@ run through the real simulation. Every decide() call is checked:
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy import decide, is_automatic
 from slurm_heal.simulation import Cycle, Simulation, parse_scenario
-from slurm_heal.types import Action, Severity
+from slurm_heal.types import Action, NodeInfo, Severity
 
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",
@@ -47,6 +48,11 @@ event = st.one_of(
                            "who": st.sampled_from(["person", "detector"]),
                            "id": st.sampled_from(["1", "2"])}),
     st.fixed_dictionaries({"type": st.just("reset_breaker")}),
+    # Someone else drains a node (their reason) or resumes it (D5, house style 2).
+    st.fixed_dictionaries({"type": st.just("drain"), "node": st.sampled_from(NODES),
+                           "reason": st.sampled_from(["bad DIMM, do not use -- bob",
+                                                      "Not responding"])}),
+    st.fixed_dictionaries({"type": st.just("resume"), "node": st.sampled_from(NODES)}),
 )
 # A busy few hours, so that remediations overlap and the limits matter.
 timed = st.tuples(st.integers(0, 240), event)
@@ -76,6 +82,14 @@ def scenario(events: list[tuple[int, dict[str, Any]]], config: dict[str, Any]) -
     return {"start": "2026-01-05T00:00:00Z", "config": config, "until": "+2d",
             "nodes": [{"name": n, "pool": f"p{i // 2}"} for i, n in enumerate(NODES)],
             "events": out}
+
+
+def foreign(n: NodeInfo) -> bool:
+    """Someone else's drain, defined here on its own (not by calling the engine)."""
+    r = n.reason.strip()
+    return bool(("DRAIN" in n.states or "DOWN" in n.states) and r
+                and not r.startswith(("heal:", "heal-request:"))
+                and not re.match(r"(?i)^(node unexpectedly rebooted|reboot\b)", r))
 
 
 def merged(c: Cycle) -> dict[str, Remediation]:
@@ -116,8 +130,12 @@ class Checker:
         open_nodes = [r.node for r in after.values() if not r.phase.terminal]
         if len(open_nodes) != len(set(open_nodes)):
             self.problems.append(f"{at}: L3 two open remediations on one node")
+        by_name = {n.name: n for n in c.view.nodes}
         for e in c.plan.effects:
             rem = after.get(e.remediation or "")
+            if e.kind in ("cordon", "resume", "release") and foreign(by_name[e.node]):
+                self.problems.append(f"{at}: D5 {e.kind} of {e.node} drained by someone else "
+                                     f"({by_name[e.node].reason!r})")
             if e.action is Action.REMOVE:
                 self.problems.append(f"{at}: Q2 remove")
             if rem is None or e.kind not in ("cordon", "act"):
@@ -152,6 +170,11 @@ class Checker:
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events=st.lists(timed, min_size=1, max_size=14), config=policies)
+@example(events=[(0, {"type": "drain", "node": "gpu01", "reason": "bad DIMM, do not use"}),
+                 (1, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.79"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))

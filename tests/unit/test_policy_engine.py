@@ -544,3 +544,21 @@ def test_cancel_is_refused_once_the_action_runs() -> None:
     plan = run([node("gpu01", "DOWN", "DRAIN")], {"gpu01": [alert("gpu01")]},
                State(remediations=(r,), inbox=(cmd,)), T0 + timedelta(minutes=1))
     assert ("blocked", "L1") in phases(plan) and plan.consumed == ("c1",)
+
+
+# ------------------------------------------------------------------ someone else's drain
+def test_a_critical_alert_never_cordons_over_an_operators_drain() -> None:
+    """SPEC D5 / house style 2: an operator's drain is theirs: no cordon (which would
+    replace their reason with our marker) and so no resume later; held once with D5."""
+    mine = "bad DIMM, do not use -- bob"
+    nodes = [node("gpu01", "IDLE", "DRAIN", reason=mine), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    p1 = run(nodes, al)
+    assert kinds(p1) == [] and phases(p1, "gpu01")[-1] == ("blocked", "D5")
+    s = apply(State(data=p1.data or {}), p1)
+    p2 = run(nodes, al, s, T0 + timedelta(minutes=5))
+    assert kinds(p2) == [] and p2.records == ()  # once, not every cycle
+    s = apply(s.model_copy(update={"data": p2.data or s.data}), p2)
+    # The operator resumes the node: the remediation goes ahead with our own cordon.
+    p3 = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=10))
+    assert kinds(p3) == ["cordon"] and ("cordoned", "L1") in phases(p3)
