@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import kernlog, node, paths, sources, state
 from slurm_heal.checks.config import CheckConfig
-from slurm_heal.errors import HealError, ReasonError
+from slurm_heal.errors import HealError, ReasonError, SlurmError, SlurmUnreachable
 from slurm_heal.types import Alert, Evidence, Finding, Severity
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
@@ -280,27 +280,43 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
-    if alerts:
-        client.set_extra(name, extra.KEY, extra.our_section(alerts, now))
-        if not pub.get("extra"):
-            result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
-        pub["extra"] = True
-    elif pub.get("extra") or not existed:
-        client.set_extra(name, extra.KEY, None)
-        if pub.get("extra"):
-            result.actions.append(f"removed our alerts from {name}'s Extra")
-        pub["extra"] = False
+    try:
+        if alerts:
+            client.set_extra(name, extra.KEY, extra.our_section(alerts, now))
+            if not pub.get("extra"):
+                result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
+            pub["extra"] = True
+        elif pub.get("extra") or not existed or pub.get("boot") != st.get("boot_id"):
+            # Healthy: keep our key with no alerts and the time of this check, so the
+            # controller sees the health check ran after its action (SPEC L5). Written
+            # once per boot (and when alerts clear), not on every healthy run.
+            client.set_extra(name, extra.KEY, extra.our_section([], now))
+            if pub.get("extra"):
+                result.actions.append(f"removed our alerts from {name}'s Extra")
+            pub["extra"] = False
+        pub["boot"] = st.get("boot_id")
+    except SlurmError as exc:
+        if isinstance(exc, SlurmUnreachable):
+            raise
+        # e.g. the site keeps non-JSON text in Extra: never overwritten. The evidence
+        # cannot be published, but a fault that makes the node unusable must still
+        # drain it (below).
+        result.notes.append(f"evidence not written to {name}'s Extra: {exc}")
     worst = [f for f in findings if cordons(f)]
     if worst:
         info = client.node(name)
-        if not info.drained:
+        if info.down or (info.drained and not reasons.is_ours(info.reason)):
+            # House style 2: a node someone else took out of service keeps their reason.
+            result.notes.append(f"{name} is already {'down' if info.down else 'drained'} "
+                                f"by someone else ({info.reason!r}); left as it is")
+        elif not info.drained:
             reason = reasons.format_marker(worst[0].fault, by="check", text=worst[0].summary)
-            client.drain(name, reason)
+            # Recorded before the drain: if scontrol times out after slurmctld applied it
+            # (or the wrapper kills us here), a later healthy run still resumes the node.
             pub["drained"] = reason
+            st["published"] = pub
+            client.drain(name, reason)
             result.actions.append(f"drained {name}: {reason}")
-        elif not reasons.is_ours(info.reason):
-            result.notes.append(f"{name} is already drained by someone else "
-                                f"({info.reason!r}); left as it is")
         return
     if not (pub.get("drained") or not existed):
         return
@@ -349,7 +365,7 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
         try:
             pub = st.get("published") or {}
             needs_slurm = bool(alerts) or bool(pub.get("extra")) or bool(pub.get("drained")) \
-                or not existed
+                or not existed or pub.get("boot") != st.get("boot_id")
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()

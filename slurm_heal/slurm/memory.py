@@ -85,6 +85,17 @@ class MemorySlurm:
             for jid in [j.job_id for j in self._jobs.values() if node in j.nodes]:
                 del self._jobs[jid]  # a reboot kills what still runs (NODE_FAIL)
 
+    def mark_down(self, node: str, reason: str, user: str = "admin") -> None:
+        """What `scontrol update nodename=N state=down reason=...` does."""
+        with self._lock:
+            n = self._node(node)
+            n.down, n.reason, n.reason_user, n.reason_time = True, reason, user, self._clock()
+
+    def set_extra_text(self, node: str, text: str) -> None:
+        """What `scontrol update nodename=N extra=TEXT` does (any text, not only JSON)."""
+        with self._lock:
+            self._node(node).extra_raw = text
+
     def _advance(self) -> None:
         now = self._clock()
         for jid, job in list(self._jobs.items()):

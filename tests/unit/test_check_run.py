@@ -12,6 +12,7 @@ import pytest
 
 from slurm_heal import extra
 from slurm_heal.checks import config, fastcli, runner
+from slurm_heal.errors import SlurmError
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.slurm.memory import MemorySlurm
 
@@ -101,7 +102,9 @@ def test_after_a_reboot_the_alert_clears_and_our_drain_is_resumed(node: Node,
     result = check(slurm, now=T0 + timedelta(minutes=30))
     assert result.exit_code == runner.EXIT_HEALTHY
     assert not slurm.node("gpu01").drained
-    assert ours(slurm) is None
+    section = ours(slurm)  # SPEC L5: no alerts, and when the check ran
+    assert section is not None and section["alerts"] == []
+    assert section["checked_at"] == (T0 + timedelta(minutes=30)).isoformat()
     assert any("resumed" in a for a in result.actions)
 
 
@@ -139,7 +142,55 @@ def test_foreign_extra_keys_are_kept(node: Node, slurm: MemorySlurm) -> None:
     node.boot("boot-2")
     node.kmsg(NOISE)
     check(slurm, now=T0 + timedelta(minutes=30))
-    assert slurm.node("gpu01").extra == {"site": {"rack": "r12"}}
+    ex = slurm.node("gpu01").extra or {}
+    assert ex["site"] == {"rack": "r12"} and set(ex) == {"site", extra.KEY}
+    assert ex[extra.KEY]["alerts"] == []
+
+
+def test_non_json_extra_is_kept_and_the_node_still_drains(node: Node,
+                                                          slurm: MemorySlurm) -> None:
+    """A site's own text in Extra is never overwritten, and a GPU off the bus must
+    still keep jobs away (review finding: the drain used to be skipped)."""
+    slurm.set_extra_text("gpu01", "rack=B12 pdu=7")
+    node.kmsg(XID79, append=True)
+    result = check(slurm)
+    info = slurm.node("gpu01")
+    assert info.extra_raw == "rack=B12 pdu=7"
+    assert info.drained and info.reason.startswith("heal: gpu.xid.79 by=check")
+    assert any("not written" in n for n in result.notes)
+
+
+def test_a_node_an_admin_set_down_keeps_its_reason(node: Node, slurm: MemorySlurm) -> None:
+    """House style 2: DOWN by a person ("RMA ticket") is not relabelled, never resumed."""
+    slurm.mark_down("gpu01", "RMA ticket 4711")
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=30))
+    info = slurm.node("gpu01")
+    assert info.down and info.reason == "RMA ticket 4711"
+
+
+def test_a_drain_whose_answer_was_lost_is_still_resumed_later(node: Node,
+                                                             slurm: MemorySlurm) -> None:
+    """scontrol timed out after slurmctld applied the drain: the check still owns it."""
+    real_drain = slurm.drain
+
+    def drain_then_time_out(name: str, reason: str) -> None:
+        real_drain(name, reason)
+        raise SlurmError("scontrol timed out", command=["scontrol", "update"])
+
+    slurm.drain = drain_then_time_out  # type: ignore[method-assign]
+    node.kmsg(XID79, append=True)
+    with pytest.raises(SlurmError):
+        check(slurm)
+    slurm.drain = real_drain  # type: ignore[method-assign]
+    assert slurm.node("gpu01").drained
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=30))
+    assert not slurm.node("gpu01").drained
 
 
 def test_dry_run_writes_nothing_to_slurm(node: Node, slurm: MemorySlurm) -> None:
