@@ -75,3 +75,11 @@ def test_catalog_rejects_an_automatic_remove() -> None:  # SPEC Q2
                       "x.y": {"severity": "critical", "action": "remove", "explanation": "x"}}}
     with pytest.raises(CatalogError, match="never automatic"):
         catalog.parse_catalog(bad)
+
+
+def test_a_hung_task_does_not_drain_on_sight() -> None:
+    """SPEC D4 with S5 in mind: a file server failover prints hung-task warnings on every
+    client at once; draining them all on sight would empty the cluster."""
+    f = catalog.load().get("kernel.hung_task")
+    assert (f.severity, f.cordon) == (Severity.WARNING, False)
+    assert catalog.load().get("kernel.soft_lockup").cordon  # a stuck CPU still drains
