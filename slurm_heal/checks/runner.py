@@ -369,7 +369,16 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()
-                _publish(client, node_name, alerts, all_findings, st, existed, now, result)
+                try:
+                    _publish(client, node_name, alerts, all_findings, st, existed, now,
+                             result)
+                except SlurmError as exc:
+                    if mode != "prolog" or not any(cordons(f) for f in all_findings):
+                        raise
+                    # The node is unusable and we could not drain it: failing the prolog
+                    # makes Slurm drain it itself and requeue the job.
+                    result.notes.append(f"could not drain {node_name} through Slurm "
+                                        f"({exc}); the prolog fails so Slurm drains it")
         finally:
             state.save(state_dir, st)
     result.exit_code = exit_code(result)

@@ -273,3 +273,17 @@ def test_a_bad_config_file_is_a_usage_error_naming_the_key(
     bad.write_text("[kernel_log]\nsorce = 'kmsg'\n")
     assert fastcli.main(["--config", str(bad), "--dry-run"]) == 2
     assert "kernel_log.sorce" in capsys.readouterr().err
+
+
+def test_prolog_fails_when_an_unusable_node_cannot_be_drained(node: Node,
+                                                              slurm: MemorySlurm) -> None:
+    """SPEC I1: the prolog's exit 1 makes Slurm drain the node and requeue the job, the
+    fallback when our own drain cannot reach slurmctld."""
+    def refuse(name: str, reason: str) -> None:
+        raise SlurmError("slurmctld not answering", command=["scontrol", "update"])
+
+    slurm.drain = refuse  # type: ignore[method-assign]
+    node.kmsg(XID79, append=True)
+    result = check(slurm, mode="prolog")
+    assert result.exit_code == runner.EXIT_FINDINGS
+    assert any("prolog fails" in n for n in result.notes)
