@@ -87,7 +87,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     holder: dict[str, MemorySlurm] = {}
 
     def on_boot(node: str) -> None:  # the node's health check at boot: a clean log
-        holder["c"].set_extra(node, extra.KEY, None)
+        holder["c"].set_extra(node, extra.KEY, extra.our_section([], clock()))
 
     cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot)
     holder["c"] = cluster
@@ -134,7 +134,8 @@ def test_node_left_down_by_slurm_after_our_reboot_is_resumed(tmp_path: Path) -> 
     unexpectedly rebooted", replacing our marker. That boot is ours, so it is resumed."""
     clock = Clock()
     cluster = MemorySlurm(NODES, clock=clock, return_to_service=1,
-                          on_boot=lambda n: cluster.set_extra(n, extra.KEY, None))
+                          on_boot=lambda n: cluster.set_extra(
+                              n, extra.KEY, extra.our_section([], clock())))
 
     def on_action(node: str, action: Action, op: Any) -> str | None:
         cluster.simulate_reboot(node, timedelta(minutes=3))
