@@ -394,9 +394,11 @@ class _Decider:
                 if (r.host == host and r.fault == fault and r.action is action
                         and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
                     count += 1
-            if count < esc.repeats or action not in esc.ladder:
+            if count < esc.repeats:
                 return action, whys
-            i = esc.ladder.index(action)
+            # An action off the ladder (power_cycle, E4; reboot with a ladder that starts
+            # at rebuild) has no next step: repeating it ends the ladder too, never a loop.
+            i = esc.ladder.index(action) if action in esc.ladder else len(esc.ladder)
             nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
             whys.append(f"{fault} came back on {host} after {count} {action.value}s within "
                         f"{format_duration(esc.window)}: "
@@ -851,7 +853,9 @@ class _Decider:
         """L5: the remediation ends failed; the next recommendation follows E1. A failed
         last step of the ladder ends with a person, never a loop."""
         ladder = self.policy.escalation.ladder
-        top = rem.action is Action.MIGRATE or (rem.action in ladder and rem.action is ladder[-1])
+        # An action off the ladder has no next step either (E1 "never a loop").
+        top = (rem.action is Action.MIGRATE or rem.action not in ladder
+               or rem.action is ladder[-1])
         if top:
             rem = self.step(rem, "failed", rule, why + f"; {rem.node} stays cordoned",
                             data={"handed_to_person": True})

@@ -562,3 +562,40 @@ def test_a_critical_alert_never_cordons_over_an_operators_drain() -> None:
     # The operator resumes the node: the remediation goes ahead with our own cordon.
     p3 = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=10))
     assert kinds(p3) == ["cordon"] and ("cordoned", "L1") in phases(p3)
+
+
+# ------------------------------------------------------------------ actions off the ladder (E1)
+PC = {"escalation": {"power_cycle": True}}
+
+
+def test_a_power_cycle_that_keeps_coming_back_ends_with_a_person_not_a_loop() -> None:
+    """SPEC E1/E4: power_cycle is never on the ladder; repeating it ends the ladder."""
+    hist = tuple(rem(phase=Phase.DONE, action=Action.POWER_CYCLE, fault="gpu.xid.79",
+                     at=T0 - timedelta(hours=2 + 2 * i)) for i in range(2))
+    plan = run([node("gpu01"), node("gpu02", pool="b")], {"gpu01": [alert("gpu01", "gpu.xid.79")]},
+               State(remediations=hist), policy=pol(**PC))
+    assert not plan.updates and kinds(plan) == ["notify"]
+    assert [(r.phase, r.rule, r.action) for r in plan.records] == [
+        ("escalated", "E1", Action.REMOVE)]
+
+
+def test_a_ladder_without_reboot_does_not_loop_reboots() -> None:
+    """SPEC E1: ladder = ["rebuild"]: a reboot-class fault that keeps coming back after
+    reboots goes to a person."""
+    hist = tuple(rem(phase=Phase.DONE, at=T0 - timedelta(hours=2 + 2 * i)) for i in range(2))
+    plan = run([node("gpu01"), node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+               State(remediations=hist), policy=pol(escalation={"ladder": ["rebuild"]}))
+    assert not plan.updates and ("escalated", "E1") in phases(plan)
+
+
+def test_a_failed_power_cycle_is_handed_to_a_person() -> None:
+    """SPEC E1/L5: a failed action with no next step on the ladder is never retried."""
+    r = rem(phase=Phase.ACTING, action=Action.POWER_CYCLE, fault="gpu.xid.79")
+    r = r.model_copy(update={"attempts": (r.attempts[0].model_copy(
+        update={"outcome": "failed"}),)})
+    plan = run([node("gpu01", "DOWN", "DRAIN"), node("gpu02", pool="b")],
+               {"gpu01": [alert("gpu01", "gpu.xid.79")]}, State(remediations=(r,)),
+               T0 + timedelta(minutes=10), pol(**PC))
+    (upd,) = plan.updates
+    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    assert ("escalated", "E1") in phases(plan)
