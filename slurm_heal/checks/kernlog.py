@@ -11,7 +11,11 @@ Line formats understood, detected per line (a file may mix them after rotation):
 * ``dmesg -T``: ``[Sun Feb 23 16:24:18 2025] message``
 * plain ``dmesg``: ``[  123.456789] message``
 * ``journalctl -k -o short-iso`` / rsyslog: ``2025-02-23T16:24:18+0000 host kernel: message``
-* classic syslog: ``Feb 23 16:24:18 host kernel: [ 123.4] message``
+* classic syslog: ``Feb 23 16:24:18 host kernel: [ 123.4] message``. The stamp has no
+  year and no zone: ``at`` is that local time, zone-less like ``dmesg -T``, in the year
+  that puts it at most a day after the scan's ``now`` (so a December line read in
+  January is last year's). The ``[sec.usec]`` stamp is kept as ``usec`` but not used for
+  the wall time: in a file it may belong to an earlier boot.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ NEEDLES: tuple[bytes, ...] = (
     b"blocked for more than",
     b"soft lockup - CPU#",
     b"detected stall",
+    # "rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 3-... } ..."
+    # (kernel/rcu/tree_exp.h) does not contain "detected stall".
+    b"detected expedited stall",
 )
 
 _PCI = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
@@ -69,7 +76,7 @@ _RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
 _XFS = _Lazy(r"XFS \(([^)]+)\):.*(?:Shutting down filesystem|shut down due to)")
 _HUNG = _Lazy(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
 _SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?")
-_RCU = _Lazy(r"rcu.*detected stall")
+_RCU = _Lazy(r"rcu.*detected (?:expedited )?stall")
 
 _KMSG = _Lazy(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_T = _Lazy(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\] ?(.*)$")
@@ -123,8 +130,11 @@ def norm_pci(text: str) -> str:
     return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
 
 
-def split_line(raw: str) -> Line | None:
-    """Split one log line into time and message; None for kmsg continuation lines."""
+def split_line(raw: str, now: datetime | None = None) -> Line | None:
+    """Split one log line into time and message; None for kmsg continuation lines.
+
+    ``now`` (default: the clock) only fills in the year a classic syslog stamp lacks.
+    """
     if raw[:1] == " " and "=" in raw:
         return None  # kmsg dictionary line (" SUBSYSTEM=pci")
     c = raw[:1]
@@ -147,7 +157,10 @@ def split_line(raw: str) -> Line | None:
     else:
         m = _SYSLOG.match(raw)
         if m:
-            return Line(raw=raw, message=m.group(4))
+            mono = (int(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
+                    if m.group(2) is not None else None)
+            return Line(raw=raw, message=m.group(4), at=_syslog_time(m.group(1), now),
+                        usec=mono)
     return Line(raw=raw, message=raw)
 
 
@@ -169,6 +182,20 @@ def _ctime(text: str) -> str | None:
         return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y").isoformat()
     except ValueError:
         return None
+
+
+def _syslog_time(text: str, now: datetime | None) -> str | None:
+    """``Feb 23 16:24:18`` (local time, no year) -> ``2026-02-23T16:24:18`` in the year
+    that puts it no more than a day after ``now`` (zone-less, like ``dmesg -T``)."""
+    ref = (now or datetime.now(timezone.utc)).astimezone().replace(tzinfo=None)
+    for year in (ref.year, ref.year - 1):
+        try:
+            value = datetime.strptime(f"{year} {' '.join(text.split())}", "%Y %b %d %H:%M:%S")
+        except ValueError:
+            continue  # Feb 29 in a year without one: try the year before
+        if value <= ref + timedelta(days=1):
+            return value.isoformat()
+    return None
 
 
 def classify(line: Line) -> Event | tuple[str, str] | None:
@@ -255,12 +282,13 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
 
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
-         hi: int | None = None) -> ScanResult:
-    """Parse the interesting lines of ``data[lo:hi]`` (whole lines) into events."""
+         hi: int | None = None, now: datetime | None = None) -> ScanResult:
+    """Parse the interesting lines of ``data[lo:hi]`` (whole lines) into events.
+    ``now`` (default: the clock) dates classic syslog stamps, which have no year."""
     out = result if result is not None else ScanResult()
     for start, end in candidate_spans(data, lo, hi):
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
-        line = split_line(raw)
+        line = split_line(raw, now)
         if line is None:
             continue
         out.lines += 1

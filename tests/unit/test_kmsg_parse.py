@@ -48,8 +48,9 @@ def _latch(res: kernlog.ScanResult, gpus: kernlog.GpuMap | None = None) -> dict[
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in DATA.glob("*.log")))
 def test_every_log_format_yields_the_golden_events(name: str) -> None:
-    """SPEC D1: kmsg records, dmesg, dmesg -T, journalctl short-iso, syslog."""
-    res = kernlog.scan((DATA / f"{name}.log").read_bytes())
+    """SPEC D1: kmsg records, dmesg, dmesg -T, journalctl short-iso, syslog. ``now``
+    is fixed: it dates the year-less syslog stamps."""
+    res = kernlog.scan((DATA / f"{name}.log").read_bytes(), now=NOW)
     expected = json.loads((DATA / f"{name}.expected.json").read_text())
     assert summarize(res) == expected
 
@@ -145,3 +146,32 @@ def test_lines_without_a_needle_are_never_parsed() -> None:
 def test_pci_ids_are_normalised() -> None:
     assert kernlog.norm_pci("00000000:3B:00.0") == "0000:3b:00"
     assert kernlog.norm_pci("3b:00.0") == "0000:3b:00"
+
+
+def test_expedited_rcu_stalls_are_a_deadlock_alert() -> None:
+    """SPEC D4: "detected expedited stalls" (kernel/rcu/tree_exp.h) is an RCU stall like
+    "self-detected stall"; the continuation lines add nothing (golden rcu-stalls.log)."""
+    res = kernlog.scan((DATA / "rcu-stalls.log").read_bytes(), now=NOW)
+    assert [(e.fault, e.line.seq) for e in res.events] == [
+        ("kernel.rcu_stall", 2001), ("kernel.rcu_stall", 2003)]
+    (rec,) = _latch(res).values()
+    assert rec["count"] == 2 and rec["severity"] == catalog.load().get(
+        "kernel.rcu_stall").severity.value
+
+
+def test_a_classic_syslog_line_keeps_its_time_in_the_evidence() -> None:
+    """SPEC D7: the syslog stamp (local time, no year) is the evidence's time, in the
+    year that does not put it in the future; the [sec.usec] stamp is kept beside it."""
+    line = (b"Feb 23 16:24:18 gpu07 kernel: [ 4211.500000] NVRM: Xid (PCI:0000:3b:00): 79, "
+            b"pid=1, name=x, GPU has fallen off the bus.\n")
+    res = kernlog.scan(line, now=datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
+    assert res.events[0].line.at == "2026-02-23T16:24:18"
+    assert res.events[0].line.usec == 4_211_500_000
+    (finding,) = kernlog.findings(_latch(res), "n1")
+    assert finding.evidence[0].at == "2026-02-23T16:24:18"
+
+
+def test_a_december_syslog_line_read_in_january_is_last_years() -> None:
+    line = b"Dec 31 23:59:58 gpu07 kernel: NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception\n"
+    res = kernlog.scan(line, now=datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc))
+    assert res.events[0].line.at == "2025-12-31T23:59:58"
