@@ -172,6 +172,9 @@ class Safety(_Section):
     breaker_threshold: int = Field(default=5, ge=1)  # S5: N automatic starts in the window
     breaker_window: Duration = timedelta(hours=1)
     return_timeout: Duration = timedelta(hours=1)  # L5: node must come back within this
+    # L5: a provider operation still "running" this long after the act is given up on:
+    # its outcome is unknown, so the node goes to a person (never retried, never escalated).
+    act_timeout: Duration = timedelta(hours=2)
 
     @field_validator("persistence", mode="before")
     @classmethod

@@ -798,6 +798,22 @@ class _Decider:
         # records polls as Attempts of their own works too: the last final answer counts.
         finals = [a for a in seen if a.outcome in ("ok", "failed")]
         if not finals:
+            started = rem.phase_times.get("acting") or _acted_at(rem) or self.now
+            limit = started + self.policy.safety.act_timeout
+            if self.now >= limit:
+                # SPEC L5: the outcome is unknown, so it is neither retried nor escalated
+                # to another automatic action: the node stays cordoned, a person decides.
+                tmo = format_duration(self.policy.safety.act_timeout)
+                rem = self.step(rem, "failed", "L5", f"the {rem.action.value} of {rem.node} "
+                                f"did not finish within {tmo} (safety.act_timeout); its "
+                                f"outcome is unknown; {rem.node} stays cordoned",
+                                data={"handed_to_person": True})
+                self.hand_to_person(rem, "L5", f"the {rem.action.value} of {rem.node} did not "
+                                    f"finish within {tmo}: its outcome is unknown; {rem.node} "
+                                    "stays cordoned and is handed to a person (never retried "
+                                    "automatically)")
+                return
+            self.wake(limit)
             polls = sum(1 for a in rem.attempts if a.effect == "poll")
             self.effect("poll", rem.node, rem, "poll", polls, ref=act_key, rule="S6",
                         why=f"is the {rem.action.value} of {rem.node} finished?")
@@ -859,15 +875,21 @@ class _Decider:
         if top:
             rem = self.step(rem, "failed", rule, why + f"; {rem.node} stays cordoned",
                             data={"handed_to_person": True})
-            msg = (f"{rem.action.value} did not fix {rem.node}: it stays cordoned and is handed "
-                   "to a person with a removal recommendation (slurm-heal never removes, Q2)")
-            self.step(rem, "escalated", "E1", msg)
-            self.effect("notify", rem.node, rem, "notify", why=msg, rule="E1")
+            self.hand_to_person(rem, "E1", f"{rem.action.value} did not fix {rem.node}: it "
+                                "stays cordoned and is handed to a person with a removal "
+                                "recommendation (slurm-heal never removes, Q2)")
             return
         rem = self.step(rem, "failed", rule, why + "; the next recommendation follows E1")
         self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
         if self.evidence(rem.node) is None:
             self.release(rem, "failed with no alert left")
+
+    def hand_to_person(self, rem: Remediation, rule: str, msg: str) -> None:
+        """The end of automatic work on a node: an ``escalated`` step and a notification.
+        The remediation carries ``handed_to_person``; nothing automatic starts on the node
+        until a person acts (E1)."""
+        self.step(rem, "escalated", rule, msg)
+        self.effect("notify", rem.node, rem, "notify", why=msg, rule=rule)
 
     # ---------------------------------------------------------------- the fold
     def run(self) -> Plan:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from slurm_heal.config import Policy, policy_from_dict
+from slurm_heal.errors import ConfigError
 from slurm_heal.models import (
     Attempt,
     Breaker,
@@ -599,3 +600,37 @@ def test_a_failed_power_cycle_is_handed_to_a_person() -> None:
     (upd,) = plan.updates
     assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
     assert ("escalated", "E1") in phases(plan)
+
+
+# ------------------------------------------------------------------ act timeout (L5)
+def _running(phase: Phase = Phase.ACTING) -> Remediation:
+    r = rem(phase=phase)
+    return r.model_copy(update={"phase_times": {"cordoned": T0, "acting": T0}, "attempts": (
+        r.attempts[0].model_copy(update={"outcome": "running", "finished": None}),)})
+
+
+def test_an_operation_stuck_running_is_handed_to_a_person_at_the_act_timeout() -> None:
+    """SPEC L5: safety.act_timeout (default 2h): the outcome is unknown, so the node stays
+    cordoned with a person: no retry, no escalation to another automatic action."""
+    nodes = [node("gpu01", "DOWN", "DRAIN"), node("gpu02", pool="b")]
+    al = {"gpu01": [alert("gpu01")]}
+    early = run(nodes, al, State(remediations=(_running(),)), T0 + timedelta(hours=1))
+    assert kinds(early) == ["poll"] and early.next_wake is not None
+    late = run(nodes, al, State(remediations=(_running(),)), T0 + timedelta(hours=2))
+    assert phases(late)[:2] == [("failed", "L5"), ("escalated", "L5")] and kinds(late) == ["notify"]
+    (upd,) = late.updates
+    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    # Nothing automatic follows on that node (E1: a person acts first).
+    after = run(nodes, al, State(remediations=late.updates), T0 + timedelta(hours=5))
+    assert not after.updates and kinds(after) == []
+
+
+def test_the_act_timeout_is_a_policy_knob() -> None:
+    """SPEC L5: safety.act_timeout is validated like every duration."""
+    r = _running()
+    nodes = [node("gpu01", "DOWN", "DRAIN"), node("gpu02", pool="b")]
+    p = run(nodes, {"gpu01": [alert("gpu01")]}, State(remediations=(r,)),
+            T0 + timedelta(hours=3), pol(safety={"act_timeout": "4h"}))
+    assert kinds(p) == ["poll"]
+    with pytest.raises(ConfigError, match="act_timeout"):
+        pol(safety={"act_timeout": "soon"})
