@@ -11,6 +11,14 @@
 
 The first read (no cursor) is bounded: the last ``first_read_mb`` of a file, the
 current boot's last lines of the journal.
+
+A file outlives boots: on its first read (no cursor: a new install, a wiped or corrupt
+state), and on the first read after a reboot (the state marks the kept cursor
+``new_boot``), an event line older than this boot (boot wall time = now -
+/proc/uptime) is skipped, so a fault the reboot already fixed is not raised again. A
+line whose time cannot be told (no wall stamp, e.g. kmsg records or plain dmesg) is
+kept: a missed fault is worse than a repeated one. Without /proc/uptime nothing is
+skipped.
 """
 
 from __future__ import annotations
@@ -21,16 +29,41 @@ import mmap
 import os
 import stat
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from slurm_heal.checks import kernlog, proc
+from slurm_heal.checks import kernlog, paths, proc
 from slurm_heal.errors import CheckError
 
 Cursor = dict[str, Any]
 
 
+def boot_wall(now: datetime | None = None) -> datetime | None:
+    """This boot's wall time: ``now`` (default: the clock) minus /proc/uptime, read under
+    the replay root; None when the uptime cannot be read."""
+    text = paths.read_text(paths.host_path("/proc/uptime")).split()
+    try:
+        uptime = float(text[0])
+    except (IndexError, ValueError):
+        return None
+    return (now or datetime.now(timezone.utc)) - timedelta(seconds=uptime)
+
+
+def _before(line: kernlog.Line, since: datetime) -> bool:
+    """Whether the line's own wall time is before ``since``; False when it has none."""
+    if line.at is None:
+        return False
+    try:
+        at = datetime.fromisoformat(line.at)
+    except ValueError:
+        return False
+    if at.tzinfo is None:
+        at = at.astimezone()  # dmesg -T and syslog stamps are the node's local time
+    return at < since
+
+
 def _scan_file(fd: int, start: int, drop_partial_first: bool,
-               result: kernlog.ScanResult) -> int:
+               result: kernlog.ScanResult, now: datetime | None = None) -> int:
     """Scan the whole lines from ``start`` to the end of the file; return the offset
     after the last complete line (a partial last line waits for the next run).
 
@@ -49,13 +82,17 @@ def _scan_file(fd: int, start: int, drop_partial_first: bool,
         end = mm.rfind(b"\n", start, size) + 1
         if end <= start:
             return start
-        kernlog.scan(mm, result, start, end)
+        kernlog.scan(mm, result, start, end, now)
         return end
 
 
 def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
-              result: kernlog.ScanResult) -> Cursor:
-    """Scan what is new in a log file since ``cursor``; return the new cursor."""
+              result: kernlog.ScanResult, now: datetime | None = None) -> Cursor:
+    """Scan what is new in a log file since ``cursor``; return the new cursor.
+
+    On a first read, and on the first read after a reboot, events older than this boot
+    are skipped (see the module docstring).
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -67,23 +104,31 @@ def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
         size = st.st_size
         old_inode = (cursor or {}).get("inode")
         offset = int((cursor or {}).get("offset", 0))
-        if cursor and cursor.get("kind") == "file" and old_inode == st.st_ino:
+        ours = bool(cursor) and (cursor or {}).get("kind") == "file"
+        since = boot_wall(now) if not ours or (cursor or {}).get("new_boot") else None
+        found = kernlog.ScanResult() if since is not None else result
+        if ours and old_inode == st.st_ino:
             if offset > size:  # truncated in place (copytruncate): all of it is new
                 offset = 0
             start, partial = offset, False
-        elif cursor and cursor.get("kind") == "file" and old_inode is not None:
-            _finish_rotated(path, int(old_inode), offset, result)
+        elif ours and old_inode is not None:
+            _finish_rotated(path, int(old_inode), offset, found, now)
             start, partial = 0, False
         else:
             start = max(0, size - first_read_bytes)
             partial = start > 0
-        end = _scan_file(fd, start, partial, result)
+        end = _scan_file(fd, start, partial, found, now)
+        if since is not None:
+            result.events.extend(e for e in found.events if not _before(e.line, since))
+            result.gpu_uuids.update(found.gpu_uuids)
+            result.lines += found.lines
         return {"kind": "file", "path": path, "inode": st.st_ino, "offset": end}
     finally:
         os.close(fd)
 
 
-def _finish_rotated(path: str, inode: int, offset: int, result: kernlog.ScanResult) -> None:
+def _finish_rotated(path: str, inode: int, offset: int, result: kernlog.ScanResult,
+                    now: datetime | None = None) -> None:
     """Read the unread rest of the file ``path`` was before it was rotated."""
     for candidate in [path + ".1", *sorted(glob.glob(glob.escape(path) + "-*"))]:
         try:
@@ -93,7 +138,7 @@ def _finish_rotated(path: str, inode: int, offset: int, result: kernlog.ScanResu
         if st.st_ino == inode and not candidate.endswith((".gz", ".xz", ".zst")):
             fd = os.open(candidate, os.O_RDONLY)
             try:
-                _scan_file(fd, min(offset, st.st_size), False, result)
+                _scan_file(fd, min(offset, st.st_size), False, result, now)
             finally:
                 os.close(fd)
             return

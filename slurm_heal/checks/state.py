@@ -54,7 +54,9 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
         # (re-reading pre-reboot lines would re-raise faults the reboot fixed).
         keep = (isinstance(cursor, dict) and cursor.get("kind") == "file"
                 and not str(cursor.get("path", "")).endswith("/dev/kmsg"))
-        fresh["cursor"] = cursor if keep else None
+        # The kept file cursor is marked: its first read skips lines older than this
+        # boot (those written after our last run, before the reboot; sources.read_file).
+        fresh["cursor"] = dict(cursor, new_boot=True) if keep and cursor else None
         fresh["published"] = data.get("published", fresh["published"])
         fresh["services"] = {}
         return fresh, True

@@ -4,11 +4,14 @@ reboots, first read bounded)."""
 from __future__ import annotations
 
 import os
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from slurm_heal.checks import kernlog, sources
+from slurm_heal.checks import kernlog, paths, sources, state
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
 
 XID = b"4,%d,1,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
 NOISE = b"6,1,1,-;IPv6: ADDRCONF(NETDEV_CHANGE): eth0: link becomes ready\n"
@@ -93,14 +96,85 @@ def test_gpu_index_comes_from_the_drivers_proc_files(tmp_path: Path) -> None:
     assert got == {"0000:3b:00": 5, "0000:1a:00": 0}
 
 
-def test_the_live_kmsg_device_is_read_once_then_only_new_records(tmp_path: Path) -> None:
-    """SPEC D1 on this machine's own /dev/kmsg (record format, sequence cursor)."""
-    if not os.access("/dev/kmsg", os.R_OK):
-        pytest.skip("/dev/kmsg is not readable here")
-    first = sources.read_kmsg("/dev/kmsg", None, kernlog.ScanResult())
-    assert first["kind"] == "kmsg" and first["seq"] >= 0
-    again = sources.read_kmsg("/dev/kmsg", first, kernlog.ScanResult())
-    assert again["seq"] >= first["seq"]
+def test_a_kmsg_replay_reads_exactly_the_records_added_since_the_last_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1 in replay mode: ``dev/kmsg`` under the replay root is a regular file in
+    kmsg record format; the second read returns the records appended after the first,
+    no more and no less."""
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    (tmp_path / "dev").mkdir()
+    kmsg = tmp_path / "dev" / "kmsg"
+    kmsg.write_bytes(XID % 1 + NOISE + XID % 3)
+    res = kernlog.ScanResult()
+    cur = sources.read_kmsg(paths.host_path("/dev/kmsg"), None, res)
+    assert [e.line.seq for e in res.events] == [1, 3]
+    with kmsg.open("ab") as fh:
+        fh.write(XID % 4 + XID % 5 + XID % 6)
+    again = kernlog.ScanResult()
+    cur2 = sources.read_kmsg(paths.host_path("/dev/kmsg"), cur, again)
+    assert [e.line.seq for e in again.events] == [4, 5, 6]
+    third = kernlog.ScanResult()
+    sources.read_kmsg(paths.host_path("/dev/kmsg"), cur2, third)
+    assert third.events == []
+
+
+BOOTED = datetime(2026, 2, 5, 11, 0, tzinfo=timezone.utc)  # kern-log-across-boot.log
+NOW = BOOTED + timedelta(hours=1)
+
+
+def _replay_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A replay root whose node booted at BOOTED, holding the golden kern.log."""
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "uptime").write_text(
+        f"{(NOW - BOOTED).total_seconds():.2f} 100.00\n")
+    (tmp_path / "var" / "log").mkdir(parents=True)
+    log = tmp_path / "var" / "log" / "kern.log"
+    log.write_bytes((DATA / "kern-log-across-boot.log").read_bytes())
+    return log
+
+
+def test_the_first_read_of_a_file_skips_faults_from_before_this_boot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1: a new install (no cursor) must not raise a three-week-old Xid 79 that
+    the reboot since fixed; this boot's Xid 119 is raised."""
+    _replay_root(tmp_path, monkeypatch)
+    res = kernlog.ScanResult()
+    sources.read_file(paths.host_path("/var/log/kern.log"), None, 1 << 30, res, now=NOW)
+    assert [e.fault for e in res.events] == ["gpu.xid.119"]
+
+
+def test_the_first_read_keeps_lines_whose_time_is_unknown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = _replay_root(tmp_path, monkeypatch)
+    log.write_bytes(NOISE + XID % 2)  # kmsg records: microseconds since some boot only
+    seqs, _ = read(log, None)
+    assert seqs == [2]
+
+
+def test_the_first_read_after_a_reboot_skips_the_unread_lines_from_before_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1 "survives reboots": the file cursor is kept across a reboot, but the
+    lines written after the last run and before the reboot are faults it fixed."""
+    log = _replay_root(tmp_path, monkeypatch)
+    first_line = len(log.read_bytes().split(b"\n", 1)[0]) + 1
+    state_dir = str(tmp_path / "state")
+    before = state.empty("boot-A")
+    before["cursor"] = {"kind": "file", "path": str(log), "inode": log.stat().st_ino,
+                        "offset": first_line}
+    state.save(state_dir, before)
+    st, existed = state.load(state_dir, "boot-B")
+    assert existed and st["cursor"]["new_boot"] is True
+    res = kernlog.ScanResult()
+    cur = sources.read_file(str(log), st["cursor"], 1 << 30, res, now=NOW)
+    assert [e.fault for e in res.events] == ["gpu.xid.119"]
+    assert "new_boot" not in cur
+    with log.open("ab") as fh:  # later in this boot, with the cursor carried on
+        fh.write(b"2026-02-05T11:45:00+00:00 gpu01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, "
+                 b"pid=1, name=x, GPU has fallen off the bus.\n")
+    again = kernlog.ScanResult()
+    sources.read_file(str(log), cur, 1 << 30, again, now=NOW)
+    assert [e.fault for e in again.events] == ["gpu.xid.79"]
 
 
 def test_journal_source_uses_and_advances_journald_cursor(
