@@ -56,6 +56,8 @@ from slurm_heal.types import REQUESTABLE_ACTIONS, Action, Alert, ClusterView, No
 
 # How soon to look again while an action runs (the daemon's own interval may be shorter).
 POLL_EVERY = timedelta(minutes=1)
+# SPEC L1: how many times a failed cordon is sent (one per cycle) before a person looks.
+CORDON_TRIES = 3
 # Re-send a requeue/cancel when jobs are still there this long after the last one.
 EVICT_AGAIN = timedelta(minutes=5)
 PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
@@ -740,8 +742,8 @@ class _Decider:
     def wait_and_drain(self, rem: Remediation, node: NodeInfo) -> None:
         """SPEC P3 + L1: wait for jobs (at most max_wait), evict at the limit, then act."""
         if not node.drained:
-            self.wake(self.now + POLL_EVERY)
-            return  # our cordon has not taken effect yet
+            self.cordon_again(rem)
+            return
         jobs = self.jobs(rem.node)
         w = self.policy.waiting
         start = rem.phase_times.get("cordoned", self.now)
@@ -784,6 +786,40 @@ class _Decider:
                     why=f"{rem.action.value} {rem.node}")
         self.step(rem, "acting", "L1", f"no jobs left on {rem.node}: {rem.action.value} it")
         self.wake(self.now + POLL_EVERY)
+
+    def cordon_again(self, rem: Remediation) -> None:
+        """SPEC L1: the node is not drained although the remediation started. Our cordon
+        is in flight (wait), failed (send it again, at most CORDON_TRIES in all), or was
+        applied and a person resumed the node since (cancel: it is theirs now). Never a
+        remediation that waits forever holding its S3/S4 slot."""
+        cordons = [a for a in rem.attempts if a.effect == "cordon"]
+        last = cordons[-1] if cordons else None
+        sent_now = any(e.kind == "cordon" and e.remediation == rem.id for e in self.effects)
+        if sent_now:
+            pass  # cordoned in this very decide() call (a command or a new request)
+        elif last is None or last.outcome == "failed":
+            n = len(cordons)
+            if n >= CORDON_TRIES:
+                rem = self.step(rem, "failed", "L1", f"{rem.node} could not be drained after "
+                                f"{n} tries" + (f" ({last.detail})" if last and last.detail
+                                                 else ""), data={"handed_to_person": True})
+                self.hand_to_person(rem, "L1", f"slurm-heal could not drain {rem.node}: a "
+                                    "person must look; nothing automatic on it until then")
+                return
+            self.effect("cordon", rem.node, rem, "cordon", n, rule="L1",
+                        why="no new jobs" + (" (again: the last cordon failed)" if n else ""),
+                        reason=reasons.format_marker(rem.fault, rem.id, "controller",
+                                                     f"for {rem.action.value}"))
+            if n:
+                self.record(rem.node, rem.phase.value, "L1", f"cordon of {rem.node} failed"
+                            + (f" ({last.detail})" if last and last.detail else "")
+                            + f": try {n + 1} of {CORDON_TRIES}", rem)
+        elif last.outcome == "ok":
+            # Our drain took effect and the node is in service again: someone resumed it.
+            self.step(rem, "cancelled", "L1", f"{rem.node} was resumed by someone else after "
+                      "our cordon: the remediation is cancelled (the node is theirs now)")
+            return
+        self.wake(self.now + POLL_EVERY)  # in flight: the next snapshot shows the drain
 
     def acting(self, rem: Remediation) -> None:
         act_key = idempotency_key(rem.id, "act", 0)

@@ -634,3 +634,44 @@ def test_the_act_timeout_is_a_policy_knob() -> None:
     assert kinds(p) == ["poll"]
     with pytest.raises(ConfigError, match="act_timeout"):
         pol(safety={"act_timeout": "soon"})
+
+
+# ------------------------------------------------------------------ a cordon that did not hold (L1)
+def test_a_failed_cordon_is_sent_again_then_handed_to_a_person() -> None:
+    """SPEC L1/S3: a cordon that Slurm refused is re-sent (a new key each try, at most 3);
+    then the remediation ends failed with a person, never waits forever holding its slot."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    al = {"gpu01": [alert("gpu01")]}
+    p = run(nodes, al)
+    s = apply(State(), p, outcome="failed")
+    rid = p.updates[0].id
+    for n in (1, 2):
+        p = run(nodes, al, s, T0 + timedelta(minutes=n))
+        assert [(e.kind, e.key) for e in p.effects] == [
+            ("cordon", idempotency_key(rid, "cordon", n))]
+        s = apply(s, p, outcome="failed")
+    p = run(nodes, al, s, T0 + timedelta(minutes=3))
+    assert phases(p, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
+    assert kinds(p) == ["notify"] and p.updates[0].data.get("handed_to_person")
+
+
+def test_a_cordon_in_flight_is_waited_for() -> None:
+    """SPEC L1/S6: no outcome yet: nothing is sent again."""
+    nodes = [node("gpu01"), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    p = run(nodes, al)
+    s = apply(State(), p, outcome=None)
+    again = run(nodes, al, s, T0 + timedelta(minutes=1))
+    assert kinds(again) == [] and not again.updates and again.next_wake is not None
+
+
+def test_a_node_resumed_by_a_person_after_our_cordon_cancels_the_remediation() -> None:
+    """SPEC L1: our cordon was applied, then someone resumed the node: it is theirs now;
+    the remediation is cancelled (it no longer holds an S3/S4 slot)."""
+    nodes = [node("gpu01"), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    p = run(nodes, al)
+    s = apply(State(), p, outcome="ok")
+    p2 = run(nodes, al, s, T0 + timedelta(minutes=1))
+    assert phases(p2, "gpu01") == [("cancelled", "L1")] and kinds(p2) == []
+    assert "resumed by someone else" in p2.records[0].why
