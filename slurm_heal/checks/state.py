@@ -3,8 +3,9 @@ restart history, and what we set in Slurm (so we clear exactly that, and only th
 
 One JSON file in the state dir, written atomically (temp file + fsync + rename) under
 an flock, because the agent and HealthCheckProgram may run at the same time. A corrupt
-file is set aside (``state.json.corrupt-<time>``) and the check starts afresh: the
-worst that costs is re-reading the bounded first chunk of the kernel log.
+file (bad JSON, or valid JSON whose keys hold the wrong types) is set aside
+(``state.json.corrupt-<time>``) and the check starts afresh: the worst that costs is
+re-reading the bounded first chunk of the kernel log (from this boot only).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from slurm_heal.errors import CheckError
+from slurm_heal.types import Severity
+
+_SEVERITIES = frozenset(s.value for s in Severity)
 
 VERSION = 1
 FILE = "state.json"
@@ -39,6 +43,7 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
             data = json.load(fh)
         if not isinstance(data, dict) or data.get("v") != VERSION:
             raise ValueError("not a version 1 state object")
+        _check_types(data)
     except FileNotFoundError:
         return empty(boot), False
     except (ValueError, UnicodeDecodeError):
@@ -61,6 +66,70 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
         fresh["services"] = {}
         return fresh, True
     return data, True
+
+
+def _is_map(value: Any, item: Any = None) -> bool:
+    """A JSON object whose values (when ``item`` is given) all pass ``item``."""
+    return isinstance(value, dict) and (item is None or all(item(v) for v in value.values()))
+
+
+def _opt(value: Any, kind: type | tuple[type, ...]) -> bool:
+    return value is None or isinstance(value, kind)
+
+
+def _is_cursor(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, dict) or value.get("kind") not in ("file", "kmsg", "journal"):
+        return False
+    ints = ("inode", "offset", "seq")
+    return (all(_opt(value.get(k), int) and not isinstance(value.get(k), bool) for k in ints)
+            and _opt(value.get("path"), str) and _opt(value.get("cursor"), str)
+            and _opt(value.get("new_boot"), bool))
+
+
+def _is_evidence(value: Any) -> bool:
+    return (isinstance(value, dict) and _opt(value.get("source"), str)
+            and _opt(value.get("text"), str) and _opt(value.get("at"), str)
+            and _opt(value.get("data"), dict))
+
+
+def _is_latched(value: Any) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("fault"), str)
+            and value.get("severity") in _SEVERITIES
+            and isinstance(value.get("summary"), str)
+            and isinstance(value.get("count", 0), int)
+            and all(isinstance(value.get(k, ""), str) for k in ("first_seen", "last_seen"))
+            and isinstance(value.get("evidence", []), list)
+            and all(_is_evidence(e) for e in value.get("evidence", [])))
+
+
+def _is_finding(value: Any) -> bool:
+    return (isinstance(value, dict) and isinstance(value.get("evidence", []), list)
+            and all(_is_evidence(e) for e in value.get("evidence", [])))
+
+
+# What load() hands out, key by key: the run reads these without further checks, so a
+# file that parses as JSON but holds other types is as corrupt as one that does not.
+_SHAPE: dict[str, Any] = {
+    "boot_id": lambda v: isinstance(v, str),
+    "cursor": _is_cursor,
+    "kernel": lambda v: _is_map(v, _is_latched),
+    "gpu_uuids": lambda v: _is_map(v, lambda u: isinstance(u, str)),
+    "alerts": lambda v: _is_map(v, lambda t: isinstance(t, str)),
+    "services": lambda v: _is_map(v, lambda h: isinstance(h, list)),
+    "published": lambda v: _is_map(v) and _opt(v.get("extra"), bool)
+    and _opt(v.get("drained"), str) and _opt(v.get("boot"), str),
+    "findings": lambda v: _is_map(v, lambda fs: isinstance(fs, list)
+                                  and all(_is_finding(f) for f in fs)),
+}
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    """Raise ValueError naming the first key whose value has the wrong type."""
+    for key, ok in _SHAPE.items():
+        if key in data and not ok(data[key]):
+            raise ValueError(f"state key {key!r} has the wrong type")
 
 
 def save(state_dir: str, data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -150,3 +151,62 @@ def test_fewer_gpus_than_configured_is_gpu_missing(tmp_path: Path,
                              node_name="n1", dry_run=True, now=T0)
     assert plain.findings == []
     assert [s.status for s in plain.statuses if s.name == "gpus"] == ["unsupported"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"published": "yes"},
+    {"published": {"extra": "no", "drained": ""}},
+    {"cursor": "file"},
+    {"cursor": {"kind": "file", "inode": "12", "offset": 0}},
+    {"kernel": {"gpu.xid.79|0000:3b:00": "critical"}},
+    {"kernel": {"k": {"fault": "gpu.xid.79", "severity": "fatal", "summary": "s"}}},
+    {"alerts": ["gpu.xid.79"]},
+    {"gpu_uuids": {"0000:3b:00": 7}},
+    {"services": {"slurmd.service": 3}},
+    {"findings": {"mounts": [1]}},
+    {"boot_id": 7},
+])
+def test_a_state_file_with_wrong_types_is_set_aside_and_the_check_starts_afresh(
+        tmp_path: Path, bad: dict[str, object]) -> None:
+    """Valid JSON whose keys hold the wrong types is as corrupt as bad JSON (house
+    style 5): it is set aside, never handed to the run, which would crash every time."""
+    from slurm_heal.checks import state
+
+    (tmp_path / "state.json").write_text(json.dumps({"v": 1, "boot_id": "b1", **bad}))
+    st, existed = state.load(str(tmp_path), "b1")
+    assert (st, existed) == (state.empty("b1"), False)
+    assert [p.name.split("-")[0] for p in tmp_path.iterdir()] == ["state.json.corrupt"]
+
+
+def test_a_state_file_the_check_wrote_loads_as_it_was(tmp_path: Path) -> None:
+    from slurm_heal.checks import state
+
+    good = state.empty("b1")
+    good.update(cursor={"kind": "file", "path": "/var/log/kern.log", "inode": 5, "offset": 9},
+                kernel={"gpu.xid.79|0000:3b:00": {
+                    "fault": "gpu.xid.79", "severity": "critical", "summary": "off the bus",
+                    "first_seen": "t", "last_seen": "t", "count": 1,
+                    "evidence": [{"source": "kernel_log", "text": "x", "at": None,
+                                  "data": {"pci": "0000:3b:00"}}]}},
+                alerts={"gpu.xid.79": "2026-01-05T00:00:00+00:00"},
+                services={"slurmd.service": [[1.0, 3]]},
+                published={"extra": True, "drained": "heal: x", "boot": "b1"})
+    state.save(str(tmp_path), good)
+    assert state.load(str(tmp_path), "b1") == (good, True)
+
+
+def test_a_check_run_survives_a_state_file_with_wrong_types(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reviewer's case end to end: {"v":1,"published":"yes"} crashed every run."""
+    from slurm_heal.checks import runner
+
+    root = tmp_path / "root"
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("b1\n")
+    state_dir = root / "var/lib/slurm-heal/node"
+    state_dir.mkdir(parents=True)
+    (state_dir / "state.json").write_text('{"v": 1, "boot_id": "b1", "published": "yes"}')
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
+    cfg = config.parse_config({"kernel_log": {"enabled": False}})
+    result = runner.run_check(cfg, node_name="n1", dry_run=True, now=T0)
+    assert result.exit_code == 0 and result.findings == []
