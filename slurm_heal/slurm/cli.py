@@ -77,15 +77,28 @@ def parse_slurm_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.astimezone()
 
 
+# sinfo's one-character state suffixes (sinfo(1) "NODE STATE CODES"), as the flag each
+# stands for in the JSON ``state_flags``. scontrol and pyslurm print ``DOWN*+DRAIN``:
+# the suffix sits on a ``+`` part, not only at the end of the whole string.
+_SUFFIX_FLAGS = {
+    "*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWER_DOWN",
+    "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED",
+    "^": "REBOOT_ISSUED", "-": "PLANNED",
+}
+
+
 def state_flags(state: str, flags: Iterable[str] = ()) -> frozenset[str]:
-    """Upper-case state flags from ``IDLE+DRAIN`` / ``DOWN*`` (scontrol) or the JSON
-    ``state`` + ``state_flags`` pair. A trailing ``*`` means not responding."""
+    """Upper-case state flags from ``IDLE+DRAIN`` / ``DOWN*+DRAIN`` (scontrol, pyslurm)
+    or the JSON ``state`` + ``state_flags`` pair. A suffix marker on any ``+`` part
+    (``*`` not responding, ``~`` powered down, ...) is stripped and added as its flag."""
     out = {str(f).upper() for f in flags if f}
-    text = (state or "").strip()
-    if text.endswith("*"):
-        out.add("NOT_RESPONDING")
-        text = text.rstrip("*")
-    out.update(p.upper() for p in text.split("+") if p)
+    for part in (state or "").strip().split("+"):
+        part = part.strip()
+        while part and part[-1] in _SUFFIX_FLAGS:
+            out.add(_SUFFIX_FLAGS[part[-1]])
+            part = part[:-1]
+        if part:
+            out.add(part.upper())
     return frozenset(out)
 
 

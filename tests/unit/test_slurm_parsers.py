@@ -118,6 +118,26 @@ def test_state_flags_from_both_spellings() -> None:
                                                                   "REBOOT_REQUESTED"}
 
 
+@pytest.mark.parametrize(("text", "flags"), [
+    ("DOWN*+DRAIN", {"DOWN", "DRAIN", "NOT_RESPONDING"}),
+    ("IDLE*+CLOUD", {"IDLE", "CLOUD", "NOT_RESPONDING"}),
+    ("MIXED", {"MIXED"}),
+    ("IDLE+DRAIN", {"IDLE", "DRAIN"}),
+    ("ALLOCATED+DRAIN", {"ALLOCATED", "DRAIN"}),
+    ("DOWN+REBOOT_ISSUED", {"DOWN", "REBOOT_ISSUED"}),
+    ("IDLE~+CLOUD", {"IDLE", "CLOUD", "POWERED_DOWN"}),
+    ("DOWN^", {"DOWN", "REBOOT_ISSUED"}),
+    ("MIXED@", {"MIXED", "REBOOT_REQUESTED"}),
+])
+def test_a_suffix_marker_on_any_part_is_a_flag_not_part_of_the_state(
+        text: str, flags: set[str]) -> None:
+    """SPEC I3/D5: ``DOWN*+DRAIN`` (scontrol, pyslurm) is a down node: the ``*`` sits on
+    the first part, and a node whose state reads ``DOWN*`` must still be down."""
+    got = state_flags(text)
+    assert got == flags
+    assert ("DOWN" in got) == text.startswith("DOWN")
+
+
 def test_slurm_times() -> None:
     assert parse_slurm_time(0) is None
     assert parse_slurm_time("Unknown") is None and parse_slurm_time("None") is None
