@@ -113,9 +113,9 @@ class PyslurmSlurm:
         self._pyslurm = module if module is not None else importlib.import_module("pyslurm")
         self._cli = CliSlurm(slurm_conf=slurm_conf, timeout=timeout)
 
-    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except Exception as exc:  # pyslurm raises RPCError and friends
             text = str(exc)
             if "Unable to contact" in text or "connect" in text.lower():
@@ -168,7 +168,11 @@ class PyslurmSlurm:
     def signal_jobs(self, node: str, signal: str) -> None:
         for job_id in self._active(node):
             job = self._pyslurm.Job(job_id)
-            self._call("Job.send_signal", job.send_signal, signal.upper().removeprefix("SIG"))
+            # steps="all": every step and the batch shell, like the cli backend's
+            # `scancel --full` (pyslurm's default, "children", spares the batch shell,
+            # so a job script that traps the signal to checkpoint never sees it; SPEC P3).
+            self._call("Job.send_signal", job.send_signal,
+                       signal.upper().removeprefix("SIG"), steps="all")
 
     def requeue_jobs(self, node: str) -> None:
         for job_id in self._active(node):

@@ -70,7 +70,20 @@ class _FakePyslurm:
             def modify(self, changes: Node) -> None:
                 fake.modified.append((str(self.name), changes.changes))
 
+        self.signalled: list[tuple[int, str, dict[str, Any]]] = []
+
+        class Job:
+            """pyslurm 25.11: ``Job.send_signal(signal, steps="children", hurry=False)``."""
+
+            def __init__(self, job_id: int) -> None:
+                self.job_id = job_id
+
+            def send_signal(self, signal: str, steps: str = "children",
+                            hurry: bool = False) -> None:
+                fake.signalled.append((self.job_id, signal, {"steps": steps, "hurry": hurry}))
+
         self.Node = Node
+        self.Job = Job
         self.Nodes = SimpleNamespace(load=_pyslurm_nodes)
         self.Jobs = SimpleNamespace(load=_pyslurm_jobs)
 
@@ -87,6 +100,14 @@ def test_pyslurm_backend_drains_and_merges_extra_through_node_modify() -> None:
     assert name == "gpu03" and json.loads(changes["extra"]) == {"site": {"rack": "r1"}}
     assert len(fake.modified) == 2
     assert [j.job_id for j in client.jobs("gpu01")] == [1]
+
+
+def test_pyslurm_backend_signals_every_step_and_the_batch_shell() -> None:
+    """SPEC P3 (signal before requeue so jobs can checkpoint), SPEC I3 (both backends
+    behave the same): like `scancel --full`, the signal reaches the batch shell too."""
+    fake = _FakePyslurm()
+    PyslurmSlurm(module=fake).signal_jobs("gpu01", "SIGUSR1")
+    assert fake.signalled == [(1, "USR1", {"steps": "all", "hurry": False})]
 
 
 def test_auto_picks_cli_where_pyslurm_does_not_import() -> None:
