@@ -236,11 +236,20 @@ class _Decider:
         return action
 
     def evidence(self, node: str) -> Alert | None:
-        """P1: the worst active alert on the node that counts as a confirmed failure."""
-        cands = [a for a in self.active(node) if a.fault not in NOT_EVIDENCE]
+        """P1: the worst active alert on the node that counts as a confirmed failure: not
+        Slurm's own state or the request channel (NOT_EVIDENCE), not a record-only fault
+        (D8: low disk space never causes a reboot), and at least a warning."""
+        cands = [a for a in self.active(node) if a.fault not in NOT_EVIDENCE
+                 and a.severity.rank >= Severity.WARNING.rank and not self.record_only(a.fault)]
         if not cands:
             return None
         return sorted(cands, key=lambda a: (-a.severity.rank, a.fault))[0]
+
+    def record_only(self, fault: str) -> bool:
+        try:
+            return self.catalog.get(fault).record_only
+        except CatalogError:
+            return False  # a site's own fault: its severity decides
 
     def healthy_but_for_us(self, node: str) -> bool:
         """No active alert that would itself keep the node out of service."""

@@ -5,8 +5,9 @@ failing actions, breaker resets) on a six-node, three-pool cluster under a rando
 run through the real simulation. Every decide() call is checked:
 
 - S3/S4: never more remediations in disruptive phases than the limit, never two in a pool;
-- P1: never an action on a node without a confirmed alert; E3: never a migrate without
-  evidence; Q2: never `remove`;
+- P1: never a cordon or an action on a node without a confirmed failure (an active
+  alert of at least warning severity that is neither record-only nor Slurm's own
+  state); E3: never a migrate without evidence; Q2: never `remove`;
 - S5: no automatic remediation starts while the breaker is open (one started before it
   opened may finish), never more automatic starts in the window than the threshold;
   S2: nothing starts within the cooldown after a remediation on the node;
@@ -23,10 +24,11 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from slurm_heal import catalog as catalog_mod
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy import decide, is_automatic
 from slurm_heal.simulation import Cycle, Simulation, parse_scenario
-from slurm_heal.types import Action, NodeInfo, Severity
+from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",
@@ -92,6 +94,17 @@ def foreign(n: NodeInfo) -> bool:
                 and not re.match(r"(?i)^(node unexpectedly rebooted|reboot\b)", r))
 
 
+# P1, written out here on its own (not by calling the engine): Slurm's own state and the
+# request channel are never evidence; neither is a record-only fault (D8) or an info alert.
+SLURM_OR_REQUEST = {"slurm.node_down", "slurm.node_drain", "request", "request.malformed"}
+CATALOG = catalog_mod.load()
+
+
+def confirmed(a: Alert) -> bool:
+    return (a.fault not in SLURM_OR_REQUEST and a.severity is not Severity.INFO
+            and not (a.fault in CATALOG and CATALOG.get(a.fault).record_only))
+
+
 def merged(c: Cycle) -> dict[str, Remediation]:
     rems = {r.id: r for r in c.state.remediations}
     rems.update({r.id: r for r in c.plan.updates})
@@ -141,8 +154,9 @@ class Checker:
             if rem is None or e.kind not in ("cordon", "act"):
                 continue
             alerts = [a for a in c.alerts.get(e.node, []) if a.active]
-            if e.kind == "act" and not alerts:
-                self.problems.append(f"{at}: P1 act on {e.node} without an alert")
+            if not [a for a in alerts if confirmed(a)]:
+                self.problems.append(f"{at}: P1 {e.kind} of {e.node} without a confirmed "
+                                     "failure")
             if e.kind == "act" and e.action is Action.MIGRATE:
                 crit_now = any(a.severity is Severity.CRITICAL for a in alerts)
                 crit_past = any(r.host == rem.host and r.severity is Severity.CRITICAL
@@ -170,6 +184,12 @@ class Checker:
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events=st.lists(timed, min_size=1, max_size=14), config=policies)
+@example(events=[(0, {"type": "alert", "node": "gpu02", "fault": "disk.low_space"}),
+                 (1, {"type": "request", "node": "gpu02", "action": "reboot",
+                      "who": "detector", "id": "1"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})
 @example(events=[(0, {"type": "drain", "node": "gpu01", "reason": "bad DIMM, do not use"}),
                  (1, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.79"})],
          config={"approvals": {"default": "auto"},

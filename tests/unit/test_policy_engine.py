@@ -675,3 +675,21 @@ def test_a_node_resumed_by_a_person_after_our_cordon_cancels_the_remediation() -
     p2 = run(nodes, al, s, T0 + timedelta(minutes=1))
     assert phases(p2, "gpu01") == [("cancelled", "L1")] and kinds(p2) == []
     assert "resumed by someone else" in p2.records[0].why
+
+
+# ------------------------------------------------------------------ what counts as evidence (P1)
+@pytest.mark.parametrize(("fault", "sev", "cordoned"), [
+    ("disk.low_space", Severity.WARNING, False),  # record-only by design (D8)
+    ("gpu.xid.48", Severity.INFO, False),  # an info alert is not a confirmed failure
+    ("gpu.xid.48", Severity.WARNING, True),
+    ("slurm.node_drain", Severity.WARNING, False),  # Slurm's own state
+])
+def test_only_a_confirmed_failure_is_evidence_for_a_request(fault: str, sev: Severity,
+                                                            cordoned: bool) -> None:
+    """SPEC P1/Q4/D8: a detector's request needs an active alert of at least warning
+    severity that is not record-only and not Slurm's own state."""
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detector=ibmon id=1")
+    plan = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01", fault, sev)]})
+    assert ("cordon" in kinds(plan)) is cordoned
+    if not cordoned:
+        assert ("blocked", "P1") in phases(plan, "gpu01")
