@@ -13,6 +13,12 @@ after) in a small JSON file in the state directory; the same key never runs a sc
 twice. A key whose script was started but whose outcome was never recorded (the
 controller died meanwhile) is reported ``failed`` with a note, never re-run: a person
 must check what the script did.
+
+A second controller replica on another host may share the state directory (S6). It
+cannot see the first host's processes, so a key recorded ``running`` by another host
+stays ``running`` until the script timeout (plus a short grace for the kill and the
+outcome write) has passed since it was submitted; only then is it ``failed``
+("interrupted or lost; check the node"). On the same host the recorded pid decides.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import os
 import socket
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,10 @@ from slurm_heal.providers._proc import run
 from slurm_heal.providers._records import KeyRecords
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
+
+# After the timeout the runner kills the script's process group and writes the outcome;
+# a replica on another host waits this much longer before calling the run lost.
+OTHER_HOST_GRACE = timedelta(seconds=30)
 
 EXEC_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 
@@ -102,7 +112,24 @@ class ExecProvider:
         if rec is None:
             return None
         op = _from_record(key, rec)
-        if op.status == "running" and not _runner_alive(rec):
+        if op.status != "running":
+            return op
+        host = rec.get("hostname")
+        if host != socket.gethostname():
+            # Another replica's run (shared state dir, S6): its process is not visible
+            # from here. It is running until it could no longer be.
+            submitted = _when(rec.get("submitted"))
+            if submitted is not None and datetime.now(timezone.utc) < (
+                    submitted + timedelta(seconds=self.timeout) + OTHER_HOST_GRACE):
+                return op
+            return Operation(id=op.id, key=key, node=op.node, action=op.action,
+                             status="failed",
+                             detail=op.detail + f"; started on {host or 'another host'} "
+                                                f"and no outcome was recorded within the "
+                                                f"script timeout ({self.timeout:g}s): "
+                                                "interrupted or lost; check the node, the "
+                                                "script is not run again for this key")
+        if not _runner_alive(rec):
             # Scripts run synchronously: "running" on record whose runner is gone means
             # the run was interrupted (the controller died). Re-running could act twice.
             return Operation(id=op.id, key=key, node=op.node, action=op.action,
@@ -124,6 +151,15 @@ def _from_record(key: str, rec: Mapping[str, Any]) -> Operation:
     return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]),
                      action=Action(rec["action"]), status=rec["status"],
                      detail=str(rec.get("detail", "")))
+
+
+def _when(value: Any) -> datetime | None:
+    """A recorded ISO time as an aware datetime; None when absent or unreadable."""
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def _runner_alive(rec: Mapping[str, Any]) -> bool:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -68,14 +71,51 @@ def _alive(pid: int) -> bool:
 
 
 def test_an_interrupted_run_is_reported_failed_not_rerun(tmp_path: Path) -> None:
-    """A record left 'running' by a dead controller is never re-run (S6)."""
-    p = ExecProvider({Action.REBOOT: DATA / "ok.sh"}, state_dir=tmp_path)
+    """A record left 'running' by a dead controller on this host is never re-run (S6)."""
+    runs = tmp_path / "runs"
+    p = ExecProvider({Action.REBOOT: DATA / "ok.sh"}, state_dir=tmp_path,
+                     env={"RUNS_FILE": str(runs)})
     with p.records.locked() as records:
         records["r-5:act:0"] = {"id": "exec-x", "node": "gpu07", "action": "reboot",
                                 "status": "running", "detail": "started", "pid": 2 ** 22 + 1,
-                                "hostname": "elsewhere"}
+                                "hostname": socket.gethostname(),
+                                "submitted": datetime.now(timezone.utc).isoformat()}
     op = p.submit("gpu07", Action.REBOOT, "r-5:act:0")
     assert op.status == "failed" and "interrupted" in op.detail
+    assert not runs.exists()
+
+
+def _other_hosts_run(p: ExecProvider, key: str, submitted: datetime) -> None:
+    with p.records.locked() as records:
+        records[key] = {"id": "exec-y", "node": "gpu07", "action": "reboot",
+                        "status": "running", "detail": "reboot.sh started", "pid": os.getpid(),
+                        "hostname": "ctl-b.invalid", "submitted": submitted.isoformat()}
+
+
+def test_another_hosts_run_within_the_script_timeout_is_still_running(tmp_path: Path) -> None:
+    """SPEC S6 with two controller replicas sharing the state dir: the second cannot see
+    the first host's process, so the first host's run is running, not interrupted, and
+    is never started a second time."""
+    runs = tmp_path / "runs"
+    p = ExecProvider({Action.REBOOT: DATA / "ok.sh"}, state_dir=tmp_path, timeout=600,
+                     env={"RUNS_FILE": str(runs)})
+    _other_hosts_run(p, "r-6:act:0", datetime.now(timezone.utc) - timedelta(seconds=5))
+    op = p.status("r-6:act:0")
+    assert op is not None and op.status == "running"
+    assert p.submit("gpu07", Action.REBOOT, "r-6:act:0").status == "running"
+    assert not runs.exists()
+
+
+def test_another_hosts_run_past_the_script_timeout_is_failed_as_lost(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    p = ExecProvider({Action.REBOOT: DATA / "ok.sh"}, state_dir=tmp_path, timeout=600,
+                     env={"RUNS_FILE": str(runs)})
+    _other_hosts_run(p, "r-7:act:0", datetime.now(timezone.utc) - timedelta(hours=1))
+    op = p.status("r-7:act:0")
+    assert op is not None and op.status == "failed"
+    assert "interrupted or lost; check the node" in op.detail and "ctl-b.invalid" in op.detail
+    assert p.submit("gpu07", Action.REBOOT, "r-7:act:0").status == "failed"
+    assert not runs.exists()
 
 
 def test_action_without_a_script_is_refused(tmp_path: Path) -> None:
