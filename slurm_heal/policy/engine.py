@@ -551,6 +551,7 @@ class _Decider:
                 self.record(name, "alert", "D5", f"{fault}: {name} is "
                             f"{'DOWN' if node.down else 'drained'} by someone else "
                             f"({node.reason!r}); recorded, never touched by slurm-heal")
+        self.orphan_marker(node)
         for a in self.active(name):
             if a.fault in NOT_EVIDENCE or self.fault_action(a) is not Action.NONE:
                 continue
@@ -561,6 +562,41 @@ class _Decider:
                 self.record(name, "notified", "D8", why)
                 self.effect("notify", name, None, "notify", why=why, rule="D8",
                             reason=key)
+
+    def orphan_marker(self, node: NodeInfo) -> None:
+        """House style 2 / L1: our controller's cordon with no open remediation behind it
+        (release() skipped it while a fault was active, or its resume failed). Undo it
+        once the node is healthy but for us; until then a person is told, once. A node
+        handed to a person (E1) stays as it is: that is theirs to decide."""
+        if not node.drained or not reasons.is_ours(node.reason):
+            return
+        try:
+            marker = reasons.parse_marker(node.reason)
+        except ReasonError:
+            return
+        if marker.by != "controller":
+            return  # the node check's own drain clears itself (checks/)
+        name = node.name
+        if any(r.node == name for r in self.open_rems()):
+            return
+        if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
+            return  # released by a command in this very call
+        owner = self.rems.get(marker.remediation or "")
+        if owner is not None and (owner.data.get("handed_to_person") or owner.id in self.changed):
+            return  # a person's node now, or it ended in this call (release() decided)
+        ref = marker.remediation or "?"
+        if self.healthy_but_for_us(name):
+            self.effect("release", name, None, "release", reason=node.reason, rule="L1",
+                        why=f"{name} is still cordoned for {ref}, which is over: undo the "
+                        "cordon")
+            if self.once(f"orphan:{name}", ref):
+                self.record(name, "released", "L1", f"{name} is still cordoned for {ref}, "
+                            "which is no longer open, and nothing keeps it out of service: "
+                            "the cordon is undone")
+        elif self.once(f"orphan:{name}", ref):
+            self.record(name, "blocked", "L1", f"{name} is still cordoned for {ref}, which is "
+                        "no longer open, and a fault that keeps it out of service is active: "
+                        "it stays drained until the fault clears or a person resumes it")
 
     # ---------------------------------------------------------------- the life cycle
     def release(self, rem: Remediation, what: str) -> None:

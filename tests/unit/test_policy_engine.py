@@ -693,3 +693,42 @@ def test_only_a_confirmed_failure_is_evidence_for_a_request(fault: str, sev: Sev
     assert ("cordon" in kinds(plan)) is cordoned
     if not cordoned:
         assert ("blocked", "P1") in phases(plan, "gpu01")
+
+
+# ------------------------------------------------------------------ our cordon left behind (L1)
+def _left_behind() -> tuple[Remediation, NodeInfo]:
+    r = rem("gpu01", Phase.CANCELLED, acted=False)
+    return r, node("gpu01", "IDLE", "DRAIN",
+                   reason=format_marker("gpu.xid.48", r.id, "controller", "for reboot"))
+
+
+def test_our_cordon_left_after_a_cancel_is_undone_once_the_node_is_healthy() -> None:
+    """House style 2 / L1: release() skipped the node while a critical fault was active;
+    when it clears, the orphaned cordon is released (keyed on the marker), not left."""
+    r, n = _left_behind()
+    sick = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+               State(remediations=(r,)), T0 + timedelta(hours=1))
+    assert "release" not in kinds(sick) and ("blocked", "L1") in phases(sick, "gpu01")
+    again = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+                State(remediations=(r,), data=sick.data or {}), T0 + timedelta(hours=2))
+    assert ("blocked", "L1") not in phases(again, "gpu01")  # told once
+    well = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
+    (eff,) = well.effects
+    assert eff.kind == "release" and eff.reason == n.reason
+    same = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=2))
+    assert same.effects[0].key == eff.key  # deterministic (S6)
+
+
+def test_a_node_handed_to_a_person_is_not_released_by_the_orphan_sweep() -> None:
+    """SPEC E1: a node left cordoned for a person stays cordoned."""
+    r, n = _left_behind()
+    r = r.model_copy(update={"phase": Phase.FAILED,
+                             "data": {**r.data, "handed_to_person": True}})
+    plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
+    assert "release" not in kinds(plan)
+
+
+def test_someone_elses_marker_is_not_swept() -> None:
+    """House style 2: the node check's own drain (by=check) is not ours to undo here."""
+    n = node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", None, "check"))
+    assert "release" not in kinds(run([n, node("gpu02", pool="b")], {}))
