@@ -917,7 +917,12 @@ class _Decider:
         rebooting = node.down or any(s.startswith("REBOOT") for s in node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
         checked = _checked_at(node)
-        health_ran = checked is None or checked > done
+        # SPEC L5: the node check always leaves checked_at (an empty alert list when
+        # healthy); no check data at all passes only with safety.health_check=if_present.
+        if checked is None:
+            health_ran = self.policy.safety.health_check == "if_present"
+        else:
+            health_ran = checked > done
         if back and health_ran:
             bad = [a for a in self.active(rem.node)
                    if a.last_seen > done and (a.severity is Severity.CRITICAL

@@ -732,3 +732,35 @@ def test_someone_elses_marker_is_not_swept() -> None:
     """House style 2: the node check's own drain (by=check) is not ours to undo here."""
     n = node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", None, "check"))
     assert "release" not in kinds(run([n, node("gpu02", pool="b")], {}))
+
+
+# ------------------------------------------------------------------ the health check after the act (L5)
+def _back(checked: datetime | None) -> tuple[Remediation, NodeInfo]:
+    r = rem(phase=Phase.RETURNING, data={"evidence_fault": "gpu.xid.48",
+                                         "act_done": T0.isoformat()})
+    return r, node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", r.id),
+                   boot=T0 + timedelta(minutes=2), checked=checked)
+
+
+@pytest.mark.parametrize(("checked", "mode", "done"), [
+    (None, "required", False),  # no node check has published: not resumed (default)
+    (T0 - timedelta(minutes=1), "required", False),  # a check from before the action
+    (T0 + timedelta(minutes=5), "required", True),
+    (None, "if_present", True),  # a site that runs no slurm-heal node check
+    (T0 - timedelta(minutes=1), "if_present", False),  # present: it must be fresh
+])
+def test_a_node_returns_only_after_its_health_check_ran(checked: datetime | None, mode: str,
+                                                        done: bool) -> None:
+    """SPEC L5 with safety.health_check (default "required")."""
+    r, n = _back(checked)
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10),
+               pol(safety={"health_check": mode}))
+    assert (("done", "L5") in phases(plan)) is done
+    assert ("resume" in kinds(plan)) is done
+
+
+def test_a_node_that_never_reports_its_health_check_fails_at_the_return_timeout() -> None:
+    """SPEC L5: with health_check = "required", silence is not a pass."""
+    r, n = _back(None)
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(hours=1))
+    assert ("failed", "L5") in phases(plan) and "resume" not in kinds(plan)
