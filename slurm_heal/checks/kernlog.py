@@ -39,10 +39,11 @@ NEEDLES: tuple[bytes, ...] = (
     b"shut down due to",
     b"blocked for more than",
     b"soft lockup - CPU#",
-    b"detected stall",
-    # "rcu: INFO: rcu_preempt detected expedited stalls on CPUs/tasks: { 3-... } ..."
-    # (kernel/rcu/tree_exp.h) does not contain "detected stall".
-    b"detected expedited stall",
+    # Every RCU stall report starts "INFO: rcu_<flavour> ..." (kernel/rcu/tree_stall.h,
+    # tree_exp.h, tasks.h; since 4.19 after an "rcu: " prefix): "self-detected stall on
+    # CPU", "detected stalls on CPUs/tasks", and "detected expedited stalls on
+    # CPUs/tasks", which "detected stall" missed. One needle for all, ending in a rare byte.
+    b"INFO: rcu_",
 )
 
 _PCI = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
