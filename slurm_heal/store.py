@@ -532,13 +532,23 @@ class Store:
 
         Terminal remediations last updated more than ``keep`` ago (default 14 days:
         E1/E2 count 7 days, E3 looks back 10) and inbox commands older than
-        ``command_ttl`` go. Open remediations are never pruned, however old.
+        ``command_ttl`` go. Open remediations are never pruned, however old, and neither
+        is a node's latest remediation when it handed the node to a person (SPEC E1:
+        nothing automatic until a person acts; dropping it would restart the ladder).
         """
         now = _utc(now)
         with self.transaction() as txn:
             state = txn.state
+            latest: dict[str, Remediation] = {}
+            for r in state.remediations:
+                if r.phase.terminal:
+                    old = latest.get(r.node)
+                    if old is None or _end_key(r) > _end_key(old):
+                        latest[r.node] = r
+            held = {r.id for r in latest.values() if r.data.get("handed_to_person")}
             kept = tuple(r for r in state.remediations
-                         if not r.phase.terminal or _utc(r.updated) >= now - keep)
+                         if not r.phase.terminal or _utc(r.updated) >= now - keep
+                         or r.id in held)
             inbox = tuple(c for c in state.inbox if _utc(c.at) >= now - command_ttl)
             if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox):
                 log.info("store prune: %d remediation(s), %d command(s) dropped",
@@ -548,6 +558,11 @@ class Store:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _end_key(r: Remediation) -> tuple[datetime, str]:
+    """When a terminal remediation ended (as the engine orders a node's history)."""
+    return _utc(r.phase_times.get(r.phase.value) or r.updated), r.id
 
 
 def _merge_attempts(stored: tuple[Attempt, ...], update: tuple[Attempt, ...]) -> tuple[Attempt, ...]:

@@ -518,6 +518,24 @@ def test_prune_drops_only_what_no_rule_can_count(tmp_path: Path) -> None:
     assert Store(tmp_path).load() == state
 
 
+def test_prune_keeps_the_record_that_handed_a_node_to_a_person(tmp_path: Path) -> None:
+    """SPEC E1: "nothing automatic until a person acts" must outlive retention: a node's
+    latest remediation that handed it to a person stays, however old; older ones go, and
+    so does a hand-off that a later remediation (a person's request) superseded."""
+    store = Store(tmp_path)
+    now = T0 + timedelta(days=60)
+    older = rem("gpu01", since=T0, phase=Phase.DONE, updated=now - timedelta(days=40))
+    handed = rem("gpu01", since=T0 + timedelta(days=1), phase=Phase.FAILED,
+                 updated=now - timedelta(days=30), data={"handed_to_person": True})
+    superseded = rem("gpu02", since=T0, phase=Phase.FAILED,
+                     updated=now - timedelta(days=40), data={"handed_to_person": True})
+    after = rem("gpu02", since=T0 + timedelta(days=2), phase=Phase.DONE,
+                updated=now - timedelta(days=20))
+    store.apply(Plan(updates=(older, handed, superseded, after)), now)
+    state = store.prune(now)
+    assert [r.id for r in state.remediations] == [handed.id]
+
+
 # ------------------------------------------------------------------ location
 
 
