@@ -132,7 +132,7 @@ def detect_kernel_log(cfg: CheckConfig, st: dict[str, Any], name: str,
         new_cursor = sources.read_kmsg(paths.host_path("/dev/kmsg"), cursor, result)
     elif kc.source == "file":
         new_cursor = sources.read_file(paths.host_path(kc.path), cursor,
-                                       int(kc.first_read_mb * (1 << 20)), result)
+                                       int(kc.first_read_mb * (1 << 20)), result, now=now)
     else:
         new_cursor = sources.read_journal(cursor, kc.timeout, 20000, result)
     uuids = dict(st.get("gpu_uuids") or {})
