@@ -50,13 +50,16 @@ def parse_duration(value: Any) -> timedelta:
         return value
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        if value < 0:
-            raise ValueError(f"{value!r} is negative")
-        return timedelta(seconds=value)
-    if isinstance(value, str) and _DURATION.match(value.strip().replace(" ", "")):
-        return timedelta(seconds=sum(float(n) * _UNIT[u]
-                                     for n, u in _PART.findall(value.replace(" ", ""))))
+    try:
+        if isinstance(value, (int, float)):
+            if math.isnan(value) or value < 0:
+                raise ValueError(f"{value!r} is negative or not a number")
+            return timedelta(seconds=value)
+        if isinstance(value, str) and _DURATION.match(value.strip().replace(" ", "")):
+            return timedelta(seconds=sum(float(n) * _UNIT[u]
+                                         for n, u in _PART.findall(value.replace(" ", ""))))
+    except OverflowError:
+        raise ValueError(f"{value!r} is too long a duration") from None
     raise ValueError(f"{value!r} is not a duration (use e.g. \"30s\", \"30m\", \"2h\", \"7d\")")
 
 

@@ -72,6 +72,8 @@ def _time(value: Any, start: datetime | None, where: str) -> datetime:
                 raise ScenarioError(f"{where}: an offset needs an absolute start")
             try:
                 return start + parse_duration(value.strip()[1:])
+            except OverflowError:
+                raise ScenarioError(f"{where}: {value!r} is too far away") from None
             except ValueError as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
         try:
@@ -143,8 +145,16 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
                 raise ScenarioError(f"{where}: severity {e['severity']!r} is not info, "
                                     "warning or critical")
         if etype == "job":
-            _need(e, "id", where)
+            jid = _need(e, "id", where)
+            if isinstance(jid, bool) or not isinstance(jid, (int, str)) \
+                    or not str(jid).isdigit():
+                raise ScenarioError(f"{where}.id: {jid!r} is not a job id (a number)")
             _time(_need(e, "ends", where), start, f"{where}.ends")
+        for key in ("by", "remediation", "reason", "detector", "summary"):
+            if key in e and not isinstance(e[key], str):
+                raise ScenarioError(f"{where}.{key}: {e[key]!r} must be a string")
+        if "id" in e and (isinstance(e["id"], bool) or not isinstance(e["id"], (int, str))):
+            raise ScenarioError(f"{where}.id: {e['id']!r} must be a string or a number")
         if etype == "request":
             try:
                 Action(_need(e, "action", where))
@@ -158,6 +168,16 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(sim, dict):
         raise ScenarioError(f"{source}: sim must be an object")
     durations = dict(DEFAULT_DURATIONS)
+    if not isinstance(sim.get("action_duration") or {}, dict):
+        raise ScenarioError(f"{source}: sim.action_duration must be an object of action = "
+                            "duration")
+    unknown_sim = sorted(set(sim) - {"action_duration", "interval"})
+    if unknown_sim:
+        raise ScenarioError(f"{source}: sim: unknown key(s) {', '.join(unknown_sim)}")
+    for name in ("expect", "expect_not"):
+        got = data.get(name) or []
+        if not isinstance(got, list) or not all(isinstance(w, dict) for w in got):
+            raise ScenarioError(f"{source}: {name} must be a list of record objects")
     try:
         for k, v in (sim.get("action_duration") or {}).items():
             durations[Action(k)] = parse_duration(v)

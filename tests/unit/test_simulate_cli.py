@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -92,3 +94,31 @@ def test_absolute_times_work_as_well_as_offsets() -> None:
     with pytest.raises(ScenarioError, match="until is before start"):
         parse_scenario({"start": "2026-01-05T00:00:00Z", "nodes": [{"name": "a"}],
                         "until": "2026-01-01T00:00:00Z"})
+
+
+BASE: dict[str, Any] = {"start": "2026-01-05T00:00:00Z",
+                        "nodes": [{"name": "gpu01"}, {"name": "gpu02"}]}
+
+
+@pytest.mark.parametrize(("patch", "where"), [
+    ({"events": [{"at": "+1m", "type": "job", "node": "gpu01", "id": "abc", "ends": "+1h"}]},
+     "events[0].id"),
+    ({"events": [{"at": "+99999999999d", "type": "clear", "node": "gpu01",
+                  "fault": "gpu.xid.48"}]}, "events[0].at"),
+    ({"events": [{"at": "+999999999d", "type": "clear", "node": "gpu01",
+                  "fault": "gpu.xid.48"}]}, "events[0].at"),
+    ({"expect": 5}, "expect"),
+    ({"expect_not": [5]}, "expect_not"),
+    ({"sim": {"action_duration": ["reboot", "5m"]}}, "sim.action_duration"),
+    ({"sim": {"action_duration": {"reboot": "99999999999d"}}}, "sim"),
+    ({"events": [{"at": "+1m", "type": "approve", "node": "gpu01", "remediation": 5}]},
+     "events[0].remediation"),
+    ({"events": [{"at": "+1m", "type": "approve", "node": "gpu01", "by": ["alice"]}]},
+     "events[0].by"),
+    ({"config": {"safety": {"cooldown": "99999999999d"}}}, "safety.cooldown"),
+])
+def test_malformed_scenario_values_are_a_clear_error(patch: dict[str, Any], where: str) -> None:
+    """A scenario is operator input: every bad value is a ScenarioError naming where it is
+    (exit 2 from the CLI), never a traceback."""
+    with pytest.raises(ScenarioError, match=re.escape(where)):
+        parse_scenario({**BASE, **patch})
