@@ -917,16 +917,21 @@ class _Decider:
         rebooting = node.down or any(s.startswith("REBOOT") for s in node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
         checked = _checked_at(node)
+        # The check that counts is one that ran on the node as it is now: after the boot
+        # our action caused (the check at boot often runs before the provider reports
+        # the operation finished), else after the action started.
+        since = node.boot_time if node.boot_time is not None and node.boot_time > acted \
+            else acted
         # SPEC L5: the node check always leaves checked_at (an empty alert list when
         # healthy); no check data at all passes only with safety.health_check=if_present.
         if checked is None:
             health_ran = self.policy.safety.health_check == "if_present"
         else:
-            health_ran = checked > done
+            health_ran = checked >= since
         if back and health_ran:
             bad = [a for a in self.active(rem.node)
-                   if a.last_seen > done and (a.severity is Severity.CRITICAL
-                                              or a.fault == rem.data.get("evidence_fault"))]
+                   if a.last_seen > since and (a.severity is Severity.CRITICAL
+                                               or a.fault == rem.data.get("evidence_fault"))]
             if bad:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
