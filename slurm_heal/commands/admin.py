@@ -416,9 +416,10 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     """Ask for ACTION on NODE (SPEC Q1-Q4): reboot, rebuild, migrate, or remove.
 
     The request goes through the same checks as an alert: evidence (P1), capacity and
-    the cluster limits. ``remove`` is accepted here because the CLI is a person (Q2): it
-    is recorded as an operator request; with --detector it is refused, since a detector
-    may never ask for removal.
+    the cluster limits. ``remove`` is queued so that the ask is on record, but slurm-heal
+    never removes a node (Q2): the controller records the request and refuses it (rule
+    Q2); removal is done by a person outside slurm-heal. With --detector it is rejected
+    here already, since a detector may never ask for removal.
     """
     from slurm_heal.reasons import format_request
 

@@ -764,3 +764,16 @@ def test_a_node_that_never_reports_its_health_check_fails_at_the_return_timeout(
     r, n = _back(None)
     plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(hours=1))
     assert ("failed", "L5") in phases(plan) and "resume" not in kinds(plan)
+
+
+def test_the_request_help_says_what_happens_to_a_persons_remove() -> None:
+    """SPEC Q2: the CLI help and the engine agree: a person's remove is recorded and
+    refused; removal is done by a person outside slurm-heal."""
+    from click.testing import CliRunner
+
+    from slurm_heal.cli import cli
+    text = " ".join(CliRunner().invoke(cli, ["request", "--help"]).output.split())
+    assert "records the request and refuses it" in text and "is accepted" not in text
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REMOVE)
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, State(inbox=(cmd,)))
+    assert ("denied", "Q2") in phases(plan)
