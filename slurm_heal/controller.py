@@ -267,9 +267,50 @@ def _op_outcome(op: Operation) -> tuple[Outcome, str, str]:
     return "running", op.detail or op.status, op.id
 
 
+class LeaderLock:
+    """One active controller per state directory; other replicas wait as standby.
+
+    The store alone already makes two replicas create one remediation and run each
+    action once (SPEC S6), but limits that span nodes (S3, S4, S5) are decided on a
+    snapshot: two replicas deciding at once could each start one in the same pool. An
+    exclusive flock on ``<state_dir>/leader.lock`` makes one of them the leader; the lock
+    goes with its process (even on kill -9), and a standby takes over at its next try.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "leader.lock"
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        import fcntl
+        import os
+
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        import os
+
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
-                max_cycles: int | None = None) -> int:
-    """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps)."""
+                max_cycles: int | None = None, leader: LeaderLock | None = None) -> int:
+    """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
+    ``leader``, cycles run only while this process holds the leader lock."""
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current step", signum)
@@ -279,7 +320,20 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
     cycles = 0
+    standby = False
     while not controller.stop.is_set():
+        if leader is not None and not leader.try_acquire():
+            if max_cycles is not None:  # --once from cron: the active one does the work
+                log.info("another controller holds %s; nothing to do", leader.path)
+                break
+            if not standby:
+                log.info("standby: another controller holds %s", leader.path)
+                standby = True
+            controller.stop.wait(interval)
+            continue
+        if standby:
+            log.info("now the active controller (%s)", leader.path if leader else "")
+            standby = False
         try:
             controller.cycle()
         except SlurmError as exc:

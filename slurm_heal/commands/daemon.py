@@ -23,7 +23,13 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
     cleanly between steps; a heartbeat file is written after every cycle.
     """
     from slurm_heal.config import load_policy
-    from slurm_heal.controller import Controller, Notifier, controller_settings, run_forever
+    from slurm_heal.controller import (
+        Controller,
+        LeaderLock,
+        Notifier,
+        controller_settings,
+        run_forever,
+    )
     from slurm_heal.providers import make_provider
     from slurm_heal.slurm import make_client
     from slurm_heal.store import Store, default_state_dir
@@ -45,4 +51,9 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
     logging.getLogger("slurm_heal").info(
         "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir,
         getattr(provider, "name", "?"), settings.interval)
-    run_forever(controller, settings.interval, heartbeat, max_cycles=1 if once else cycles)
+    leader = LeaderLock(state_dir)
+    try:
+        run_forever(controller, settings.interval, heartbeat,
+                    max_cycles=1 if once else cycles, leader=leader)
+    finally:
+        leader.release()

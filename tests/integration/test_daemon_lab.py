@@ -6,7 +6,6 @@ the lab node (slurmd restarted with -b). SPEC L1-L5, Q1-Q4, D5, S5, S6, P4, I2, 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -351,4 +350,16 @@ def test_two_daemons_make_one_remediation_and_one_action(lab: Lab, heal: Heal) -
     assert len(heal.rems(node)) == 1
     assert list(heal.executed().values()) == [1]
     assert all(p.poll() is None for p in heal.daemons)  # neither crashed
-    os.sync()
+    assert "standby: another controller holds" in heal.logs()  # one leader, one standby
+    # the leader dies: the standby takes over and works on the next fault
+    active = next(p for p in heal.daemons
+                  if "standby" not in (heal.tmp / f"daemon-{heal.daemons.index(p)}.log")
+                  .read_text())
+    active.send_signal(signal.SIGKILL)
+    active.wait(timeout=10)
+    node2 = "gpu03"
+    heal.kernel_says(node2, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after "
+                            "6s of waiting for RPC response from GPU0 GSP!")
+    heal.check(node2)
+    heal.wait_phase(node2, Phase.DONE, timeout=120)
+    assert len(heal.executed()) == 2 and all(v == 1 for v in heal.executed().values())
