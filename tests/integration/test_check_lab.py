@@ -78,7 +78,8 @@ def test_injected_xid_79_is_published_drained_and_cleared_after_reboot(
     assert out.returncode == 0, out.stdout + out.stderr
     info = client.node(node)
     assert not info.drained, info.reason
-    assert ours(client, node) is None
+    section = ours(client, node)  # no alerts, and when the check ran (SPEC L5)
+    assert section is not None and section["alerts"] == [] and section["checked_at"]
 
 
 def test_a_node_drained_by_someone_else_is_never_resumed_or_relabelled(
@@ -96,7 +97,8 @@ def test_a_node_drained_by_someone_else_is_never_resumed_or_relabelled(
     assert check(lab, replay, node).returncode == 0
     info = client.node(node)
     assert info.drained and info.reason == "bad DIMM"
-    assert info.extra == {"site": {"rack": "r12"}}
+    assert info.extra is not None and info.extra["site"] == {"rack": "r12"}
+    assert info.extra["slurm_heal"]["alerts"] == []
 
 
 def test_dry_run_writes_nothing_to_the_lab(lab: Lab, replay: Replay) -> None:
