@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -81,15 +82,18 @@ class Rig:
             self.clock.advance(seconds=step)
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+@contextmanager
+def make_rig(tmp_path: Path, return_to_service: int = 2) -> Iterator[Rig]:
+    """The simulated cluster whose provider reboots take 3 minutes and whose nodes run
+    their health check at boot (a clean log), and the simulator over HTTP."""
     clock = Clock()
     holder: dict[str, MemorySlurm] = {}
 
     def on_boot(node: str) -> None:  # the node's health check at boot: a clean log
         holder["c"].set_extra(node, extra.KEY, extra.our_section([], clock()))
 
-    cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot)
+    cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot,
+                          return_to_service=return_to_service)
     holder["c"] = cluster
 
     def on_action(node: str, action: Action, op: Any) -> str | None:
@@ -99,9 +103,17 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
         r = Rig(clock, cluster, sim, Store(tmp_path / "state"),
                 policy_from_dict(POLICY, source="test"), tmp_path / "notes.jsonl")
+        try:
+            yield r
+        finally:
+            for p in r.providers:
+                p.close()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with make_rig(tmp_path) as r:
         yield r
-        for p in r.providers:
-            p.close()
 
 
 def test_xid_on_a_busy_node_is_cordoned_waits_for_the_job_reboots_and_resumes(rig: Rig) -> None:
@@ -132,24 +144,11 @@ def test_xid_on_a_busy_node_is_cordoned_waits_for_the_job_reboots_and_resumes(ri
 def test_node_left_down_by_slurm_after_our_reboot_is_resumed(tmp_path: Path) -> None:
     """SPEC L5 with ReturnToService=1: Slurm marks the node we rebooted DOWN, "Node
     unexpectedly rebooted", replacing our marker. That boot is ours, so it is resumed."""
-    clock = Clock()
-    cluster = MemorySlurm(NODES, clock=clock, return_to_service=1,
-                          on_boot=lambda n: cluster.set_extra(
-                              n, extra.KEY, extra.our_section([], clock())))
-
-    def on_action(node: str, action: Action, op: Any) -> str | None:
-        cluster.simulate_reboot(node, timedelta(minutes=3))
-        return None
-
-    with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
-        rig = Rig(clock, cluster, sim, Store(tmp_path / "state"),
-                  policy_from_dict(POLICY, source="test"), tmp_path / "notes.jsonl")
+    with make_rig(tmp_path, return_to_service=1) as rig:
         rig.alert("gpu01", "gpu.xid.119")
         rig.run(rig.controller(), 20)
-        for p in rig.providers:
-            p.close()
     assert rig.rems("gpu01")[0].phase is Phase.DONE
-    node = cluster.node("gpu01")
+    node = rig.cluster.node("gpu01")
     assert not node.down and not node.drained, node
 
 
