@@ -19,10 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import ProviderError
+from slurm_heal.providers.base import Operation
+from slurm_heal.types import Action
 
 # Keep the file small: an old key is only ever needed to resolve an in-flight attempt,
 # which happens within minutes; a week-old key is never asked about again.
 MAX_RECORDS = 5000
+
+
+def operation(key: str, rec: Any) -> Operation:
+    """The Operation a stored record describes (every provider record has id, node,
+    action, status and optionally detail)."""
+    return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]),
+                     action=Action(rec["action"]), status=rec["status"],
+                     detail=str(rec.get("detail", "")))
 
 
 class KeyRecords:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
-from slurm_heal.providers._records import KeyRecords
+from slurm_heal.providers._records import KeyRecords, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -124,7 +124,7 @@ class OpenStackProvider:
         with self.records.locked() as records:
             if key in records:  # another replica recorded it first
                 rec = records[key]
-                return _op(key, rec)
+                return operation(key, rec)
             records[key] = rec  # intent first: never post the same key twice
         try:
             resp = self._request("POST", f"/servers/{quote(server, safe='')}/action",
@@ -135,14 +135,14 @@ class OpenStackProvider:
                 # Nova refused it: nothing ran.
                 rec.update(status="failed", detail=str(exc))
                 self.records.put(key, rec)
-                return _op(key, rec)
+                return operation(key, rec)
             # No answer: it may have run. Keep "running"; status() asks the server.
             rec["detail"] = f"no answer to the action ({exc}); polling the server"
             self.records.put(key, rec)
-            return _op(key, rec)
+            return operation(key, rec)
         rec["detail"] = f"nova {next(iter(body))} accepted (HTTP {resp.status_code})"
         self.records.put(key, rec)
-        return _op(key, rec)
+        return operation(key, rec)
 
     def status(self, key: str) -> Operation | None:
         """Poll the server of the action recorded for ``key``."""
@@ -150,7 +150,7 @@ class OpenStackProvider:
         if rec is None:
             return None
         if rec["status"] in ("succeeded", "failed"):
-            return _op(key, rec)
+            return operation(key, rec)
         server = self._get_json(f"/servers/{quote(str(rec['server']), safe='')}")
         info = server.get("server") if isinstance(server, dict) else None
         if not isinstance(info, dict) or not isinstance(info.get("status"), str):
@@ -167,9 +167,9 @@ class OpenStackProvider:
             rec.update(status="succeeded",
                        detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}")
         else:
-            return _op(key, rec)
+            return operation(key, rec)
         self.records.put(key, rec)
-        return _op(key, rec)
+        return operation(key, rec)
 
     # --- helpers ------------------------------------------------------------------------
     def _server_id(self, node: str) -> str:
@@ -308,8 +308,3 @@ def _compute_endpoint(catalog: Any, interface: str, region: str | None) -> str:
                         f"{f' in region {region!r}' if region else ''} in the catalog; "
                         "set [provider] compute_url")
 
-
-def _op(key: str, rec: Mapping[str, Any]) -> Operation:
-    return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]),
-                     action=Action(rec["action"]), status=rec["status"],
-                     detail=str(rec.get("detail", "")))

@@ -33,7 +33,7 @@ from typing import Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers._proc import run
-from slurm_heal.providers._records import KeyRecords
+from slurm_heal.providers._records import KeyRecords, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -104,14 +104,14 @@ class ExecProvider:
         rec.update(status=status, detail=detail.strip(),
                    finished=datetime.now(timezone.utc).isoformat())
         self.records.put(key, rec)
-        return _from_record(key, rec)
+        return operation(key, rec)
 
     def status(self, key: str) -> Operation | None:
         """What the script run for ``key`` did; None when no script ran for it."""
         rec = self.records.get(key)
         if rec is None:
             return None
-        op = _from_record(key, rec)
+        op = operation(key, rec)
         if op.status != "running":
             return op
         host = rec.get("hostname")
@@ -146,11 +146,6 @@ class ExecProvider:
                                 f"on {op.node}, not {action.value} on {node}")
         return op
 
-
-def _from_record(key: str, rec: Mapping[str, Any]) -> Operation:
-    return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]),
-                     action=Action(rec["action"]), status=rec["status"],
-                     detail=str(rec.get("detail", "")))
 
 
 def _when(value: Any) -> datetime | None:

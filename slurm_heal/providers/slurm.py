@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
-from slurm_heal.providers._records import KeyRecords
+from slurm_heal.providers._records import KeyRecords, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.reasons import OUR_PREFIX, format_marker, is_ours
 from slurm_heal.slurm.base import SlurmClient
@@ -79,7 +79,7 @@ class SlurmRebootProvider:
         }
         with self.records.locked() as records:
             if key in records:  # another replica got there first
-                return _op(key, records[key])
+                return operation(key, records[key])
             records[key] = rec  # intent before the call: a crash never reboots twice
         # Keep our cordon marker as the reason: the node must stay recognisably ours.
         reason = info.reason if is_ours(info.reason) else format_marker(
@@ -91,10 +91,10 @@ class SlurmRebootProvider:
         except SlurmError as exc:
             rec.update(status="failed", detail=f"scontrol reboot failed: {exc}")
             self.records.put(key, rec)
-            return _op(key, rec)
+            return operation(key, rec)
         rec["detail"] = f"scontrol reboot ASAP nextstate={self.nextstate} issued"
         self.records.put(key, rec)
-        return _op(key, rec)
+        return operation(key, rec)
 
     def status(self, key: str) -> Operation | None:
         """Ask Slurm whether the node rebooted for ``key`` is back."""
@@ -102,14 +102,14 @@ class SlurmRebootProvider:
         if rec is None:
             return None
         if rec["status"] in ("succeeded", "failed"):
-            return _op(key, rec)
+            return operation(key, rec)
         node = str(rec["node"])
         try:
             info = self.slurm.node(node)
         except NotFound:
             rec.update(status="failed", detail=f"node {node} no longer exists in Slurm")
             self.records.put(key, rec)
-            return _op(key, rec)
+            return operation(key, rec)
         submitted = _parse(rec["submitted"]) or self.clock()
         before = _parse(rec.get("boot_before"))
         boot = _aware(info.boot_time) if info.boot_time is not None else None
@@ -128,9 +128,9 @@ class SlurmRebootProvider:
                                                f"{self.timeout:g}s (states: "
                                                f"{','.join(sorted(info.states))})")
         else:
-            return _op(key, rec)
+            return operation(key, rec)
         self.records.put(key, rec)
-        return _op(key, rec)
+        return operation(key, rec)
 
 
 def _aware(value: datetime) -> datetime:
@@ -143,7 +143,3 @@ def _parse(value: Any) -> datetime | None:
         return None
     return _aware(datetime.fromisoformat(value))
 
-
-def _op(key: str, rec: Mapping[str, Any]) -> Operation:
-    return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]), action=Action.REBOOT,
-                     status=rec["status"], detail=str(rec.get("detail", "")))
