@@ -235,11 +235,6 @@ class Plan(Frozen):
     paused: bool | None = None  # new State.paused, when a pause/unpause command changed it
     data: dict[str, Any] | None = None  # new State.data (engine bookkeeping), when changed
 
-    @property
-    def empty(self) -> bool:
-        return not (self.updates or self.effects or self.consumed or self.breaker
-                    or self.paused is not None or self.data is not None)
-
 
 def idempotency_key(remediation_id: str, step: str, attempt: int = 0) -> str:
     """Key for a provider call: the same remediation step always yields the same key."""

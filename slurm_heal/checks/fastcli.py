@@ -98,15 +98,3 @@ def main(argv: list[str] | None = None) -> int:
     """``slurm-heal check`` argv (without "check") -> exit status."""
     args = parser().parse_args(argv)
     return run(args.mode, args.json, args.dry_run, args.config, args.node)
-
-
-def console_main() -> None:
-    """A console-script entry for ``slurm-heal`` that takes the fast path for ``check``
-    (no click import, ~20 ms less per run) and hands everything else, ``check --help``
-    included, to the click CLI."""
-    argv = sys.argv[1:]
-    if argv[:1] == ["check"] and not {"--help", "-h"} & set(argv):
-        sys.exit(main(argv[1:]))
-    from slurm_heal.cli import main as cli_main
-
-    cli_main()
