@@ -26,7 +26,10 @@ silently switches a detector off. Example (all defaults shown)::
 
     [gpus]                                   # SPEC D2 fewer GPUs than configured
     enabled = true
-    expected = 0                             # GPUs this node must show; 0 = not checked
+    expected = 0                             # GPUs this node must show; 0 = what
+                                             # Slurm's gres.conf gives this node
+                                             # (Name=gpu File=/Count=), else not checked
+    gres_conf = "/etc/slurm/gres.conf"
     modes = ["healthcheck", "prolog", "epilog", "agent"]
 
     [services]                               # SPEC D4 restart loops
@@ -126,6 +129,7 @@ class MountsConfig:
 class GpusConfig:
     enabled: bool = True
     expected: int = 0
+    gres_conf: str = "/etc/slurm/gres.conf"  # used when expected is 0
     timeout: float = 5.0
     modes: tuple[str, ...] = FAST_MODES
 

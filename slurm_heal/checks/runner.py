@@ -166,13 +166,23 @@ def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,
     return node.evaluate_mounts(node.parse_mounts(text), cfg.mounts.rw, name), {}
 
 
+def expected_gpus(cfg: CheckConfig, name: str) -> int:
+    """``[gpus] expected``, else what Slurm's gres.conf gives this node, else 0."""
+    if cfg.gpus.expected > 0:
+        return cfg.gpus.expected
+    text = paths.read_text(paths.host_path(cfg.gpus.gres_conf))
+    return (node.gres_gpus(text, name) or 0) if text else 0
+
+
 def detect_gpus(cfg: CheckConfig, st: dict[str, Any], name: str,
                 now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D2: fewer GPUs than configured (``[gpus] expected``; 0 = not checked)."""
-    if cfg.gpus.expected <= 0:
-        raise node.Unsupported("no expected GPU count configured")
+    """SPEC D2: fewer GPUs than configured (``[gpus] expected``, else Slurm's gres.conf;
+    neither = not checked)."""
+    expected = expected_gpus(cfg, name)
+    if expected <= 0:
+        raise node.Unsupported("no expected GPU count configured (nor in gres.conf)")
     visible = node.count_gpus(paths.host_path("/proc/driver/nvidia/gpus"))
-    return node.evaluate_gpu_count(visible, cfg.gpus.expected, name), {}
+    return node.evaluate_gpu_count(visible, expected, name), {}
 
 
 def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,

@@ -166,3 +166,29 @@ def test_detector_counter_state_of_the_wrong_shape_is_set_aside(tmp_path: Path) 
     st, existed = state.load(str(tmp_path), "b")
     assert not existed and "nvidia_state" not in st
     assert any(p.name.startswith("state.json.corrupt-") for p in tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------ configuration
+
+def test_the_documented_example_config_parses_to_its_defaults() -> None:
+    """Every key shown in the config module's docstring is a real key with that default."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    doc = config.__doc__ or ""
+    example = doc[doc.index("[check]"):]
+    example = "\n".join(line.split("#")[0].rstrip() if not line.lstrip().startswith("[")
+                        else line for line in example.splitlines())
+    parsed = config.parse_config(tomllib.loads(example), "doc")
+    assert parsed == config.CheckConfig(source_file="doc")
+
+
+@pytest.mark.parametrize("key,value", [("source", "cuda"), ("smi_format", "json"),
+                                       ("dcgm", "maybe")])
+def test_an_unknown_nvidia_choice_is_a_config_error_naming_the_key(key: str,
+                                                                   value: str) -> None:
+    with pytest.raises(ConfigError, match=f"nvidia.{key}.*unknown value '{value}'"):
+        config.parse_config({"nvidia": {key: value}}, "check.toml")

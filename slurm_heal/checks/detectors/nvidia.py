@@ -422,7 +422,9 @@ def detect(cfg: CheckConfig, st: dict[str, Any], name: str,
             if nc.dcgm == "on":
                 raise  # "auto": dcgmi without a running host engine is not a fault
     counters, since = state.detector_state(st, "nvidia_state")
-    th = gpu.Thresholds(expected=nc.expected or cfg.gpus.expected,
+    from slurm_heal.checks.runner import expected_gpus
+
+    th = gpu.Thresholds(expected=nc.expected or expected_gpus(cfg, name),
                         pcie_replays_per_min=nc.pcie_replays_per_min,
                         nvlink_errors_per_min=nc.nvlink_errors_per_min,
                         thermal_for=nc.thermal_for)
