@@ -370,6 +370,20 @@ def to_alerts(findings: list[Finding], first_seen: dict[str, str], now: datetime
     return out
 
 
+def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
+    """Slurm's InstanceId of this node (23.11+; "" before), read once per boot: it
+    identifies the machine for escalation where GPU serials are not known (E1, E3)."""
+    cached = st.get("instance") or {}
+    if cached.get("boot") == st.get("boot_id") and isinstance(cached.get("id"), str):
+        return str(cached["id"])
+    try:
+        value = client.node(name).instance_id
+    except SlurmError:
+        return ""  # publishing goes on; asked again next run
+    st["instance"] = {"boot": st.get("boot_id") or "", "id": value}
+    return value
+
+
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult) -> None:
     from slurm_heal import extra, reasons
@@ -377,7 +391,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     pub = st.setdefault("published", {"extra": False, "drained": ""})
     serials = [s for key in ("nvidia_state", "amd_state")
                for s in (st.get(key) or {}).get("serials", [])]
-    machine = extra.machine_identity(serials)
+    machine = extra.machine_identity(serials, _instance_id(client, name, st))
     try:
         if alerts:
             client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine))

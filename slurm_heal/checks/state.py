@@ -122,6 +122,7 @@ _SHAPE: dict[str, Any] = {
     "gpu_uuids": lambda v: _is_map(v, lambda u: isinstance(u, str)),
     "alerts": lambda v: _is_map(v, lambda t: isinstance(t, str)),
     "services": lambda v: _is_map(v, lambda h: isinstance(h, list)),
+    "instance": lambda v: _is_map(v, lambda s: isinstance(s, str)),
     "published": lambda v: _is_map(v) and _opt(v.get("extra"), bool)
     and _opt(v.get("drained"), str) and _opt(v.get("boot"), str),
     "findings": lambda v: _is_map(v, lambda fs: isinstance(fs, list)

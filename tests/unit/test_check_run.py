@@ -327,3 +327,20 @@ def test_machine_identity_is_the_same_for_the_same_gpus_in_any_order() -> None:
     assert extra.machine_identity([]) is None
     assert extra.machine_identity([], "i-0abc") == {"host": "instance-i-0abc",
                                                     "instance_id": "i-0abc"}
+
+
+def test_slurms_instance_id_is_published_in_the_machine_identity(node: Node,
+                                                                 slurm: MemorySlurm) -> None:
+    """SPEC E1/E3: where Slurm has an InstanceId (23.11+) it travels with the GPU serials;
+    it is read from Slurm once per boot, not on every run."""
+    _nvidia_smi_stub(node)
+    slurm.set_instance_id("gpu01", "i-0abc123")
+    check(slurm)
+    section = ours(slurm)
+    assert section is not None
+    assert section["machine"]["instance_id"] == "i-0abc123"  # type: ignore[index]
+    assert str(section["host"]).startswith("gpus-")  # the GPUs identify the hardware first
+    slurm.set_instance_id("gpu01", "i-changed")
+    node.kmsg(XID79, append=True)
+    check(slurm, now=T0 + timedelta(minutes=5))
+    assert ours(slurm)["machine"]["instance_id"] == "i-0abc123"  # type: ignore[index]
