@@ -202,3 +202,71 @@ def test_rocm_smi_uncorrectable_ras_errors_are_gpu_ecc_dbe() -> None:
     found = judge(readings).findings
     assert faults(found) == [("gpu.ecc.dbe", 3)]
     assert found[0].evidence[0].data["serial"] == "692251000003"
+
+
+# ------------------------------------------------------------------ NVML (no GPU here)
+
+def _fake_nvml(monkeypatch: pytest.MonkeyPatch, readings: list[gpu.GpuReading],
+               lost: int | None = None, link_down: tuple[int, int] | None = None) -> None:
+    """NVIDIA's bindings answering from recorded readings, the way the library does
+    (tuples, bitmasks, NVMLError subclasses), since no GPU machine runs the tests."""
+    nv = pytest.importorskip("pynvml")
+
+    class Handle:
+        def __init__(self, g: gpu.GpuReading) -> None:
+            self.g = g
+
+    class Pci:
+        def __init__(self, bus: str) -> None:
+            self.busId = bus.upper().encode()
+
+    def handle(i: int) -> Handle:
+        if i == lost:
+            raise nv.NVMLError(nv.NVML_ERROR_GPU_IS_LOST)
+        return Handle(readings[i])
+
+    def link_state(h: Handle, link: int) -> int:
+        if link >= 18:
+            raise nv.NVMLError(nv.NVML_ERROR_INVALID_ARGUMENT)
+        return 0 if (h.g.index, link) == link_down else 1
+
+    reasons = {True: 0x40, False: 0}
+    fakes = {
+        "nvmlInit": lambda: None, "nvmlShutdown": lambda: None,
+        "nvmlDeviceGetCount": lambda: len(readings),
+        "nvmlDeviceGetHandleByIndex": handle,
+        "nvmlDeviceGetUUID": lambda h: h.g.uuid,
+        "nvmlDeviceGetSerial": lambda h: h.g.serial,
+        "nvmlDeviceGetName": lambda h: h.g.name,
+        "nvmlDeviceGetPciInfo": lambda h: Pci(h.g.pci),
+        "nvmlDeviceGetTotalEccErrors": lambda h, kind, counter: h.g.ecc_dbe_volatile,
+        "nvmlDeviceGetRemappedRows": lambda h: (0, 0, int(bool(h.g.remap_pending)),
+                                                int(bool(h.g.remap_failure))),
+        "nvmlDeviceGetPcieReplayCounter": lambda h: h.g.pcie_replays,
+        "nvmlDeviceGetCurrentClocksEventReasons": lambda h: reasons[bool(h.g.hw_thermal)] | 1,
+        "nvmlDeviceGetNvLinkState": link_state,
+        "nvmlDeviceGetNvLinkErrorCounter": lambda h, link, counter: 0,
+    }
+    for name, fn in fakes.items():
+        monkeypatch.setattr(nv, name, fn)
+
+
+def test_the_nvml_path_gives_the_same_readings_and_faults_as_nvidia_smi(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from_xml = xml("smi-q-x-faults.xml")
+    _fake_nvml(monkeypatch, from_xml)
+    from_nvml = nvidia.gather_nvml()
+    for a, b in zip(from_xml, from_nvml, strict=True):
+        assert (a.index, a.uuid, a.pci, a.serial, a.ecc_dbe_volatile, a.remap_pending,
+                a.remap_failure, a.pcie_replays, a.hw_thermal) == \
+            (b.index, b.uuid, b.pci, b.serial, b.ecc_dbe_volatile, b.remap_pending,
+             b.remap_failure, b.pcie_replays, b.hw_thermal)
+        assert len(b.links) == 18 and all(link.up for link in b.links)
+    assert faults(judge(from_nvml).findings) == faults(judge(from_xml).findings)
+
+
+def test_nvml_a_lost_gpu_and_a_down_link(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_nvml(monkeypatch, xml("smi-q-x-healthy-8.xml"), lost=3, link_down=(5, 2))
+    found = judge(nvidia.gather_nvml()).findings
+    assert faults(found) == [("gpu.nvlink.down", 5), ("gpu.off_bus", 3)]
+    assert "GPU is lost" in next(f for f in found if f.fault == "gpu.off_bus").evidence[0].text
