@@ -397,10 +397,11 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
         if ev.line.seq is not None:
             data["seq"] = ev.line.seq
         data.update(ev.data)
-        if ev.data.get("fatal") is False and severity is Severity.CRITICAL:
+        if ev.data.get("fatal") is False:
             # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
-            # "follow Xid 154": recorded, never a drain on their own.
-            severity = Severity.WARNING
+            # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
+            # on their own (like an Xid 154 whose action is None).
+            severity = Severity.INFO
         if ev.xid == 154:
             # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
             # the GPU needs nothing any more: record it, never cordon for it.

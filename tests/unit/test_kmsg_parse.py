@@ -190,11 +190,11 @@ def test_a_fatal_nvlink5_xid_is_critical_with_its_sub_code_in_the_evidence() -> 
             data["error_status"]) == ("NETIR_LINK_EVT", True, 1, "0x021425c6", "0x00000000")
 
 
-def test_a_non_fatal_nvlink5_xid_is_a_warning_that_never_drains() -> None:
+def test_a_non_fatal_nvlink5_xid_is_informational_and_never_drains() -> None:
     res = kernlog.scan(b"4,1,1,-;NVRM: Xid (PCI:0000:1e:00): 145, RLW_REMAP Nonfatal XC0 i0 "
                        b"Link 03 (0x00000004 0x00000001 0x0 0x0 0x0 0x0)\n")
     (finding,) = kernlog.findings(_latch(res), "n1")
-    assert finding.severity is Severity.WARNING
+    assert finding.severity is Severity.INFO
     assert finding.evidence[0].data["subcode"] == "RLW_REMAP"
 
 
