@@ -23,6 +23,14 @@ else:  # pragma: no cover - exercised on 3.10 only
 CATALOG_FILE = Path(__file__).with_name("catalog.toml")
 _XID_ID = re.compile(r"^gpu\.xid\.(\d+)$")
 
+# NVIDIA's resolution buckets (immediate action) as the Xid catalog names them; UNSPECIFIED
+# where the catalog gives guidance text only (Xid 162-172).
+BUCKETS = frozenset({
+    "IGNORE", "RESTART_APP", "CONTACT_SUPPORT", "CHECK_MECHANICALS", "UPDATE_SWFW",
+    "RESET_GPU", "RESTART_VM", "RESTART_BM", "CHECK_UVM", "XID_154", "WORKFLOW_XID_45",
+    "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR", "WORKFLOW_NVLINK5_ERR", "UNSPECIFIED",
+})
+
 
 @dataclass(frozen=True, slots=True)
 class Fault:
@@ -37,6 +45,11 @@ class Fault:
     power_cut: bool = False  # needs the GPU's power cut (E4)
     recovery_action: bool = False  # Xid 154: the driver names the action
     known: bool = True  # False for an Xid the catalog does not list
+    # NVIDIA's own words for an Xid, kept next to ours so an operator sees both:
+    mnemonic: str = ""
+    bucket: str = ""  # resolution bucket, immediate action (e.g. RESET_GPU)
+    investigatory: str = ""  # resolution bucket, investigatory action
+    nvlink5: bool = False  # Xid 144-150: the message's sub-code decides
 
     @property
     def xid(self) -> int | None:
@@ -96,6 +109,10 @@ def _fault(fid: str, raw: dict[str, Any]) -> Fault:
             record_only=bool(raw.get("record_only", False)),
             power_cut=bool(raw.get("power_cut", False)),
             recovery_action=bool(raw.get("recovery_action", False)),
+            mnemonic=str(raw.get("mnemonic", "")),
+            bucket=str(raw.get("bucket", "")),
+            investigatory=str(raw.get("investigatory", "")),
+            nvlink5=bool(raw.get("nvlink5", False)),
         )
     except (KeyError, ValueError) as exc:
         raise CatalogError(f"{CATALOG_FILE.name}: fault {fid!r}: bad or missing {exc}") from exc
@@ -112,7 +129,12 @@ def parse_catalog(data: dict[str, Any]) -> Catalog:
         fid = f"gpu.xid.{int(code)}"
         if fid in faults:
             raise CatalogError(f"{CATALOG_FILE.name}: duplicate fault id {fid}")
-        faults[fid] = _fault(fid, raw)
+        fault = _fault(fid, raw)
+        if fault.bucket not in BUCKETS:
+            raise CatalogError(f"{CATALOG_FILE.name}: {fid}: NVIDIA resolution bucket "
+                               f"{fault.bucket!r} is missing or unknown (known: "
+                               f"{', '.join(sorted(BUCKETS))})")
+        faults[fid] = fault
     for f in faults.values():
         if f.record_only and f.action is not Action.NONE:
             raise CatalogError(f"{CATALOG_FILE.name}: {f.id} is record_only but has an action")

@@ -8,7 +8,9 @@ they are. Layout of our key::
                     "alerts": [{"fault": "gpu.xid.79", "severity": "critical",
                                 "summary": "...", "detector": "kernel_log",
                                 "first_seen": "...", "last_seen": "...",
-                                "evidence": [{"source": "kmsg", "text": "...", "at": "..."}]}]}}
+                                "evidence": [{"source": "kmsg", "text": "...", "at": "..."}]}],
+                    "host": "gpus-0123456789abcdef",      # when the GPU serials are known
+                    "machine": {"gpu_serials": ["1654922001234", ...]}}}
 
 Evidence is trimmed (text length, count per alert) so the field stays small; the full
 record stays in the node check's own state file.
@@ -76,10 +78,34 @@ def alert_to_json(alert: Alert) -> dict[str, Any]:
     }
 
 
-def our_section(alerts: list[Alert], checked_at: datetime) -> dict[str, Any]:
-    """Our key's value for a set of active alerts."""
-    return {"v": VERSION, "checked_at": _ts(checked_at),
-            "alerts": [alert_to_json(a) for a in alerts]}
+def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str, Any] | None:
+    """What identifies the hardware under a node for escalation (SPEC E1, E3), so a node
+    re-imaged onto the same bad machine is still recognised: ``host`` is derived from
+    the GPU serials (the hardware) when known, else Slurm's ``InstanceId`` (23.11+).
+    None when neither is known (the node name stays the identity)."""
+    import hashlib
+
+    serials = sorted({s.strip() for s in gpu_serials if s.strip()})
+    out: dict[str, Any] = {}
+    if serials:
+        digest = hashlib.sha256(",".join(serials).encode()).hexdigest()[:16]
+        out = {"host": f"gpus-{digest}", "gpu_serials": serials}
+    if instance_id:
+        out.setdefault("host", f"instance-{instance_id}")
+        out["instance_id"] = instance_id
+    return out or None
+
+
+def our_section(alerts: list[Alert], checked_at: datetime,
+                machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
+    ``host`` (read by the controller as the machine identity) and ``machine``."""
+    out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
+                           "alerts": [alert_to_json(a) for a in alerts]}
+    if machine:
+        out["host"] = machine["host"]
+        out["machine"] = {k: v for k, v in machine.items() if k != "host"}
+    return out
 
 
 def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:

@@ -129,6 +129,7 @@ class NodeInfo:
     slurmd_start_time: datetime | None = None
     address: str = ""
     hostname: str = ""
+    instance_id: str = ""  # Slurm 23.11+ InstanceId (cloud instance), "" when unset
 
     @property
     def drained(self) -> bool:

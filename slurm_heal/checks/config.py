@@ -26,7 +26,10 @@ silently switches a detector off. Example (all defaults shown)::
 
     [gpus]                                   # SPEC D2 fewer GPUs than configured
     enabled = true
-    expected = 0                             # GPUs this node must show; 0 = not checked
+    expected = 0                             # GPUs this node must show; 0 = what
+                                             # Slurm's gres.conf gives this node
+                                             # (Name=gpu File=/Count=), else not checked
+    gres_conf = "/etc/slurm/gres.conf"
     modes = ["healthcheck", "prolog", "epilog", "agent"]
 
     [services]                               # SPEC D4 restart loops
@@ -36,6 +39,56 @@ silently switches a detector off. Example (all defaults shown)::
     max_restarts = 3                         # more restarts than this in the window
     timeout = 5.0
     modes = ["healthcheck", "agent"]
+
+    [nvidia]                                 # SPEC D2, D3 GPU telemetry
+    enabled = true                           # unsupported (not a fault) without a driver
+    source = "auto"                          # auto (NVML, else nvidia-smi) | nvml | smi
+    smi_format = "xml"                       # nvidia-smi -q -x | csv (--query-gpu)
+    dcgm = "auto"                            # auto (when dcgmi is on PATH) | on | off
+    dcgm_group = 0                           # dcgmi health -g GROUP -c -j
+    nvlink = true                            # NVLink state and error counters
+    expected = 0                             # GPUs that must answer; 0 = [gpus] expected
+    pcie_replays_per_min = 10.0
+    nvlink_errors_per_min = 10.0
+    thermal_for = 300.0                      # seconds a thermal slowdown must hold
+    tool_timeout = 8.0                       # per nvidia-smi/dcgmi call; a hang is a fault
+    timeout = 15.0
+    modes = ["healthcheck", "agent"]
+
+    [amd]                                    # SPEC D3, D9 (amd-smi, else rocm-smi)
+    enabled = true
+    expected = 0
+    pcie_replays_per_min = 10.0
+    thermal_for = 300.0
+    tool_timeout = 8.0
+    timeout = 15.0
+    modes = ["healthcheck", "agent"]
+
+    [infiniband]                             # SPEC D6 /sys/class/infiniband
+    enabled = true
+    expected_rate = 0                        # Gb/s every port must run at; 0 = not checked
+    ports = 0                                # ports that must be present; 0 = not checked
+    errors_per_min = 10.0
+    link_layers = ["InfiniBand"]
+    counters = ["symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+                "port_rcv_remote_physical_errors", "local_link_integrity_errors",
+                "excessive_buffer_overrun_errors", "port_xmit_discards"]
+    modes = ["healthcheck", "prolog", "epilog", "agent"]
+
+    [network]                                # SPEC D6 host connectivity
+    enabled = true
+    endpoints = []                           # "host:port" reached by TCP connect
+    connect_timeout = 2.0
+    unreachable_for = 120.0                  # seconds unreachable before it is a fault
+    timeout = 10.0
+    modes = ["healthcheck", "agent"]
+
+    [disk]                                   # SPEC D6, D8 record only
+    enabled = true
+    paths = ["/"]
+    min_free_percent = 5.0
+    min_free_gb = 0                          # when set, used instead of the percentage
+    modes = ["healthcheck", "prolog", "epilog", "agent"]
 """
 
 from __future__ import annotations
@@ -76,6 +129,7 @@ class MountsConfig:
 class GpusConfig:
     enabled: bool = True
     expected: int = 0
+    gres_conf: str = "/etc/slurm/gres.conf"  # used when expected is 0
     timeout: float = 5.0
     modes: tuple[str, ...] = FAST_MODES
 
@@ -92,6 +146,72 @@ class ServicesConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NvidiaConfig:
+    enabled: bool = True
+    source: str = "auto"
+    smi_format: str = "xml"
+    dcgm: str = "auto"
+    dcgm_group: int = 0
+    nvlink: bool = True
+    expected: int = 0
+    pcie_replays_per_min: float = 10.0
+    nvlink_errors_per_min: float = 10.0
+    thermal_for: float = 300.0
+    tool_timeout: float = 8.0
+    timeout: float = 15.0
+    # nvidia-smi costs a process start (NVML does not): not in every job's prolog/epilog.
+    modes: tuple[str, ...] = ("healthcheck", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class AmdConfig:
+    enabled: bool = True
+    expected: int = 0
+    pcie_replays_per_min: float = 10.0
+    thermal_for: float = 300.0
+    tool_timeout: float = 8.0
+    timeout: float = 15.0
+    modes: tuple[str, ...] = ("healthcheck", "agent")
+
+
+IB_COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+               "port_rcv_remote_physical_errors", "local_link_integrity_errors",
+               "excessive_buffer_overrun_errors", "port_xmit_discards")
+
+
+@dataclass(frozen=True, slots=True)
+class InfinibandConfig:
+    enabled: bool = True
+    expected_rate: int = 0
+    ports: int = 0
+    errors_per_min: float = 10.0
+    link_layers: tuple[str, ...] = ("InfiniBand",)
+    counters: tuple[str, ...] = IB_COUNTERS
+    timeout: float = 5.0
+    modes: tuple[str, ...] = FAST_MODES  # a few small sysfs reads
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    enabled: bool = True
+    endpoints: tuple[str, ...] = ()
+    connect_timeout: float = 2.0
+    unreachable_for: float = 120.0
+    timeout: float = 10.0
+    modes: tuple[str, ...] = ("healthcheck", "agent")
+
+
+@dataclass(frozen=True, slots=True)
+class DiskConfig:
+    enabled: bool = True
+    paths: tuple[str, ...] = ("/",)
+    min_free_percent: float = 5.0
+    min_free_gb: int = 0
+    timeout: float = 5.0
+    modes: tuple[str, ...] = FAST_MODES
+
+
+@dataclass(frozen=True, slots=True)
 class CheckConfig:
     state_dir: str = paths.STATE_DIR
     timeout: float = 20.0
@@ -99,6 +219,11 @@ class CheckConfig:
     mounts: MountsConfig = field(default_factory=MountsConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
     services: ServicesConfig = field(default_factory=ServicesConfig)
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    amd: AmdConfig = field(default_factory=AmdConfig)
+    infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    disk: DiskConfig = field(default_factory=DiskConfig)
     source_file: str = ""  # where it was read from ("" = defaults)
 
     def state_path(self) -> str:
@@ -152,7 +277,10 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
 def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
     """Validate a parsed TOML document into a CheckConfig (ConfigError on bad input)."""
     sections: dict[str, Any] = {"kernel_log": KernelLogConfig(), "mounts": MountsConfig(),
-                                "gpus": GpusConfig(), "services": ServicesConfig()}
+                                "gpus": GpusConfig(), "services": ServicesConfig(),
+                                "nvidia": NvidiaConfig(), "amd": AmdConfig(),
+                                "infiniband": InfinibandConfig(), "network": NetworkConfig(),
+                                "disk": DiskConfig()}
     for key in data:
         if key not in ("check", *sections):
             raise ConfigError(f"unknown section (known: check, {', '.join(sections)})",
@@ -171,6 +299,18 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
     if built["kernel_log"].source not in SOURCES:
         raise ConfigError(f"unknown source {built['kernel_log'].source!r} "
                           f"(known: {', '.join(SOURCES)})", file=file, key="kernel_log.source")
+    for key, value, known in (
+            ("nvidia.source", built["nvidia"].source, ("auto", "nvml", "smi")),
+            ("nvidia.smi_format", built["nvidia"].smi_format, ("xml", "csv")),
+            ("nvidia.dcgm", built["nvidia"].dcgm, ("auto", "on", "off"))):
+        if value not in known:
+            raise ConfigError(f"unknown value {value!r} (known: {', '.join(known)})",
+                              file=file, key=key)
+    for ep in built["network"].endpoints:
+        host, sep, port = ep.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"endpoint {ep!r} is not HOST:PORT", file=file,
+                              key="network.endpoints")
     return CheckConfig(**top, **built, source_file=file)
 
 

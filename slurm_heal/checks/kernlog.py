@@ -74,6 +74,11 @@ _PIDNAME = _Lazy(r"^pid=([^,]*),\s*(?:name=([^,]*),\s*)?(.*)$")
 _GPU_AT = _Lazy(r"NVRM: GPU at PCI:(" + _PCI + r"): (GPU-[0-9a-fA-F-]+)")
 _OFF_BUS = _Lazy(r"(" + _PCI + r")\b.*fallen off the bus")
 _RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
+# Xid 144-150 (NVLink5): "<sub-code> <Fatal|Nonfatal> XC<n> i<n> Link <n> (<intrInfo>
+# <errorStatus> <debug0..4>)"; drivers before R575 print "XC 1 i 2 ... [0x...]".
+_NVL5 = _Lazy(r"^([A-Za-z0-9_/]+)\s+(Fatal|Non-?fatal|Non_fatal)\s+XC\s*(\d{1,3})\s+"
+              r"i\s*(\d{1,3})\s+Link\s+(\d{1,4})\s*[(\[]\s*(0x[0-9a-fA-F]{1,16})"
+              r"(?:\s+(0x[0-9a-fA-F]{1,16}))?", re.IGNORECASE)
 _XFS = _Lazy(r"XFS \(([^)]+)\):.*(?:Shutting down filesystem|shut down due to)")
 _HUNG = _Lazy(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
 _SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?")
@@ -221,6 +226,8 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
             rm = _RECOVERY.search(rest)
             if rm:
                 data["recovery_action"] = rm.group(1)
+        elif 144 <= code <= 150:
+            data.update(nvlink5(rest))
         return Event(fault=f"gpu.xid.{code}", key=pci, line=line, pci=pci, xid=code,
                      pid=pid, process=process, detail=rest, data=data)
     if "NVRM: GPU at PCI:" in msg:
@@ -253,6 +260,20 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
     if _RCU.search(msg):
         return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
     return None
+
+
+def nvlink5(text: str) -> dict[str, Any]:
+    """The parts of an Xid 144-150 (NVLink5) message: sub-code, whether the driver calls
+    it fatal, the link, and the intrInfo/errorStatus registers NVIDIA's decode table
+    keys on. Empty when the text is not in that form (the Xid's catalog entry stands)."""
+    m = _NVL5.match(text.strip())
+    if m is None:
+        return {}
+    out: dict[str, Any] = {"subcode": m.group(1), "fatal": m.group(2).lower() == "fatal",
+                           "link": int(m.group(5)), "intr_info": m.group(6).lower()}
+    if m.group(7):
+        out["error_status"] = m.group(7).lower()
+    return out
 
 
 class Buffer(Protocol):
@@ -376,6 +397,11 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
         if ev.line.seq is not None:
             data["seq"] = ev.line.seq
         data.update(ev.data)
+        if ev.data.get("fatal") is False:
+            # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
+            # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
+            # on their own (like an Xid 154 whose action is None).
+            severity = Severity.INFO
         if ev.xid == 154:
             # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
             # the GPU needs nothing any more: record it, never cordon for it.

@@ -86,6 +86,50 @@ def count_gpus(root_path: str) -> int:
         return 0
 
 
+def _in_set(pattern: str, name: str) -> bool:
+    if "[" not in pattern:
+        return name in pattern.split(",")
+    from ClusterShell.NodeSet import NodeSet  # only for bracketed host lists
+
+    return name in NodeSet(pattern)
+
+
+def _expand_count(pattern: str) -> int:
+    if "[" not in pattern:
+        return len([p for p in pattern.split(",") if p])
+    from ClusterShell.NodeSet import NodeSet
+
+    return len(NodeSet(pattern))
+
+
+def gres_gpus(text: str, node: str) -> int | None:
+    """GPUs Slurm's gres.conf gives ``node`` (``Name=gpu`` lines: ``File=`` devices or
+    ``Count=``; lines without ``NodeName=`` apply to every node). None when gres.conf
+    does not say (no gpu line for the node, or ``AutoDetect`` without files)."""
+    total: int | None = None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        kv = {}
+        for part in line.split():
+            key, sep, value = part.partition("=")
+            if sep:
+                kv[key.lower()] = value
+        if kv.get("name", "").lower() != "gpu":
+            continue
+        if "nodename" in kv and not _in_set(kv["nodename"], node):
+            continue
+        if "file" in kv:
+            n = _expand_count(kv["file"])
+        elif kv.get("count", "").isdigit() and len(kv["count"]) <= 6:
+            n = int(kv["count"])
+        else:
+            continue
+        total = (total or 0) + n
+    return total
+
+
 def evaluate_gpu_count(visible: int, expected: int, node: str) -> list[Finding]:
     """SPEC D2: fewer GPUs visible than the node is configured to have."""
     if expected <= 0 or visible >= expected:

@@ -11,6 +11,16 @@ from dataclasses import dataclass
 from slurm_heal.errors import CheckError
 
 
+class ToolTimeout(CheckError):
+    """A tool ran past its timeout and was killed with its process group. Detectors
+    for which a hung tool is itself a symptom (nvidia-smi, dcgmi, amd-smi) catch it."""
+
+    def __init__(self, argv: list[str], timeout: float) -> None:
+        super().__init__(f"{' '.join(argv)} ran longer than {timeout:g}s; killed")
+        self.argv = tuple(argv)
+        self.timeout = timeout
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     argv: tuple[str, ...]
@@ -46,5 +56,5 @@ def run(argv: list[str], timeout: float) -> Result:
         except ProcessLookupError:
             pass
         proc.communicate()
-        raise CheckError(f"{' '.join(argv)} ran longer than {timeout:g}s; killed") from None
+        raise ToolTimeout(argv, timeout) from None
     return Result(tuple(argv), proc.returncode, out, err)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from slurm_heal.checks import kernlog, node, paths, sources, state
+from slurm_heal.checks import kernlog, node, paths, proc, sources, state
 from slurm_heal.checks.config import CheckConfig
 from slurm_heal.errors import HealError, ReasonError, SlurmError, SlurmUnreachable
 from slurm_heal.types import Alert, Evidence, Finding, Severity
@@ -38,7 +38,8 @@ from slurm_heal.types import Alert, Evidence, Finding, Severity
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
 
-DETECTORS = ("kernel_log", "mounts", "gpus", "services")
+DETECTORS = ("kernel_log", "mounts", "gpus", "services", "nvidia", "amd", "infiniband",
+             "network", "disk")
 
 # Exit statuses of `slurm-heal check` (documented in docs/checks.md).
 EXIT_HEALTHY = 0
@@ -165,13 +166,23 @@ def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,
     return node.evaluate_mounts(node.parse_mounts(text), cfg.mounts.rw, name), {}
 
 
+def expected_gpus(cfg: CheckConfig, name: str) -> int:
+    """``[gpus] expected``, else what Slurm's gres.conf gives this node, else 0."""
+    if cfg.gpus.expected > 0:
+        return cfg.gpus.expected
+    text = paths.read_text(paths.host_path(cfg.gpus.gres_conf))
+    return (node.gres_gpus(text, name) or 0) if text else 0
+
+
 def detect_gpus(cfg: CheckConfig, st: dict[str, Any], name: str,
                 now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D2: fewer GPUs than configured (``[gpus] expected``; 0 = not checked)."""
-    if cfg.gpus.expected <= 0:
-        raise node.Unsupported("no expected GPU count configured")
+    """SPEC D2: fewer GPUs than configured (``[gpus] expected``, else Slurm's gres.conf;
+    neither = not checked)."""
+    expected = expected_gpus(cfg, name)
+    if expected <= 0:
+        raise node.Unsupported("no expected GPU count configured (nor in gres.conf)")
     visible = node.count_gpus(paths.host_path("/proc/driver/nvidia/gpus"))
-    return node.evaluate_gpu_count(visible, cfg.gpus.expected, name), {}
+    return node.evaluate_gpu_count(visible, expected, name), {}
 
 
 def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
@@ -184,11 +195,95 @@ def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
     return found, {"services": hist}
 
 
+def _hung(det: str, exc: Exception, st: dict[str, Any], name: str,
+          now: datetime) -> tuple[list[Finding], Update]:
+    """A GPU tool that hung is itself a finding (``gpu.tool.hung``); what the detector
+    found before stays (never a false clear), its counter samples stay as they were."""
+    kept = [f for f in _previous(st, det, name) if f.fault != "gpu.tool.hung"]
+    argv = getattr(exc, "argv", ())
+    hung = Finding(fault="gpu.tool.hung", severity=Severity.WARNING,
+                   summary=f"{argv[0] if argv else det} did not answer in time and was killed",
+                   detector=det, node=name,
+                   evidence=(Evidence(source=det, text=str(exc), at=now.isoformat(),
+                                      data={"argv": list(argv),
+                                            "timeout_s": getattr(exc, "timeout", None)}),))
+    return kept + [hung], {}
+
+
+def detect_nvidia(cfg: CheckConfig, st: dict[str, Any], name: str,
+                  now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D2, D3: NVIDIA GPU telemetry (NVML / nvidia-smi / DCGM)."""
+    from slurm_heal.checks.detectors import nvidia
+
+    try:
+        return nvidia.detect(cfg, st, name, now)
+    except proc.ToolTimeout as exc:
+        return _hung("nvidia", exc, st, name, now)
+
+
+def detect_amd(cfg: CheckConfig, st: dict[str, Any], name: str,
+               now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D3, D9: AMD GPU telemetry (amd-smi / rocm-smi)."""
+    from slurm_heal.checks.detectors import amd
+
+    try:
+        return amd.detect(cfg, st, name, now)
+    except proc.ToolTimeout as exc:
+        return _hung("amd", exc, st, name, now)
+
+
+def detect_infiniband(cfg: CheckConfig, st: dict[str, Any], name: str,
+                      now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D6: InfiniBand port state, rate and error counter rates."""
+    from slurm_heal.checks.detectors import infiniband
+
+    base = paths.host_path(infiniband.SYSFS)
+    if not os.path.isdir(base):
+        raise node.Unsupported(f"{base} does not exist (no InfiniBand adapter)")
+    ic = cfg.infiniband
+    counters, _ = state.detector_state(st, "infiniband_state")
+    found, new = infiniband.evaluate(
+        infiniband.gather(base, ic.counters), counters, now, name,
+        expected_rate=float(ic.expected_rate), expected_ports=ic.ports,
+        errors_per_min=ic.errors_per_min, link_layers=ic.link_layers)
+    return found, {"infiniband_state": {"counters": new, "since": {}}}
+
+
+def detect_network(cfg: CheckConfig, st: dict[str, Any], name: str,
+                   now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D6: configured peers and endpoints reached by TCP connect."""
+    from slurm_heal.checks.detectors import network
+
+    nc = cfg.network
+    if not nc.endpoints:
+        raise node.Unsupported("no endpoints configured ([network] endpoints)")
+    _, since = state.detector_state(st, "network_state")
+    found, new = network.evaluate(network.probe(nc.endpoints, nc.connect_timeout), since,
+                                  now, nc.unreachable_for, name)
+    return found, {"network_state": {"counters": {}, "since": new}}
+
+
+def detect_disk(cfg: CheckConfig, st: dict[str, Any], name: str,
+                now: datetime) -> tuple[list[Finding], Update]:
+    """SPEC D6, D8: free space on configured paths (record only)."""
+    from slurm_heal.checks.detectors import disk
+
+    dc = cfg.disk
+    return disk.evaluate(disk.gather(dc.paths, paths.host_path), now, name,
+                         min_free_percent=dc.min_free_percent,
+                         min_free_gb=float(dc.min_free_gb)), {}
+
+
 REGISTRY: dict[str, DetectorFn] = {
     "kernel_log": detect_kernel_log,
     "mounts": detect_mounts,
     "gpus": detect_gpus,
     "services": detect_services,
+    "nvidia": detect_nvidia,
+    "amd": detect_amd,
+    "infiniband": detect_infiniband,
+    "network": detect_network,
+    "disk": detect_disk,
 }
 
 
@@ -275,14 +370,31 @@ def to_alerts(findings: list[Finding], first_seen: dict[str, str], now: datetime
     return out
 
 
+def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
+    """Slurm's InstanceId of this node (23.11+; "" before), read once per boot: it
+    identifies the machine for escalation where GPU serials are not known (E1, E3)."""
+    cached = st.get("instance") or {}
+    if cached.get("boot") == st.get("boot_id") and isinstance(cached.get("id"), str):
+        return str(cached["id"])
+    try:
+        value = client.node(name).instance_id
+    except SlurmError:
+        return ""  # publishing goes on; asked again next run
+    st["instance"] = {"boot": st.get("boot_id") or "", "id": value}
+    return value
+
+
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult) -> None:
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
+    serials = [s for key in ("nvidia_state", "amd_state")
+               for s in (st.get(key) or {}).get("serials", [])]
+    machine = extra.machine_identity(serials, _instance_id(client, name, st))
     try:
         if alerts:
-            client.set_extra(name, extra.KEY, extra.our_section(alerts, now))
+            client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine))
             if not pub.get("extra"):
                 result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
             pub["extra"] = True
@@ -290,7 +402,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # Healthy: keep our key with no alerts and the time of this check, so the
             # controller sees the health check ran after its action (SPEC L5). Written
             # once per boot (and when alerts clear), not on every healthy run.
-            client.set_extra(name, extra.KEY, extra.our_section([], now))
+            client.set_extra(name, extra.KEY, extra.our_section([], now, machine))
             if pub.get("extra"):
                 result.actions.append(f"removed our alerts from {name}'s Extra")
             pub["extra"] = False

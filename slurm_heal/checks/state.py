@@ -1,5 +1,7 @@
 """The node check's state file: cursors, latched kernel faults, alert first-seen times,
-restart history, and what we set in Slurm (so we clear exactly that, and only that).
+restart history, counter samples of the telemetry detectors (``<detector>_state``: PCIe
+replays, NVLink and InfiniBand error counters, since-when a condition has held), and
+what we set in Slurm (so we clear exactly that, and only that).
 
 One JSON file in the state dir, written atomically (temp file + fsync + rename) under
 an flock, because the agent and HealthCheckProgram may run at the same time. A corrupt
@@ -54,6 +56,8 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
     for key, value in fresh.items():
         data.setdefault(key, value)
     if data.get("boot_id") != boot:
+        # Counter samples go too (counters restart with the driver); what is kept is
+        # listed below.
         cursor = data.get("cursor")
         # kmsg sequence numbers and journald boots restart; a file's offset does not
         # (re-reading pre-reboot lines would re-raise faults the reboot fixed).
@@ -118,6 +122,7 @@ _SHAPE: dict[str, Any] = {
     "gpu_uuids": lambda v: _is_map(v, lambda u: isinstance(u, str)),
     "alerts": lambda v: _is_map(v, lambda t: isinstance(t, str)),
     "services": lambda v: _is_map(v, lambda h: isinstance(h, list)),
+    "instance": lambda v: _is_map(v, lambda s: isinstance(s, str)),
     "published": lambda v: _is_map(v) and _opt(v.get("extra"), bool)
     and _opt(v.get("drained"), str) and _opt(v.get("boot"), str),
     "findings": lambda v: _is_map(v, lambda fs: isinstance(fs, list)
@@ -125,11 +130,56 @@ _SHAPE: dict[str, Any] = {
 }
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_detector_state(value: Any) -> bool:
+    """``{"counters": {key: [epoch, value]}, "since": {key: epoch}}``."""
+    return (_is_map(value)
+            and _is_map(value.get("counters", {}), lambda s: isinstance(s, list) and len(s) == 2
+                        and all(_is_number(x) for x in s))
+            and _is_map(value.get("since", {}), _is_number)
+            and isinstance(value.get("serials", []), list)
+            and all(isinstance(s, str) for s in value.get("serials", [])))
+
+
+# Per-detector counter state: one top-level key each, so detectors running in parallel
+# threads never overwrite each other's samples.
+DETECTOR_STATES = ("nvidia_state", "amd_state", "infiniband_state", "network_state")
+for _key in DETECTOR_STATES:
+    _SHAPE[_key] = _is_detector_state
+
+
 def _check_types(data: dict[str, Any]) -> None:
     """Raise ValueError naming the first key whose value has the wrong type."""
     for key, ok in _SHAPE.items():
         if key in data and not ok(data[key]):
             raise ValueError(f"state key {key!r} has the wrong type")
+
+
+def detector_state(data: dict[str, Any], key: str) -> tuple[dict[str, list[float]],
+                                                            dict[str, float]]:
+    """A detector's counter samples and since-times (copies; empty when absent)."""
+    raw = data.get(key) or {}
+    return ({k: [float(v[0]), float(v[1])] for k, v in (raw.get("counters") or {}).items()},
+            {k: float(v) for k, v in (raw.get("since") or {}).items()})
+
+
+def rate_per_minute(previous: list[float] | None, value: float, now: float) -> float | None:
+    """Growth per minute of a counter since its previous ``[epoch, value]`` sample (pure).
+
+    None on the first sample, when no time passed, and when the counter went down (a
+    driver reload or reboot reset it): the new value is then only a baseline. Never the
+    lifetime value: a counter that grew once years ago is not a fault today.
+    """
+    if previous is None:
+        return None
+    then, before = previous
+    minutes = (now - then) / 60.0
+    if minutes <= 0 or value < before:
+        return None
+    return (value - before) / minutes
 
 
 def save(state_dir: str, data: dict[str, Any]) -> None:

@@ -236,6 +236,9 @@ def _alert_json(alert: Alert) -> dict[str, Any]:
         fault = catalog.load().get(alert.fault)
         out["explanation"] = fault.explanation
         out["default_action"] = fault.action.value
+        if fault.bucket:  # an Xid: NVIDIA's own advice next to ours
+            out["nvidia"] = {"mnemonic": fault.mnemonic, "bucket": fault.bucket,
+                             "investigatory": fault.investigatory}
     except HealError:
         out["explanation"] = "(not in the fault catalog)"
         out["default_action"] = None
@@ -335,6 +338,10 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
         click.echo(f"  {a.fault} ({a.severity.value}) since {_ts(a.first_seen)}: {a.summary}")
         click.echo(f"    what it means: {j['explanation']}")
         click.echo(f"    default action: {j['default_action'] or 'none (record and notify)'}")
+        if "nvidia" in j:
+            nv = j["nvidia"]
+            click.echo(f"    NVIDIA's advice: {nv['bucket']} ({nv['mnemonic']}); "
+                       f"investigate: {nv['investigatory'] or '-'}")
     if state.breaker.open:
         click.echo(f"Breaker OPEN: {state.breaker.why}")
     if state.paused:

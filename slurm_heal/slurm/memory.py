@@ -34,6 +34,7 @@ class _Node:
     boot_time: datetime | None = None
     reboot_done_at: datetime | None = None
     reboot_resume: bool = False
+    instance_id: str = ""
     history: list[str] = field(default_factory=list)
 
 
@@ -91,6 +92,12 @@ class MemorySlurm:
             n = self._node(node)
             n.down, n.reason, n.reason_user, n.reason_time = True, reason, user, self._clock()
 
+    def set_instance_id(self, node: str, value: str) -> None:
+        """What a cloud resume script's `scontrol update nodename=N instanceid=ID` does
+        (Slurm 23.11+)."""
+        with self._lock:
+            self._node(node).instance_id = value
+
     def set_extra_text(self, node: str, text: str) -> None:
         """What `scontrol update nodename=N extra=TEXT` does (any text, not only JSON)."""
         with self._lock:
@@ -134,7 +141,7 @@ class MemorySlurm:
             name=n.name, states=frozenset(states), reason=n.reason, reason_user=n.reason_user,
             reason_time=n.reason_time, extra_raw=n.extra_raw, extra=parse_extra(n.extra_raw),
             partitions=n.partitions, features=n.features, boot_time=n.boot_time,
-            slurmd_start_time=n.boot_time, hostname=n.name)
+            slurmd_start_time=n.boot_time, hostname=n.name, instance_id=n.instance_id)
 
     # -- SlurmClient ---------------------------------------------------------------------
     def snapshot(self) -> ClusterView:

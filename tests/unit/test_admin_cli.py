@@ -234,6 +234,9 @@ def test_alerts_come_from_the_nodes_extra_with_their_explanation(
                                                                    "critical")
     assert alert["evidence"][0]["text"] == "NVRM: Xid (PCI:0000:3b:00): 79"
     assert alert["explanation"]
+    # NVIDIA's own resolution advice travels next to ours (the Xid catalog's bucket).
+    assert alert["nvidia"] == {"mnemonic": "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+                               "bucket": "RESTART_BM", "investigatory": "CONTACT_SUPPORT"}
     plain = run(store, ["alerts", "--node", "gpu02"], slurm=slurm).output
     assert "No active alerts on gpu02" in plain
 
@@ -264,6 +267,7 @@ def test_explain_puts_alert_meaning_remediation_and_decisions_together(
     out = run(store, ["explain", "gpu01"], slurm=slurm).output
     assert "gpu.xid.79 (critical)" in out
     assert "what it means:" in out
+    assert "NVIDIA's advice: RESTART_BM (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS)" in out
     assert r.id in out and "phase=waiting" in out
     assert "[S4] migrate: gpu02 is already in remediation in pool a" in out
     data = json.loads(run(store, ["explain", "gpu01", "--json"], slurm=slurm).output)

@@ -83,3 +83,65 @@ def test_a_hung_task_does_not_drain_on_sight() -> None:
     f = catalog.load().get("kernel.hung_task")
     assert (f.severity, f.cordon) == (Severity.WARNING, False)
     assert catalog.load().get("kernel.soft_lockup").cordon  # a stuck CPU still drains
+
+
+# ---------------------------------------------------------------- NVIDIA's whole Xid catalog
+
+def _xid_faults() -> list[catalog.Fault]:
+    return [f for f in catalog.load().faults.values() if f.xid is not None]
+
+
+def test_every_xid_nvidia_publishes_is_in_the_catalog() -> None:
+    """SPEC D1: NVIDIA's Xid catalog for Ampere and newer lists codes 1-172."""
+    assert sorted(f.xid for f in _xid_faults() if f.xid is not None) == list(range(1, 173))
+
+
+def test_no_xid_code_appears_twice_in_the_catalog_file() -> None:
+    import re
+
+    text = catalog.CATALOG_FILE.read_text()
+    codes = re.findall(r"^\[xid\.(\d+)\]", text, flags=re.MULTILINE)
+    dupes = {c for c in codes if codes.count(c) > 1}
+    assert not dupes, f"Xid codes listed twice: {sorted(dupes)}"
+    assert len(codes) == 172
+
+
+def test_an_xid_also_listed_as_a_fault_is_rejected_as_a_duplicate() -> None:
+    bad = {"faults": {"gpu.xid.unknown": {"severity": "warning", "explanation": "x"},
+                      "gpu.xid.48": {"severity": "critical", "explanation": "x"}},
+           "xid": {"48": {"severity": "critical", "explanation": "x", "bucket": "RESET_GPU"}}}
+    with pytest.raises(CatalogError, match="duplicate fault id gpu.xid.48"):
+        catalog.parse_catalog(bad)
+
+
+def test_every_xid_keeps_nvidias_bucket_and_mnemonic() -> None:
+    for f in _xid_faults():
+        assert f.bucket in catalog.BUCKETS, f.id
+        assert f.mnemonic, f.id
+
+
+def test_an_xid_without_a_bucket_is_rejected() -> None:
+    bad = {"faults": {"gpu.xid.unknown": {"severity": "warning", "explanation": "x"}},
+           "xid": {"48": {"severity": "critical", "explanation": "x"}}}
+    with pytest.raises(CatalogError, match="gpu.xid.48: NVIDIA resolution bucket"):
+        catalog.parse_catalog(bad)
+
+
+@pytest.mark.parametrize("bucket,expected", [
+    ("RESET_GPU", (Action.REBOOT, Severity.CRITICAL, True)),
+    ("RESTART_VM", (Action.REBOOT, Severity.CRITICAL, True)),
+    ("WORKFLOW_XID_48", (Action.REBOOT, Severity.CRITICAL, True)),
+    ("IGNORE", (Action.NONE, Severity.INFO, False)),
+    ("RESTART_APP", (Action.NONE, Severity.WARNING, False)),
+    ("CONTACT_SUPPORT", (Action.NONE, Severity.WARNING, False)),
+])
+def test_nvidias_bucket_decides_our_action_and_severity(bucket: str,
+                                                        expected: tuple[Action, Severity, bool]) -> None:
+    group = [f for f in _xid_faults() if f.bucket == bucket]
+    assert group, bucket
+    for f in group:
+        assert (f.action, f.severity, f.cordon) == expected, f.id
+
+
+def test_nvlink5_xids_are_marked_for_sub_code_parsing() -> None:
+    assert sorted(f.xid for f in _xid_faults() if f.nvlink5) == list(range(144, 151))

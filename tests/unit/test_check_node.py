@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_heal.checks import config, node
+from slurm_heal.checks import config, node, runner
 from slurm_heal.errors import ConfigError
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
@@ -210,3 +210,35 @@ def test_a_check_run_survives_a_state_file_with_wrong_types(
     cfg = config.parse_config({"kernel_log": {"enabled": False}})
     result = runner.run_check(cfg, node_name="n1", dry_run=True, now=T0)
     assert result.exit_code == 0 and result.findings == []
+
+
+# ------------------------------------------------------------------ GPU count from GRES
+
+GRES = """# Slurm gres.conf
+AutoDetect=off
+NodeName=gpu[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-7]
+NodeName=big01 Name=gpu File=/dev/nvidia[0-3]
+NodeName=big01 Name=gpu File=/dev/nvidia[4-7]
+NodeName=cpu01 Name=mps Count=100
+Name=gpu Count=2 NodeName=tiny[1-2]
+"""
+
+
+@pytest.mark.parametrize("name,expected", [("gpu07", 8), ("big01", 8), ("tiny2", 2),
+                                           ("cpu01", None), ("gpu17", None)])
+def test_slurms_gres_conf_says_how_many_gpus_a_node_has(name: str,
+                                                        expected: int | None) -> None:
+    """SPEC D2: fewer GPUs than Slurm's GRES configures."""
+    assert node.gres_gpus(GRES, name) == expected
+
+
+def test_the_gpu_count_comes_from_gres_conf_when_not_configured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(tmp_path))
+    (tmp_path / "etc/slurm").mkdir(parents=True)
+    (tmp_path / "etc/slurm/gres.conf").write_text(GRES)
+    for bus in ("18", "2a", "3a"):
+        (tmp_path / f"proc/driver/nvidia/gpus/0000:{bus}:00.0").mkdir(parents=True)
+    found, _ = runner.detect_gpus(config.CheckConfig(), {}, "gpu07", datetime.now(timezone.utc))
+    (f,) = found
+    assert f.fault == "gpu.missing" and f.evidence[0].data == {"visible": 3, "expected": 8}

@@ -287,3 +287,60 @@ def test_prolog_fails_when_an_unusable_node_cannot_be_drained(node: Node,
     result = check(slurm, mode="prolog")
     assert result.exit_code == runner.EXIT_FINDINGS
     assert any("prolog fails" in n for n in result.notes)
+
+
+def _nvidia_smi_stub(node: Node, xml_name: str = "smi-q-x-healthy-8.xml") -> None:
+    data = Path(__file__).resolve().parent.parent / "data" / "nvidia"
+    bin_dir = node.root.parent / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "nvidia-smi"
+    stub.write_text(f"""#!/bin/sh
+case "$1" in
+  -q) /bin/cat "{data / xml_name}";;
+  nvlink) /bin/cat "{data / 'nvlink-s-healthy-8.txt'}";;
+esac
+""")
+    stub.chmod(0o755)
+
+
+def test_gpu_serials_are_published_as_the_machine_identity(node: Node,
+                                                           slurm: MemorySlurm) -> None:
+    """SPEC E1/E3: the controller's machine identity comes from the GPU serials, so the
+    same bad hardware is recognised under another node name or after a re-image."""
+    from slurm_heal.policy.engine import host_of
+
+    _nvidia_smi_stub(node)
+    check(slurm)
+    section = ours(slurm)
+    assert section is not None
+    serials = [f"165492200{1000 + i}" for i in range(8)]
+    assert section["machine"] == {"gpu_serials": serials}
+    assert section["host"] == extra.machine_identity(serials)["host"]  # type: ignore[index]
+    assert host_of(slurm.node("gpu01"), "gpu01") == section["host"]
+
+
+def test_machine_identity_is_the_same_for_the_same_gpus_in_any_order() -> None:
+    a = extra.machine_identity(["B2", "A1", " A1 "])
+    b = extra.machine_identity(["A1", "B2"])
+    assert a is not None and b is not None and a["host"] == b["host"]
+    assert a["host"] != (extra.machine_identity(["A1", "C3"]) or {}).get("host")
+    assert extra.machine_identity([]) is None
+    assert extra.machine_identity([], "i-0abc") == {"host": "instance-i-0abc",
+                                                    "instance_id": "i-0abc"}
+
+
+def test_slurms_instance_id_is_published_in_the_machine_identity(node: Node,
+                                                                 slurm: MemorySlurm) -> None:
+    """SPEC E1/E3: where Slurm has an InstanceId (23.11+) it travels with the GPU serials;
+    it is read from Slurm once per boot, not on every run."""
+    _nvidia_smi_stub(node)
+    slurm.set_instance_id("gpu01", "i-0abc123")
+    check(slurm)
+    section = ours(slurm)
+    assert section is not None
+    assert section["machine"]["instance_id"] == "i-0abc123"  # type: ignore[index]
+    assert str(section["host"]).startswith("gpus-")  # the GPUs identify the hardware first
+    slurm.set_instance_id("gpu01", "i-changed")
+    node.kmsg(XID79, append=True)
+    check(slurm, now=T0 + timedelta(minutes=5))
+    assert ours(slurm)["machine"]["instance_id"] == "i-0abc123"  # type: ignore[index]

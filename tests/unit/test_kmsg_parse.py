@@ -176,3 +176,30 @@ def test_a_december_syslog_line_read_in_january_is_last_years() -> None:
     line = b"Dec 31 23:59:58 gpu07 kernel: NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception\n"
     res = kernlog.scan(line, now=datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc))
     assert res.events[0].line.at == "2025-12-31T23:59:58"
+
+
+def test_a_fatal_nvlink5_xid_is_critical_with_its_sub_code_in_the_evidence() -> None:
+    """Xid 144-150: the sub-code, the link and the registers NVIDIA's decode table keys on."""
+    res = kernlog.scan(b"[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal"
+                       b"   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 "
+                       b"0x00000000 0x00000000)\n")
+    (finding,) = kernlog.findings(_latch(res), "n1")
+    data = finding.evidence[0].data
+    assert (finding.fault, finding.severity) == ("gpu.xid.149", Severity.CRITICAL)
+    assert (data["subcode"], data["fatal"], data["link"], data["intr_info"],
+            data["error_status"]) == ("NETIR_LINK_EVT", True, 1, "0x021425c6", "0x00000000")
+
+
+def test_a_non_fatal_nvlink5_xid_is_informational_and_never_drains() -> None:
+    res = kernlog.scan(b"4,1,1,-;NVRM: Xid (PCI:0000:1e:00): 145, RLW_REMAP Nonfatal XC0 i0 "
+                       b"Link 03 (0x00000004 0x00000001 0x0 0x0 0x0 0x0)\n")
+    (finding,) = kernlog.findings(_latch(res), "n1")
+    assert finding.severity is Severity.INFO
+    assert finding.evidence[0].data["subcode"] == "RLW_REMAP"
+
+
+def test_a_pre_r575_nvlink5_message_is_parsed_too() -> None:
+    res = kernlog.scan(b"4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 149, NETIR_LINK_EVT Fatal XC 1 i 2 "
+                       b"Link 01 [0x0000000a]\n")
+    assert res.events[0].data == {"subcode": "NETIR_LINK_EVT", "fatal": True, "link": 1,
+                                  "intr_info": "0x0000000a"}

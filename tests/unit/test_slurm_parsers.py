@@ -13,6 +13,7 @@ import pytest
 from slurm_heal.errors import SlurmError, SlurmUnreachable
 from slurm_heal.extra import KEY, alerts_from_extra, with_key
 from slurm_heal.slurm.cli import (
+    node_from_json,
     node_from_scontrol,
     parse_scontrol_nodes,
     parse_sinfo_json,
@@ -167,3 +168,15 @@ def test_set_extra_keeps_foreign_keys_and_refuses_foreign_text() -> None:
     assert with_key("", KEY, None) == ""
     with pytest.raises(SlurmError, match="non-JSON text"):
         with_key("rack r1, owner bob", KEY, {"v": 1})
+
+
+def test_the_instance_id_of_slurm_23_11_is_read_by_every_cli_path() -> None:
+    """SPEC E1/E3: InstanceId (23.11+) identifies the machine where GPU serials are not
+    known; 22.05 has none, which reads as ""."""
+    line = ("NodeName=gpu07 Arch=x86_64 State=IDLE Partitions=gpu InstanceId=i-0abc123 "
+            "InstanceType=p5.48xlarge BootTime=None SlurmdStartTime=None")
+    (node,) = parse_scontrol_nodes(line)
+    assert node.instance_id == "i-0abc123"
+    assert node_from_json({"name": "gpu07", "instance_id": "i-0abc123"}).instance_id == \
+        "i-0abc123"
+    assert all(n.instance_id == "" for n in _sinfo().values())

@@ -1,0 +1,72 @@
+"""Host connectivity (SPEC D6): configured peers and endpoints reached by TCP connect.
+
+``[network] endpoints = ["slurmctld:6817", "10.0.0.5:2049", ...]`` (management, storage,
+the controller, peers). Each is tried with a short timeout, all at once (threads), so
+the detector costs one timeout at most. One that stays unreachable for at least
+``unreachable_for`` seconds (kept across runs in the state file) is ``host.unreachable``;
+a blip shorter than that is not.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from datetime import datetime
+
+from slurm_heal.errors import ConfigError
+from slurm_heal.types import Evidence, Finding, Severity
+
+
+def split_endpoint(text: str) -> tuple[str, int]:
+    """``host:port`` / ``[v6]:port`` -> (host, port); ConfigError when malformed."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"endpoint {text!r} is not HOST:PORT", key="network.endpoints")
+    return host, int(port)
+
+
+def probe(endpoints: tuple[str, ...], timeout: float) -> dict[str, str]:
+    """endpoint -> "" when a TCP connection was made, else the error (I/O)."""
+    results: dict[str, str] = {}
+
+    def one(ep: str) -> None:
+        host, port = split_endpoint(ep)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                results[ep] = ""
+        except OSError as exc:
+            results[ep] = str(exc) or type(exc).__name__
+
+    threads = [threading.Thread(target=one, args=(ep,), daemon=True) for ep in endpoints]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout + 1.0)
+    for ep in endpoints:
+        results.setdefault(ep, f"no answer within {timeout:g}s")
+    return results
+
+
+def evaluate(results: dict[str, str], since: dict[str, float], now: datetime,
+             unreachable_for: float, node: str) -> tuple[list[Finding], dict[str, float]]:
+    """Probe results + since-when each endpoint has failed -> findings (pure)."""
+    t = now.timestamp()
+    out: list[Finding] = []
+    new: dict[str, float] = {}
+    for ep, error in sorted(results.items()):
+        if not error:
+            continue
+        first = since.get(ep, t)
+        new[ep] = first
+        if t - first >= unreachable_for:
+            out.append(Finding(
+                fault="host.unreachable", severity=Severity.CRITICAL,
+                summary=f"{ep} unreachable for {int(t - first)} s: {error}",
+                detector="network", node=node,
+                evidence=(Evidence(source="tcp-connect", text=f"connect {ep}: {error}",
+                                   at=now.isoformat(),
+                                   data={"endpoint": ep, "error": error,
+                                         "since": datetime.fromtimestamp(
+                                             first, now.tzinfo).isoformat()}),)))
+    return out, new
