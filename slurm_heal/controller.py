@@ -205,6 +205,12 @@ class Controller:
                 node = self.slurm.node(effect.node)
                 if not (node.drained or node.down):
                     outcome, detail = "ok", "already in service"
+                elif effect.reason and node.reason != effect.reason:
+                    # house style 2 / issue 8: the reason changed since the plan was made
+                    # (a person's drain, the node check's own drain): not ours to undo.
+                    outcome, detail = "failed", (f"reason changed since it was planned "
+                                                 f"({effect.reason!r}, now {node.reason!r}); "
+                                                 "left alone")
                 elif reasons.is_ours(node.reason) or _our_reboot(node, state, effect):
                     self.slurm.resume(effect.node)
                     outcome, detail = "ok", "resumed"

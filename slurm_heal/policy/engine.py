@@ -914,7 +914,7 @@ class _Decider:
     def returning(self, rem: Remediation, node: NodeInfo) -> None:
         done = _parse(rem.data.get("act_done")) or rem.updated
         acted = _acted_at(rem) or done
-        rebooting = node.down or any(s.startswith("REBOOT") for s in node.states)
+        rebooting = node.down or reasons.slurm_rebooting(node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
         checked = _checked_at(node)
         # The check that counts is one that ran on the node as it is now: after the boot

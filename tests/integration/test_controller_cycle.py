@@ -152,16 +152,42 @@ def test_node_left_down_by_slurm_after_our_reboot_is_resumed(tmp_path: Path) -> 
     assert not node.down and not node.drained, node
 
 
-def test_node_down_for_a_foreign_reason_after_our_action_is_left_alone(rig: Rig) -> None:
-    """House style 2: a DOWN reason that is not a reboot's stays for a person."""
+@pytest.mark.parametrize("reason", ["PSU fault, ticket 77",
+                                    "Reboot pending: BIOS update (bob)"])
+def test_node_down_for_a_foreign_reason_after_our_action_is_left_alone(rig: Rig,
+                                                                       reason: str) -> None:
+    """House style 2: a reason that is not Slurm's own reboot reason stays for a person,
+    also one that starts with "Reboot" (issue 8, defect 2)."""
     rig.alert("gpu01", "gpu.xid.119")
     ctl = rig.controller()
     rig.run(ctl, 3)
     rig.clock.advance(minutes=5)  # rebooted by now
-    rig.cluster.drain("gpu01", "PSU fault, ticket 77")
+    rig.cluster.drain("gpu01", reason)
     rig.run(ctl, 10)
     node = rig.cluster.node("gpu01")
-    assert node.drained and node.reason == "PSU fault, ticket 77"
+    assert node.drained and node.reason == reason
+
+
+def test_resume_rechecks_that_the_reason_is_still_the_one_planned(rig: Rig) -> None:
+    """House style 2 (issue 8, defect 2): between the plan and the resume the node check
+    drained the node for a new fault (its own marker); the resume planned for our old
+    marker leaves it alone."""
+    from slurm_heal.models import Effect, Plan
+
+    planned = reasons.format_marker("gpu.xid.48", "r-1", "controller", "for reboot")
+    now = reasons.format_marker("gpu.xid.79", None, "check", "GPU fell off the bus")
+    rig.cluster.drain("gpu01", now)
+
+    def plan_to_release(*_a: Any) -> Plan:
+        return Plan(effects=(Effect(kind="release", node="gpu01", reason=planned),))
+
+    ctl = Controller(slurm=rig.cluster, provider=rig.controller().provider, store=rig.store,
+                     policy=rig.policy, clock=rig.clock, decide=plan_to_release)
+    report = ctl.cycle()
+    assert [e.outcome for e in report.executed] == ["failed"]
+    assert "changed since it was planned" in report.executed[0].detail
+    node = rig.cluster.node("gpu01")
+    assert node.drained and node.reason == now
 
 
 def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) -> None:

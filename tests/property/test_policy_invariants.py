@@ -17,7 +17,6 @@ run through the real simulation. Every decide() call is checked:
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +32,17 @@ from slurm_heal.types import Action, Alert, NodeInfo, Severity
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",
           "gpu.row_remap.pending", "gpu.thermal", "disk.low_space"]
+
+# Someone else's reasons, including ones that look like ours or like Slurm's own reboot
+# reasons (issue 8): none of them is ever resumed, released or relabelled.
+FOREIGN_REASONS = ["bad DIMM, do not use -- bob", "Not responding",
+                   "Reboot pending: BIOS update (bob)", "Reboot", "reboot requested by alice",
+                   "Node unexpectedly rebooted twice, ticket 4",
+                   "healing: memtest running (carol)", "heal later -- dave",
+                   "NHC: check_hw_ib: No IB port is ACTIVE", "NHC: heal: not ours"]
+# Slurm's own reboot reasons, written out here on their own (slurmctld's exact texts).
+SLURM_REBOOT = {"Node unexpectedly rebooted", "reboot requested", "Reboot ASAP",
+                "reboot issued", "reboot complete", "reboot timed out"}
 
 alert = st.fixed_dictionaries({"type": st.just("alert"), "node": st.sampled_from(NODES),
                                "fault": st.sampled_from(FAULTS)})
@@ -52,8 +62,7 @@ event = st.one_of(
     st.fixed_dictionaries({"type": st.just("reset_breaker")}),
     # Someone else drains a node (their reason) or resumes it (D5, house style 2).
     st.fixed_dictionaries({"type": st.just("drain"), "node": st.sampled_from(NODES),
-                           "reason": st.sampled_from(["bad DIMM, do not use -- bob",
-                                                      "Not responding"])}),
+                           "reason": st.sampled_from(FOREIGN_REASONS)}),
     st.fixed_dictionaries({"type": st.just("resume"), "node": st.sampled_from(NODES)}),
 )
 # A busy few hours, so that remediations overlap and the limits matter.
@@ -91,7 +100,7 @@ def foreign(n: NodeInfo) -> bool:
     r = n.reason.strip()
     return bool(("DRAIN" in n.states or "DOWN" in n.states) and r
                 and not r.startswith(("heal:", "heal-request:"))
-                and not re.match(r"(?i)^(node unexpectedly rebooted|reboot\b)", r))
+                and not all(p.strip() in SLURM_REBOOT for p in r.split(" : ")))
 
 
 # P1, written out here on its own (not by calling the engine): Slurm's own state and the
@@ -195,6 +204,12 @@ class Checker:
          config={"approvals": {"default": "auto"},
                  "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
                  "waiting": {"max_wait": "2h"}})
+@example(events=[(0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (3, {"type": "drain", "node": "gpu01",
+                      "reason": "Reboot pending: BIOS update (bob)"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})  # issue 8, defect 2: not Slurm's reason
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))

@@ -777,3 +777,27 @@ def test_the_request_help_says_what_happens_to_a_persons_remove() -> None:
     cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REMOVE)
     plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, State(inbox=(cmd,)))
     assert ("denied", "Q2") in phases(plan)
+
+
+# ------------------------------------------------------------------ issue 8: trust under faults
+@pytest.mark.parametrize("reason", ["Reboot pending: BIOS update (bob)", "Reboot",
+                                    "reboot requested by alice"])
+def test_a_persons_reboot_like_drain_is_not_resumed_after_our_action(reason: str) -> None:
+    """House style 2 / SPEC L5 (issue 8, defect 2): a person's reason that starts with
+    "Reboot" is not Slurm's own reboot reason; the node is theirs and is not resumed."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "IDLE", "DRAIN", reason=reason, boot=T0 + timedelta(minutes=2),
+             checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert "resume" not in kinds(plan)
+    assert ("done", "L5") in phases(plan) and "not resumed" in plan.records[-1].why
+
+
+def test_slurms_own_reboot_reason_after_our_boot_is_resumed() -> None:
+    """SPEC L5: Slurm's exact "Node unexpectedly rebooted" after the boot our action
+    caused is ours to clear."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "DOWN", "DRAIN", reason="Node unexpectedly rebooted",
+             boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert kinds(plan) == ["resume"] and plan.effects[0].reason == "Node unexpectedly rebooted"
