@@ -789,6 +789,8 @@ class _Decider:
         if not node.drained:
             self.cordon_again(rem)
             return
+        if self.taken_over(rem, node):
+            return
         jobs = self.jobs(rem.node)
         w = self.policy.waiting
         start = rem.phase_times.get("cordoned", self.now)
@@ -832,6 +834,25 @@ class _Decider:
         self.step(rem, "acting", "L1", f"no jobs left on {rem.node}: {rem.action.value} it")
         self.wake(self.now + POLL_EVERY)
 
+    def taken_over(self, rem: Remediation, node: NodeInfo) -> bool:
+        """House style 2 / D5 (issue 8): someone else drained (or downed) the node with a
+        reason of their own after our cordon and before the act. Nothing disruptive runs
+        on it (no signal, no eviction, no act): the remediation is held, recorded once
+        and a person is told once. It goes on when our marker is back; when that person
+        resumes the node, cordon_again() cancels it (the node is theirs)."""
+        if not self.foreign(node):
+            return False
+        if rem.data.get("blocked") != "D5":
+            why = (f"{rem.node} was {'set DOWN' if node.down else 'drained'} by someone else "
+                   f"({node.reason!r}) before the {rem.action.value} ran: nothing disruptive "
+                   f"runs on it; {rem.id} is held until that person resumes the node "
+                   "(the remediation is then cancelled) or cancels it")
+            self.blocked(rem, "D5", why)
+            n = sum(1 for a in rem.attempts if a.key.startswith(f"{rem.id}:notify-held:"))
+            self.effect("notify", rem.node, rem, "notify-held", n, why=why, rule="D5")
+        self.wake(self.now + POLL_EVERY)
+        return True
+
     def cordon_again(self, rem: Remediation) -> None:
         """SPEC L1: the node is not drained although the remediation started. Our cordon
         is in flight (wait), failed (send it again, at most CORDON_TRIES in all), or was
@@ -870,6 +891,9 @@ class _Decider:
         act_key = idempotency_key(rem.id, "act", 0)
         seen = [a for a in rem.attempts if a.effect in ("act", "poll")]
         if not any(a.key == act_key for a in seen):
+            node = self.node(rem.node)
+            if node is not None and self.taken_over(rem, node):
+                return
             # Recorded before it runs: no Attempt means it never ran; ask again, same key.
             self.effect("act", rem.node, rem, "act", 0, rule="L1",
                         why=f"{rem.action.value} {rem.node}")

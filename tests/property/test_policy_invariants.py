@@ -11,6 +11,9 @@ run through the real simulation. Every decide() call is checked:
 - S5: no automatic remediation starts while the breaker is open (one started before it
   opened may finish), never more automatic starts in the window than the threshold;
   S2: nothing starts within the cooldown after a remediation on the node;
+- D5 / house style 2: never a cordon, resume, release, act, signal or eviction on a node
+  someone else drained, also when their reason looks like ours ("Reboot ...", "heal
+  ...", "NHC: ...");
 - S6: deciding twice on the same input gives the same plan; no key is handed out twice;
   L3: never two open remediations on one node.
 """
@@ -155,7 +158,8 @@ class Checker:
         by_name = {n.name: n for n in c.view.nodes}
         for e in c.plan.effects:
             rem = after.get(e.remediation or "")
-            if e.kind in ("cordon", "resume", "release") and foreign(by_name[e.node]):
+            if e.kind in ("cordon", "resume", "release", "act", "signal_jobs", "requeue_jobs",
+                          "cancel_jobs") and foreign(by_name[e.node]):
                 self.problems.append(f"{at}: D5 {e.kind} of {e.node} drained by someone else "
                                      f"({by_name[e.node].reason!r})")
             if e.action is Action.REMOVE:
@@ -210,6 +214,12 @@ class Checker:
          config={"approvals": {"default": "auto"},
                  "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
                  "waiting": {"max_wait": "2h"}})  # issue 8, defect 2: not Slurm's reason
+@example(events=[(0, {"type": "job", "node": "gpu01", "id": 1, "ends": 10}),
+                 (0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (2, {"type": "drain", "node": "gpu01", "reason": "NHC: heal: not ours"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})  # issue 8, defect 11: drained before the act
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))

@@ -801,3 +801,38 @@ def test_slurms_own_reboot_reason_after_our_boot_is_resumed() -> None:
              boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
     plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
     assert kinds(plan) == ["resume"] and plan.effects[0].reason == "Node unexpectedly rebooted"
+
+
+@pytest.mark.parametrize("phase", [Phase.CORDONED, Phase.WAITING])
+def test_a_persons_drain_before_the_act_holds_the_remediation(phase: Phase) -> None:
+    """House style 2 / D5 (issue 8, defect 11): the node's reason stopped being ours
+    after our cordon: nothing disruptive runs (no act), the hold is recorded and a person
+    is told, once."""
+    r = rem(phase=phase, acted=False)
+    r = r.model_copy(update={"attempts": (Attempt(
+        key=idempotency_key(r.id, "cordon", 0), effect="cordon", started=T0, outcome="ok",
+        finished=T0),)})
+    nodes = [node("gpu01", "IDLE", "DRAIN", reason="bad fan, do not use -- bob"), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    plan = run(nodes, al, State(remediations=(r,)), T0 + timedelta(minutes=5))
+    assert kinds(plan) == ["notify"] and ("blocked", "D5") in phases(plan, "gpu01")
+    assert plan.effects[0].rule == "D5" and "bob" in plan.effects[0].why
+    s = apply(State(remediations=(r,)), plan)
+    again = run(nodes, al, s.model_copy(update={"data": plan.data or {}}),
+                T0 + timedelta(minutes=10))
+    assert kinds(again) == [] and not [u for u in again.updates if u.phase is not phase]
+    # the person resumes the node: the remediation is cancelled, never acted
+    s = apply(s, again)
+    after = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=15))
+    assert ("cancelled", "L1") in phases(after, "gpu01") and "act" not in kinds(after)
+
+
+def test_a_persons_drain_at_the_wait_limit_stops_the_eviction() -> None:
+    """SPEC P3 / house style 2 (issue 8, defect 11): no signal, requeue or cancel on a
+    node someone else took over."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason="Reboot pending: BIOS update (bob)")]
+    plan = run(n, {"gpu01": [alert("gpu01")]}, State(remediations=(r,)),
+               T0 + timedelta(hours=3), jobs=(job,))
+    assert kinds(plan) == ["notify"] and ("blocked", "D5") in phases(plan)
