@@ -145,6 +145,7 @@ class _Decider:
         self.breaker_changed = False
         self.paused = state.paused
         self.paused_changed = False
+        self.known = frozenset(r.id for r in state.remediations)  # on record before this call
         self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
         self.noted: dict[str, Any] = {}
         self.wakes: list[datetime] = []
@@ -190,7 +191,9 @@ class _Decider:
         return self.put(new)
 
     def once(self, key: str, value: Any = True) -> bool:
-        """True the first time a condition is seen (kept while it holds)."""
+        """True the first time a condition is seen (kept while it holds); once per call too."""
+        if key in self.noted and self.noted[key] == value:
+            return False
         self.noted[key] = value
         return bool(self.old_noted.get(key) != value)
 
@@ -346,6 +349,9 @@ class _Decider:
             if self.once(f"req-nonode:{node_name}:{action.value}"):
                 self.record(node_name, "denied", "Q1", f"request from {who}: no such node")
             return
+        if not person and self.unknown_marker(node) is not None:
+            self.unrecorded(node)  # I5: a detector does not override a person's node
+            return
         if action not in REQUESTABLE_ACTIONS:
             # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
             if self.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
@@ -436,6 +442,9 @@ class _Decider:
         name = node.name
         if any(r.node == name for r in self.open_rems()):
             return  # SPEC L3: one remediation at a time per node
+        if self.unknown_marker(node) is not None:
+            self.unrecorded(node)  # I5: ours, but with no record: a person's to look at
+            return
         cands: list[tuple[Alert, Action]] = []
         for a in self.active(name):
             act = self.fault_action(a)
@@ -581,6 +590,9 @@ class _Decider:
             return
         if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
             return  # released by a command in this very call
+        if self.unknown_marker(node) is not None:
+            self.unrecorded(node)
+            return
         owner = self.rems.get(marker.remediation or "")
         if owner is not None and (owner.data.get("handed_to_person") or owner.id in self.changed):
             return  # a person's node now, or it ended in this call (release() decided)
@@ -597,6 +609,38 @@ class _Decider:
             self.record(name, "blocked", "L1", f"{name} is still cordoned for {ref}, which is "
                         "no longer open, and a fault that keeps it out of service is active: "
                         "it stays drained until the fault clears or a person resumes it")
+
+    def unknown_marker(self, node: NodeInfo) -> str | None:
+        """SPEC I5 / L5 (issue 8): the remediation named by our controller's marker on a
+        node that is out of service, when the store has no record of it (a store set
+        aside or started afresh, or a marker without ``rem=``): we do not know what we
+        were doing to that node (it may be mid-rebuild), so it is a person's to look at,
+        never ours to resume or act on again. None when the marker is on record or the
+        node carries no controller marker."""
+        if not (node.drained or node.down) or not reasons.is_ours(node.reason):
+            return None
+        try:
+            marker = reasons.parse_marker(node.reason)
+        except ReasonError:
+            return "?"
+        if marker.by != "controller":
+            return None
+        if marker.remediation and marker.remediation in self.known:
+            return None
+        return marker.remediation or "?"
+
+    def unrecorded(self, node: NodeInfo) -> None:
+        """Hand a node with an unrecorded marker of ours to a person: recorded and
+        notified once, nothing released, resumed or started on it until a person acts."""
+        ref = self.unknown_marker(node) or "?"
+        if self.once(f"unrecorded:{node.name}", ref):
+            why = (f"{node.name} is {'DOWN and ' if node.down else ''}drained with our marker "
+                   f"for {ref}, but the store has no record of it (set aside or started "
+                   "afresh): what slurm-heal was doing to it is unknown, so it is handed to a "
+                   "person; nothing is resumed, released or started on it until a person "
+                   "resumes the node or asks for an action")
+            self.record(node.name, "blocked", "I5", why)
+            self.effect("notify", node.name, None, "notify", why=why, rule="I5")
 
     # ---------------------------------------------------------------- the life cycle
     def release(self, rem: Remediation, what: str) -> None:

@@ -366,6 +366,23 @@ def test_corrupt_store_fails_closed(rig: Rig) -> None:
     assert rig.sim.stats()["executed"] == {}
 
 
+def test_a_store_set_aside_mid_action_never_resumes_the_node(rig: Rig) -> None:
+    """SPEC I5/L5, house style 5 (issue 8, defect 16): the store is set aside while
+    gpu01 reboots for us. With no record of what we were doing, our marker on the node
+    means "a person looks", never a release: the node stays drained and a person is told."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    rig.run(ctl, 2)  # cordon, act: the reboot runs
+    assert rig.rems("gpu01")[0].phase is Phase.ACTING
+    rig.store.file.write_text("{not json")
+    rig.run(ctl, 20)  # the reboot finishes, the node's check at boot is clean
+    node = rig.cluster.node("gpu01")
+    assert node.drained and reasons.is_ours(node.reason), node
+    assert not [r for r in rig.rems("gpu01") if r.phase is not Phase.PROPOSED]
+    notes = [json.loads(x) for x in rig.notes.read_text().splitlines()]
+    assert [n["rule"] for n in notes if n["node"] == "gpu01"] == ["I5"]
+
+
 def test_no_action_fault_is_sent_to_support(rig: Rig) -> None:
     """SPEC D8: recorded and routed to the support channel, never a reboot."""
     rig.alert("gpu01", "gpu.pcie.replay_rate", Severity.WARNING)

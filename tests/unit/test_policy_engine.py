@@ -836,3 +836,27 @@ def test_a_persons_drain_at_the_wait_limit_stops_the_eviction() -> None:
     plan = run(n, {"gpu01": [alert("gpu01")]}, State(remediations=(r,)),
                T0 + timedelta(hours=3), jobs=(job,))
     assert kinds(plan) == ["notify"] and ("blocked", "D5") in phases(plan)
+
+
+@pytest.mark.parametrize("alerts", [{}, {"gpu01": [alert("gpu01", "gpu.xid.79")]}])
+def test_after_a_fresh_store_our_marker_mid_action_goes_to_a_person(
+        alerts: dict[str, list[Alert]]) -> None:
+    """SPEC I5/L5, house style 5 (issue 8, defect 16): the store was set aside; gpu01 is
+    DOWN+DRAIN with our marker (mid-rebuild) and there is no record of it. Never a
+    release (a resume without the L5 health check) and no new remediation: a person is
+    told, once."""
+    marker = format_marker("gpu.xid.79", "r-5e1f00000000", "controller", "for rebuild")
+    nodes = [node("gpu01", "DOWN", "DRAIN", reason=marker), node("gpu02", pool="b")]
+    plan = run(nodes, alerts, State(), T0 + timedelta(minutes=5))
+    assert kinds(plan) == ["notify"] and not plan.updates
+    assert ("blocked", "I5") in phases(plan, "gpu01")
+    again = run(nodes, alerts, State(data=plan.data or {}), T0 + timedelta(minutes=10))
+    assert kinds(again) == [] and not again.updates
+
+
+def test_a_node_that_carries_our_marker_on_record_is_still_released() -> None:
+    """House style 2 / L1: the orphan sweep still undoes our cordon when its remediation
+    is on record and over (only an unrecorded marker goes to a person)."""
+    r, n = _left_behind()
+    plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
+    assert kinds(plan) == ["release"]
