@@ -352,6 +352,8 @@ class _Decider:
         if not person and self.unknown_marker(node) is not None:
             self.unrecorded(node)  # I5: a detector does not override a person's node
             return
+        if not person and self.with_a_person(node_name):
+            return  # E1: a detector's request does not override a node handed to a person
         if action not in REQUESTABLE_ACTIONS:
             # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
             if self.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
@@ -467,12 +469,7 @@ class _Decider:
             -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
             c[0].fault))[0]
         host = host_of(node, name)
-        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
-        last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
-        if last is not None and last.data.get("handed_to_person"):
-            if self.once(f"person:{name}", last.id):
-                self.record(name, "blocked", "E1", f"{name} was handed to a person after "
-                            f"{last.id}; nothing automatic until a person acts", last)
+        if self.with_a_person(name):
             return
         rid = self.new_id(name, alert)
         if rid is None:
@@ -509,6 +506,19 @@ class _Decider:
         if e3_why:
             rem = self.step(rem, "escalated", "E3", e3_why)
         self.advance(rem)
+
+    def with_a_person(self, name: str) -> bool:
+        """SPEC E1: the node's latest remediation handed it to a person: nothing automatic
+        (an alert or a detector's request) starts on it until a person acts. Recorded
+        once while it holds."""
+        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
+        last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
+        if last is None or not last.data.get("handed_to_person"):
+            return False
+        if self.once(f"person:{name}", last.id):
+            self.record(name, "blocked", "E1", f"{name} was handed to a person after "
+                        f"{last.id}; nothing automatic until a person acts", last)
+        return True
 
     def explain(self, fault: str) -> str:
         try:

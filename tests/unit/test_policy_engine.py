@@ -860,3 +860,21 @@ def test_a_node_that_carries_our_marker_on_record_is_still_released() -> None:
     r, n = _left_behind()
     plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
     assert kinds(plan) == ["release"]
+
+
+def test_a_detectors_request_does_not_override_a_node_handed_to_a_person() -> None:
+    """SPEC E1/Q4 (issue 8, defect 4): the hand-to-person hold holds for reason-string
+    requests too; a person's own request still goes through."""
+    r = rem(phase=Phase.FAILED, action=Action.MIGRATE, fault="gpu.xid.79",
+            data={"evidence_fault": "gpu.xid.79", "handed_to_person": True})
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detector=ibmon id=9")
+    al = {"gpu01": [alert("gpu01", "gpu.xid.48", since=T0 + timedelta(hours=1))]}
+    plan = run([n, node("gpu02", pool="b")], al, State(remediations=(r,)),
+               T0 + timedelta(hours=2))
+    assert not plan.updates and plan.effects == () and ("blocked", "E1") in phases(plan)
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01",
+                  action=Action.REBOOT)
+    person = run([node("gpu01", "IDLE", "DRAIN", reason="bob: look at it"),
+                  node("gpu02", pool="b")], al, State(remediations=(r,), inbox=(cmd,)),
+                 T0 + timedelta(hours=2))
+    assert [u.requested_by for u in person.updates] == ["alice"]
