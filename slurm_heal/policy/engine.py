@@ -362,18 +362,36 @@ class _Decider:
                             "rebuild and migrate can be requested; removal is done by a person",
                             action=action)
             return
-        if detector or request_id:
-            for r in self.rems.values():  # SPEC Q3: detector + id = one remediation
-                if r.node == node_name and r.detector == detector and r.request_id == request_id:
-                    return
+        sig = f"{node_name}:{detector}:{request_id}:{action.value}"
+        if request_id is not None:
+            # SPEC Q3: detector + id = one remediation, whenever it was.
+            same = [r for r in self.rems.values() if r.node == node_name
+                    and r.detector == detector and r.request_id == request_id]
+            if same:
+                if self.once(f"q3:{sig}", same[0].id):
+                    self.record(node_name, "blocked", "Q3", f"request for {action.value} from "
+                                f"{who} (id={request_id}) dropped: {same[0].id} already handles "
+                                "that detector and request id", action=action)
+                return
         opened = [r for r in self.open_rems() if r.node == node_name]
         if opened:
-            if self.once(f"l3:{node_name}:{detector}:{request_id}:{action.value}", opened[0].id):
-                self.record(node_name, "blocked", "L3", f"request for {action.value} from {who} "
-                            f"waits: {opened[0].id} is already open on this node", action=action)
+            # Without an id, a request is a duplicate only of the open remediation it
+            # made itself (same detector); anything else waits for the open one (L3).
+            dup = request_id is None and opened[0].detector == detector \
+                and opened[0].origin != "alert"
+            if self.once(f"l3:{sig}", opened[0].id):
+                self.record(node_name, "blocked", "Q3" if dup else "L3",
+                            f"request for {action.value} from {who} "
+                            + (f"dropped: it is the one {opened[0].id} already handles"
+                               if dup else f"waits: {opened[0].id} is already open on this "
+                               "node"), action=action)
             return
         rid = remediation_id(node_name, "request", detector, request_id, since)
         if rid in self.rems:
+            if self.once(f"q3:{sig}", rid):
+                self.record(node_name, "blocked", "Q3", f"request for {action.value} from {who} "
+                            f"dropped: {rid} already handled this very request "
+                            f"({self.rems[rid].phase.value})", action=action)
             return
         host = host_of(node, node_name)
         chosen, rule, why = action, "Q1", f"{action.value} requested by {who}"

@@ -878,3 +878,38 @@ def test_a_detectors_request_does_not_override_a_node_handed_to_a_person() -> No
                   node("gpu02", pool="b")], al, State(remediations=(r,), inbox=(cmd,)),
                  T0 + timedelta(hours=2))
     assert [u.requested_by for u in person.updates] == ["alice"]
+
+
+def test_a_detector_without_an_id_is_heard_again_after_its_remediation_ended() -> None:
+    """SPEC Q3 (issue 8, defect 9): without `id=`, a request is de-duplicated only
+    against the open remediation; the same detector's next request, after the first one
+    ended, makes a new remediation."""
+    old = rem(phase=Phase.DONE, fault="request", at=T0, detector="ibmon",
+              data={"evidence_fault": "ib.link_down"})
+    old = old.model_copy(update={"origin": "request", "automatic": True})
+    later = T0 + timedelta(days=2)
+    n = NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}),
+                 reason="heal-request: reboot detector=ibmon", reason_time=later,
+                 partitions=("a",))
+    plan = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01", "ib.link_down",
+                                                                 since=later)]},
+               State(remediations=(old,)), later + timedelta(minutes=1))
+    new = [u for u in plan.updates if u.id != old.id]
+    assert len(new) == 1 and new[0].detector == "ibmon" and new[0].request_id is None
+
+
+def test_every_dropped_request_is_recorded_with_why() -> None:
+    """SPEC Q3/P4 (issue 8, defect 9): a repeat of a request already handled (same
+    detector and id) is dropped with a record that says so, once."""
+    old = rem(phase=Phase.DONE, fault="request", at=T0, detector="ibmon", request_id="4711")
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detector=ibmon id=4711")
+    al = {"gpu01": [alert("gpu01", "ib.link_down")]}
+    plan = run([n, node("gpu02", pool="b")], al, State(remediations=(old,)),
+               T0 + timedelta(hours=2))
+    assert not [u for u in plan.updates if u.detector == "ibmon"]
+    (q3,) = [r for r in plan.records if r.rule == "Q3"]
+    assert q3.phase == "blocked" and "dropped" in q3.why and old.id in q3.why
+    again = run([n, node("gpu02", pool="b")], al, State(remediations=(old,),
+                                                       data=plan.data or {}),
+                T0 + timedelta(hours=3))
+    assert not [r for r in again.records if r.rule == "Q3"]
