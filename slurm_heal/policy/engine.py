@@ -876,6 +876,18 @@ class _Decider:
                                    "for them to end (never interrupted)"))
             if limit is None:
                 return
+            signal_due = bool(w.signal) and not rem.data.get("signalled") \
+                and self.now >= limit - w.signal_lead
+            last_evict = _parse(rem.data.get("evict_at"))
+            evict_due = self.now >= limit and (
+                not rem.data.get("evict_n")
+                or (last_evict is not None and self.now >= last_evict + EVICT_AGAIN))
+            # O2 / house style 8 (issue 8): pause and recommend-only hold signalling and
+            # eviction too, not only the start and the act.
+            if (signal_due or evict_due) and self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return
+            rem = self.rems[rem.id]
             if w.signal and not rem.data.get("signalled") and self.now >= limit - w.signal_lead:
                 self.effect("signal_jobs", rem.node, rem, "signal", signal=w.signal, rule="P3",
                             why=f"checkpoint before the wait limit at {_iso(limit)}")
@@ -937,6 +949,9 @@ class _Decider:
             pass  # cordoned in this very decide() call (a command or a new request)
         elif last is None or last.outcome == "failed":
             n = len(cordons)
+            if n < CORDON_TRIES and self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return  # O2: a paused controller sends no cordon either
             if n >= CORDON_TRIES:
                 rem = self.step(rem, "failed", "L1", f"{rem.node} could not be drained after "
                                 f"{n} tries" + (f" ({last.detail})" if last and last.detail
@@ -966,6 +981,9 @@ class _Decider:
             node = self.node(rem.node)
             if node is not None and self.taken_over(rem, node):
                 return
+            if self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return  # O2: paused: the act is not sent (again) either
             # Recorded before it runs: no Attempt means it never ran; ask again, same key.
             self.effect("act", rem.node, rem, "act", 0, rule="L1",
                         why=f"{rem.action.value} {rem.node}")

@@ -14,6 +14,7 @@ run through the real simulation. Every decide() call is checked:
 - D5 / house style 2: never a cordon, resume, release, act, signal or eviction on a node
   someone else drained, also when their reason looks like ours ("Reboot ...", "heal
   ...", "NHC: ...");
+- O2: while paused, no cordon, signal, eviction or act;
 - S6: deciding twice on the same input gives the same plan; no key is handed out twice;
   L3: never two open remediations on one node.
 """
@@ -63,6 +64,7 @@ event = st.one_of(
                            "who": st.sampled_from(["person", "detector"]),
                            "id": st.sampled_from(["1", "2"])}),
     st.fixed_dictionaries({"type": st.just("reset_breaker")}),
+    st.fixed_dictionaries({"type": st.sampled_from(["pause", "unpause"])}),
     # Someone else drains a node (their reason) or resumes it (D5, house style 2).
     st.fixed_dictionaries({"type": st.just("drain"), "node": st.sampled_from(NODES),
                            "reason": st.sampled_from(FOREIGN_REASONS)}),
@@ -155,6 +157,13 @@ class Checker:
         open_nodes = [r.node for r in after.values() if not r.phase.terminal]
         if len(open_nodes) != len(set(open_nodes)):
             self.problems.append(f"{at}: L3 two open remediations on one node")
+        # O2 / house style 8: while paused nothing disruptive is sent (eviction included)
+        paused = c.plan.paused if c.plan.paused is not None else c.state.paused
+        if paused:
+            bad = [e.kind for e in c.plan.effects if e.kind in (
+                "cordon", "act", "signal_jobs", "requeue_jobs", "cancel_jobs")]
+            if bad:
+                self.problems.append(f"{at}: O2 {bad} while paused")
         by_name = {n.name: n for n in c.view.nodes}
         for e in c.plan.effects:
             rem = after.get(e.remediation or "")
@@ -220,6 +229,12 @@ class Checker:
          config={"approvals": {"default": "auto"},
                  "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
                  "waiting": {"max_wait": "2h"}})  # issue 8, defect 11: drained before the act
+@example(events=[(0, {"type": "job", "node": "gpu01", "id": 1, "ends": 200}),
+                 (0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (5, {"type": "pause"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "30m"}})  # issue 8, defect 8: paused at the limit
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))

@@ -913,3 +913,30 @@ def test_every_dropped_request_is_recorded_with_why() -> None:
                                                        data=plan.data or {}),
                 T0 + timedelta(hours=3))
     assert not [r for r in again.records if r.rule == "Q3"]
+
+
+@pytest.mark.parametrize(("at", "signal"), [(timedelta(hours=3), None),
+                                            (timedelta(minutes=115), "USR1")])
+def test_pause_holds_signalling_and_eviction_too(at: timedelta, signal: str | None) -> None:
+    """SPEC O2 / house style 8 (issue 8, defect 8): while paused, jobs are not signalled,
+    requeued or cancelled at the wait limit; unpaused, the eviction goes on."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason=format_marker("gpu.xid.48", r.id)),
+         node("gpu02", pool="b")]
+    p = pol(waiting={"signal": signal} if signal else {})
+    al = {"gpu01": [alert("gpu01")]}
+    plan = run(n, al, State(remediations=(r,), paused=True), T0 + at, p, jobs=(job,))
+    assert plan.effects == () and ("blocked", "pause") in phases(plan, "gpu01")
+    going = run(n, al, State(remediations=(r,)), T0 + at, p, jobs=(job,))
+    assert kinds(going) == (["signal_jobs"] if signal else ["requeue_jobs"])
+
+
+def test_pause_holds_a_cordon_sent_again() -> None:
+    """SPEC O2 (issue 8, defect 8): a failed cordon is not re-sent while paused."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    al = {"gpu01": [alert("gpu01")]}
+    p = run(nodes, al)
+    s = apply(State(), p, outcome="failed")
+    again = run(nodes, al, s.model_copy(update={"paused": True}), T0 + timedelta(minutes=1))
+    assert again.effects == () and ("blocked", "pause") in phases(again, "gpu01")
