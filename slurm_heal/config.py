@@ -178,6 +178,10 @@ class Safety(_Section):
     # L5: a provider operation still "running" this long after the act is given up on:
     # its outcome is unknown, so the node goes to a person (never retried, never escalated).
     act_timeout: Duration = timedelta(hours=2)
+    # L1 (issue 8): a step recorded before it ran that has no outcome this long (the
+    # controller stopped between recording and acting) is resolved: sent again under the
+    # same key where that is safe (at most twice), else failed and handed to a person.
+    step_timeout: Duration = timedelta(minutes=10)
     # L5: "required": a node returns only after its slurm-heal node check published
     # (Extra slurm_heal.checked_at) later than the action's end; "if_present": a node
     # with no slurm-heal check data counts as passed (sites that run no slurm-heal check).

@@ -97,6 +97,9 @@ class Attempt(Frozen):
     finished: datetime | None = None
     operation: str | None = None  # the provider's operation id, when it has one
     detail: str = ""  # output excerpt / error text kept for the audit record
+    # Times this intent was handed out again with the same key because it had no outcome
+    # after safety.step_timeout (the controller stopped between recording and acting).
+    resent: int = 0
 
 
 class Remediation(Frozen):
@@ -209,6 +212,9 @@ class Effect(Frozen):
     why: str = ""
     rule: str = ""
     ref: str = ""  # poll: the key of the act Attempt being asked about
+    # Send again under the SAME key: its Attempt was recorded but never got an outcome
+    # (issue 8). The store hands it out once more instead of refusing the known key.
+    resend: bool = False
 
 
 class Decision(Frozen):

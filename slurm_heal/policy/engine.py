@@ -58,6 +58,9 @@ from slurm_heal.types import REQUESTABLE_ACTIONS, Action, Alert, ClusterView, No
 POLL_EVERY = timedelta(minutes=1)
 # SPEC L1: how many times a failed cordon is sent (one per cycle) before a person looks.
 CORDON_TRIES = 3
+# L1 (issue 8): how many times a step with no outcome after safety.step_timeout is sent
+# again under the same key before it is failed (and, for a cordon, handed to a person).
+RESEND_TRIES = 2
 # Re-send a requeue/cancel when jobs are still there this long after the last one.
 EVICT_AGAIN = timedelta(minutes=5)
 PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
@@ -198,12 +201,14 @@ class _Decider:
         return bool(self.old_noted.get(key) != value)
 
     def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
-               **fields: Any) -> None:
+               same: str | None = None, **fields: Any) -> None:
+        """Plan an effect; ``same`` sends an unfinished attempt again under its own key."""
         base = rem.id if rem else "n-" + hashlib.sha256(
             f"{node}|{fields.get('why', '')}".encode()).hexdigest()[:12]
         self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
                                    action=rem.action if rem else Action.NONE,
-                                   key=idempotency_key(base, step, n), **fields))
+                                   key=same or idempotency_key(base, step, n),
+                                   resend=same is not None, **fields))
 
     def wake(self, t: datetime) -> None:
         self.wakes.append(t)
@@ -967,12 +972,97 @@ class _Decider:
                 self.record(rem.node, rem.phase.value, "L1", f"cordon of {rem.node} failed"
                             + (f" ({last.detail})" if last and last.detail else "")
                             + f": try {n + 1} of {CORDON_TRIES}", rem)
+        elif last.outcome is None and self.now >= last.started + self.policy.safety.step_timeout:
+            # L1 (issue 8): recorded, but the controller stopped before it ran (or before
+            # it recorded the outcome). A drain with our marker is safe to send again under
+            # the same key; at most RESEND_TRIES times, then a person looks.
+            tmo = format_duration(self.policy.safety.step_timeout)
+            if last.resent >= RESEND_TRIES:
+                rem = self.step(rem, "failed", "L1", f"the cordon of {rem.node} was recorded "
+                                f"but never reported an outcome ({last.resent + 1} sends, "
+                                f"{tmo} each)", data={"handed_to_person": True})
+                self.hand_to_person(rem, "L1", f"slurm-heal could not drain {rem.node} (its "
+                                    "cordon never reported an outcome): a person must look; "
+                                    "nothing automatic on it until then")
+                return
+            if self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return
+            self.effect("cordon", rem.node, rem, "cordon", same=last.key, rule="L1",
+                        why="no new jobs (again, same key: the last cordon never reported an "
+                        "outcome)", reason=reasons.format_marker(
+                            rem.fault, rem.id, "controller", f"for {rem.action.value}"))
+            self.record(rem.node, rem.phase.value, "L1", f"the cordon of {rem.node} has had no "
+                        f"outcome for {tmo} (the controller stopped before it ran?): sent again "
+                        f"with the same key ({last.resent + 2} of {RESEND_TRIES + 1})", rem)
         elif last.outcome == "ok":
             # Our drain took effect and the node is in service again: someone resumed it.
             self.step(rem, "cancelled", "L1", f"{rem.node} was resumed by someone else after "
                       "our cordon: the remediation is cancelled (the node is theirs now)")
             return
         self.wake(self.now + POLL_EVERY)  # in flight: the next snapshot shows the drain
+
+    def settle(self, rem: Remediation) -> None:
+        """L1 / house style (issue 8): every attempt recorded before it ran gets an outcome
+        within a bound. An attempt still without one ``safety.step_timeout`` after it was
+        recorded means the controller stopped between recording and acting (SIGTERM,
+        kill -9, OOM, an exception). What happens depends on the step:
+
+        * ``act``: polled by its key while the remediation is open (acting(): the
+          provider is asked first and the act is re-sent under the same key only when it
+          never saw it); left on a finished remediation, it is marked failed (unknown).
+        * ``cordon``: sent again under the same key while the node is not drained
+          (cordon_again()); otherwise settled from the node: drained with our marker for
+          this remediation = ok, else failed.
+        * ``notify``: sent again under the same key (at most RESEND_TRIES times).
+        * ``signal_jobs`` / ``requeue_jobs`` / ``cancel_jobs``: failed, never re-sent
+          blindly; eviction is tried again (new key, bounded) while jobs remain.
+        * ``resume`` / ``release``: failed, never re-sent: the node's reason may have
+          changed since; the cordon sweep (orphan_marker) or a person takes it from there.
+        """
+        tmo = self.policy.safety.step_timeout
+        node = self.node(rem.node)
+        settled: dict[str, tuple[str, str]] = {}
+        for a in rem.attempts:
+            if a.outcome is not None or a.effect == "poll":
+                continue
+            due = a.started + tmo
+            if self.now < due:
+                self.wake(due)
+                continue
+            why = f"no outcome {format_duration(tmo)} after it was recorded"
+            if a.effect == "act":
+                if not rem.phase.terminal:
+                    continue  # acting() polls it by its key
+                settled[a.key] = ("failed", f"{why}; the remediation is over: outcome unknown")
+            elif a.effect == "cordon":
+                if rem.phase in STARTED and node is not None and not node.drained:
+                    continue  # cordon_again() sends it again under the same key
+                mine = (node is not None and node.drained and reasons.is_ours(node.reason)
+                        and f"rem={rem.id}" in node.reason)
+                settled[a.key] = ("ok", f"{why}; {rem.node} is drained with our marker") \
+                    if mine else ("failed", f"{why}; not sent again: the remediation went on")
+            elif a.effect == "notify":
+                if a.resent < RESEND_TRIES:
+                    last = rem.steps[-1].why if rem.steps else rem.id
+                    self.effect("notify", rem.node, rem, "notify", same=a.key, rule="L1",
+                                why=f"(sent again: the notice was recorded but never sent) "
+                                f"{last}")
+                    continue
+                settled[a.key] = ("failed", f"{why}; sent {a.resent + 1} times")
+            else:
+                settled[a.key] = ("failed", f"{why} (the controller stopped before it ran?); "
+                                  f"{a.effect} is not sent again blindly")
+        if not settled:
+            return
+        attempts = tuple(a.model_copy(update={"outcome": settled[a.key][0],
+                                              "finished": self.now,
+                                              "detail": settled[a.key][1]})
+                         if a.key in settled else a for a in rem.attempts)
+        self.put(rem.model_copy(update={"attempts": attempts}))
+        for key, (outcome, detail) in settled.items():
+            self.record(rem.node, rem.phase.value, "L1", f"step {key} settled as {outcome}: "
+                        f"{detail}", rem)
 
     def acting(self, rem: Remediation) -> None:
         act_key = idempotency_key(rem.id, "act", 0)
@@ -1101,6 +1191,9 @@ class _Decider:
         for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
             self.command(cmd)
         nodes = sorted(self.view.nodes, key=lambda n: n.name)
+        for rid in list(self.order):
+            if any(a.outcome is None for a in self.rems[rid].attempts):
+                self.settle(self.rems[rid])
         for node in nodes:
             self.observe(node)
         for rem in sorted(self.open_rems(), key=lambda r: (r.created, r.id)):

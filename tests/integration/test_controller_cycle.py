@@ -216,6 +216,29 @@ def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) ->
     assert list(rig.sim.stats()["executed"].values()) == [1]
 
 
+def test_a_cordon_recorded_before_a_stop_is_resolved_and_the_remediation_finishes(
+        rig: Rig) -> None:
+    """SPEC L1/S6 (issue 8, defect 1): SIGTERM between recording the cordon and running
+    it. The restarted controller sends it again under the same key after
+    safety.step_timeout; the node is drained, rebooted once and resumed; no other
+    remediation waits behind it forever."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.stop.set()  # stop between steps: the intent is recorded, the cordon never runs
+    ctl.cycle()
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.CORDONED and [a.effect for a in rem.in_flight] == ["cordon"]
+    assert not rig.cluster.node("gpu01").drained
+    rig.run(rig.controller(), 60)  # a restarted controller, 30 minutes of cycles
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.DONE, rem.steps[-1]
+    assert rem.in_flight == ()
+    (cordon,) = [a for a in rem.attempts if a.effect == "cordon"]
+    assert cordon.resent == 1 and cordon.outcome == "ok"
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+    assert not rig.cluster.node("gpu01").drained
+
+
 def test_lost_response_after_the_action_ran_is_not_acted_again(rig: Rig) -> None:
     """SPEC S6: the provider did it but the answer was lost; the retry with the same
     idempotency key returns the same operation."""

@@ -940,3 +940,59 @@ def test_pause_holds_a_cordon_sent_again() -> None:
     s = apply(State(), p, outcome="failed")
     again = run(nodes, al, s.model_copy(update={"paused": True}), T0 + timedelta(minutes=1))
     assert again.effects == () and ("blocked", "pause") in phases(again, "gpu01")
+
+
+def _cordon_in_flight(resent: int = 0, at: datetime = T0) -> tuple[State, str]:
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    p = run(nodes, {"gpu01": [alert("gpu01")]})
+    s = apply(State(), p, outcome=None)
+    (r,) = s.remediations
+    (a,) = r.attempts
+    r = r.model_copy(update={"attempts": (a.model_copy(update={"started": at,
+                                                                "resent": resent}),)})
+    return State(remediations=(r,)), a.key
+
+
+def test_a_cordon_recorded_but_never_run_is_sent_again_with_the_same_key() -> None:
+    """SPEC L1/S6 (issue 8, defect 1): the controller stopped between recording the
+    cordon and running it. After safety.step_timeout the cordon is sent again under the
+    same key (the store hands it out once more); before that it is waited for."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    al = {"gpu01": [alert("gpu01")]}
+    s, key = _cordon_in_flight()
+    early = run(nodes, al, s, T0 + timedelta(minutes=9))
+    assert early.effects == () and early.next_wake == T0 + timedelta(minutes=10)
+    late = run(nodes, al, s, T0 + timedelta(minutes=10))
+    (eff,) = late.effects
+    assert (eff.kind, eff.key, eff.resend) == ("cordon", key, True)
+    assert any("same key" in r.why for r in late.records)
+    custom = run(nodes, al, s, T0 + timedelta(minutes=10), pol(safety={"step_timeout": "1h"}))
+    assert custom.effects == ()
+
+
+def test_a_cordon_that_never_reports_is_handed_to_a_person_in_bounded_time() -> None:
+    """SPEC L1 (issue 8, defect 1): after RESEND_TRIES sends without an outcome the
+    remediation fails and a person is told: it never holds its S3 slot forever."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    s, _ = _cordon_in_flight(resent=2, at=T0 + timedelta(minutes=20))
+    plan = run(nodes, {"gpu01": [alert("gpu01")]}, s, T0 + timedelta(minutes=30))
+    assert phases(plan, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
+    assert kinds(plan) == ["notify"] and plan.updates[0].data.get("handed_to_person")
+
+
+@pytest.mark.parametrize("kind", ["requeue_jobs", "signal_jobs", "resume"])
+def test_a_step_left_without_an_outcome_is_settled_not_left_in_flight(kind: str) -> None:
+    """SPEC L1 (issue 8, defect 1): an eviction, a signal or a resume recorded but never
+    run is failed (with why, recorded) after safety.step_timeout; none is re-sent blindly."""
+    r = rem(phase=Phase.DONE if kind == "resume" else Phase.DRAINING, acted=kind == "resume")
+    key = idempotency_key(r.id, kind, 0)
+    r = r.model_copy(update={"attempts": r.attempts + (Attempt(key=key, effect=kind,
+                                                               started=T0),)})
+    n = node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", r.id, "controller"))
+    plan = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+               State(remediations=(r,)), T0 + timedelta(minutes=11))
+    (upd,) = [u for u in plan.updates if u.id == r.id]
+    (a,) = [a for a in upd.attempts if a.key == key]
+    assert a.outcome == "failed" and "no outcome" in a.detail
+    assert not [e for e in plan.effects if e.key == key]
+    assert any(key in rec.why for rec in plan.records)

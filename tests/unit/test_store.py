@@ -276,6 +276,25 @@ def test_an_effect_already_recorded_is_never_returned_again(tmp_path: Path) -> N
     assert len(state.remediations) == 1 and len(state.remediations[0].attempts) == 1
 
 
+def test_a_resend_of_an_unfinished_intent_is_handed_out_once_more(tmp_path: Path) -> None:
+    """SPEC L1/S6 (issue 8, defect 1): an intent that never got an outcome may be sent
+    again under the same key when the engine asks (``resend``); one that finished never."""
+    store = Store(tmp_path)
+    r = rem()
+    cordon = Effect(kind="cordon", node=r.node, remediation=r.id, key=idempotency_key(r.id,
+                                                                                      "cordon"))
+    store.apply(Plan(updates=(r,), effects=(cordon,)), T0)
+    again = cordon.model_copy(update={"resend": True})
+    t1 = T0 + timedelta(minutes=10)
+    state, effects = store.apply(Plan(effects=(again,)), t1)
+    assert effects == (again,)
+    (a,) = state.remediations[0].attempts
+    assert (a.key, a.outcome, a.resent, a.started) == (cordon.key, None, 1, t1)
+    store.record_outcome(r.id, cordon.key, "ok", t1)
+    _, effects = store.apply(Plan(effects=(again,)), t1 + timedelta(minutes=10))
+    assert effects == ()  # finished: never run twice
+
+
 def test_a_stale_update_keeps_attempts_another_replica_recorded(tmp_path: Path) -> None:
     store = Store(tmp_path)
     r = rem()
