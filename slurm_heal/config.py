@@ -144,6 +144,13 @@ class Waiting(_Section):
     at_limit: Literal["requeue", "cancel"] = "requeue"
     signal: str | None = None  # e.g. "USR1": sent before the limit so jobs can checkpoint
     signal_lead: Duration = timedelta(minutes=10)
+    # Issue 8: eviction is bounded. At the limit jobs are requeued (or cancelled) at most
+    # evict_tries times, evict_every apart; with cancel_when_stuck a requeue that does not
+    # empty the node is followed by as many cancels. Jobs still there after that: the
+    # remediation fails and a person is told (the node stays cordoned).
+    evict_tries: int = Field(default=3, ge=1, le=100)
+    evict_every: Duration = timedelta(minutes=5)
+    cancel_when_stuck: bool = False
 
     @field_validator("max_wait", mode="before")
     @classmethod

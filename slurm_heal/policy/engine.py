@@ -61,8 +61,6 @@ CORDON_TRIES = 3
 # L1 (issue 8): how many times a step with no outcome after safety.step_timeout is sent
 # again under the same key before it is failed (and, for a cordon, handed to a person).
 RESEND_TRIES = 2
-# Re-send a requeue/cancel when jobs are still there this long after the last one.
-EVICT_AGAIN = timedelta(minutes=5)
 PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
                      Phase.DRAINING})
 STARTED = frozenset({Phase.CORDONED, Phase.WAITING, Phase.DRAINING})
@@ -886,7 +884,7 @@ class _Decider:
             last_evict = _parse(rem.data.get("evict_at"))
             evict_due = self.now >= limit and (
                 not rem.data.get("evict_n")
-                or (last_evict is not None and self.now >= last_evict + EVICT_AGAIN))
+                or (last_evict is not None and self.now >= last_evict + w.evict_every))
             # O2 / house style 8 (issue 8): pause and recommend-only hold signalling and
             # eviction too, not only the start and the act.
             if (signal_due or evict_due) and self.gate(rem, starting=False):
@@ -905,13 +903,9 @@ class _Decider:
                 return
             n = int(rem.data.get("evict_n", 0))
             last = _parse(rem.data.get("evict_at"))
-            if n == 0 or (last is not None and self.now >= last + EVICT_AGAIN):
-                kind: EffectKind = "requeue_jobs" if w.at_limit == "requeue" else "cancel_jobs"
-                self.effect(kind, rem.node, rem, w.at_limit, n, rule="P3",
-                            why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
-                rem = self.step(rem, "draining", "P3", f"the wait limit passed: {w.at_limit} job(s) "
-                                f"{ids}", data={"evict_n": n + 1, "evict_at": _iso(self.now)})
-            self.wake(self.now + EVICT_AGAIN)
+            if n == 0 or (last is not None and self.now >= last + w.evict_every):
+                self.evict(rem, ids, n)
+            self.wake(self.now + w.evict_every)
             return
         if self.gate(rem, starting=False):
             return
@@ -922,6 +916,35 @@ class _Decider:
                     why=f"{rem.action.value} {rem.node}")
         self.step(rem, "acting", "L1", f"no jobs left on {rem.node}: {rem.action.value} it")
         self.wake(self.now + POLL_EVERY)
+
+    def evict(self, rem: Remediation, ids: str, n: int) -> None:
+        """SPEC P3 (issue 8, defect 5): eviction try ``n`` (0-based) at the wait limit,
+        bounded: ``evict_tries`` requeues (or cancels), then as many cancels when policy
+        allows (``cancel_when_stuck``); jobs still there after that end the remediation
+        failed with a person (the node stays cordoned, the S3/S4 slot is freed)."""
+        w = self.policy.waiting
+        tries = w.evict_tries
+        then_cancel = w.at_limit == "requeue" and w.cancel_when_stuck
+        total = tries * (2 if then_cancel else 1)
+        evictions = [a for a in rem.attempts if a.effect in ("requeue_jobs", "cancel_jobs")]
+        failed = [a for a in evictions if a.outcome == "failed"]
+        note = (f"; the last {failed[-1].effect.split('_')[0]} failed: {failed[-1].detail}"
+                if failed and failed[-1].detail else "")
+        if n >= total:
+            rem = self.step(rem, "failed", "P3", f"job(s) {ids} still run on {rem.node} after "
+                            f"{n} eviction tries{note}; {rem.node} stays cordoned",
+                            data={"handed_to_person": True})
+            self.hand_to_person(rem, "P3", f"job(s) {ids} on {rem.node} could not be evicted "
+                                f"({n} tries{note}): a person decides (requeue or cancel "
+                                f"them, or cancel {rem.id}); {rem.node} stays cordoned")
+            return
+        how = "cancel" if w.at_limit == "cancel" or n >= tries else "requeue"
+        kind: EffectKind = "cancel_jobs" if how == "cancel" else "requeue_jobs"
+        self.effect(kind, rem.node, rem, how, n, rule="P3",
+                    why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
+        self.step(rem, "draining", "P3", f"the wait limit passed: {how} job(s) {ids} (try "
+                  f"{n + 1} of {total}){note}",
+                  data={"evict_n": n + 1, "evict_at": _iso(self.now)})
 
     def taken_over(self, rem: Remediation, node: NodeInfo) -> bool:
         """House style 2 / D5 (issue 8): someone else drained (or downed) the node with a

@@ -996,3 +996,38 @@ def test_a_step_left_without_an_outcome_is_settled_not_left_in_flight(kind: str)
     assert a.outcome == "failed" and "no outcome" in a.detail
     assert not [e for e in plan.effects if e.key == key]
     assert any(key in rec.why for rec in plan.records)
+
+
+def _evict_until_done(policy: Policy, cycles: int = 20) -> tuple[list[str], Plan]:
+    """A job that never leaves (--no-requeue, a failing scontrol): every eviction fails."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason=format_marker("gpu.xid.48", r.id)),
+         node("gpu02", pool="b")]
+    s, sent = State(remediations=(r,)), []
+    t = T0 + timedelta(hours=2)
+    for _ in range(cycles):
+        plan = run(n, {"gpu01": [alert("gpu01")]}, s, t, policy, jobs=(job,))
+        sent += [e.kind for e in plan.effects]
+        s = apply(s, plan, outcome="failed")
+        if any(u.phase is Phase.FAILED for u in plan.updates):
+            return sent, plan
+        t += timedelta(minutes=5)
+    raise AssertionError(f"eviction never ended: {sent}")
+
+
+def test_eviction_is_bounded_then_a_person_decides() -> None:
+    """SPEC P3 (issue 8, defect 5): a job that does not leave is requeued at most
+    waiting.evict_tries times; then the remediation fails (freeing its S3/S4 slot) and a
+    person is told, with the last failure."""
+    sent, last = _evict_until_done(pol())
+    assert sent == ["requeue_jobs"] * 3 + ["notify"]
+    assert phases(last, "gpu01")[:2] == [("failed", "P3"), ("escalated", "P3")]
+    assert last.updates[0].data.get("handed_to_person")
+
+
+def test_eviction_cancels_when_policy_allows_before_a_person_decides() -> None:
+    """SPEC P3 (issue 8, defect 5): with waiting.cancel_when_stuck the requeues are
+    followed by cancels, then a person."""
+    sent, _ = _evict_until_done(pol(waiting={"evict_tries": 2, "cancel_when_stuck": True}))
+    assert sent == ["requeue_jobs"] * 2 + ["cancel_jobs"] * 2 + ["notify"]
