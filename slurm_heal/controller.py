@@ -40,6 +40,7 @@ from slurm_heal.errors import (
     ProviderRefused,
     SlurmError,
     StoreCorrupt,
+    StoreLocked,
 )
 from slurm_heal.models import Attempt, Decision, Effect, State
 from slurm_heal.providers.base import Operation, Provider
@@ -236,6 +237,17 @@ class Controller:
             outcome, detail = "failed", str(exc)
         except SlurmError as exc:
             outcome, detail = "failed", str(exc)
+        except HealError as exc:  # NotFound (a node gone from Slurm), a store error, ...
+            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            # Issue 8 (defect 7): one effect's unexpected error (an OSError from a full
+            # disk, a bug) fails that effect only; the traceback is logged once, here, and
+            # the cycle goes on with the next effect. An act or poll is left in flight:
+            # whether the action ran is unknown, so the next cycle asks by its key.
+            log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
+            if effect.kind in ("act", "poll"):
+                return Executed(effect, None, f"{type(exc).__name__}: {exc}")
+            outcome, detail = "failed", f"unexpected {type(exc).__name__}: {exc}"
         log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
                  effect.action.value, outcome, detail[:200])
         if effect.remediation and record_key:
@@ -244,6 +256,8 @@ class Controller:
                                           operation=operation, detail=detail[:2000])
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
+            except Exception:
+                log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
 
 
@@ -344,6 +358,10 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             controller.cycle()
         except SlurmError as exc:
             log.error("cycle skipped, Slurm unavailable: %s", exc)
+        except StoreLocked as exc:
+            # Issue 8 (defect 10): a CLI command or a stuck process holds the store lock
+            # past its timeout; the message names the holder. Skip, try next interval.
+            log.warning("cycle skipped, the store is busy: %s", exc)
         cycles += 1
         if heartbeat is not None:
             heartbeat.parent.mkdir(parents=True, exist_ok=True)

@@ -196,8 +196,9 @@ def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) ->
     rig.alert("gpu01", "gpu.xid.119")
     ctl = rig.controller()
 
-    class Crash(Exception):
-        pass
+    class Crash(BaseException):
+        """The process dies (kill -9, OOM): not an error the controller can catch; one
+        effect's ordinary exception only fails that effect (issue 8, defect 7)."""
 
     real_submit = ctl.provider.submit
 
@@ -298,6 +299,61 @@ def test_cordon_never_relabels_a_foreign_drain(rig: Rig) -> None:
     report = ctl.cycle()
     assert [e.outcome for e in report.executed] == ["failed"]
     assert rig.cluster.node("gpu01").reason == "bad DIMM, ticket 1234"
+
+
+def test_one_effects_unexpected_error_fails_that_effect_and_the_cycle_goes_on(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """House style 5/6 (issue 8, defect 7): a notifier whose disk is full (OSError) and a
+    node Slurm no longer knows (NotFound) fail their own effects; the cordon after them
+    still runs; the unexpected error's traceback is logged once."""
+    from slurm_heal.models import Effect, Plan
+
+    def full_disk(_effect: Effect, _now: datetime) -> None:
+        raise OSError(28, "No space left on device")
+
+    def plan(*_a: Any) -> Plan:
+        return Plan(effects=(
+            Effect(kind="notify", node="gpu01", why="D8"),
+            Effect(kind="cordon", node="gpu99", reason="heal: gpu.xid.48"),
+            Effect(kind="cordon", node="gpu02", reason="heal: gpu.xid.48")))
+
+    ctl = Controller(slurm=rig.cluster, provider=rig.controller().provider, store=rig.store,
+                     policy=rig.policy, clock=rig.clock, notifier=full_disk, decide=plan)
+    report = ctl.cycle()
+    assert [e.outcome for e in report.executed] == ["failed", "failed", "ok"]
+    assert "No space left" in report.executed[0].detail
+    assert "NotFound" in report.executed[1].detail
+    assert rig.cluster.node("gpu02").drained
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "notify" in tracebacks[0].getMessage()
+
+
+def test_a_busy_store_lock_skips_the_cycle_and_names_the_holder(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """SPEC I5 / house style 5 (issue 8, defect 10): StoreLocked does not kill the
+    daemon; the cycle is skipped with a log line that says who holds the lock."""
+    import os
+
+    from slurm_heal.controller import run_forever
+    from slurm_heal.store import Store
+
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.store = Store(rig.store.dir, lock_timeout=0.2)
+    import threading
+
+    cycles: list[int] = []
+    with rig.store.transaction():  # another process's CLI command, stuck
+        # in a thread: run_forever installs signal handlers only on the main thread
+        t = threading.Thread(target=lambda: cycles.append(run_forever(ctl, 0.01, None, 2)))
+        t.start()
+        t.join(30)
+    assert cycles == [2]
+    busy = [r.getMessage() for r in caplog.records if "store is busy" in r.getMessage()]
+    assert len(busy) == 2 and f"pid {os.getpid()}" in busy[0]
+    assert not rig.cluster.node("gpu01").drained
+    ctl.cycle()  # the lock is free again: work goes on
+    assert rig.cluster.node("gpu01").drained
 
 
 def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:
