@@ -558,7 +558,7 @@ class Store:
                     old = latest.get(r.node)
                     if old is None or _end_key(r) > _end_key(old):
                         latest[r.node] = r
-            held = {r.id for r in latest.values() if r.data.get("handed_to_person")}
+            held = {r.id for r in latest.values() if r.data.handed_to_person}
             kept = tuple(r for r in state.remediations
                          if not r.phase.terminal or _utc(r.updated) >= now - keep
                          or r.id in held)

@@ -49,6 +49,7 @@ from slurm_heal.models import (
     Remediation,
     State,
     Step,
+    Work,
     idempotency_key,
     remediation_id,
 )
@@ -177,14 +178,15 @@ class _Decider:
              by: str | None = None, **changes: Any) -> Remediation:
         """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
         times = dict(rem.phase_times)
-        data = dict(rem.data)
+        work = rem.data
         update: dict[str, Any] = dict(changes)
         if phase in Phase._value2member_map_:
             update["phase"] = Phase(phase)
             times.setdefault(phase, self.now)
-            data.pop("blocked", None)
-        data.update(update.pop("data", {}))
-        update.update(phase_times=times, data=data, updated=self.now,
+            work = work.but(blocked=None)
+        if "data" in update:
+            work = work.but(**update.pop("data"))
+        update.update(phase_times=times, data=work, updated=self.now,
                       steps=rem.steps + (Step(at=self.now, phase=phase, rule=rule, why=why,
                                                 by=by),))
         new = rem.model_copy(update=update)
@@ -413,8 +415,7 @@ class _Decider:
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         if chosen is not action:
-            rem = self.step(rem, "escalated", "E3", rem.data.get("e3_why", "migrate needs "
-                            "evidence: rebuild instead"))
+            rem = self.step(rem, "escalated", "E3", "migrate needs evidence: rebuild instead")
         self.advance(rem)
 
     def e1(self, host: str, fault: str, action: Action) -> tuple[Action | None, list[str]]:
@@ -519,7 +520,7 @@ class _Decider:
                 "E1" if whys else f"catalog:{alert.fault}"),
             escalated_from=action if chosen is not action else None,
             alert_first_seen=alert.first_seen, created=self.now, updated=self.now,
-            data={"evidence_fault": alert.fault})
+            data=Work(evidence_fault=alert.fault))
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         for w in whys:
@@ -534,7 +535,7 @@ class _Decider:
         once while it holds."""
         past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
         last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
-        if last is None or not last.data.get("handed_to_person"):
+        if last is None or not last.data.handed_to_person:
             return False
         if self.once(f"person:{name}", last.id):
             self.record(name, "blocked", "E1", f"{name} was handed to a person after "
@@ -625,7 +626,7 @@ class _Decider:
             self.unrecorded(node)
             return
         owner = self.rems.get(marker.remediation or "")
-        if owner is not None and (owner.data.get("handed_to_person") or owner.id in self.changed):
+        if owner is not None and (owner.data.handed_to_person or owner.id in self.changed):
             return  # a person's node now, or it ended in this call (release() decided)
         ref = marker.remediation or "?"
         if self.healthy_but_for_us(name):
@@ -687,10 +688,10 @@ class _Decider:
                     why=f"{what}: undo the cordon", rule="L4" if what == "withdrawn" else "P4")
 
     def blocked(self, rem: Remediation, rule: str, why: str) -> Remediation:
-        if rem.data.get("blocked") == rule:
+        if rem.data.blocked == rule:
             return rem
         rem = self.step(rem, "blocked", rule, why)
-        return self.put(rem.model_copy(update={"data": {**rem.data, "blocked": rule}}))
+        return self.put(rem.model_copy(update={"data": rem.data.but(blocked=rule)}))
 
     def hold(self, rem: Remediation, rule: str, why: str) -> bool:
         """Record (once) that a limit holds ``rem`` back; always True."""
@@ -736,9 +737,9 @@ class _Decider:
             if ev is None and not enough:
                 return self.hold(rem, "P1", f"no confirmed alert on {rem.node}: a request "
                                     "needs evidence (SPEC P1/Q4); it waits for one")
-            if ev is not None and "evidence_fault" not in rem.data and not enough:
+            if ev is not None and rem.data.evidence_fault is None and not enough:
                 rem = self.put(rem.model_copy(update={
-                    "data": {**rem.data, "evidence_fault": ev.fault}}))
+                    "data": rem.data.but(evidence_fault=ev.fault)}))
         started = [r for r in self.open_rems() if r.phase.disruptive and r.id != rem.id]
         spares = pol.escalation.migrate_spares
         if rem.action is Action.MIGRATE and spares is not None:
@@ -798,7 +799,7 @@ class _Decider:
                              "a person", approved_by=rem.requested_by, approval_rule="P2:person")
         ap = self.policy.approvals
         pool = self.pool(rem.node)
-        fault = rem.data.get("evidence_fault", rem.fault) if rem.origin == "alert" else rem.fault
+        fault = (rem.data.evidence_fault or rem.fault) if rem.origin == "alert" else rem.fault
         matching = [(i, r) for i, r in enumerate(ap.rules)
                     if r.matches(fault, rem.action, rem.node, pool)]
         strict = {"deny": 2, "manual": 1, "auto": 0}
@@ -809,7 +810,7 @@ class _Decider:
             mode, rid = rule.mode, f"P2:approvals[{i}]"
         else:
             mode, rid = ap.default, "P2:default"
-        if rem.data.get("approval_pending") == rid and mode == "manual":
+        if rem.data.approval_pending == rid and mode == "manual":
             return rem
         if mode == "auto":
             return self.step(rem, "approved", rid, f"auto-approved by {rid} for "
@@ -821,7 +822,7 @@ class _Decider:
             return rem
         rem = self.step(rem, "proposed", rid, f"waits for a person: slurm-heal approve "
                         f"{rem.node} (or deny)", approval_rule=rid)
-        return self.put(rem.model_copy(update={"data": {**rem.data, "approval_pending": rid}}))
+        return self.put(rem.model_copy(update={"data": rem.data.but(approval_pending=rid)}))
 
     def advance(self, rem: Remediation) -> None:
         """Move one remediation as far as this snapshot allows."""
@@ -830,7 +831,7 @@ class _Decider:
             if rem.phase in PRE_ACT:
                 self.step(rem, "cancelled", "L3", f"{rem.node} is no longer in Slurm")
             return
-        ev = rem.data.get("evidence_fault")
+        ev = rem.data.evidence_fault
         if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev):
             rem = self.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
                             f"{rem.action.value} ran: the recommendation is withdrawn")
@@ -879,11 +880,11 @@ class _Decider:
                                    "for them to end (never interrupted)"))
             if limit is None:
                 return
-            signal_due = bool(w.signal) and not rem.data.get("signalled") \
+            signal_due = bool(w.signal) and not rem.data.signalled \
                 and self.now >= limit - w.signal_lead
-            last_evict = _parse(rem.data.get("evict_at"))
+            last_evict = rem.data.evict_at
             evict_due = self.now >= limit and (
-                not rem.data.get("evict_n")
+                not rem.data.evict_n
                 or (last_evict is not None and self.now >= last_evict + w.evict_every))
             # O2 / house style 8 (issue 8): pause and recommend-only hold signalling and
             # eviction too, not only the start and the act.
@@ -891,18 +892,18 @@ class _Decider:
                 self.wake(self.now + POLL_EVERY)
                 return
             rem = self.rems[rem.id]
-            if w.signal and not rem.data.get("signalled") and self.now >= limit - w.signal_lead:
+            if w.signal and not rem.data.signalled and self.now >= limit - w.signal_lead:
                 self.effect("signal_jobs", rem.node, rem, "signal", signal=w.signal, rule="P3",
                             why=f"checkpoint before the wait limit at {_iso(limit)}")
                 rem = self.step(rem, "waiting", "P3", f"sent {w.signal} to job(s) {ids} so they "
                                 f"can checkpoint before {_iso(limit)}", data={"signalled": True})
-            elif w.signal and not rem.data.get("signalled"):
+            elif w.signal and not rem.data.signalled:
                 self.wake(limit - w.signal_lead)
             if self.now < limit:
                 self.wake(limit)
                 return
-            n = int(rem.data.get("evict_n", 0))
-            last = _parse(rem.data.get("evict_at"))
+            n = rem.data.evict_n
+            last = rem.data.evict_at
             if n == 0 or (last is not None and self.now >= last + w.evict_every):
                 self.evict(rem, ids, n)
             self.wake(self.now + w.evict_every)
@@ -944,7 +945,7 @@ class _Decider:
                     why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
         self.step(rem, "draining", "P3", f"the wait limit passed: {how} job(s) {ids} (try "
                   f"{n + 1} of {total}){note}",
-                  data={"evict_n": n + 1, "evict_at": _iso(self.now)})
+                  data={"evict_n": n + 1, "evict_at": self.now})
 
     def taken_over(self, rem: Remediation, node: NodeInfo) -> bool:
         """House style 2 / D5 (issue 8): someone else drained (or downed) the node with a
@@ -954,7 +955,7 @@ class _Decider:
         resumes the node, cordon_again() cancels it (the node is theirs)."""
         if not self.foreign(node):
             return False
-        if rem.data.get("blocked") != "D5":
+        if rem.data.blocked != "D5":
             why = (f"{rem.node} was {'set DOWN' if node.down else 'drained'} by someone else "
                    f"({node.reason!r}) before the {rem.action.value} ran: nothing disruptive "
                    f"runs on it; {rem.id} is held until that person resumes the node "
@@ -1132,14 +1133,14 @@ class _Decider:
             done = latest.finished or self.now
             self.step(rem, "returning", "L5", f"the {rem.action.value} finished; waiting for "
                       f"{rem.node} to come back and pass its health check",
-                      data={"act_done": _iso(done)})
+                      data={"act_done": done})
             self.wake(self.now + POLL_EVERY)
             return
         self.fail(rem, "L5", f"the {rem.action.value} failed"
                   + (f": {latest.detail}" if latest.detail else ""))
 
     def returning(self, rem: Remediation, node: NodeInfo) -> None:
-        done = _parse(rem.data.get("act_done")) or rem.updated
+        done = rem.data.act_done or rem.updated
         acted = _acted_at(rem) or done
         rebooting = node.down or reasons.slurm_rebooting(node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
@@ -1158,7 +1159,7 @@ class _Decider:
         if back and health_ran:
             bad = [a for a in self.active(rem.node)
                    if a.last_seen > since and (a.severity is Severity.CRITICAL
-                                               or a.fault == rem.data.get("evidence_fault"))]
+                                               or a.fault == rem.data.evidence_fault)]
             if bad:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")

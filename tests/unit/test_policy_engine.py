@@ -598,7 +598,7 @@ def test_a_failed_power_cycle_is_handed_to_a_person() -> None:
                {"gpu01": [alert("gpu01", "gpu.xid.79")]}, State(remediations=(r,)),
                T0 + timedelta(minutes=10), pol(**PC))
     (upd,) = plan.updates
-    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    assert upd.phase is Phase.FAILED and upd.data.handed_to_person
     assert ("escalated", "E1") in phases(plan)
 
 
@@ -619,7 +619,7 @@ def test_an_operation_stuck_running_is_handed_to_a_person_at_the_act_timeout() -
     late = run(nodes, al, State(remediations=(_running(),)), T0 + timedelta(hours=2))
     assert phases(late)[:2] == [("failed", "L5"), ("escalated", "L5")] and kinds(late) == ["notify"]
     (upd,) = late.updates
-    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    assert upd.phase is Phase.FAILED and upd.data.handed_to_person
     # Nothing automatic follows on that node (E1: a person acts first).
     after = run(nodes, al, State(remediations=late.updates), T0 + timedelta(hours=5))
     assert not after.updates and kinds(after) == []
@@ -652,7 +652,7 @@ def test_a_failed_cordon_is_sent_again_then_handed_to_a_person() -> None:
         s = apply(s, p, outcome="failed")
     p = run(nodes, al, s, T0 + timedelta(minutes=3))
     assert phases(p, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
-    assert kinds(p) == ["notify"] and p.updates[0].data.get("handed_to_person")
+    assert kinds(p) == ["notify"] and p.updates[0].data.handed_to_person
 
 
 def test_a_cordon_in_flight_is_waited_for() -> None:
@@ -723,7 +723,7 @@ def test_a_node_handed_to_a_person_is_not_released_by_the_orphan_sweep() -> None
     """SPEC E1: a node left cordoned for a person stays cordoned."""
     r, n = _left_behind()
     r = r.model_copy(update={"phase": Phase.FAILED,
-                             "data": {**r.data, "handed_to_person": True}})
+                             "data": r.data.but(handed_to_person=True)})
     plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
     assert "release" not in kinds(plan)
 
@@ -977,7 +977,7 @@ def test_a_cordon_that_never_reports_is_handed_to_a_person_in_bounded_time() -> 
     s, _ = _cordon_in_flight(resent=2, at=T0 + timedelta(minutes=20))
     plan = run(nodes, {"gpu01": [alert("gpu01")]}, s, T0 + timedelta(minutes=30))
     assert phases(plan, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
-    assert kinds(plan) == ["notify"] and plan.updates[0].data.get("handed_to_person")
+    assert kinds(plan) == ["notify"] and plan.updates[0].data.handed_to_person
 
 
 @pytest.mark.parametrize("kind", ["requeue_jobs", "signal_jobs", "resume"])
@@ -1023,7 +1023,7 @@ def test_eviction_is_bounded_then_a_person_decides() -> None:
     sent, last = _evict_until_done(pol())
     assert sent == ["requeue_jobs"] * 3 + ["notify"]
     assert phases(last, "gpu01")[:2] == [("failed", "P3"), ("escalated", "P3")]
-    assert last.updates[0].data.get("handed_to_person")
+    assert last.updates[0].data.handed_to_person
 
 
 def test_eviction_cancels_when_policy_allows_before_a_person_decides() -> None:
