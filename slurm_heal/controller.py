@@ -42,7 +42,7 @@ from slurm_heal.errors import (
     StoreCorrupt,
     StoreLocked,
 )
-from slurm_heal.models import Attempt, Decision, Effect, State
+from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import NodeInfo
@@ -177,6 +177,11 @@ class Controller:
                                 "same key", where, act.key)
                     op = self.provider.submit(effect.node, act.action, act.key)
                 outcome, detail, operation = _op_outcome(op)
+            elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
+                    taken := _taken_over(self.slurm.node(effect.node))):
+                # House style 2 (issue 8, defect 11): the last look before a disruptive
+                # step; someone else drained the node since the snapshot: nothing is sent.
+                outcome, detail = "failed", NOT_SENT + taken
             elif effect.kind == "act":
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
@@ -259,6 +264,17 @@ class Controller:
             except Exception:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+
+def _taken_over(node: NodeInfo) -> str:
+    """Why the node is someone else's now (drained or down for a reason that is neither
+    ours, a request, nor Slurm's own reboot reason), or "" when it is not."""
+    if (node.drained or node.down) and node.reason and not (
+            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
+            or reasons.is_slurm_reboot(node.reason)):
+        return (f"{node.name} was {'set DOWN' if node.down else 'drained'} by someone else "
+                f"({node.reason!r})")
+    return ""
 
 
 def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:

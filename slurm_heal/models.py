@@ -93,6 +93,12 @@ class Step(Frozen):
     by: str | None = None  # a person, or None for slurm-heal itself
 
 
+# An Attempt.detail that starts with this: the controller did not send the step at all
+# (its last look at the node found it taken over by someone else, house style 2), so the
+# step "failed" without anything having run.
+NOT_SENT = "not sent: "
+
+
 class Attempt(Frozen):
     """One effect on the world, recorded before it runs (intent) and after (outcome)."""
 

@@ -38,6 +38,7 @@ from slurm_heal import reasons
 from slurm_heal.config import Policy, format_duration
 from slurm_heal.errors import CatalogError, ReasonError
 from slurm_heal.models import (
+    NOT_SENT,
     Attempt,
     Breaker,
     Command,
@@ -1135,6 +1136,16 @@ class _Decider:
                       f"{rem.node} to come back and pass its health check",
                       data={"act_done": done})
             self.wake(self.now + POLL_EVERY)
+            return
+        if latest.detail.startswith(NOT_SENT):
+            # House style 2 (issue 8, defect 11): someone else took the node over between
+            # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
+            why = latest.detail[len(NOT_SENT):]
+            rem = self.step(rem, "failed", "D5", f"the {rem.action.value} of {rem.node} was not "
+                            f"sent: {why}", data={"handed_to_person": True})
+            self.hand_to_person(rem, "D5", f"the {rem.action.value} of {rem.node} was not sent "
+                                f"({why}): the node is with that person now; nothing "
+                                "automatic on it until a person acts")
             return
         self.fail(rem, "L5", f"the {rem.action.value} failed"
                   + (f": {latest.detail}" if latest.detail else ""))

@@ -284,6 +284,40 @@ def test_ambiguous_act_failure_is_asked_again_with_the_same_key(rig: Rig) -> Non
     assert list(rig.sim.stats()["executed"].values()) == [1]
 
 
+def test_a_persons_drain_right_after_the_snapshot_stops_the_act(rig: Rig) -> None:
+    """House style 2 (issue 8, defect 11): a person drains the node after this cycle's
+    snapshot and before its act: the controller's last look finds their reason, sends
+    nothing, and the remediation ends with a person (not an E1 failure); their reason
+    stays."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.cycle()  # cordon
+    rig.clock.advance(seconds=30)
+
+    class PersonDrainsAfterTheSnapshot:
+        """The cluster, where bob drains gpu01 the moment the snapshot was read."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rig.cluster, name)
+
+        def snapshot(self) -> Any:
+            view = rig.cluster.snapshot()
+            rig.cluster.drain("gpu01", "bad PSU, do not touch -- bob")
+            return view
+
+    ctl.slurm = PersonDrainsAfterTheSnapshot()  # type: ignore[assignment]
+    report = ctl.cycle()
+    (act,) = [e for e in report.executed if e.effect.kind == "act"]
+    assert act.outcome == "failed" and act.detail.startswith("not sent: ")
+    assert rig.sim.stats()["executed"] == {}
+    ctl.slurm = rig.cluster
+    rig.run(ctl, 5)
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.FAILED and rem.data.handed_to_person
+    assert rig.sim.stats()["executed"] == {}
+    assert rig.cluster.node("gpu01").reason == "bad PSU, do not touch -- bob"
+
+
 def test_cordon_never_relabels_a_foreign_drain(rig: Rig) -> None:
     """House style 2, as the controller's last guard: whatever a plan says, a drain by
     someone else is not overwritten."""
