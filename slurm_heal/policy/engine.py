@@ -116,7 +116,8 @@ def is_automatic(rem: Remediation) -> bool:
 
 
 def _act_attempts(rem: Remediation) -> list[Attempt]:
-    return [a for a in rem.attempts if a.effect == "act"]
+    """Acts that were sent (one the controller did not send at all is no attempt, E1/S2)."""
+    return [a for a in rem.attempts if a.effect == "act" and not a.detail.startswith(NOT_SENT)]
 
 
 def _acted_at(rem: Remediation) -> datetime | None:
