@@ -280,8 +280,9 @@ def _taken_over(node: NodeInfo) -> str:
 def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:
     """The node is out of service only because of the reboot our action caused: Slurm's
     own reboot reason replaced our marker, and the boot came after our act."""
-    if not reasons.is_slurm_reboot(node.reason) or node.boot_time is None:
-        return False
+    if (not reasons.is_slurm_reboot(node.reason) or node.boot_time is None
+            or reasons.slurm_rebooting(node.states)):
+        return False  # a reboot pending or under way now is not the one our act caused
     act = _act_attempt(state, effect.remediation, "")
     return act is not None and node.boot_time > act.started
 

@@ -1179,9 +1179,11 @@ class _Decider:
             out = node.drained or node.down
             # Slurm may replace our marker with its own reboot reason (ReturnToService
             # 0/1): that boot is the one our action caused, so it is ours to clear.
+            # A reboot still pending or under way (REBOOT_REQUESTED/ISSUED) is not the one
+            # our finished action caused: someone asked Slurm for another one.
             ours = reasons.is_ours(node.reason) or (
                 reasons.is_slurm_reboot(node.reason) and node.boot_time is not None
-                and node.boot_time > acted)
+                and node.boot_time > acted and not reasons.slurm_rebooting(node.states))
             if out and ours:
                 self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
                             why="health check passed")

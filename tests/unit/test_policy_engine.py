@@ -1042,3 +1042,14 @@ def test_an_act_the_controller_did_not_send_counts_for_no_escalation() -> None:
     plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
                State(remediations=hist))
     assert plan.updates[0].action is Action.REBOOT
+
+
+def test_a_reboot_someone_requested_after_ours_is_not_cleared() -> None:
+    """SPEC L5 / house style 2 (issue 8, defect 2): Slurm's own "reboot requested" with
+    the REBOOT_REQUESTED flag after our action finished is someone else's reboot, read
+    from the node's flags: not resumed (which would cancel it)."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "IDLE", "DRAIN", "REBOOT_REQUESTED", reason="reboot requested",
+             boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert "resume" not in kinds(plan)
