@@ -36,6 +36,7 @@ from slurm_heal import reasons
 from slurm_heal.errors import (
     ConfigError,
     HealError,
+    NotFound,
     ProviderError,
     ProviderRefused,
     SlurmError,
@@ -178,7 +179,7 @@ class Controller:
                     op = self.provider.submit(effect.node, act.action, act.key)
                 outcome, detail, operation = _op_outcome(op)
             elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
-                    taken := _taken_over(self.slurm.node(effect.node))):
+                    taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
                 # step; someone else drained the node since the snapshot: nothing is sent.
                 outcome, detail = "failed", NOT_SENT + taken
@@ -265,8 +266,19 @@ class Controller:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
 
+    def _taken_over(self, name: str) -> str:
+        """The last look before a disruptive step: why the node is someone else's now,
+        or "". When Slurm cannot be asked, the snapshot the engine decided on stands (a
+        transient scontrol error must not turn into a failed action)."""
+        try:
+            return _foreign_reason(self.slurm.node(name))
+        except (SlurmError, NotFound) as exc:
+            log.warning("node=%s last look before the step failed, going by the snapshot: %s",
+                        name, exc)
+            return ""
 
-def _taken_over(node: NodeInfo) -> str:
+
+def _foreign_reason(node: NodeInfo) -> str:
     """Why the node is someone else's now (drained or down for a reason that is neither
     ours, a request, nor Slurm's own reboot reason), or "" when it is not."""
     if (node.drained or node.down) and node.reason and not (
