@@ -1053,3 +1053,23 @@ def test_a_reboot_someone_requested_after_ours_is_not_cleared() -> None:
              boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
     plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
     assert "resume" not in kinds(plan)
+
+
+def test_a_notice_to_a_person_recorded_but_never_sent_is_sent_again() -> None:
+    """SPEC L1/O3 (issue 8, defect 1): the hand-to-person notice of a finished
+    remediation was recorded but the controller stopped before sending it: it is sent
+    again under the same key (at most twice), then settled as failed."""
+    r = rem(phase=Phase.FAILED, data={"evidence_fault": "gpu.xid.48", "handed_to_person": True})
+    key = idempotency_key(r.id, "notify", 0)
+    r = r.model_copy(update={"attempts": r.attempts + (Attempt(key=key, effect="notify",
+                                                               started=T0),)})
+    nodes = [node("gpu01", "IDLE", "DRAIN"), node("gpu02", pool="b")]
+    plan = run(nodes, {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    (eff,) = plan.effects
+    assert (eff.kind, eff.key, eff.resend) == ("notify", key, True)
+    spent = r.model_copy(update={"attempts": r.attempts[:-1] + (r.attempts[-1].model_copy(
+        update={"resent": 2}),)})
+    last = run(nodes, {}, State(remediations=(spent,)), T0 + timedelta(minutes=10))
+    assert last.effects == ()
+    (a,) = [a for a in last.updates[0].attempts if a.key == key]
+    assert a.outcome == "failed"
