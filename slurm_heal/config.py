@@ -144,6 +144,13 @@ class Waiting(_Section):
     at_limit: Literal["requeue", "cancel"] = "requeue"
     signal: str | None = None  # e.g. "USR1": sent before the limit so jobs can checkpoint
     signal_lead: Duration = timedelta(minutes=10)
+    # Issue 8: eviction is bounded. At the limit jobs are requeued (or cancelled) at most
+    # evict_tries times, evict_every apart; with cancel_when_stuck a requeue that does not
+    # empty the node is followed by as many cancels. Jobs still there after that: the
+    # remediation fails and a person is told (the node stays cordoned).
+    evict_tries: int = Field(default=3, ge=1, le=100)
+    evict_every: Duration = timedelta(minutes=5)
+    cancel_when_stuck: bool = False
 
     @field_validator("max_wait", mode="before")
     @classmethod
@@ -178,6 +185,10 @@ class Safety(_Section):
     # L5: a provider operation still "running" this long after the act is given up on:
     # its outcome is unknown, so the node goes to a person (never retried, never escalated).
     act_timeout: Duration = timedelta(hours=2)
+    # L1 (issue 8): a step recorded before it ran that has no outcome this long (the
+    # controller stopped between recording and acting) is resolved: sent again under the
+    # same key where that is safe (at most twice), else failed and handed to a person.
+    step_timeout: Duration = timedelta(minutes=10)
     # L5: "required": a node returns only after its slurm-heal node check published
     # (Extra slurm_heal.checked_at) later than the action's end; "if_present": a node
     # with no slurm-heal check data counts as passed (sites that run no slurm-heal check).

@@ -36,12 +36,14 @@ from slurm_heal import reasons
 from slurm_heal.errors import (
     ConfigError,
     HealError,
+    NotFound,
     ProviderError,
     ProviderRefused,
     SlurmError,
     StoreCorrupt,
+    StoreLocked,
 )
-from slurm_heal.models import Attempt, Decision, Effect, State
+from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import NodeInfo
@@ -176,6 +178,11 @@ class Controller:
                                 "same key", where, act.key)
                     op = self.provider.submit(effect.node, act.action, act.key)
                 outcome, detail, operation = _op_outcome(op)
+            elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
+                    taken := self._taken_over(effect.node)):
+                # House style 2 (issue 8, defect 11): the last look before a disruptive
+                # step; someone else drained the node since the snapshot: nothing is sent.
+                outcome, detail = "failed", NOT_SENT + taken
             elif effect.kind == "act":
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
@@ -205,6 +212,12 @@ class Controller:
                 node = self.slurm.node(effect.node)
                 if not (node.drained or node.down):
                     outcome, detail = "ok", "already in service"
+                elif effect.reason and node.reason != effect.reason:
+                    # house style 2 / issue 8: the reason changed since the plan was made
+                    # (a person's drain, the node check's own drain): not ours to undo.
+                    outcome, detail = "failed", (f"reason changed since it was planned "
+                                                 f"({effect.reason!r}, now {node.reason!r}); "
+                                                 "left alone")
                 elif reasons.is_ours(node.reason) or _our_reboot(node, state, effect):
                     self.slurm.resume(effect.node)
                     outcome, detail = "ok", "resumed"
@@ -230,6 +243,17 @@ class Controller:
             outcome, detail = "failed", str(exc)
         except SlurmError as exc:
             outcome, detail = "failed", str(exc)
+        except HealError as exc:  # NotFound (a node gone from Slurm), a store error, ...
+            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+        except Exception as exc:
+            # Issue 8 (defect 7): one effect's unexpected error (an OSError from a full
+            # disk, a bug) fails that effect only; the traceback is logged once, here, and
+            # the cycle goes on with the next effect. An act or poll is left in flight:
+            # whether the action ran is unknown, so the next cycle asks by its key.
+            log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
+            if effect.kind in ("act", "poll"):
+                return Executed(effect, None, f"{type(exc).__name__}: {exc}")
+            outcome, detail = "failed", f"unexpected {type(exc).__name__}: {exc}"
         log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
                  effect.action.value, outcome, detail[:200])
         if effect.remediation and record_key:
@@ -238,14 +262,39 @@ class Controller:
                                           operation=operation, detail=detail[:2000])
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
+            except Exception:
+                log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+    def _taken_over(self, name: str) -> str:
+        """The last look before a disruptive step: why the node is someone else's now,
+        or "". When Slurm cannot be asked, the snapshot the engine decided on stands (a
+        transient scontrol error must not turn into a failed action)."""
+        try:
+            return _foreign_reason(self.slurm.node(name))
+        except (SlurmError, NotFound) as exc:
+            log.warning("node=%s last look before the step failed, going by the snapshot: %s",
+                        name, exc)
+            return ""
+
+
+def _foreign_reason(node: NodeInfo) -> str:
+    """Why the node is someone else's now (drained or down for a reason that is neither
+    ours, a request, nor Slurm's own reboot reason), or "" when it is not."""
+    if (node.drained or node.down) and node.reason and not (
+            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
+            or reasons.is_slurm_reboot(node.reason)):
+        return (f"{node.name} was {'set DOWN' if node.down else 'drained'} by someone else "
+                f"({node.reason!r})")
+    return ""
 
 
 def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:
     """The node is out of service only because of the reboot our action caused: Slurm's
     own reboot reason replaced our marker, and the boot came after our act."""
-    if not reasons.is_slurm_reboot(node.reason) or node.boot_time is None:
-        return False
+    if (not reasons.is_slurm_reboot(node.reason) or node.boot_time is None
+            or reasons.slurm_rebooting(node.states)):
+        return False  # a reboot pending or under way now is not the one our act caused
     act = _act_attempt(state, effect.remediation, "")
     return act is not None and node.boot_time > act.started
 
@@ -338,6 +387,10 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             controller.cycle()
         except SlurmError as exc:
             log.error("cycle skipped, Slurm unavailable: %s", exc)
+        except StoreLocked as exc:
+            # Issue 8 (defect 10): a CLI command or a stuck process holds the store lock
+            # past its timeout; the message names the holder. Skip, try next interval.
+            log.warning("cycle skipped, the store is busy: %s", exc)
         cycles += 1
         if heartbeat is not None:
             heartbeat.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,14 @@ import hashlib
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    model_serializer,
+)
 
 from slurm_heal.types import Action, Severity
 
@@ -86,6 +93,12 @@ class Step(Frozen):
     by: str | None = None  # a person, or None for slurm-heal itself
 
 
+# An Attempt.detail that starts with this: the controller did not send the step at all
+# (its last look at the node found it taken over by someone else, house style 2), so the
+# step "failed" without anything having run.
+NOT_SENT = "not sent: "
+
+
 class Attempt(Frozen):
     """One effect on the world, recorded before it runs (intent) and after (outcome)."""
 
@@ -97,6 +110,60 @@ class Attempt(Frozen):
     finished: datetime | None = None
     operation: str | None = None  # the provider's operation id, when it has one
     detail: str = ""  # output excerpt / error text kept for the audit record
+    # Times this intent was handed out again with the same key because it had no outcome
+    # after safety.step_timeout (the controller stopped between recording and acting).
+    resent: int = 0
+
+
+class Work(BaseModel):
+    """The working state of one remediation that decides what happens next: every flag
+    `decide()` keeps between cycles, in one place, typed (issue 8, "Shape").
+
+    Stored as the remediation's ``data`` object, in the same shape as before this model
+    existed: only the flags that are set are written (a flag at its default is left
+    out), and keys this build does not know are kept and written back unchanged, so a
+    store written by an older or a newer slurm-heal loads and round-trips.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    # L4/L5: the alert that justified the remediation: it must stay active before the
+    # act (else withdrawn) and be gone in the health check after it.
+    evidence_fault: str | None = None
+    # P2: the approval rule a person's approval waits on (recorded once, not per cycle).
+    approval_pending: str | None = None
+    # The rule id of the limit that holds the remediation now (one blocked record per
+    # hold); cleared on every phase change.
+    blocked: str | None = None
+    # P3: the checkpoint signal was sent (never twice).
+    signalled: bool = False
+    # P3: eviction tries made at the wait limit, and when the last one was sent.
+    evict_n: int = Field(default=0, ge=0)
+    evict_at: datetime | None = None
+    # L5: when the provider reported the action finished (the return timeout counts
+    # from here).
+    act_done: datetime | None = None
+    # E1: the end of automatic work on the node: nothing automatic until a person acts.
+    handed_to_person: bool = False
+
+    @field_serializer("evict_at", "act_done")
+    def _iso(self, value: datetime | None) -> str | None:
+        # The same text the free-dict state wrote (``isoformat()``, "+00:00"), which an
+        # older build's datetime.fromisoformat reads on Python 3.10 too.
+        return value.isoformat() if value is not None else None
+
+    @model_serializer(mode="wrap")
+    def _set_flags_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        for name, info in type(self).model_fields.items():
+            if name in out and getattr(self, name) == info.default:
+                del out[name]
+        return out
+
+    def but(self, **changes: Any) -> Work:
+        """A copy with ``changes`` applied, validated (a wrong type is an error here,
+        never a surprise in a later cycle)."""
+        return Work.model_validate({**self.model_dump(), **changes})
 
 
 class Remediation(Frozen):
@@ -126,7 +193,7 @@ class Remediation(Frozen):
     steps: tuple[Step, ...] = ()
     attempts: tuple[Attempt, ...] = ()
     next_check: datetime | None = None
-    data: dict[str, Any] = Field(default_factory=dict)  # engine bookkeeping (signal sent, ...)
+    data: Work = Field(default_factory=Work)  # decide()'s working state (typed, see Work)
 
     @property
     def dedup_key(self) -> tuple[str, str, str, str]:
@@ -209,6 +276,9 @@ class Effect(Frozen):
     why: str = ""
     rule: str = ""
     ref: str = ""  # poll: the key of the act Attempt being asked about
+    # Send again under the SAME key: its Attempt was recorded but never got an outcome
+    # (issue 8). The store hands it out once more instead of refusing the known key.
+    resend: bool = False
 
 
 class Decision(Frozen):

@@ -69,16 +69,32 @@ def is_ours(reason: str | None) -> bool:
     return bool(reason) and reason.lstrip().startswith(OUR_PREFIX)  # type: ignore[union-attr]
 
 
-# Reasons Slurm writes itself when a node reboots: "Node unexpectedly rebooted" (22.05,
-# ReturnToService 0/1, after a reboot Slurm did not order) and "Reboot ..." for
-# `scontrol reboot`. They replace our marker; they are ours to clear only when the boot
-# is the one our own action caused (the caller checks the boot time).
-_SLURM_REBOOT = re.compile(r"^(node unexpectedly rebooted|reboot\b)", re.IGNORECASE)
+# Reasons Slurm writes itself around a reboot, exactly as slurmctld spells them (22.05 and
+# 25.11, src/slurmctld): "reboot requested" and "Reboot ASAP" (`scontrol reboot` without
+# a reason), "reboot issued", "reboot complete" and "reboot timed out" (each appended as
+# " : <text>" to a reason already there), and "Node unexpectedly rebooted"
+# (ReturnToService 0/1, after a reboot Slurm did not order; it replaces the reason).
+# Only these, whole: a person's "Reboot pending: BIOS update (bob)" is theirs, never
+# Slurm's (issue 8). They are ours to clear only when the boot is the one our own action
+# caused (the caller checks the boot time).
+SLURM_REBOOT_REASONS = frozenset({
+    "Node unexpectedly rebooted", "reboot requested", "Reboot ASAP", "reboot issued",
+    "reboot complete", "reboot timed out"})
+# The node state flags Slurm sets while a reboot is pending or under way.
+SLURM_REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 
 
 def is_slurm_reboot(reason: str | None) -> bool:
-    """True when ``reason`` is one Slurm writes after a node reboots."""
-    return bool(reason) and bool(_SLURM_REBOOT.match(reason.strip()))  # type: ignore[union-attr]
+    """True when ``reason`` is one Slurm writes itself around a reboot: every `` : ``
+    separated part is exactly one of `SLURM_REBOOT_REASONS` (never a prefix match)."""
+    if not reason or not reason.strip():
+        return False
+    return all(part.strip() in SLURM_REBOOT_REASONS for part in reason.strip().split(" : "))
+
+
+def slurm_rebooting(states: frozenset[str] | set[str]) -> bool:
+    """True when the node's state flags say Slurm has a reboot pending or under way."""
+    return bool(SLURM_REBOOT_FLAGS & set(states))
 
 
 def is_request(reason: str | None) -> bool:

@@ -385,7 +385,13 @@ class Simulation:
                                          "finished": finished}) if a.key == eff.ref else a
                     for a in rem.attempts)})
                 continue
-            if rem is not None:
+            if rem is not None and eff.resend and any(
+                    a.key == eff.key and a.outcome is None for a in rem.attempts):
+                # Sent again under the same key (its intent never got an outcome).
+                rem = rem.model_copy(update={"attempts": tuple(
+                    a for a in rem.attempts if a.key != eff.key) + (Attempt(
+                        key=eff.key, effect=eff.kind, action=eff.action, started=t),)})
+            elif rem is not None:
                 if any(a.key == eff.key for a in rem.attempts):
                     self.violations.append(f"{t.isoformat()}: key {eff.key} handed out twice")
                     continue

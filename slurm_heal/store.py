@@ -444,8 +444,21 @@ class Store:
                 if effect.kind == "poll" or not effect.key:
                     execute.append(effect)
                     continue
-                if any(a.key == effect.key for a in rem.attempts):
-                    continue  # already recorded by us or another replica: never run twice
+                known = next((j for j, a in enumerate(rem.attempts) if a.key == effect.key),
+                             None)
+                if known is not None:
+                    old = rem.attempts[known]
+                    if not (effect.resend and old.outcome is None):
+                        continue  # already recorded by us or another replica: never run twice
+                    # Recorded, never finished (the controller stopped before it ran): the
+                    # engine asked to send it again under the same key (issue 8).
+                    again = old.model_copy(update={"started": now, "resent": old.resent + 1})
+                    attempts = list(rem.attempts)
+                    attempts[known] = again
+                    records[i] = rem.model_copy(update={"attempts": tuple(attempts),
+                                                        "updated": now})
+                    execute.append(effect)
+                    continue
                 attempt = Attempt(key=effect.key, effect=effect.kind, action=effect.action,
                                   started=now)
                 records[i] = rem.model_copy(update={"attempts": rem.attempts + (attempt,),
@@ -545,7 +558,7 @@ class Store:
                     old = latest.get(r.node)
                     if old is None or _end_key(r) > _end_key(old):
                         latest[r.node] = r
-            held = {r.id for r in latest.values() if r.data.get("handed_to_person")}
+            held = {r.id for r in latest.values() if r.data.handed_to_person}
             kept = tuple(r for r in state.remediations
                          if not r.phase.terminal or _utc(r.updated) >= now - keep
                          or r.id in held)

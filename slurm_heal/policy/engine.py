@@ -38,6 +38,7 @@ from slurm_heal import reasons
 from slurm_heal.config import Policy, format_duration
 from slurm_heal.errors import CatalogError, ReasonError
 from slurm_heal.models import (
+    NOT_SENT,
     Attempt,
     Breaker,
     Command,
@@ -49,6 +50,7 @@ from slurm_heal.models import (
     Remediation,
     State,
     Step,
+    Work,
     idempotency_key,
     remediation_id,
 )
@@ -58,8 +60,9 @@ from slurm_heal.types import REQUESTABLE_ACTIONS, Action, Alert, ClusterView, No
 POLL_EVERY = timedelta(minutes=1)
 # SPEC L1: how many times a failed cordon is sent (one per cycle) before a person looks.
 CORDON_TRIES = 3
-# Re-send a requeue/cancel when jobs are still there this long after the last one.
-EVICT_AGAIN = timedelta(minutes=5)
+# L1 (issue 8): how many times a step with no outcome after safety.step_timeout is sent
+# again under the same key before it is failed (and, for a cordon, handed to a person).
+RESEND_TRIES = 2
 PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
                      Phase.DRAINING})
 STARTED = frozenset({Phase.CORDONED, Phase.WAITING, Phase.DRAINING})
@@ -113,7 +116,8 @@ def is_automatic(rem: Remediation) -> bool:
 
 
 def _act_attempts(rem: Remediation) -> list[Attempt]:
-    return [a for a in rem.attempts if a.effect == "act"]
+    """Acts that were sent (one the controller did not send at all is no attempt, E1/S2)."""
+    return [a for a in rem.attempts if a.effect == "act" and not a.detail.startswith(NOT_SENT)]
 
 
 def _acted_at(rem: Remediation) -> datetime | None:
@@ -145,6 +149,7 @@ class _Decider:
         self.breaker_changed = False
         self.paused = state.paused
         self.paused_changed = False
+        self.known = frozenset(r.id for r in state.remediations)  # on record before this call
         self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
         self.noted: dict[str, Any] = {}
         self.wakes: list[datetime] = []
@@ -175,14 +180,15 @@ class _Decider:
              by: str | None = None, **changes: Any) -> Remediation:
         """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
         times = dict(rem.phase_times)
-        data = dict(rem.data)
+        work = rem.data
         update: dict[str, Any] = dict(changes)
         if phase in Phase._value2member_map_:
             update["phase"] = Phase(phase)
             times.setdefault(phase, self.now)
-            data.pop("blocked", None)
-        data.update(update.pop("data", {}))
-        update.update(phase_times=times, data=data, updated=self.now,
+            work = work.but(blocked=None)
+        if "data" in update:
+            work = work.but(**update.pop("data"))
+        update.update(phase_times=times, data=work, updated=self.now,
                       steps=rem.steps + (Step(at=self.now, phase=phase, rule=rule, why=why,
                                                 by=by),))
         new = rem.model_copy(update=update)
@@ -190,17 +196,21 @@ class _Decider:
         return self.put(new)
 
     def once(self, key: str, value: Any = True) -> bool:
-        """True the first time a condition is seen (kept while it holds)."""
+        """True the first time a condition is seen (kept while it holds); once per call too."""
+        if key in self.noted and self.noted[key] == value:
+            return False
         self.noted[key] = value
         return bool(self.old_noted.get(key) != value)
 
     def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
-               **fields: Any) -> None:
+               same: str | None = None, **fields: Any) -> None:
+        """Plan an effect; ``same`` sends an unfinished attempt again under its own key."""
         base = rem.id if rem else "n-" + hashlib.sha256(
             f"{node}|{fields.get('why', '')}".encode()).hexdigest()[:12]
         self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
                                    action=rem.action if rem else Action.NONE,
-                                   key=idempotency_key(base, step, n), **fields))
+                                   key=same or idempotency_key(base, step, n),
+                                   resend=same is not None, **fields))
 
     def wake(self, t: datetime) -> None:
         self.wakes.append(t)
@@ -346,6 +356,11 @@ class _Decider:
             if self.once(f"req-nonode:{node_name}:{action.value}"):
                 self.record(node_name, "denied", "Q1", f"request from {who}: no such node")
             return
+        if not person and self.unknown_marker(node) is not None:
+            self.unrecorded(node)  # I5: a detector does not override a person's node
+            return
+        if not person and self.with_a_person(node_name):
+            return  # E1: a detector's request does not override a node handed to a person
         if action not in REQUESTABLE_ACTIONS:
             # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
             if self.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
@@ -354,18 +369,36 @@ class _Decider:
                             "rebuild and migrate can be requested; removal is done by a person",
                             action=action)
             return
-        if detector or request_id:
-            for r in self.rems.values():  # SPEC Q3: detector + id = one remediation
-                if r.node == node_name and r.detector == detector and r.request_id == request_id:
-                    return
+        sig = f"{node_name}:{detector}:{request_id}:{action.value}"
+        if request_id is not None:
+            # SPEC Q3: detector + id = one remediation, whenever it was.
+            same = [r for r in self.rems.values() if r.node == node_name
+                    and r.detector == detector and r.request_id == request_id]
+            if same:
+                if self.once(f"q3:{sig}", same[0].id):
+                    self.record(node_name, "blocked", "Q3", f"request for {action.value} from "
+                                f"{who} (id={request_id}) dropped: {same[0].id} already handles "
+                                "that detector and request id", action=action)
+                return
         opened = [r for r in self.open_rems() if r.node == node_name]
         if opened:
-            if self.once(f"l3:{node_name}:{detector}:{request_id}:{action.value}", opened[0].id):
-                self.record(node_name, "blocked", "L3", f"request for {action.value} from {who} "
-                            f"waits: {opened[0].id} is already open on this node", action=action)
+            # Without an id, a request is a duplicate only of the open remediation it
+            # made itself (same detector); anything else waits for the open one (L3).
+            dup = request_id is None and opened[0].detector == detector \
+                and opened[0].origin != "alert"
+            if self.once(f"l3:{sig}", opened[0].id):
+                self.record(node_name, "blocked", "Q3" if dup else "L3",
+                            f"request for {action.value} from {who} "
+                            + (f"dropped: it is the one {opened[0].id} already handles"
+                               if dup else f"waits: {opened[0].id} is already open on this "
+                               "node"), action=action)
             return
         rid = remediation_id(node_name, "request", detector, request_id, since)
         if rid in self.rems:
+            if self.once(f"q3:{sig}", rid):
+                self.record(node_name, "blocked", "Q3", f"request for {action.value} from {who} "
+                            f"dropped: {rid} already handled this very request "
+                            f"({self.rems[rid].phase.value})", action=action)
             return
         host = host_of(node, node_name)
         chosen, rule, why = action, "Q1", f"{action.value} requested by {who}"
@@ -384,8 +417,7 @@ class _Decider:
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         if chosen is not action:
-            rem = self.step(rem, "escalated", "E3", rem.data.get("e3_why", "migrate needs "
-                            "evidence: rebuild instead"))
+            rem = self.step(rem, "escalated", "E3", "migrate needs evidence: rebuild instead")
         self.advance(rem)
 
     def e1(self, host: str, fault: str, action: Action) -> tuple[Action | None, list[str]]:
@@ -436,6 +468,9 @@ class _Decider:
         name = node.name
         if any(r.node == name for r in self.open_rems()):
             return  # SPEC L3: one remediation at a time per node
+        if self.unknown_marker(node) is not None:
+            self.unrecorded(node)  # I5: ours, but with no record: a person's to look at
+            return
         cands: list[tuple[Alert, Action]] = []
         for a in self.active(name):
             act = self.fault_action(a)
@@ -458,12 +493,7 @@ class _Decider:
             -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
             c[0].fault))[0]
         host = host_of(node, name)
-        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
-        last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
-        if last is not None and last.data.get("handed_to_person"):
-            if self.once(f"person:{name}", last.id):
-                self.record(name, "blocked", "E1", f"{name} was handed to a person after "
-                            f"{last.id}; nothing automatic until a person acts", last)
+        if self.with_a_person(name):
             return
         rid = self.new_id(name, alert)
         if rid is None:
@@ -492,7 +522,7 @@ class _Decider:
                 "E1" if whys else f"catalog:{alert.fault}"),
             escalated_from=action if chosen is not action else None,
             alert_first_seen=alert.first_seen, created=self.now, updated=self.now,
-            data={"evidence_fault": alert.fault})
+            data=Work(evidence_fault=alert.fault))
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         for w in whys:
@@ -500,6 +530,19 @@ class _Decider:
         if e3_why:
             rem = self.step(rem, "escalated", "E3", e3_why)
         self.advance(rem)
+
+    def with_a_person(self, name: str) -> bool:
+        """SPEC E1: the node's latest remediation handed it to a person: nothing automatic
+        (an alert or a detector's request) starts on it until a person acts. Recorded
+        once while it holds."""
+        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
+        last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
+        if last is None or not last.data.handed_to_person:
+            return False
+        if self.once(f"person:{name}", last.id):
+            self.record(name, "blocked", "E1", f"{name} was handed to a person after "
+                        f"{last.id}; nothing automatic until a person acts", last)
+        return True
 
     def explain(self, fault: str) -> str:
         try:
@@ -581,8 +624,11 @@ class _Decider:
             return
         if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
             return  # released by a command in this very call
+        if self.unknown_marker(node) is not None:
+            self.unrecorded(node)
+            return
         owner = self.rems.get(marker.remediation or "")
-        if owner is not None and (owner.data.get("handed_to_person") or owner.id in self.changed):
+        if owner is not None and (owner.data.handed_to_person or owner.id in self.changed):
             return  # a person's node now, or it ended in this call (release() decided)
         ref = marker.remediation or "?"
         if self.healthy_but_for_us(name):
@@ -598,6 +644,38 @@ class _Decider:
                         "no longer open, and a fault that keeps it out of service is active: "
                         "it stays drained until the fault clears or a person resumes it")
 
+    def unknown_marker(self, node: NodeInfo) -> str | None:
+        """SPEC I5 / L5 (issue 8): the remediation named by our controller's marker on a
+        node that is out of service, when the store has no record of it (a store set
+        aside or started afresh, or a marker without ``rem=``): we do not know what we
+        were doing to that node (it may be mid-rebuild), so it is a person's to look at,
+        never ours to resume or act on again. None when the marker is on record or the
+        node carries no controller marker."""
+        if not (node.drained or node.down) or not reasons.is_ours(node.reason):
+            return None
+        try:
+            marker = reasons.parse_marker(node.reason)
+        except ReasonError:
+            return "?"
+        if marker.by != "controller":
+            return None
+        if marker.remediation and marker.remediation in self.known:
+            return None
+        return marker.remediation or "?"
+
+    def unrecorded(self, node: NodeInfo) -> None:
+        """Hand a node with an unrecorded marker of ours to a person: recorded and
+        notified once, nothing released, resumed or started on it until a person acts."""
+        ref = self.unknown_marker(node) or "?"
+        if self.once(f"unrecorded:{node.name}", ref):
+            why = (f"{node.name} is {'DOWN and ' if node.down else ''}drained with our marker "
+                   f"for {ref}, but the store has no record of it (set aside or started "
+                   "afresh): what slurm-heal was doing to it is unknown, so it is handed to a "
+                   "person; nothing is resumed, released or started on it until a person "
+                   "resumes the node or asks for an action")
+            self.record(node.name, "blocked", "I5", why)
+            self.effect("notify", node.name, None, "notify", why=why, rule="I5")
+
     # ---------------------------------------------------------------- the life cycle
     def release(self, rem: Remediation, what: str) -> None:
         """Undo our cordon (never a reason that is not ours, house style 2)."""
@@ -612,10 +690,10 @@ class _Decider:
                     why=f"{what}: undo the cordon", rule="L4" if what == "withdrawn" else "P4")
 
     def blocked(self, rem: Remediation, rule: str, why: str) -> Remediation:
-        if rem.data.get("blocked") == rule:
+        if rem.data.blocked == rule:
             return rem
         rem = self.step(rem, "blocked", rule, why)
-        return self.put(rem.model_copy(update={"data": {**rem.data, "blocked": rule}}))
+        return self.put(rem.model_copy(update={"data": rem.data.but(blocked=rule)}))
 
     def hold(self, rem: Remediation, rule: str, why: str) -> bool:
         """Record (once) that a limit holds ``rem`` back; always True."""
@@ -661,9 +739,9 @@ class _Decider:
             if ev is None and not enough:
                 return self.hold(rem, "P1", f"no confirmed alert on {rem.node}: a request "
                                     "needs evidence (SPEC P1/Q4); it waits for one")
-            if ev is not None and "evidence_fault" not in rem.data and not enough:
+            if ev is not None and rem.data.evidence_fault is None and not enough:
                 rem = self.put(rem.model_copy(update={
-                    "data": {**rem.data, "evidence_fault": ev.fault}}))
+                    "data": rem.data.but(evidence_fault=ev.fault)}))
         started = [r for r in self.open_rems() if r.phase.disruptive and r.id != rem.id]
         spares = pol.escalation.migrate_spares
         if rem.action is Action.MIGRATE and spares is not None:
@@ -723,7 +801,7 @@ class _Decider:
                              "a person", approved_by=rem.requested_by, approval_rule="P2:person")
         ap = self.policy.approvals
         pool = self.pool(rem.node)
-        fault = rem.data.get("evidence_fault", rem.fault) if rem.origin == "alert" else rem.fault
+        fault = (rem.data.evidence_fault or rem.fault) if rem.origin == "alert" else rem.fault
         matching = [(i, r) for i, r in enumerate(ap.rules)
                     if r.matches(fault, rem.action, rem.node, pool)]
         strict = {"deny": 2, "manual": 1, "auto": 0}
@@ -734,7 +812,7 @@ class _Decider:
             mode, rid = rule.mode, f"P2:approvals[{i}]"
         else:
             mode, rid = ap.default, "P2:default"
-        if rem.data.get("approval_pending") == rid and mode == "manual":
+        if rem.data.approval_pending == rid and mode == "manual":
             return rem
         if mode == "auto":
             return self.step(rem, "approved", rid, f"auto-approved by {rid} for "
@@ -746,7 +824,7 @@ class _Decider:
             return rem
         rem = self.step(rem, "proposed", rid, f"waits for a person: slurm-heal approve "
                         f"{rem.node} (or deny)", approval_rule=rid)
-        return self.put(rem.model_copy(update={"data": {**rem.data, "approval_pending": rid}}))
+        return self.put(rem.model_copy(update={"data": rem.data.but(approval_pending=rid)}))
 
     def advance(self, rem: Remediation) -> None:
         """Move one remediation as far as this snapshot allows."""
@@ -755,7 +833,7 @@ class _Decider:
             if rem.phase in PRE_ACT:
                 self.step(rem, "cancelled", "L3", f"{rem.node} is no longer in Slurm")
             return
-        ev = rem.data.get("evidence_fault")
+        ev = rem.data.evidence_fault
         if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev):
             rem = self.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
                             f"{rem.action.value} ran: the recommendation is withdrawn")
@@ -789,6 +867,8 @@ class _Decider:
         if not node.drained:
             self.cordon_again(rem)
             return
+        if self.taken_over(rem, node):
+            return
         jobs = self.jobs(rem.node)
         w = self.policy.waiting
         start = rem.phase_times.get("cordoned", self.now)
@@ -802,25 +882,33 @@ class _Decider:
                                    "for them to end (never interrupted)"))
             if limit is None:
                 return
-            if w.signal and not rem.data.get("signalled") and self.now >= limit - w.signal_lead:
+            signal_due = bool(w.signal) and not rem.data.signalled \
+                and self.now >= limit - w.signal_lead
+            last_evict = rem.data.evict_at
+            evict_due = self.now >= limit and (
+                not rem.data.evict_n
+                or (last_evict is not None and self.now >= last_evict + w.evict_every))
+            # O2 / house style 8 (issue 8): pause and recommend-only hold signalling and
+            # eviction too, not only the start and the act.
+            if (signal_due or evict_due) and self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return
+            rem = self.rems[rem.id]
+            if w.signal and not rem.data.signalled and self.now >= limit - w.signal_lead:
                 self.effect("signal_jobs", rem.node, rem, "signal", signal=w.signal, rule="P3",
                             why=f"checkpoint before the wait limit at {_iso(limit)}")
                 rem = self.step(rem, "waiting", "P3", f"sent {w.signal} to job(s) {ids} so they "
                                 f"can checkpoint before {_iso(limit)}", data={"signalled": True})
-            elif w.signal and not rem.data.get("signalled"):
+            elif w.signal and not rem.data.signalled:
                 self.wake(limit - w.signal_lead)
             if self.now < limit:
                 self.wake(limit)
                 return
-            n = int(rem.data.get("evict_n", 0))
-            last = _parse(rem.data.get("evict_at"))
-            if n == 0 or (last is not None and self.now >= last + EVICT_AGAIN):
-                kind: EffectKind = "requeue_jobs" if w.at_limit == "requeue" else "cancel_jobs"
-                self.effect(kind, rem.node, rem, w.at_limit, n, rule="P3",
-                            why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
-                rem = self.step(rem, "draining", "P3", f"the wait limit passed: {w.at_limit} job(s) "
-                                f"{ids}", data={"evict_n": n + 1, "evict_at": _iso(self.now)})
-            self.wake(self.now + EVICT_AGAIN)
+            n = rem.data.evict_n
+            last = rem.data.evict_at
+            if n == 0 or (last is not None and self.now >= last + w.evict_every):
+                self.evict(rem, ids, n)
+            self.wake(self.now + w.evict_every)
             return
         if self.gate(rem, starting=False):
             return
@@ -831,6 +919,54 @@ class _Decider:
                     why=f"{rem.action.value} {rem.node}")
         self.step(rem, "acting", "L1", f"no jobs left on {rem.node}: {rem.action.value} it")
         self.wake(self.now + POLL_EVERY)
+
+    def evict(self, rem: Remediation, ids: str, n: int) -> None:
+        """SPEC P3 (issue 8, defect 5): eviction try ``n`` (0-based) at the wait limit,
+        bounded: ``evict_tries`` requeues (or cancels), then as many cancels when policy
+        allows (``cancel_when_stuck``); jobs still there after that end the remediation
+        failed with a person (the node stays cordoned, the S3/S4 slot is freed)."""
+        w = self.policy.waiting
+        tries = w.evict_tries
+        then_cancel = w.at_limit == "requeue" and w.cancel_when_stuck
+        total = tries * (2 if then_cancel else 1)
+        evictions = [a for a in rem.attempts if a.effect in ("requeue_jobs", "cancel_jobs")]
+        failed = [a for a in evictions if a.outcome == "failed"]
+        note = (f"; the last {failed[-1].effect.split('_')[0]} failed: {failed[-1].detail}"
+                if failed and failed[-1].detail else "")
+        if n >= total:
+            rem = self.step(rem, "failed", "P3", f"job(s) {ids} still run on {rem.node} after "
+                            f"{n} eviction tries{note}; {rem.node} stays cordoned",
+                            data={"handed_to_person": True})
+            self.hand_to_person(rem, "P3", f"job(s) {ids} on {rem.node} could not be evicted "
+                                f"({n} tries{note}): a person decides (requeue or cancel "
+                                f"them, or cancel {rem.id}); {rem.node} stays cordoned")
+            return
+        how = "cancel" if w.at_limit == "cancel" or n >= tries else "requeue"
+        kind: EffectKind = "cancel_jobs" if how == "cancel" else "requeue_jobs"
+        self.effect(kind, rem.node, rem, how, n, rule="P3",
+                    why=f"wait limit {format_duration(w.max_wait or timedelta())} passed")
+        self.step(rem, "draining", "P3", f"the wait limit passed: {how} job(s) {ids} (try "
+                  f"{n + 1} of {total}){note}",
+                  data={"evict_n": n + 1, "evict_at": self.now})
+
+    def taken_over(self, rem: Remediation, node: NodeInfo) -> bool:
+        """House style 2 / D5 (issue 8): someone else drained (or downed) the node with a
+        reason of their own after our cordon and before the act. Nothing disruptive runs
+        on it (no signal, no eviction, no act): the remediation is held, recorded once
+        and a person is told once. It goes on when our marker is back; when that person
+        resumes the node, cordon_again() cancels it (the node is theirs)."""
+        if not self.foreign(node):
+            return False
+        if rem.data.blocked != "D5":
+            why = (f"{rem.node} was {'set DOWN' if node.down else 'drained'} by someone else "
+                   f"({node.reason!r}) before the {rem.action.value} ran: nothing disruptive "
+                   f"runs on it; {rem.id} is held until that person resumes the node "
+                   "(the remediation is then cancelled) or cancels it")
+            self.blocked(rem, "D5", why)
+            n = sum(1 for a in rem.attempts if a.key.startswith(f"{rem.id}:notify-held:"))
+            self.effect("notify", rem.node, rem, "notify-held", n, why=why, rule="D5")
+        self.wake(self.now + POLL_EVERY)
+        return True
 
     def cordon_again(self, rem: Remediation) -> None:
         """SPEC L1: the node is not drained although the remediation started. Our cordon
@@ -844,6 +980,9 @@ class _Decider:
             pass  # cordoned in this very decide() call (a command or a new request)
         elif last is None or last.outcome == "failed":
             n = len(cordons)
+            if n < CORDON_TRIES and self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return  # O2: a paused controller sends no cordon either
             if n >= CORDON_TRIES:
                 rem = self.step(rem, "failed", "L1", f"{rem.node} could not be drained after "
                                 f"{n} tries" + (f" ({last.detail})" if last and last.detail
@@ -859,6 +998,29 @@ class _Decider:
                 self.record(rem.node, rem.phase.value, "L1", f"cordon of {rem.node} failed"
                             + (f" ({last.detail})" if last and last.detail else "")
                             + f": try {n + 1} of {CORDON_TRIES}", rem)
+        elif last.outcome is None and self.now >= last.started + self.policy.safety.step_timeout:
+            # L1 (issue 8): recorded, but the controller stopped before it ran (or before
+            # it recorded the outcome). A drain with our marker is safe to send again under
+            # the same key; at most RESEND_TRIES times, then a person looks.
+            tmo = format_duration(self.policy.safety.step_timeout)
+            if last.resent >= RESEND_TRIES:
+                rem = self.step(rem, "failed", "L1", f"the cordon of {rem.node} was recorded "
+                                f"but never reported an outcome ({last.resent + 1} sends, "
+                                f"{tmo} each)", data={"handed_to_person": True})
+                self.hand_to_person(rem, "L1", f"slurm-heal could not drain {rem.node} (its "
+                                    "cordon never reported an outcome): a person must look; "
+                                    "nothing automatic on it until then")
+                return
+            if self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return
+            self.effect("cordon", rem.node, rem, "cordon", same=last.key, rule="L1",
+                        why="no new jobs (again, same key: the last cordon never reported an "
+                        "outcome)", reason=reasons.format_marker(
+                            rem.fault, rem.id, "controller", f"for {rem.action.value}"))
+            self.record(rem.node, rem.phase.value, "L1", f"the cordon of {rem.node} has had no "
+                        f"outcome for {tmo} (the controller stopped before it ran?): sent again "
+                        f"with the same key ({last.resent + 2} of {RESEND_TRIES + 1})", rem)
         elif last.outcome == "ok":
             # Our drain took effect and the node is in service again: someone resumed it.
             self.step(rem, "cancelled", "L1", f"{rem.node} was resumed by someone else after "
@@ -866,10 +1028,78 @@ class _Decider:
             return
         self.wake(self.now + POLL_EVERY)  # in flight: the next snapshot shows the drain
 
+    def settle(self, rem: Remediation) -> None:
+        """L1 / house style (issue 8): every attempt recorded before it ran gets an outcome
+        within a bound. An attempt still without one ``safety.step_timeout`` after it was
+        recorded means the controller stopped between recording and acting (SIGTERM,
+        kill -9, OOM, an exception). What happens depends on the step:
+
+        * ``act``: polled by its key while the remediation is open (acting(): the
+          provider is asked first and the act is re-sent under the same key only when it
+          never saw it); left on a finished remediation, it is marked failed (unknown).
+        * ``cordon``: sent again under the same key while the node is not drained
+          (cordon_again()); otherwise settled from the node: drained with our marker for
+          this remediation = ok, else failed.
+        * ``notify``: sent again under the same key (at most RESEND_TRIES times).
+        * ``signal_jobs`` / ``requeue_jobs`` / ``cancel_jobs``: failed, never re-sent
+          blindly; eviction is tried again (new key, bounded) while jobs remain.
+        * ``resume`` / ``release``: failed, never re-sent: the node's reason may have
+          changed since; the cordon sweep (orphan_marker) or a person takes it from there.
+        """
+        tmo = self.policy.safety.step_timeout
+        node = self.node(rem.node)
+        settled: dict[str, tuple[str, str]] = {}
+        for a in rem.attempts:
+            if a.outcome is not None or a.effect == "poll":
+                continue
+            due = a.started + tmo
+            if self.now < due:
+                self.wake(due)
+                continue
+            why = f"no outcome {format_duration(tmo)} after it was recorded"
+            if a.effect == "act":
+                if not rem.phase.terminal:
+                    continue  # acting() polls it by its key
+                settled[a.key] = ("failed", f"{why}; the remediation is over: outcome unknown")
+            elif a.effect == "cordon":
+                if rem.phase in STARTED and node is not None and not node.drained:
+                    continue  # cordon_again() sends it again under the same key
+                mine = (node is not None and node.drained and reasons.is_ours(node.reason)
+                        and f"rem={rem.id}" in node.reason)
+                settled[a.key] = ("ok", f"{why}; {rem.node} is drained with our marker") \
+                    if mine else ("failed", f"{why}; not sent again: the remediation went on")
+            elif a.effect == "notify":
+                if a.resent < RESEND_TRIES:
+                    last = rem.steps[-1].why if rem.steps else rem.id
+                    self.effect("notify", rem.node, rem, "notify", same=a.key, rule="L1",
+                                why=f"(sent again: the notice was recorded but never sent) "
+                                f"{last}")
+                    continue
+                settled[a.key] = ("failed", f"{why}; sent {a.resent + 1} times")
+            else:
+                settled[a.key] = ("failed", f"{why} (the controller stopped before it ran?); "
+                                  f"{a.effect} is not sent again blindly")
+        if not settled:
+            return
+        attempts = tuple(a.model_copy(update={"outcome": settled[a.key][0],
+                                              "finished": self.now,
+                                              "detail": settled[a.key][1]})
+                         if a.key in settled else a for a in rem.attempts)
+        self.put(rem.model_copy(update={"attempts": attempts}))
+        for key, (outcome, detail) in settled.items():
+            self.record(rem.node, rem.phase.value, "L1", f"step {key} settled as {outcome}: "
+                        f"{detail}", rem)
+
     def acting(self, rem: Remediation) -> None:
         act_key = idempotency_key(rem.id, "act", 0)
         seen = [a for a in rem.attempts if a.effect in ("act", "poll")]
         if not any(a.key == act_key for a in seen):
+            node = self.node(rem.node)
+            if node is not None and self.taken_over(rem, node):
+                return
+            if self.gate(rem, starting=False):
+                self.wake(self.now + POLL_EVERY)
+                return  # O2: paused: the act is not sent (again) either
             # Recorded before it runs: no Attempt means it never ran; ask again, same key.
             self.effect("act", rem.node, rem, "act", 0, rule="L1",
                         why=f"{rem.action.value} {rem.node}")
@@ -905,16 +1135,26 @@ class _Decider:
             done = latest.finished or self.now
             self.step(rem, "returning", "L5", f"the {rem.action.value} finished; waiting for "
                       f"{rem.node} to come back and pass its health check",
-                      data={"act_done": _iso(done)})
+                      data={"act_done": done})
             self.wake(self.now + POLL_EVERY)
+            return
+        if latest.detail.startswith(NOT_SENT):
+            # House style 2 (issue 8, defect 11): someone else took the node over between
+            # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
+            why = latest.detail[len(NOT_SENT):]
+            rem = self.step(rem, "failed", "D5", f"the {rem.action.value} of {rem.node} was not "
+                            f"sent: {why}", data={"handed_to_person": True})
+            self.hand_to_person(rem, "D5", f"the {rem.action.value} of {rem.node} was not sent "
+                                f"({why}): the node is with that person now; nothing "
+                                "automatic on it until a person acts")
             return
         self.fail(rem, "L5", f"the {rem.action.value} failed"
                   + (f": {latest.detail}" if latest.detail else ""))
 
     def returning(self, rem: Remediation, node: NodeInfo) -> None:
-        done = _parse(rem.data.get("act_done")) or rem.updated
+        done = rem.data.act_done or rem.updated
         acted = _acted_at(rem) or done
-        rebooting = node.down or any(s.startswith("REBOOT") for s in node.states)
+        rebooting = node.down or reasons.slurm_rebooting(node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
         checked = _checked_at(node)
         # The check that counts is one that ran on the node as it is now: after the boot
@@ -931,7 +1171,7 @@ class _Decider:
         if back and health_ran:
             bad = [a for a in self.active(rem.node)
                    if a.last_seen > since and (a.severity is Severity.CRITICAL
-                                               or a.fault == rem.data.get("evidence_fault"))]
+                                               or a.fault == rem.data.evidence_fault)]
             if bad:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
@@ -939,9 +1179,11 @@ class _Decider:
             out = node.drained or node.down
             # Slurm may replace our marker with its own reboot reason (ReturnToService
             # 0/1): that boot is the one our action caused, so it is ours to clear.
+            # A reboot still pending or under way (REBOOT_REQUESTED/ISSUED) is not the one
+            # our finished action caused: someone asked Slurm for another one.
             ours = reasons.is_ours(node.reason) or (
                 reasons.is_slurm_reboot(node.reason) and node.boot_time is not None
-                and node.boot_time > acted)
+                and node.boot_time > acted and not reasons.slurm_rebooting(node.states))
             if out and ours:
                 self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
                             why="health check passed")
@@ -987,6 +1229,9 @@ class _Decider:
         for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
             self.command(cmd)
         nodes = sorted(self.view.nodes, key=lambda n: n.name)
+        for rid in list(self.order):
+            if any(a.outcome is None for a in self.rems[rid].attempts):
+                self.settle(self.rems[rid])
         for node in nodes:
             self.observe(node)
         for rem in sorted(self.open_rems(), key=lambda r: (r.created, r.id)):

@@ -152,16 +152,42 @@ def test_node_left_down_by_slurm_after_our_reboot_is_resumed(tmp_path: Path) -> 
     assert not node.down and not node.drained, node
 
 
-def test_node_down_for_a_foreign_reason_after_our_action_is_left_alone(rig: Rig) -> None:
-    """House style 2: a DOWN reason that is not a reboot's stays for a person."""
+@pytest.mark.parametrize("reason", ["PSU fault, ticket 77",
+                                    "Reboot pending: BIOS update (bob)"])
+def test_node_down_for_a_foreign_reason_after_our_action_is_left_alone(rig: Rig,
+                                                                       reason: str) -> None:
+    """House style 2: a reason that is not Slurm's own reboot reason stays for a person,
+    also one that starts with "Reboot" (issue 8, defect 2)."""
     rig.alert("gpu01", "gpu.xid.119")
     ctl = rig.controller()
     rig.run(ctl, 3)
     rig.clock.advance(minutes=5)  # rebooted by now
-    rig.cluster.drain("gpu01", "PSU fault, ticket 77")
+    rig.cluster.drain("gpu01", reason)
     rig.run(ctl, 10)
     node = rig.cluster.node("gpu01")
-    assert node.drained and node.reason == "PSU fault, ticket 77"
+    assert node.drained and node.reason == reason
+
+
+def test_resume_rechecks_that_the_reason_is_still_the_one_planned(rig: Rig) -> None:
+    """House style 2 (issue 8, defect 2): between the plan and the resume the node check
+    drained the node for a new fault (its own marker); the resume planned for our old
+    marker leaves it alone."""
+    from slurm_heal.models import Effect, Plan
+
+    planned = reasons.format_marker("gpu.xid.48", "r-1", "controller", "for reboot")
+    now = reasons.format_marker("gpu.xid.79", None, "check", "GPU fell off the bus")
+    rig.cluster.drain("gpu01", now)
+
+    def plan_to_release(*_a: Any) -> Plan:
+        return Plan(effects=(Effect(kind="release", node="gpu01", reason=planned),))
+
+    ctl = Controller(slurm=rig.cluster, provider=rig.controller().provider, store=rig.store,
+                     policy=rig.policy, clock=rig.clock, decide=plan_to_release)
+    report = ctl.cycle()
+    assert [e.outcome for e in report.executed] == ["failed"]
+    assert "changed since it was planned" in report.executed[0].detail
+    node = rig.cluster.node("gpu01")
+    assert node.drained and node.reason == now
 
 
 def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) -> None:
@@ -170,8 +196,9 @@ def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) ->
     rig.alert("gpu01", "gpu.xid.119")
     ctl = rig.controller()
 
-    class Crash(Exception):
-        pass
+    class Crash(BaseException):
+        """The process dies (kill -9, OOM): not an error the controller can catch; one
+        effect's ordinary exception only fails that effect (issue 8, defect 7)."""
 
     real_submit = ctl.provider.submit
 
@@ -188,6 +215,29 @@ def test_crash_after_recording_intent_but_before_the_call_acts_once(rig: Rig) ->
     rig.run(rig.controller(), 20)  # a restarted controller
     assert rig.rems("gpu01")[0].phase is Phase.DONE
     assert list(rig.sim.stats()["executed"].values()) == [1]
+
+
+def test_a_cordon_recorded_before_a_stop_is_resolved_and_the_remediation_finishes(
+        rig: Rig) -> None:
+    """SPEC L1/S6 (issue 8, defect 1): SIGTERM between recording the cordon and running
+    it. The restarted controller sends it again under the same key after
+    safety.step_timeout; the node is drained, rebooted once and resumed; no other
+    remediation waits behind it forever."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.stop.set()  # stop between steps: the intent is recorded, the cordon never runs
+    ctl.cycle()
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.CORDONED and [a.effect for a in rem.in_flight] == ["cordon"]
+    assert not rig.cluster.node("gpu01").drained
+    rig.run(rig.controller(), 60)  # a restarted controller, 30 minutes of cycles
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.DONE, rem.steps[-1]
+    assert rem.in_flight == ()
+    (cordon,) = [a for a in rem.attempts if a.effect == "cordon"]
+    assert cordon.resent == 1 and cordon.outcome == "ok"
+    assert list(rig.sim.stats()["executed"].values()) == [1]
+    assert not rig.cluster.node("gpu01").drained
 
 
 def test_lost_response_after_the_action_ran_is_not_acted_again(rig: Rig) -> None:
@@ -234,6 +284,40 @@ def test_ambiguous_act_failure_is_asked_again_with_the_same_key(rig: Rig) -> Non
     assert list(rig.sim.stats()["executed"].values()) == [1]
 
 
+def test_a_persons_drain_right_after_the_snapshot_stops_the_act(rig: Rig) -> None:
+    """House style 2 (issue 8, defect 11): a person drains the node after this cycle's
+    snapshot and before its act: the controller's last look finds their reason, sends
+    nothing, and the remediation ends with a person (not an E1 failure); their reason
+    stays."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.cycle()  # cordon
+    rig.clock.advance(seconds=30)
+
+    class PersonDrainsAfterTheSnapshot:
+        """The cluster, where bob drains gpu01 the moment the snapshot was read."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rig.cluster, name)
+
+        def snapshot(self) -> Any:
+            view = rig.cluster.snapshot()
+            rig.cluster.drain("gpu01", "bad PSU, do not touch -- bob")
+            return view
+
+    ctl.slurm = PersonDrainsAfterTheSnapshot()  # type: ignore[assignment]
+    report = ctl.cycle()
+    (act,) = [e for e in report.executed if e.effect.kind == "act"]
+    assert act.outcome == "failed" and act.detail.startswith("not sent: ")
+    assert rig.sim.stats()["executed"] == {}
+    ctl.slurm = rig.cluster
+    rig.run(ctl, 5)
+    (rem,) = rig.rems("gpu01")
+    assert rem.phase is Phase.FAILED and rem.data.handed_to_person
+    assert rig.sim.stats()["executed"] == {}
+    assert rig.cluster.node("gpu01").reason == "bad PSU, do not touch -- bob"
+
+
 def test_cordon_never_relabels_a_foreign_drain(rig: Rig) -> None:
     """House style 2, as the controller's last guard: whatever a plan says, a drain by
     someone else is not overwritten."""
@@ -249,6 +333,61 @@ def test_cordon_never_relabels_a_foreign_drain(rig: Rig) -> None:
     report = ctl.cycle()
     assert [e.outcome for e in report.executed] == ["failed"]
     assert rig.cluster.node("gpu01").reason == "bad DIMM, ticket 1234"
+
+
+def test_one_effects_unexpected_error_fails_that_effect_and_the_cycle_goes_on(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """House style 5/6 (issue 8, defect 7): a notifier whose disk is full (OSError) and a
+    node Slurm no longer knows (NotFound) fail their own effects; the cordon after them
+    still runs; the unexpected error's traceback is logged once."""
+    from slurm_heal.models import Effect, Plan
+
+    def full_disk(_effect: Effect, _now: datetime) -> None:
+        raise OSError(28, "No space left on device")
+
+    def plan(*_a: Any) -> Plan:
+        return Plan(effects=(
+            Effect(kind="notify", node="gpu01", why="D8"),
+            Effect(kind="cordon", node="gpu99", reason="heal: gpu.xid.48"),
+            Effect(kind="cordon", node="gpu02", reason="heal: gpu.xid.48")))
+
+    ctl = Controller(slurm=rig.cluster, provider=rig.controller().provider, store=rig.store,
+                     policy=rig.policy, clock=rig.clock, notifier=full_disk, decide=plan)
+    report = ctl.cycle()
+    assert [e.outcome for e in report.executed] == ["failed", "failed", "ok"]
+    assert "No space left" in report.executed[0].detail
+    assert "NotFound" in report.executed[1].detail
+    assert rig.cluster.node("gpu02").drained
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "notify" in tracebacks[0].getMessage()
+
+
+def test_a_busy_store_lock_skips_the_cycle_and_names_the_holder(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    """SPEC I5 / house style 5 (issue 8, defect 10): StoreLocked does not kill the
+    daemon; the cycle is skipped with a log line that says who holds the lock."""
+    import os
+
+    from slurm_heal.controller import run_forever
+    from slurm_heal.store import Store
+
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    ctl.store = Store(rig.store.dir, lock_timeout=0.2)
+    import threading
+
+    cycles: list[int] = []
+    with rig.store.transaction():  # another process's CLI command, stuck
+        # in a thread: run_forever installs signal handlers only on the main thread
+        t = threading.Thread(target=lambda: cycles.append(run_forever(ctl, 0.01, None, 2)))
+        t.start()
+        t.join(30)
+    assert cycles == [2]
+    busy = [r.getMessage() for r in caplog.records if "store is busy" in r.getMessage()]
+    assert len(busy) == 2 and f"pid {os.getpid()}" in busy[0]
+    assert not rig.cluster.node("gpu01").drained
+    ctl.cycle()  # the lock is free again: work goes on
+    assert rig.cluster.node("gpu01").drained
 
 
 def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:
@@ -338,6 +477,23 @@ def test_corrupt_store_fails_closed(rig: Rig) -> None:
     assert report.failed_closed
     assert not rig.cluster.node("gpu01").drained
     assert rig.sim.stats()["executed"] == {}
+
+
+def test_a_store_set_aside_mid_action_never_resumes_the_node(rig: Rig) -> None:
+    """SPEC I5/L5, house style 5 (issue 8, defect 16): the store is set aside while
+    gpu01 reboots for us. With no record of what we were doing, our marker on the node
+    means "a person looks", never a release: the node stays drained and a person is told."""
+    rig.alert("gpu01", "gpu.xid.119")
+    ctl = rig.controller()
+    rig.run(ctl, 2)  # cordon, act: the reboot runs
+    assert rig.rems("gpu01")[0].phase is Phase.ACTING
+    rig.store.file.write_text("{not json")
+    rig.run(ctl, 20)  # the reboot finishes, the node's check at boot is clean
+    node = rig.cluster.node("gpu01")
+    assert node.drained and reasons.is_ours(node.reason), node
+    assert not [r for r in rig.rems("gpu01") if r.phase is not Phase.PROPOSED]
+    notes = [json.loads(x) for x in rig.notes.read_text().splitlines()]
+    assert [n["rule"] for n in notes if n["node"] == "gpu01"] == ["I5"]
 
 
 def test_no_action_fault_is_sent_to_support(rig: Rig) -> None:

@@ -11,13 +11,16 @@ run through the real simulation. Every decide() call is checked:
 - S5: no automatic remediation starts while the breaker is open (one started before it
   opened may finish), never more automatic starts in the window than the threshold;
   S2: nothing starts within the cooldown after a remediation on the node;
+- D5 / house style 2: never a cordon, resume, release, act, signal or eviction on a node
+  someone else drained, also when their reason looks like ours ("Reboot ...", "heal
+  ...", "NHC: ...");
+- O2: while paused, no cordon, signal, eviction or act;
 - S6: deciding twice on the same input gives the same plan; no key is handed out twice;
   L3: never two open remediations on one node.
 """
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +36,17 @@ from slurm_heal.types import Action, Alert, NodeInfo, Severity
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",
           "gpu.row_remap.pending", "gpu.thermal", "disk.low_space"]
+
+# Someone else's reasons, including ones that look like ours or like Slurm's own reboot
+# reasons (issue 8): none of them is ever resumed, released or relabelled.
+FOREIGN_REASONS = ["bad DIMM, do not use -- bob", "Not responding",
+                   "Reboot pending: BIOS update (bob)", "Reboot", "reboot requested by alice",
+                   "Node unexpectedly rebooted twice, ticket 4",
+                   "healing: memtest running (carol)", "heal later -- dave",
+                   "NHC: check_hw_ib: No IB port is ACTIVE", "NHC: heal: not ours"]
+# Slurm's own reboot reasons, written out here on their own (slurmctld's exact texts).
+SLURM_REBOOT = {"Node unexpectedly rebooted", "reboot requested", "Reboot ASAP",
+                "reboot issued", "reboot complete", "reboot timed out"}
 
 alert = st.fixed_dictionaries({"type": st.just("alert"), "node": st.sampled_from(NODES),
                                "fault": st.sampled_from(FAULTS)})
@@ -50,10 +64,10 @@ event = st.one_of(
                            "who": st.sampled_from(["person", "detector"]),
                            "id": st.sampled_from(["1", "2"])}),
     st.fixed_dictionaries({"type": st.just("reset_breaker")}),
+    st.fixed_dictionaries({"type": st.sampled_from(["pause", "unpause"])}),
     # Someone else drains a node (their reason) or resumes it (D5, house style 2).
     st.fixed_dictionaries({"type": st.just("drain"), "node": st.sampled_from(NODES),
-                           "reason": st.sampled_from(["bad DIMM, do not use -- bob",
-                                                      "Not responding"])}),
+                           "reason": st.sampled_from(FOREIGN_REASONS)}),
     st.fixed_dictionaries({"type": st.just("resume"), "node": st.sampled_from(NODES)}),
 )
 # A busy few hours, so that remediations overlap and the limits matter.
@@ -91,7 +105,7 @@ def foreign(n: NodeInfo) -> bool:
     r = n.reason.strip()
     return bool(("DRAIN" in n.states or "DOWN" in n.states) and r
                 and not r.startswith(("heal:", "heal-request:"))
-                and not re.match(r"(?i)^(node unexpectedly rebooted|reboot\b)", r))
+                and not all(p.strip() in SLURM_REBOOT for p in r.split(" : ")))
 
 
 # P1, written out here on its own (not by calling the engine): Slurm's own state and the
@@ -143,10 +157,18 @@ class Checker:
         open_nodes = [r.node for r in after.values() if not r.phase.terminal]
         if len(open_nodes) != len(set(open_nodes)):
             self.problems.append(f"{at}: L3 two open remediations on one node")
+        # O2 / house style 8: while paused nothing disruptive is sent (eviction included)
+        paused = c.plan.paused if c.plan.paused is not None else c.state.paused
+        if paused:
+            bad = [e.kind for e in c.plan.effects if e.kind in (
+                "cordon", "act", "signal_jobs", "requeue_jobs", "cancel_jobs")]
+            if bad:
+                self.problems.append(f"{at}: O2 {bad} while paused")
         by_name = {n.name: n for n in c.view.nodes}
         for e in c.plan.effects:
             rem = after.get(e.remediation or "")
-            if e.kind in ("cordon", "resume", "release") and foreign(by_name[e.node]):
+            if e.kind in ("cordon", "resume", "release", "act", "signal_jobs", "requeue_jobs",
+                          "cancel_jobs") and foreign(by_name[e.node]):
                 self.problems.append(f"{at}: D5 {e.kind} of {e.node} drained by someone else "
                                      f"({by_name[e.node].reason!r})")
             if e.action is Action.REMOVE:
@@ -195,6 +217,24 @@ class Checker:
          config={"approvals": {"default": "auto"},
                  "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
                  "waiting": {"max_wait": "2h"}})
+@example(events=[(0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (3, {"type": "drain", "node": "gpu01",
+                      "reason": "Reboot pending: BIOS update (bob)"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})  # issue 8, defect 2: not Slurm's reason
+@example(events=[(0, {"type": "job", "node": "gpu01", "id": 1, "ends": 10}),
+                 (0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (2, {"type": "drain", "node": "gpu01", "reason": "NHC: heal: not ours"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "2h"}})  # issue 8, defect 11: drained before the act
+@example(events=[(0, {"type": "job", "node": "gpu01", "id": 1, "ends": 200}),
+                 (0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (5, {"type": "pause"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
+                 "waiting": {"max_wait": "30m"}})  # issue 8, defect 8: paused at the limit
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))

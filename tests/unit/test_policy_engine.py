@@ -598,7 +598,7 @@ def test_a_failed_power_cycle_is_handed_to_a_person() -> None:
                {"gpu01": [alert("gpu01", "gpu.xid.79")]}, State(remediations=(r,)),
                T0 + timedelta(minutes=10), pol(**PC))
     (upd,) = plan.updates
-    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    assert upd.phase is Phase.FAILED and upd.data.handed_to_person
     assert ("escalated", "E1") in phases(plan)
 
 
@@ -619,7 +619,7 @@ def test_an_operation_stuck_running_is_handed_to_a_person_at_the_act_timeout() -
     late = run(nodes, al, State(remediations=(_running(),)), T0 + timedelta(hours=2))
     assert phases(late)[:2] == [("failed", "L5"), ("escalated", "L5")] and kinds(late) == ["notify"]
     (upd,) = late.updates
-    assert upd.phase is Phase.FAILED and upd.data.get("handed_to_person")
+    assert upd.phase is Phase.FAILED and upd.data.handed_to_person
     # Nothing automatic follows on that node (E1: a person acts first).
     after = run(nodes, al, State(remediations=late.updates), T0 + timedelta(hours=5))
     assert not after.updates and kinds(after) == []
@@ -652,7 +652,7 @@ def test_a_failed_cordon_is_sent_again_then_handed_to_a_person() -> None:
         s = apply(s, p, outcome="failed")
     p = run(nodes, al, s, T0 + timedelta(minutes=3))
     assert phases(p, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
-    assert kinds(p) == ["notify"] and p.updates[0].data.get("handed_to_person")
+    assert kinds(p) == ["notify"] and p.updates[0].data.handed_to_person
 
 
 def test_a_cordon_in_flight_is_waited_for() -> None:
@@ -723,7 +723,7 @@ def test_a_node_handed_to_a_person_is_not_released_by_the_orphan_sweep() -> None
     """SPEC E1: a node left cordoned for a person stays cordoned."""
     r, n = _left_behind()
     r = r.model_copy(update={"phase": Phase.FAILED,
-                             "data": {**r.data, "handed_to_person": True}})
+                             "data": r.data.but(handed_to_person=True)})
     plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
     assert "release" not in kinds(plan)
 
@@ -777,3 +777,299 @@ def test_the_request_help_says_what_happens_to_a_persons_remove() -> None:
     cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01", action=Action.REMOVE)
     plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, State(inbox=(cmd,)))
     assert ("denied", "Q2") in phases(plan)
+
+
+# ------------------------------------------------------------------ issue 8: trust under faults
+@pytest.mark.parametrize("reason", ["Reboot pending: BIOS update (bob)", "Reboot",
+                                    "reboot requested by alice"])
+def test_a_persons_reboot_like_drain_is_not_resumed_after_our_action(reason: str) -> None:
+    """House style 2 / SPEC L5 (issue 8, defect 2): a person's reason that starts with
+    "Reboot" is not Slurm's own reboot reason; the node is theirs and is not resumed."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "IDLE", "DRAIN", reason=reason, boot=T0 + timedelta(minutes=2),
+             checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert "resume" not in kinds(plan)
+    assert ("done", "L5") in phases(plan) and "not resumed" in plan.records[-1].why
+
+
+def test_slurms_own_reboot_reason_after_our_boot_is_resumed() -> None:
+    """SPEC L5: Slurm's exact "Node unexpectedly rebooted" after the boot our action
+    caused is ours to clear."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "DOWN", "DRAIN", reason="Node unexpectedly rebooted",
+             boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert kinds(plan) == ["resume"] and plan.effects[0].reason == "Node unexpectedly rebooted"
+
+
+@pytest.mark.parametrize("phase", [Phase.CORDONED, Phase.WAITING])
+def test_a_persons_drain_before_the_act_holds_the_remediation(phase: Phase) -> None:
+    """House style 2 / D5 (issue 8, defect 11): the node's reason stopped being ours
+    after our cordon: nothing disruptive runs (no act), the hold is recorded and a person
+    is told, once."""
+    r = rem(phase=phase, acted=False)
+    r = r.model_copy(update={"attempts": (Attempt(
+        key=idempotency_key(r.id, "cordon", 0), effect="cordon", started=T0, outcome="ok",
+        finished=T0),)})
+    nodes = [node("gpu01", "IDLE", "DRAIN", reason="bad fan, do not use -- bob"), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    plan = run(nodes, al, State(remediations=(r,)), T0 + timedelta(minutes=5))
+    assert kinds(plan) == ["notify"] and ("blocked", "D5") in phases(plan, "gpu01")
+    assert plan.effects[0].rule == "D5" and "bob" in plan.effects[0].why
+    s = apply(State(remediations=(r,)), plan)
+    again = run(nodes, al, s.model_copy(update={"data": plan.data or {}}),
+                T0 + timedelta(minutes=10))
+    assert kinds(again) == [] and not [u for u in again.updates if u.phase is not phase]
+    # the person resumes the node: the remediation is cancelled, never acted
+    s = apply(s, again)
+    after = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=15))
+    assert ("cancelled", "L1") in phases(after, "gpu01") and "act" not in kinds(after)
+
+
+def test_a_persons_drain_at_the_wait_limit_stops_the_eviction() -> None:
+    """SPEC P3 / house style 2 (issue 8, defect 11): no signal, requeue or cancel on a
+    node someone else took over."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason="Reboot pending: BIOS update (bob)")]
+    plan = run(n, {"gpu01": [alert("gpu01")]}, State(remediations=(r,)),
+               T0 + timedelta(hours=3), jobs=(job,))
+    assert kinds(plan) == ["notify"] and ("blocked", "D5") in phases(plan)
+
+
+@pytest.mark.parametrize("alerts", [{}, {"gpu01": [alert("gpu01", "gpu.xid.79")]}])
+def test_after_a_fresh_store_our_marker_mid_action_goes_to_a_person(
+        alerts: dict[str, list[Alert]]) -> None:
+    """SPEC I5/L5, house style 5 (issue 8, defect 16): the store was set aside; gpu01 is
+    DOWN+DRAIN with our marker (mid-rebuild) and there is no record of it. Never a
+    release (a resume without the L5 health check) and no new remediation: a person is
+    told, once."""
+    marker = format_marker("gpu.xid.79", "r-5e1f00000000", "controller", "for rebuild")
+    nodes = [node("gpu01", "DOWN", "DRAIN", reason=marker), node("gpu02", pool="b")]
+    plan = run(nodes, alerts, State(), T0 + timedelta(minutes=5))
+    assert kinds(plan) == ["notify"] and not plan.updates
+    assert ("blocked", "I5") in phases(plan, "gpu01")
+    again = run(nodes, alerts, State(data=plan.data or {}), T0 + timedelta(minutes=10))
+    assert kinds(again) == [] and not again.updates
+
+
+def test_a_node_that_carries_our_marker_on_record_is_still_released() -> None:
+    """House style 2 / L1: the orphan sweep still undoes our cordon when its remediation
+    is on record and over (only an unrecorded marker goes to a person)."""
+    r, n = _left_behind()
+    plan = run([n, node("gpu02", pool="b")], {}, State(remediations=(r,)), T0 + timedelta(days=1))
+    assert kinds(plan) == ["release"]
+
+
+def test_a_detectors_request_does_not_override_a_node_handed_to_a_person() -> None:
+    """SPEC E1/Q4 (issue 8, defect 4): the hand-to-person hold holds for reason-string
+    requests too; a person's own request still goes through."""
+    r = rem(phase=Phase.FAILED, action=Action.MIGRATE, fault="gpu.xid.79",
+            data={"evidence_fault": "gpu.xid.79", "handed_to_person": True})
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detector=ibmon id=9")
+    al = {"gpu01": [alert("gpu01", "gpu.xid.48", since=T0 + timedelta(hours=1))]}
+    plan = run([n, node("gpu02", pool="b")], al, State(remediations=(r,)),
+               T0 + timedelta(hours=2))
+    assert not plan.updates and plan.effects == () and ("blocked", "E1") in phases(plan)
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01",
+                  action=Action.REBOOT)
+    person = run([node("gpu01", "IDLE", "DRAIN", reason="bob: look at it"),
+                  node("gpu02", pool="b")], al, State(remediations=(r,), inbox=(cmd,)),
+                 T0 + timedelta(hours=2))
+    assert [u.requested_by for u in person.updates] == ["alice"]
+
+
+def test_a_detector_without_an_id_is_heard_again_after_its_remediation_ended() -> None:
+    """SPEC Q3 (issue 8, defect 9): without `id=`, a request is de-duplicated only
+    against the open remediation; the same detector's next request, after the first one
+    ended, makes a new remediation."""
+    old = rem(phase=Phase.DONE, fault="request", at=T0, detector="ibmon",
+              data={"evidence_fault": "ib.link_down"})
+    old = old.model_copy(update={"origin": "request", "automatic": True})
+    later = T0 + timedelta(days=2)
+    n = NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}),
+                 reason="heal-request: reboot detector=ibmon", reason_time=later,
+                 partitions=("a",))
+    plan = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01", "ib.link_down",
+                                                                 since=later)]},
+               State(remediations=(old,)), later + timedelta(minutes=1))
+    new = [u for u in plan.updates if u.id != old.id]
+    assert len(new) == 1 and new[0].detector == "ibmon" and new[0].request_id is None
+
+
+def test_every_dropped_request_is_recorded_with_why() -> None:
+    """SPEC Q3/P4 (issue 8, defect 9): a repeat of a request already handled (same
+    detector and id) is dropped with a record that says so, once."""
+    old = rem(phase=Phase.DONE, fault="request", at=T0, detector="ibmon", request_id="4711")
+    n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detector=ibmon id=4711")
+    al = {"gpu01": [alert("gpu01", "ib.link_down")]}
+    plan = run([n, node("gpu02", pool="b")], al, State(remediations=(old,)),
+               T0 + timedelta(hours=2))
+    assert not [u for u in plan.updates if u.detector == "ibmon"]
+    (q3,) = [r for r in plan.records if r.rule == "Q3"]
+    assert q3.phase == "blocked" and "dropped" in q3.why and old.id in q3.why
+    again = run([n, node("gpu02", pool="b")], al, State(remediations=(old,),
+                                                       data=plan.data or {}),
+                T0 + timedelta(hours=3))
+    assert not [r for r in again.records if r.rule == "Q3"]
+
+
+@pytest.mark.parametrize(("at", "signal"), [(timedelta(hours=3), None),
+                                            (timedelta(minutes=115), "USR1")])
+def test_pause_holds_signalling_and_eviction_too(at: timedelta, signal: str | None) -> None:
+    """SPEC O2 / house style 8 (issue 8, defect 8): while paused, jobs are not signalled,
+    requeued or cancelled at the wait limit; unpaused, the eviction goes on."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason=format_marker("gpu.xid.48", r.id)),
+         node("gpu02", pool="b")]
+    p = pol(waiting={"signal": signal} if signal else {})
+    al = {"gpu01": [alert("gpu01")]}
+    plan = run(n, al, State(remediations=(r,), paused=True), T0 + at, p, jobs=(job,))
+    assert plan.effects == () and ("blocked", "pause") in phases(plan, "gpu01")
+    going = run(n, al, State(remediations=(r,)), T0 + at, p, jobs=(job,))
+    assert kinds(going) == (["signal_jobs"] if signal else ["requeue_jobs"])
+
+
+def test_pause_holds_a_cordon_sent_again() -> None:
+    """SPEC O2 (issue 8, defect 8): a failed cordon is not re-sent while paused."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    al = {"gpu01": [alert("gpu01")]}
+    p = run(nodes, al)
+    s = apply(State(), p, outcome="failed")
+    again = run(nodes, al, s.model_copy(update={"paused": True}), T0 + timedelta(minutes=1))
+    assert again.effects == () and ("blocked", "pause") in phases(again, "gpu01")
+
+
+def _cordon_in_flight(resent: int = 0, at: datetime = T0) -> tuple[State, str]:
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    p = run(nodes, {"gpu01": [alert("gpu01")]})
+    s = apply(State(), p, outcome=None)
+    (r,) = s.remediations
+    (a,) = r.attempts
+    r = r.model_copy(update={"attempts": (a.model_copy(update={"started": at,
+                                                                "resent": resent}),)})
+    return State(remediations=(r,)), a.key
+
+
+def test_a_cordon_recorded_but_never_run_is_sent_again_with_the_same_key() -> None:
+    """SPEC L1/S6 (issue 8, defect 1): the controller stopped between recording the
+    cordon and running it. After safety.step_timeout the cordon is sent again under the
+    same key (the store hands it out once more); before that it is waited for."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    al = {"gpu01": [alert("gpu01")]}
+    s, key = _cordon_in_flight()
+    early = run(nodes, al, s, T0 + timedelta(minutes=9))
+    assert early.effects == () and early.next_wake == T0 + timedelta(minutes=10)
+    late = run(nodes, al, s, T0 + timedelta(minutes=10))
+    (eff,) = late.effects
+    assert (eff.kind, eff.key, eff.resend) == ("cordon", key, True)
+    assert any("same key" in r.why for r in late.records)
+    custom = run(nodes, al, s, T0 + timedelta(minutes=10), pol(safety={"step_timeout": "1h"}))
+    assert custom.effects == ()
+
+
+def test_a_cordon_that_never_reports_is_handed_to_a_person_in_bounded_time() -> None:
+    """SPEC L1 (issue 8, defect 1): after RESEND_TRIES sends without an outcome the
+    remediation fails and a person is told: it never holds its S3 slot forever."""
+    nodes = [node("gpu01"), node("gpu02"), node("gpu03")]
+    s, _ = _cordon_in_flight(resent=2, at=T0 + timedelta(minutes=20))
+    plan = run(nodes, {"gpu01": [alert("gpu01")]}, s, T0 + timedelta(minutes=30))
+    assert phases(plan, "gpu01")[:2] == [("failed", "L1"), ("escalated", "L1")]
+    assert kinds(plan) == ["notify"] and plan.updates[0].data.handed_to_person
+
+
+@pytest.mark.parametrize("kind", ["requeue_jobs", "signal_jobs", "resume"])
+def test_a_step_left_without_an_outcome_is_settled_not_left_in_flight(kind: str) -> None:
+    """SPEC L1 (issue 8, defect 1): an eviction, a signal or a resume recorded but never
+    run is failed (with why, recorded) after safety.step_timeout; none is re-sent blindly."""
+    r = rem(phase=Phase.DONE if kind == "resume" else Phase.DRAINING, acted=kind == "resume")
+    key = idempotency_key(r.id, kind, 0)
+    r = r.model_copy(update={"attempts": r.attempts + (Attempt(key=key, effect=kind,
+                                                               started=T0),)})
+    n = node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", r.id, "controller"))
+    plan = run([n, node("gpu02", pool="b")], {"gpu01": [alert("gpu01")]},
+               State(remediations=(r,)), T0 + timedelta(minutes=11))
+    (upd,) = [u for u in plan.updates if u.id == r.id]
+    (a,) = [a for a in upd.attempts if a.key == key]
+    assert a.outcome == "failed" and "no outcome" in a.detail
+    assert not [e for e in plan.effects if e.key == key]
+    assert any(key in rec.why for rec in plan.records)
+
+
+def _evict_until_done(policy: Policy, cycles: int = 20) -> tuple[list[str], Plan]:
+    """A job that never leaves (--no-requeue, a failing scontrol): every eviction fails."""
+    r = rem(phase=Phase.WAITING, acted=False)
+    job = JobInfo(job_id=7, user="u", state="RUNNING", nodes=("gpu01",))
+    n = [node("gpu01", "ALLOCATED", "DRAIN", reason=format_marker("gpu.xid.48", r.id)),
+         node("gpu02", pool="b")]
+    s, sent = State(remediations=(r,)), []
+    t = T0 + timedelta(hours=2)
+    for _ in range(cycles):
+        plan = run(n, {"gpu01": [alert("gpu01")]}, s, t, policy, jobs=(job,))
+        sent += [e.kind for e in plan.effects]
+        s = apply(s, plan, outcome="failed")
+        if any(u.phase is Phase.FAILED for u in plan.updates):
+            return sent, plan
+        t += timedelta(minutes=5)
+    raise AssertionError(f"eviction never ended: {sent}")
+
+
+def test_eviction_is_bounded_then_a_person_decides() -> None:
+    """SPEC P3 (issue 8, defect 5): a job that does not leave is requeued at most
+    waiting.evict_tries times; then the remediation fails (freeing its S3/S4 slot) and a
+    person is told, with the last failure."""
+    sent, last = _evict_until_done(pol())
+    assert sent == ["requeue_jobs"] * 3 + ["notify"]
+    assert phases(last, "gpu01")[:2] == [("failed", "P3"), ("escalated", "P3")]
+    assert last.updates[0].data.handed_to_person
+
+
+def test_eviction_cancels_when_policy_allows_before_a_person_decides() -> None:
+    """SPEC P3 (issue 8, defect 5): with waiting.cancel_when_stuck the requeues are
+    followed by cancels, then a person."""
+    sent, _ = _evict_until_done(pol(waiting={"evict_tries": 2, "cancel_when_stuck": True}))
+    assert sent == ["requeue_jobs"] * 2 + ["cancel_jobs"] * 2 + ["notify"]
+
+
+def test_an_act_the_controller_did_not_send_counts_for_no_escalation() -> None:
+    """SPEC E1/E2 (issue 8, defect 11): an act recorded as "not sent" (the node was taken
+    over before it ran) did not happen: it is no reboot towards the ladder."""
+    hist = tuple(r.model_copy(update={"attempts": (r.attempts[0].model_copy(update={
+        "outcome": "failed", "detail": "not sent: gpu01 was drained by someone else"}),)})
+        for r in history(2, phase=Phase.FAILED))
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
+               State(remediations=hist))
+    assert plan.updates[0].action is Action.REBOOT
+
+
+def test_a_reboot_someone_requested_after_ours_is_not_cleared() -> None:
+    """SPEC L5 / house style 2 (issue 8, defect 2): Slurm's own "reboot requested" with
+    the REBOOT_REQUESTED flag after our action finished is someone else's reboot, read
+    from the node's flags: not resumed (which would cancel it)."""
+    r, _ = _back(T0 + timedelta(minutes=5))
+    n = node("gpu01", "IDLE", "DRAIN", "REBOOT_REQUESTED", reason="reboot requested",
+             boot=T0 + timedelta(minutes=2), checked=T0 + timedelta(minutes=5))
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert "resume" not in kinds(plan)
+
+
+def test_a_notice_to_a_person_recorded_but_never_sent_is_sent_again() -> None:
+    """SPEC L1/O3 (issue 8, defect 1): the hand-to-person notice of a finished
+    remediation was recorded but the controller stopped before sending it: it is sent
+    again under the same key (at most twice), then settled as failed."""
+    r = rem(phase=Phase.FAILED, data={"evidence_fault": "gpu.xid.48", "handed_to_person": True})
+    key = idempotency_key(r.id, "notify", 0)
+    r = r.model_copy(update={"attempts": r.attempts + (Attempt(key=key, effect="notify",
+                                                               started=T0),)})
+    nodes = [node("gpu01", "IDLE", "DRAIN"), node("gpu02", pool="b")]
+    plan = run(nodes, {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    (eff,) = plan.effects
+    assert (eff.kind, eff.key, eff.resend) == ("notify", key, True)
+    spent = r.model_copy(update={"attempts": r.attempts[:-1] + (r.attempts[-1].model_copy(
+        update={"resent": 2}),)})
+    last = run(nodes, {}, State(remediations=(spent,)), T0 + timedelta(minutes=10))
+    assert last.effects == ()
+    (a,) = [a for a in last.updates[0].attempts if a.key == key]
+    assert a.outcome == "failed"

@@ -65,7 +65,25 @@ def test_request_round_trip() -> None:
     ("rebooted by hand, ticket 9", False),
     ("heal: gpu.xid.79 rem=r-1", False),
     ("", False),
+    # Slurm appends its own texts with " : " (set_node_reason)
+    ("Reboot ASAP : reboot issued", True),
+    ("reboot requested : reboot issued : reboot complete", True),
+    ("reboot timed out", True),
+    # a person's reason that merely starts like Slurm's is theirs (issue 8, defect 2)
+    ("Reboot pending: BIOS update (bob)", False),
+    ("Reboot", False),
+    ("reboot ASAP please -- alice", False),
+    ("Node unexpectedly rebooted twice, ticket 4", False),
+    ("bad DIMM : reboot issued", False),
 ])
 def test_slurms_own_reboot_reasons_are_recognised(reason: str, expected: bool) -> None:
-    """SPEC L5: after our reboot Slurm may replace our marker with its own reason."""
+    """SPEC L5, house style 2: after our reboot Slurm may replace our marker with its own
+    reason; only Slurm's exact texts count, never a reason that starts with "Reboot"."""
     assert reasons.is_slurm_reboot(reason) is expected
+
+
+def test_slurms_reboot_flags_are_recognised() -> None:
+    """SPEC L5: REBOOT_REQUESTED / REBOOT_ISSUED say a reboot is pending or under way."""
+    assert reasons.slurm_rebooting(frozenset({"DOWN", "REBOOT_ISSUED"}))
+    assert reasons.slurm_rebooting(frozenset({"IDLE", "DRAIN", "REBOOT_REQUESTED"}))
+    assert not reasons.slurm_rebooting(frozenset({"IDLE", "DRAIN"}))

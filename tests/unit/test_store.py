@@ -276,6 +276,25 @@ def test_an_effect_already_recorded_is_never_returned_again(tmp_path: Path) -> N
     assert len(state.remediations) == 1 and len(state.remediations[0].attempts) == 1
 
 
+def test_a_resend_of_an_unfinished_intent_is_handed_out_once_more(tmp_path: Path) -> None:
+    """SPEC L1/S6 (issue 8, defect 1): an intent that never got an outcome may be sent
+    again under the same key when the engine asks (``resend``); one that finished never."""
+    store = Store(tmp_path)
+    r = rem()
+    cordon = Effect(kind="cordon", node=r.node, remediation=r.id, key=idempotency_key(r.id,
+                                                                                      "cordon"))
+    store.apply(Plan(updates=(r,), effects=(cordon,)), T0)
+    again = cordon.model_copy(update={"resend": True})
+    t1 = T0 + timedelta(minutes=10)
+    state, effects = store.apply(Plan(effects=(again,)), t1)
+    assert effects == (again,)
+    (a,) = state.remediations[0].attempts
+    assert (a.key, a.outcome, a.resent, a.started) == (cordon.key, None, 1, t1)
+    store.record_outcome(r.id, cordon.key, "ok", t1)
+    _, effects = store.apply(Plan(effects=(again,)), t1 + timedelta(minutes=10))
+    assert effects == ()  # finished: never run twice
+
+
 def test_a_stale_update_keeps_attempts_another_replica_recorded(tmp_path: Path) -> None:
     store = Store(tmp_path)
     r = rem()
@@ -552,3 +571,54 @@ def test_default_state_dir_falls_back_when_scontrol_is_missing(
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no scontrol
     assert default_state_dir() == Path("/var/lib/slurm-heal")
     assert "scontrol is not installed" in caplog.text
+
+
+# ------------------------------------------------------------------ the typed working state
+BEFORE_TYPED = REPO / "tests" / "data" / "store" / "state-before-typed-work.json"
+
+
+def test_a_store_written_before_the_typed_working_state_loads_and_round_trips(
+        tmp_path: Path) -> None:
+    """SPEC I5 (issue 8, "Shape"): a document written by the build before `Work` existed
+    (``data`` was a free dict; captured from a simulation with every flag in use) loads
+    with every flag typed, and is written back with each ``data`` object unchanged."""
+    raw = json.loads(BEFORE_TYPED.read_text())
+    (tmp_path / "state.json").write_text(BEFORE_TYPED.read_text())
+    store = Store(tmp_path)
+    state = store.load()
+    by_node = {r.node: r.data for r in state.remediations}
+    assert by_node["gpu01"].signalled and by_node["gpu01"].evict_n == 1
+    assert by_node["gpu01"].evict_at == datetime(2026, 1, 5, 0, 30, tzinfo=timezone.utc)
+    assert by_node["gpu01"].act_done == datetime(2026, 1, 5, 0, 35, 30, tzinfo=timezone.utc)
+    assert by_node["gpu03"].approval_pending == "P2:approvals[0]"
+    assert by_node["gpu04"].handed_to_person and by_node["gpu05"].blocked == "D5"
+    assert all(d.evidence_fault for d in by_node.values())
+    with store.transaction() as txn:  # a write of the loaded state
+        txn.state = txn.state.model_copy(update={"paused": True})
+    written = json.loads((tmp_path / "state.json").read_text())
+    assert [r["data"] for r in written["remediations"]] == \
+        [r["data"] for r in raw["remediations"]]
+
+
+def test_unknown_working_state_keys_are_kept(tmp_path: Path) -> None:
+    """SPEC I5: a key a newer build keeps in a remediation's ``data`` survives a load and
+    a write by this one; a flag of the wrong type is a clear store problem."""
+    doc = json.loads(BEFORE_TYPED.read_text())
+    doc["remediations"][0]["data"]["drain_deadline"] = {"at": "2026-01-06T00:00:00Z"}
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    store = Store(tmp_path)
+    with store.transaction() as txn:
+        txn.state = txn.state.model_copy(update={"paused": True})
+    written = json.loads((tmp_path / "state.json").read_text())
+    assert written["remediations"][0]["data"]["drain_deadline"] == {"at": "2026-01-06T00:00:00Z"}
+    assert "evict_n" not in written["remediations"][1]["data"]  # flags at default: left out
+
+
+def test_a_working_state_flag_of_the_wrong_type_is_named(tmp_path: Path) -> None:
+    """SPEC I5 / house style 5: a flag of the wrong type is a store problem naming it,
+    never a TypeError in a later cycle's decide()."""
+    doc = json.loads(BEFORE_TYPED.read_text())
+    doc["remediations"][0]["data"]["evict_n"] = "many"
+    (tmp_path / "state.json").write_text(json.dumps(doc))
+    with pytest.raises(StoreCorrupt, match=r"remediations\.0\.data\.evict_n"):
+        Store(tmp_path).load()
