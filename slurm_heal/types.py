@@ -129,6 +129,8 @@ class NodeInfo:
     slurmd_start_time: datetime | None = None
     address: str = ""
     hostname: str = ""
+    # the cloud instance behind the node (Slurm 23.11+ InstanceId; "" where unset/older)
+    instance_id: str = ""
 
     @property
     def drained(self) -> bool:

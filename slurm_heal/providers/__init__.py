@@ -128,7 +128,8 @@ def make_provider(cfg: Mapping[str, Any], *, slurm: SlurmClient | None = None,
         raise ConfigError("must be a path string", key=f"{SECTION}.state_dir")
     chosen = own if own is not None else state_dir
     sd = Path(chosen) if chosen is not None else None
-    if sd is None and kind in ("exec", "slurm", "openstack"):
+    if sd is None and kind in ("exec", "slurm", "openstack", "aws", "redfish",
+                                               "gcp"):
         log.warning("provider %s has no state_dir: idempotency keys are remembered in "
                     "memory only and a restart could repeat an action", kind)
     return factory(cfg, slurm=slurm, state_dir=sd)
@@ -367,6 +368,30 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         attempts=s.integer("attempts", 4))
 
 
+def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+              state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.aws import AWS_ACTIONS, AwsProvider
+
+    for secret in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
+        if secret in cfg:
+            raise ConfigError("AWS credentials never go in this file: use the environment, "
+                              "a profile or the instance role", key=f"{SECTION}.{secret}")
+    s = _Section(cfg, frozenset({"region", "profile", "endpoint_url", "instances", "image",
+                                 "connect_timeout", "read_timeout", "attempts", "deadline",
+                                 "backoff", "actions"}))
+    endpoint = s.text("endpoint_url")
+    return AwsProvider(
+        region=s.text("region"), profile=s.text("profile"),
+        endpoint_url=_check_url(endpoint, f"{SECTION}.endpoint_url") if endpoint else None,
+        instances=s.table("instances"), slurm=slurm, image=s.text("image"),
+        state_dir=state_dir,
+        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
+        read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
+        attempts=s.integer("attempts", 4), deadline=s.number("deadline", 60.0, minimum=1),
+        backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
+
+
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
-                        ("openstack", _make_openstack), ("simulator", _make_simulator)):
+                        ("openstack", _make_openstack), ("simulator", _make_simulator),
+                        ("aws", _make_aws)):
     REGISTRY.register(_name, _factory)

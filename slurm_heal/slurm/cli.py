@@ -145,6 +145,7 @@ def node_from_json(raw: dict[str, Any]) -> NodeInfo:
         slurmd_start_time=parse_slurm_time(raw.get("slurmd_start_time")),
         address=_text(raw.get("address")),
         hostname=_text(raw.get("hostname")),
+        instance_id=_text(raw.get("instance_id")),
     )
 
 
@@ -278,6 +279,7 @@ def node_from_scontrol(line: str) -> NodeInfo:
         slurmd_start_time=parse_slurm_time(fields.get("SlurmdStartTime")),
         address=_text(fields.get("NodeAddr")),
         hostname=_text(fields.get("NodeHostName")),
+        instance_id=_text(fields.get("InstanceId")),
     )
 
 

@@ -1,0 +1,307 @@
+"""Cloud and BMC emulators on 127.0.0.1 for the provider tests: real HTTP, never patched
+functions.
+
+- `MotoServer`: moto's server mode (``moto_server -H 127.0.0.1 -p PORT``), an EC2 API.
+- `SushyEmulator`: sushy-tools' Redfish emulator with its fake driver (no libvirt).
+- `RecordingProxy`: a small HTTP server in front of either one. It records every request
+  (so a test counts how often an action really reached the platform), can run a hook on
+  a request before forwarding it (the lab tests reboot the lab node when EC2 is asked to
+  reboot it), and answers the EC2 operations moto lacks from a recorded exchange
+  (``CreateReplaceRootVolumeTask``, ``DescribeReplaceRootVolumeTasks``:
+  tests/data/providers/aws/).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from string import Template
+from typing import Any
+from urllib.parse import parse_qs
+
+import requests
+
+DATA = Path(__file__).resolve().parent / "data" / "providers"
+# Credentials for moto only: boto3 reads them from the environment, as in production.
+FAKE_AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        with contextlib.suppress(requests.RequestException):
+            requests.get(url, timeout=2)
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer at {url} within {timeout:g}s")
+
+
+class _Process:
+    """A server process of ours, stopped by its process id."""
+
+    argv: list[str]
+    probe = "/"
+    what = "server"
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> _Process:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        try:
+            _wait_http(self.url + self.probe, self.proc, self.what)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def _tool(name: str) -> str | None:
+    here = Path(os.sys.executable).parent / name  # the venv's own scripts first
+    return str(here) if here.exists() else shutil.which(name)
+
+
+class MotoServer(_Process):
+    what = "moto_server"
+    probe = "/moto-api/"
+
+    def __init__(self) -> None:
+        super().__init__()
+        exe = _tool("moto_server")
+        if exe is None:
+            raise FileNotFoundError("moto_server is not installed (pip install 'moto[server]')")
+        self.argv = [exe, "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def ec2(self) -> Any:
+        import boto3
+
+        return boto3.client("ec2", endpoint_url=self.url, region_name="us-east-1",
+                            aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def instance(self, instance_type: str = "p5.48xlarge") -> str:
+        """A new running instance (an EBS-backed GPU type by default)."""
+        client = self.ec2()
+        out = client.run_instances(ImageId="ami-12c6146b", InstanceType=instance_type,
+                                   MinCount=1, MaxCount=1)
+        iid: str = out["Instances"][0]["InstanceId"]
+        return iid
+
+
+class SushyEmulator(_Process):
+    what = "sushy-emulator"
+    probe = "/redfish/v1/"
+
+    def __init__(self) -> None:
+        super().__init__()
+        exe = _tool("sushy-emulator")
+        if exe is None:
+            raise FileNotFoundError("sushy-emulator is not installed (pip install sushy-tools)")
+        self.argv = [exe, "--fake", "-i", "127.0.0.1", "-p", str(self.port)]
+
+    def system(self) -> str:
+        """The @odata.id of the one fake system."""
+        members = requests.get(self.url + "/redfish/v1/Systems", timeout=5).json()["Members"]
+        path: str = members[0]["@odata.id"]
+        return path
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    body: bytes
+    form: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ec2_action(self) -> str:
+        return (self.form.get("Action") or [""])[0]
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.body or b"null")
+
+
+Hook = Callable[[Seen], None]
+
+
+class RecordingProxy:
+    """Forwards to ``upstream``; records requests; answers the recorded EC2 operations."""
+
+    def __init__(self, upstream: str, *, hook: Hook | None = None,
+                 replay_ec2: bool = True) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.hook = hook
+        self.replay_ec2 = replay_ec2
+        self.seen: list[Seen] = []
+        self.tasks: dict[str, dict[str, str]] = {}  # ClientToken -> recorded task
+        self.task_polls: dict[str, int] = {}
+        self.answer_next: list[tuple[int, str]] = []  # (status, body) answered instead
+        # EC2 action -> (status, body): answered instead, once; the request never arrives
+        self.answer_for: dict[str, tuple[int, str]] = {}
+        # EC2 action -> (status, body): the request arrives and runs, its answer is lost
+        self.lose: dict[str, tuple[int, str]] = {}
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> RecordingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- what the tests read ----------------------------------------------------------------
+    def ec2_calls(self, action: str, instance: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for s in self.seen if s.ec2_action == action and (
+                instance is None or instance in sum(s.form.values(), [])))
+
+    def redfish_resets(self) -> list[str]:
+        with self._lock:
+            return [s.json().get("ResetType", "") for s in self.seen
+                    if s.method == "POST" and s.path.endswith("/Actions/ComputerSystem.Reset")]
+
+    # -- the server ---------------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                form: dict[str, list[str]] = {}
+                if "x-www-form-urlencoded" in (self.headers.get("Content-Type") or ""):
+                    form = parse_qs(body.decode(), keep_blank_values=True)
+                seen = Seen(self.command, self.path, body, form)
+                with proxy._lock:
+                    proxy.seen.append(seen)
+                    injected = proxy.answer_next.pop(0) if proxy.answer_next else None
+                    if injected is None:
+                        injected = proxy.answer_for.pop(seen.ec2_action, None)
+                    lost = proxy.lose.pop(seen.ec2_action, None)
+                if injected is not None:
+                    self._reply(injected[0], injected[1].encode(), "text/xml")
+                    return
+                if proxy.replay_ec2 and seen.ec2_action in _RECORDED:
+                    status, text = _RECORDED[seen.ec2_action](proxy, seen)
+                    if lost is not None:
+                        status, text = lost
+                    self._reply(status, text.encode(), "text/xml;charset=UTF-8")
+                    return
+                if proxy.hook is not None:
+                    proxy.hook(seen)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "connection")}
+                resp = requests.request(self.command, proxy.upstream + self.path, data=body,
+                                        headers=headers, timeout=60, allow_redirects=False)
+                if lost is not None:
+                    self._reply(lost[0], lost[1].encode(), "text/xml")
+                    return
+                self._reply(resp.status_code, resp.content,
+                            resp.headers.get("Content-Type", ""))
+
+            def _reply(self, status: int, content: bytes, ctype: str) -> None:
+                self.send_response(status)
+                if ctype:
+                    self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                if content and self.command != "HEAD":
+                    self.wfile.write(content)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = _any
+
+        return Handler
+
+
+# --- the recorded EC2 exchange (operations moto does not implement) --------------------------
+def _template(name: str) -> Template:
+    return Template((DATA / "aws" / name).read_text())
+
+
+def _create_task(proxy: RecordingProxy, seen: Seen) -> tuple[int, str]:
+    token = (seen.form.get("ClientToken") or [""])[0]
+    with proxy._lock:
+        task = proxy.tasks.get(token)
+        if task is None:  # the ClientToken makes a repeat return the same task
+            task = {"task": f"replacevol-{len(proxy.tasks) + 1:017x}",
+                    "instance": seen.form["InstanceId"][0],
+                    "image": (seen.form.get("ImageId") or [""])[0]}
+            proxy.tasks[token] = task
+    return 200, _template("create-replace-root-volume-task.xml").substitute(
+        task, state="pending")
+
+
+def _describe_tasks(proxy: RecordingProxy, seen: Seen) -> tuple[int, str]:
+    wanted = seen.form.get("ReplaceRootVolumeTaskId.1", [""])[0]
+    with proxy._lock:
+        task = next((t for t in proxy.tasks.values() if t["task"] == wanted), None)
+        polls = proxy.task_polls[wanted] = proxy.task_polls.get(wanted, 0) + 1
+    if task is None:
+        return 400, _template("error.xml").substitute(
+            code="InvalidReplaceRootVolumeTaskId.NotFound",
+            message=f"The replace root volume task ID '{wanted}' does not exist")
+    # The first look finds it in progress, later ones succeeded (as EC2 reports it).
+    state = "in-progress" if polls == 1 else "succeeded"
+    return 200, _template("describe-replace-root-volume-tasks.xml").substitute(
+        task, state=state)
+
+
+_RECORDED: dict[str, Callable[[RecordingProxy, Seen], tuple[int, str]]] = {
+    "CreateReplaceRootVolumeTask": _create_task,
+    "DescribeReplaceRootVolumeTasks": _describe_tasks,
+}
+
+
+@contextlib.contextmanager
+def aws_env() -> Iterator[None]:
+    """The fake credentials in the environment, the way boto3 finds real ones."""
+    saved = {k: os.environ.get(k) for k in FAKE_AWS_ENV}
+    os.environ.update(FAKE_AWS_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
