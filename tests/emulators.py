@@ -136,7 +136,7 @@ class SushyEmulator(_Process):
         return path
 
 
-@dataclass
+@dataclass(eq=False)
 class Seen:
     method: str
     path: str
@@ -146,6 +146,13 @@ class Seen:
     @property
     def ec2_action(self) -> str:
         return (self.form.get("Action") or [""])[0]
+
+    @property
+    def op(self) -> str:
+        """The EC2 action, or "Reset" for a Redfish ComputerSystem.Reset."""
+        if self.method == "POST" and self.path.endswith("/Actions/ComputerSystem.Reset"):
+            return "Reset"
+        return self.ec2_action
 
     def json(self) -> Any:
         import json
@@ -160,7 +167,7 @@ class RecordingProxy:
     """Forwards to ``upstream``; records requests; answers the recorded EC2 operations."""
 
     def __init__(self, upstream: str, *, hook: Hook | None = None,
-                 replay_ec2: bool = True) -> None:
+                 replay_ec2: bool = True, tls: tuple[Path, Path] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.hook = hook
         self.replay_ec2 = replay_ec2
@@ -168,14 +175,23 @@ class RecordingProxy:
         self.tasks: dict[str, dict[str, str]] = {}  # ClientToken -> recorded task
         self.task_polls: dict[str, int] = {}
         self.answer_next: list[tuple[int, str]] = []  # (status, body) answered instead
-        # EC2 action -> (status, body): answered instead, once; the request never arrives
+        # Seen.op -> (status, body): answered instead, once; the request never arrives
         self.answer_for: dict[str, tuple[int, str]] = {}
-        # EC2 action -> (status, body): the request arrives and runs, its answer is lost
+        # Seen.op -> (status, body): the request arrives and runs, its answer is lost
         self.lose: dict[str, tuple[int, str]] = {}
+        self.not_forwarded: list[Seen] = []
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "http"
+        if tls is not None:  # (certificate, key): serve HTTPS
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> RecordingProxy:
@@ -193,9 +209,10 @@ class RecordingProxy:
                 instance is None or instance in sum(s.form.values(), [])))
 
     def redfish_resets(self) -> list[str]:
+        """The ResetType of every reset that reached the BMC (answered or lost)."""
         with self._lock:
             return [s.json().get("ResetType", "") for s in self.seen
-                    if s.method == "POST" and s.path.endswith("/Actions/ComputerSystem.Reset")]
+                    if s.op == "Reset" and s not in self.not_forwarded]
 
     # -- the server ---------------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -216,9 +233,11 @@ class RecordingProxy:
                     proxy.seen.append(seen)
                     injected = proxy.answer_next.pop(0) if proxy.answer_next else None
                     if injected is None:
-                        injected = proxy.answer_for.pop(seen.ec2_action, None)
-                    lost = proxy.lose.pop(seen.ec2_action, None)
+                        injected = proxy.answer_for.pop(seen.op, None)
+                    lost = proxy.lose.pop(seen.op, None)
                 if injected is not None:
+                    with proxy._lock:
+                        proxy.not_forwarded.append(seen)
                     self._reply(injected[0], injected[1].encode(), "text/xml")
                     return
                 if proxy.replay_ec2 and seen.ec2_action in _RECORDED:
@@ -290,6 +309,16 @@ _RECORDED: dict[str, Callable[[RecordingProxy, Seen], tuple[int, str]]] = {
     "CreateReplaceRootVolumeTask": _create_task,
     "DescribeReplaceRootVolumeTasks": _describe_tasks,
 }
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate and key for 127.0.0.1 (openssl), as a BMC's factory certificate."""
+    cert, key = directory / "bmc.crt", directory / "bmc.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True,
+                   capture_output=True, timeout=60)
+    return cert, key
 
 
 @contextlib.contextmanager

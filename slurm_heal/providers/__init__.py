@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -391,7 +392,101 @@ def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
 
 
+_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password"})
+
+
+def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                  state_dir: Path | None) -> Provider:
+    """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
+    at its top level; only there may a ``password`` be written out)."""
+    from slurm_heal.providers.redfish import (
+        DEFAULT_REBOOT_TYPES,
+        REDFISH_ACTIONS,
+        Bmc,
+        RedfishProvider,
+    )
+
+    if "password" in cfg:
+        raise ConfigError("never in this file: use password_file", key=f"{SECTION}.password")
+    s = _Section(cfg, frozenset({"bmcs", "bmcs_file", "username", "password_file", "verify",
+                                 "reboot_types", "connect_timeout", "read_timeout",
+                                 "attempts", "deadline", "backoff", "actions"}))
+    entries: dict[str, tuple[Mapping[str, Any], str]] = {}
+    bmcs_file = s.text("bmcs_file")
+    if bmcs_file is not None:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(Path(bmcs_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {bmcs_file}: {exc}",
+                              key=f"{SECTION}.bmcs_file") from exc
+        for node, entry in data.items():
+            entries[node] = (entry, f"{bmcs_file}: {node}")
+    inline = cfg.get("bmcs", {})
+    if not isinstance(inline, Mapping):
+        raise ConfigError("must be a table of node = {address = ...}", key=f"{SECTION}.bmcs")
+    for node, entry in inline.items():
+        if isinstance(entry, Mapping) and "password" in entry:
+            raise ConfigError("never in this file: use password_file or bmcs_file",
+                              key=f"{SECTION}.bmcs.{node}.password")
+        entries[node] = (entry, f"{SECTION}.bmcs.{node}")
+    if not entries:
+        raise ConfigError("no BMCs: add [provider.bmcs.NODE] tables or a bmcs_file",
+                          key=f"{SECTION}.bmcs")
+    default_user = s.text("username")
+    default_pw_file = s.text("password_file")
+    bmcs: dict[str, Bmc] = {}
+    for node, (entry, where) in entries.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError("must be a table with address", key=where)
+        unknown = sorted(set(entry) - _BMC_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r}; allowed: "
+                              f"{', '.join(sorted(_BMC_KEYS))}", key=where)
+        address = entry.get("address")
+        if not isinstance(address, str):
+            raise ConfigError("needs address = \"https://BMC\"", key=where)
+        _check_url(address, f"{where}.address")
+        user = entry.get("username", default_user)
+        password = entry.get("password")
+        pw_file = entry.get("password_file", default_pw_file)
+        if not isinstance(user, str) or not user:
+            raise ConfigError("no username (here or in [provider] username)", key=where)
+        if password is None:
+            if not isinstance(pw_file, str):
+                raise ConfigError("no password_file (here or in [provider] password_file)",
+                                  key=where)
+            try:
+                password = Path(pw_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {pw_file}: {exc}",
+                                  key=f"{where}.password_file") from exc
+        system = entry.get("system")
+        if system is not None and (not isinstance(system, str) or not system.startswith("/")):
+            raise ConfigError("must be the system's @odata.id, e.g. /redfish/v1/Systems/1",
+                              key=f"{where}.system")
+        bmcs[node] = Bmc(address=address, username=user, password=str(password),
+                         system=system)
+    verify = cfg.get("verify", True)
+    if not isinstance(verify, (bool, str)) or verify == "":
+        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
+    reboot_types = cfg.get("reboot_types", list(DEFAULT_REBOOT_TYPES))
+    if not isinstance(reboot_types, list) or not reboot_types or not all(
+            t in ("ForceRestart", "GracefulRestart", "PowerCycle") for t in reboot_types):
+        raise ConfigError("must be a list of ForceRestart, GracefulRestart, PowerCycle",
+                          key=f"{SECTION}.reboot_types")
+    return RedfishProvider(
+        bmcs, verify=verify, state_dir=state_dir, reboot_types=reboot_types,
+        connect_timeout=s.number("connect_timeout", 5.0, minimum=0.001),
+        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
+        attempts=s.integer("attempts", 3), deadline=s.number("deadline", 90.0, minimum=1),
+        backoff=s.number("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
+
+
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
                         ("openstack", _make_openstack), ("simulator", _make_simulator),
-                        ("aws", _make_aws)):
+                        ("aws", _make_aws), ("redfish", _make_redfish)):
     REGISTRY.register(_name, _factory)
