@@ -334,3 +334,114 @@ def aws_env() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# --- a local Compute Engine endpoint (REST v1 shapes from tests/data/providers/gcp) ----------
+class ComputeEngine:
+    """Answers the Compute Engine methods the gcp provider uses, in the API's JSON shapes:
+    instances.reset/stop/start/reportHostAsFaulty, instanceGroupManagers.recreateInstances
+    (each a zone Operation, deduplicated by requestId as Compute Engine does) and
+    zoneOperations.get (RUNNING at the first look, DONE after)."""
+
+    def __init__(self, *, report_host_as_faulty: bool = True) -> None:
+        import json
+
+        self._json = json
+        self.report_host_as_faulty = report_host_as_faulty
+        self.shape = json.loads((DATA / "gcp" / "operation.json").read_text())
+        self.error = json.loads((DATA / "gcp" / "error.json").read_text())
+        self.calls: list[tuple[str, str, str]] = []  # (method, instance, requestId)
+        self.executed: list[tuple[str, str]] = []  # (method, instance), once per requestId
+        self.operations: dict[str, dict[str, Any]] = {}
+        self.by_request: dict[str, str] = {}
+        self.answer_next: list[int] = []  # HTTP statuses answered instead (e.g. 503)
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ComputeEngine:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _operation(self, method: str, project: str, zone: str, target: str,
+                   request_id: str) -> tuple[int, Any]:
+        with self._lock:
+            self.calls.append((method, target, request_id))
+            if request_id and request_id in self.by_request:
+                return 200, self.operations[self.by_request[request_id]]
+            if method == "reportHostAsFaulty" and not self.report_host_as_faulty:
+                return 400, self.error
+            name = f"operation-{len(self.operations) + 1:04d}-{method}"
+            base = f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}"
+            op = dict(self.shape, name=name, operationType=method, status="RUNNING",
+                      id=str(len(self.operations) + 1), zone=base,
+                      targetLink=f"{base}/{target}", selfLink=f"{base}/operations/{name}")
+            self.operations[name] = op
+            if request_id:
+                self.by_request[request_id] = name
+            self.executed.append((method, target.rsplit("/", 1)[-1]))
+            return 200, op
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        import re
+        from urllib.parse import urlsplit
+
+        fake = self
+        prefix = r"^/compute/v1/projects/(?P<p>[^/]+)/zones/(?P<z>[^/]+)/"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, body: Any) -> None:
+                data = fake._json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                parts = urlsplit(self.path)
+                rid = (parse_qs(parts.query).get("requestId") or [""])[0]
+                with fake._lock:
+                    injected = fake.answer_next.pop(0) if fake.answer_next else None
+                if injected is not None:
+                    self._reply(injected, {"error": {"code": injected, "message": "busy"}})
+                    return
+                m = re.match(prefix + r"instances/(?P<i>[^/]+)/(?P<m>reset|stop|start|"
+                             r"reportHostAsFaulty)$", parts.path)
+                if m:
+                    self._reply(*fake._operation(m["m"], m["p"], m["z"],
+                                                 f"instances/{m['i']}", rid))
+                    return
+                m = re.match(prefix + r"instanceGroupManagers/(?P<g>[^/]+)/recreateInstances$",
+                             parts.path)
+                if m:
+                    self._reply(*fake._operation("recreateInstances", m["p"], m["z"],
+                                                 f"instanceGroupManagers/{m['g']}", rid))
+                    return
+                self._reply(404, {"error": {"code": 404, "message": f"no {parts.path}"}})
+
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                m = re.match(prefix + r"operations/(?P<o>[^/]+)$", parts.path)
+                with fake._lock:
+                    op = fake.operations.get(m["o"]) if m else None
+                    if op is None:
+                        body = {"error": {"code": 404, "message": f"no {parts.path}"}}
+                        self._reply(404, body)
+                        return
+                    answer = dict(op)
+                    op["status"] = "DONE"  # the next look finds it finished
+                self._reply(200, answer)
+
+        return Handler

@@ -486,7 +486,31 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         backoff=s.number("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
 
 
+def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+              state_dir: Path | None) -> Provider:
+    from slurm_heal.providers.gcp import GCP_ACTIONS, GcpProvider
+
+    s = _Section(cfg, frozenset({"project", "zone", "instances", "instance_group_manager",
+                                 "fault_behavior", "api_endpoint", "credentials_file",
+                                 "read_timeout", "deadline", "backoff", "actions"}))
+    behavior = s.text("fault_behavior", "UNRECOVERABLE_GPU_ERROR") or ""
+    if behavior not in ("UNRECOVERABLE_GPU_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION",
+                        "CHIP_ERROR", "BEHAVIOR_UNSPECIFIED"):
+        raise ConfigError(f"{behavior!r} is not a reportHostAsFaulty behavior",
+                          key=f"{SECTION}.fault_behavior")
+    endpoint = s.text("api_endpoint")
+    return GcpProvider(
+        project=s.text("project", required=True) or "", zone=s.text("zone", required=True) or "",
+        instances=s.table("instances"),
+        instance_group_manager=s.text("instance_group_manager"), fault_behavior=behavior,
+        api_endpoint=_check_url(endpoint, f"{SECTION}.api_endpoint") if endpoint else None,
+        credentials_file=s.text("credentials_file"), state_dir=state_dir,
+        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
+        deadline=s.number("deadline", 90.0, minimum=1), backoff=s.number("backoff", 0.5),
+        actions=s.actions("actions", GCP_ACTIONS))
+
+
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
                         ("openstack", _make_openstack), ("simulator", _make_simulator),
-                        ("aws", _make_aws), ("redfish", _make_redfish)):
+                        ("aws", _make_aws), ("redfish", _make_redfish), ("gcp", _make_gcp)):
     REGISTRY.register(_name, _factory)

@@ -26,7 +26,7 @@ from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.providers.slurm import SlurmRebootProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
-from tests.emulators import RecordingProxy, aws_env
+from tests.emulators import ComputeEngine, RecordingProxy, aws_env
 from tests.lab import Lab
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
@@ -48,10 +48,20 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish"])
+@pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish",
+                        "gcp"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     kind = request.param
-    if kind == "aws":  # moto's EC2 server, behind a proxy that counts what reached it
+    if kind == "gcp":  # a local Compute Engine endpoint (the client's api_endpoint)
+        from google.auth.credentials import AnonymousCredentials
+
+        from slurm_heal.providers.gcp import GcpProvider
+
+        with ComputeEngine() as gce:
+            yield Case(GcpProvider(project="hpc", zone="us-central1-a", api_endpoint=gce.url,
+                                   credentials=AnonymousCredentials(), state_dir=tmp_path),
+                       lambda: gce.executed.count(("reset", NODE)), lambda: None)
+    elif kind == "aws":  # moto's EC2 server, behind a proxy that counts what reached it
         moto = request.getfixturevalue("moto_server")
         iid = moto.instance()
         with aws_env(), RecordingProxy(moto.url) as proxy:
