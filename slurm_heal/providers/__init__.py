@@ -341,32 +341,96 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     s = _Section(cfg, frozenset({
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
-        "connect_timeout", "read_timeout", "attempts"}))
+        "connect_timeout", "read_timeout", "attempts", "cloud", "clouds_yaml",
+        "application_credential_id", "application_credential_secret_file"}))
+    auth: dict[str, Any] = {}
+    cloud = s.text("cloud")
+    if cloud is not None:
+        auth = _clouds_yaml(cloud, s.text("clouds_yaml"))
     password = s.text("password")
     password_file = s.text("password_file")
-    if (password is None) == (password_file is None):
-        raise ConfigError("set exactly one of password and password_file",
-                          key=f"{SECTION}.password_file")
+    app_id = s.text("application_credential_id") or auth.get("application_credential_id")
+    app_secret_file = s.text("application_credential_secret_file")
+    app_secret = auth.get("application_credential_secret")
+    if app_secret_file is not None:
+        app_secret = _read_secret(app_secret_file, "application_credential_secret_file")
+    if app_id is not None:
+        if not app_secret:
+            raise ConfigError("an application credential needs its secret "
+                              "(application_credential_secret_file or clouds.yaml)",
+                              key=f"{SECTION}.application_credential_secret_file")
+    elif cloud is not None and password is None and password_file is None:
+        password = auth.get("password")
+        if not password:
+            raise ConfigError(f"cloud {cloud!r} has neither a password nor an application "
+                              "credential", key=f"{SECTION}.cloud")
+    elif (password is None) == (password_file is None):
+        raise ConfigError("set exactly one of password and password_file (or an "
+                          "application credential, or cloud)", key=f"{SECTION}.password_file")
     if password_file is not None:
-        try:
-            password = Path(password_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {password_file}: {exc}",
-                              key=f"{SECTION}.password_file") from exc
+        password = _read_secret(password_file, "password_file")
+    auth_url = s.text("auth_url") or auth.get("auth_url")
+    if not auth_url:
+        raise ConfigError("is required (here or in the clouds.yaml entry)",
+                          key=f"{SECTION}.auth_url")
+    username = s.text("username") or auth.get("username") or ""
+    project = s.text("project_name") or auth.get("project_name") or ""
+    if app_id is None and (not username or not project):
+        raise ConfigError("username and project_name are required with a password",
+                          key=f"{SECTION}.username" if not username
+                          else f"{SECTION}.project_name")
     compute_url = s.text("compute_url")
     return OpenStackProvider(
-        auth_url=_check_url(s.text("auth_url", required=True) or "", f"{SECTION}.auth_url"),
-        username=s.text("username", required=True) or "", password=password or "",
-        project_name=s.text("project_name", required=True) or "",
-        user_domain=s.text("user_domain", "Default") or "Default",
-        project_domain=s.text("project_domain", "Default") or "Default",
+        auth_url=_check_url(str(auth_url), f"{SECTION}.auth_url"),
+        username=username, password=password or "", project_name=project,
+        user_domain=s.text("user_domain") or auth.get("user_domain_name") or "Default",
+        project_domain=s.text("project_domain") or auth.get("project_domain_name")
+        or "Default",
         compute_url=_check_url(compute_url, f"{SECTION}.compute_url") if compute_url else None,
-        interface=s.text("interface", "public") or "public", region=s.text("region"),
+        interface=s.text("interface") or auth.get("interface") or "public",
+        region=s.text("region") or auth.get("region_name"),
         image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
         state_dir=state_dir,
         connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4))
+        attempts=s.integer("attempts", 4),
+        application_credential_id=app_id, application_credential_secret=app_secret)
+
+
+def _read_secret(path: str, name: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", key=f"{SECTION}.{name}") from exc
+
+
+def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
+    """The auth settings of ``cloud`` in clouds.yaml (openstacksdk's loader: the usual
+    places, or ``path``), flattened: auth_url, username, password, project_name, domains,
+    application_credential_id/secret, region_name, interface."""
+    try:
+        from openstack.config import loader
+    except ImportError as exc:
+        raise ConfigError("clouds.yaml needs openstacksdk (pip install "
+                          "'slurm-heal[openstack]')", key=f"{SECTION}.cloud") from exc
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # the SDK warns about its optional metrics backends
+            warnings.simplefilter("ignore")
+            region = loader.OpenStackConfig(config_files=[path] if path else None,
+                                            load_envvars=False).get_one(cloud=cloud)
+    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; name the key
+        raise ConfigError(f"cannot use cloud {cloud!r} from "
+                          f"{path or 'clouds.yaml'}: {exc}", key=f"{SECTION}.cloud") from exc
+    auth = dict(region.config.get("auth") or {})
+    auth["region_name"] = region.get_region_name() or None
+    auth["interface"] = region.get_interface() or None
+    for generic, specific in (("user_domain_name", "domain_name"),
+                              ("project_domain_name", "domain_name")):
+        if not auth.get(generic) and auth.get(specific):
+            auth[generic] = auth[specific]
+    return {k: v for k, v in auth.items() if v is not None}
 
 
 def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
