@@ -184,7 +184,8 @@ class OpenStackProvider:
             rec.update(status="failed", detail=f"nova: server {rec['server']} is in ERROR")
         elif status == _DONE_STATUS and task is None and fresh:
             rec.update(status="succeeded",
-                       detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}")
+                       detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}"
+                              + (" (confirmResize)" if rec.get("confirmed") else ""))
         else:
             return operation(key, rec)
         self.records.put(key, rec)

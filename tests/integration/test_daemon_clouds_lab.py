@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from slurm_heal.models import Phase
+from slurm_heal.providers.simulator import LabHook, SimulatorServer, server_id
+from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.types import Action
 from tests.emulators import FAKE_AWS_ENV, MotoServer, RecordingProxy, Seen, SushyEmulator
 from tests.integration.test_daemon_lab import XID79, Heal
@@ -109,6 +111,60 @@ address = "{proxy.url}"
             yield heal
         finally:
             heal.close()
+
+
+@pytest.fixture
+def openstack_lab(lab_clean: Lab, tmp_path: Path) -> Iterator[Heal]:
+    """The simulator's Keystone + (stricter) Nova, whose actions really reboot lab nodes."""
+    lab = lab_clean
+    hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
+    with SimulatorServer(port=0, on_action=hook, duration=0.5,
+                         os_users={"heal": "pw"}) as sim:
+        (tmp_path / "os.pass").write_text("pw\n")
+        heal = _heal(lab, tmp_path, sim, f"""
+[provider]
+type = "openstack"
+auth_url = "{sim.url}"
+username = "heal"
+password_file = "{tmp_path / 'os.pass'}"
+project_name = "hpc"
+read_timeout = 60
+""")
+        try:
+            yield heal
+        finally:
+            heal.close()
+
+
+def test_openstack_xid79_cold_migrate_is_confirmed_and_the_node_returns(
+        lab: Lab, openstack_lab: Heal) -> None:
+    """SPEC L2: Nova's cold migration stops at VERIFY_RESIZE; the provider confirms it and
+    the remediation completes: cordon -> act -> return -> resume."""
+    heal = openstack_lab
+    node = "gpu04"
+    heal.kernel_says(node, XID79)
+    assert heal.check(node).returncode == 1
+    heal.start_daemon()
+    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    assert rem.action is Action.MIGRATE
+    assert list(heal.executed().values()) == [1]
+    assert _nova_status(heal.sim, node) == "ACTIVE"  # confirmed, not left in VERIFY_RESIZE
+    act = [a for a in rem.attempts if a.effect == "act"][-1]
+    assert act.outcome == "ok" and "confirmResize" in act.detail, act
+
+
+def _nova_status(sim: SimulatorServer, node: str) -> str:
+    import requests
+
+    token = requests.post(sim.url + "/v3/auth/tokens", timeout=10, json={"auth": {"identity": {
+        "methods": ["password"], "password": {"user": {"name": "heal", "password": "pw",
+                                                       "domain": {"name": "Default"}}}}}}
+                          ).headers["X-Subject-Token"]
+    body = requests.get(f"{sim.url}/compute/v2.1/servers/{server_id(node)}", timeout=10,
+                        headers={"X-Auth-Token": token}).json()
+    status: str = body["server"]["status"]
+    return status
 
 
 def test_aws_xid79_migrates_by_stop_and_start_and_the_node_returns(
