@@ -2,7 +2,8 @@
 docs/providers.md for the configuration of each type.
 
 The registry is an explicit list that rejects duplicate names (house style 7). Built-in
-types: ``http``, ``exec``, ``slurm``, ``openstack``, ``simulator``. Third-party types
+types: ``http``, ``exec``, ``slurm``, ``openstack``, ``aws``, ``gcp``, ``redfish``,
+``simulator`` (the cloud ones need their extra installed). Third-party types
 come in through the entry point group ``slurm_heal.providers``: each entry point names a
 factory ``factory(cfg, *, slurm, state_dir) -> Provider``; one that fails to load is
 listed by `available_providers` as unavailable, with its error.
@@ -433,8 +434,22 @@ def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
     return {k: v for k, v in auth.items() if v is not None}
 
 
+def _need(module: str, extra: str) -> None:
+    """A clear ConfigError (not an ImportError traceback) when an extra is missing."""
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package (google.cloud) is missing
+        found = False
+    if not found:
+        raise ConfigError(f"needs the {module} package: pip install 'slurm-heal[{extra}]'",
+                          key=f"{SECTION}.type")
+
+
 def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
+    _need("boto3", "aws")
     from slurm_heal.providers.aws import AWS_ACTIONS, AwsProvider
 
     for secret in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
@@ -463,6 +478,7 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                   state_dir: Path | None) -> Provider:
     """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
     at its top level; only there may a ``password`` be written out)."""
+    _need("sushy", "redfish")
     from slurm_heal.providers.redfish import (
         DEFAULT_REBOOT_TYPES,
         REDFISH_ACTIONS,
@@ -552,6 +568,7 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
 
 def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
+    _need("google.cloud.compute_v1", "gcp")
     from slurm_heal.providers.gcp import GCP_ACTIONS, GcpProvider
 
     s = _Section(cfg, frozenset({"project", "zone", "instances", "instance_group_manager",
