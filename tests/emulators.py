@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -88,7 +89,7 @@ class _Process:
 
 
 def _tool(name: str) -> str | None:
-    here = Path(os.sys.executable).parent / name  # the venv's own scripts first
+    here = Path(sys.executable).parent / name  # the venv's own scripts first
     return str(here) if here.exists() else shutil.which(name)
 
 
