@@ -176,8 +176,9 @@ class RecordingProxy:
         self.tasks: dict[str, dict[str, str]] = {}  # ClientToken -> recorded task
         self.task_polls: dict[str, int] = {}
         self.answer_next: list[tuple[int, str]] = []  # (status, body) answered instead
-        # Seen.op -> (status, body): answered instead, once; the request never arrives
-        self.answer_for: dict[str, tuple[int, str]] = {}
+        # Seen.op -> [(status, body), ...]: the next requests for it are answered with
+        # these instead, one each; they never arrive
+        self.answer_for: dict[str, list[tuple[int, str]]] = {}
         # Seen.op -> (status, body): the request arrives and runs, its answer is lost
         self.lose: dict[str, tuple[int, str]] = {}
         self.not_forwarded: list[Seen] = []
@@ -234,7 +235,8 @@ class RecordingProxy:
                     proxy.seen.append(seen)
                     injected = proxy.answer_next.pop(0) if proxy.answer_next else None
                     if injected is None:
-                        injected = proxy.answer_for.pop(seen.op, None)
+                        queued = proxy.answer_for.get(seen.op)
+                        injected = queued.pop(0) if queued else None
                     lost = proxy.lose.pop(seen.op, None)
                 if injected is not None:
                     with proxy._lock:

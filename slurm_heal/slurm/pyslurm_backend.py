@@ -69,6 +69,7 @@ def node_from_pyslurm(node: Any) -> NodeInfo:
         slurmd_start_time=parse_slurm_time(_get(node, "slurmd_start_time")),
         address=_text(_get(node, "address")),
         hostname=_text(_get(node, "hostname")),
+        instance_id=_text(_get(node, "instance_id")),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from slurm_heal.errors import ConfigError, ProviderError, ProviderRefused
 from slurm_heal.providers import make_provider
 from slurm_heal.providers.aws import AwsProvider, client_token
-from slurm_heal.slurm.cli import parse_scontrol_nodes
+from slurm_heal.slurm.cli import node_from_json, parse_scontrol_nodes
 from slurm_heal.types import Action, NodeInfo
 from tests.emulators import DATA, MotoServer, RecordingProxy, aws_env
 
@@ -140,7 +140,7 @@ def test_rebuild_whose_answer_was_lost_is_resent_with_the_same_client_token(
 def _inject_for(proxy: RecordingProxy, action: str, status: int, body: str) -> None:
     """Answer the next request for ``action`` with ``status``/``body``; it never reaches
     EC2 (others pass)."""
-    proxy.answer_for[action] = (status, body)
+    proxy.answer_for.setdefault(action, []).append((status, body))
 
 
 def test_throttling_is_retried_and_the_reboot_reaches_ec2_once(
@@ -152,6 +152,31 @@ def test_throttling_is_retried_and_the_reboot_reaches_ec2_once(
     op = p.submit("gpu01", Action.REBOOT, "r-a7:act:0")
     assert op.status == "succeeded"
     assert ec2.ec2_calls("RebootInstances", iid) == 2  # one throttled, one through
+
+
+def test_a_throttled_read_is_retried_by_botocore(
+        ec2: RecordingProxy, moto_server: MotoServer, tmp_path: Path) -> None:
+    iid = moto_server.instance()
+    p = _provider(ec2, tmp_path, instances={"gpu01": iid})
+    _inject_for(ec2, "DescribeInstances", 503, _error("RequestLimitExceeded"))
+    assert p.submit("gpu01", Action.REBOOT, "r-a15:act:0").status == "succeeded"
+    assert ec2.ec2_calls("DescribeInstances", iid) == 2
+
+
+def test_throttled_past_the_last_try_sends_nothing_and_the_next_poll_sends_it(
+        ec2: RecordingProxy, moto_server: MotoServer, tmp_path: Path) -> None:
+    """Bounded retries: after `attempts` throttled tries the call gives up (the controller
+    leaves the attempt in flight); nothing reached EC2, so the next poll sends it."""
+    iid = moto_server.instance()
+    p = _provider(ec2, tmp_path, instances={"gpu01": iid}, attempts=2)
+    for _ in range(2):
+        _inject_for(ec2, "RebootInstances", 503, _error("RequestLimitExceeded"))
+    with pytest.raises(ProviderError, match="RequestLimitExceeded.*gave up after 2 tries"):
+        p.submit("gpu01", Action.REBOOT, "r-a16:act:0")
+    assert ec2.ec2_calls("RebootInstances", iid) == 2 and not ec2.answer_for["RebootInstances"]
+    op = p.status("r-a16:act:0")
+    assert op is not None and op.status == "succeeded"
+    assert ec2.ec2_calls("RebootInstances", iid) == 3  # two throttled, one that ran
 
 
 def test_a_reboot_whose_answer_was_lost_is_never_sent_again(
@@ -224,6 +249,8 @@ def test_instance_id_comes_from_slurm_instance_id_first(
             "Partitions=gpu Reason=(null)")
     node = parse_scontrol_nodes(line)[0]
     assert node.instance_id == iid
+    assert node_from_json({"name": "gpu01", "instance_id": iid}).instance_id == iid
+    assert node_from_json({"name": "gpu01"}).instance_id == ""  # before 23.11
 
     class OneNode:
         def node(self, name: str) -> NodeInfo:

@@ -79,7 +79,7 @@ def test_a_reset_whose_answer_was_lost_is_never_sent_again(bmc: RecordingProxy,
 
 def test_a_busy_bmc_is_asked_again_and_resets_once(bmc: RecordingProxy, tmp_path: Path) -> None:
     p = _provider(bmc, tmp_path)
-    bmc.answer_for["Reset"] = (503, BUSY)
+    bmc.answer_for["Reset"] = [(503, BUSY)]
     assert p.submit("gpu01", Action.REBOOT, "r-b6:act:0").status == "succeeded"
     assert bmc.redfish_resets() == ["ForceRestart"]  # the busy one never reached it
 
