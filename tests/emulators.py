@@ -314,6 +314,22 @@ _RECORDED: dict[str, Callable[[RecordingProxy, Seen], tuple[int, str]]] = {
 }
 
 
+def service_account_key(directory: Path, token_uri: str) -> Path:
+    """A service-account key file whose token endpoint is ``token_uri`` (a local fake)."""
+    import json
+
+    pem = directory / "sa.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(pem), "2048"], check=True,
+                   capture_output=True, timeout=60)
+    key = directory / "sa.json"
+    key.write_text(json.dumps({
+        "type": "service_account", "project_id": "hpc-prod", "private_key_id": "k1",
+        "private_key": pem.read_text(), "client_id": "1",
+        "client_email": "slurm-heal@hpc-prod.iam.gserviceaccount.com",
+        "token_uri": token_uri}))
+    return key
+
+
 def self_signed(directory: Path) -> tuple[Path, Path]:
     """A certificate and key for 127.0.0.1 (openssl), as a BMC's factory certificate."""
     cert, key = directory / "bmc.crt", directory / "bmc.key"
@@ -346,7 +362,8 @@ class ComputeEngine:
     (each a zone Operation, deduplicated by requestId as Compute Engine does) and
     zoneOperations.get (RUNNING at the first look, DONE after)."""
 
-    def __init__(self, *, report_host_as_faulty: bool = True) -> None:
+    def __init__(self, *, report_host_as_faulty: bool = True,
+                 hook: Callable[[str, str], None] | None = None) -> None:
         import json
 
         self._json = json
@@ -358,6 +375,9 @@ class ComputeEngine:
         self.operations: dict[str, dict[str, Any]] = {}
         self.by_request: dict[str, str] = {}
         self.answer_next: list[int] = []  # HTTP statuses answered instead (e.g. 503)
+        self.hook = hook  # hook(method, instance) when a method first runs
+        self.tokens_issued = 0  # OAuth2 token endpoint (/token) for service-account keys
+        self.authorizations: list[str] = []  # Authorization header of each method call
         self._lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -389,7 +409,9 @@ class ComputeEngine:
             if request_id:
                 self.by_request[request_id] = name
             self.executed.append((method, target.rsplit("/", 1)[-1]))
-            return 200, op
+        if self.hook is not None:
+            self.hook(method, target.rsplit("/", 1)[-1])
+        return 200, op
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         import re
@@ -414,6 +436,14 @@ class ComputeEngine:
                 length = int(self.headers.get("Content-Length") or 0)
                 self.rfile.read(length)
                 parts = urlsplit(self.path)
+                if parts.path == "/token":  # Google's OAuth2 token endpoint, for a key file
+                    with fake._lock:
+                        fake.tokens_issued += 1
+                    self._reply(200, {"access_token": f"ya29.fake{fake.tokens_issued}",
+                                      "expires_in": 3600, "token_type": "Bearer"})
+                    return
+                with fake._lock:
+                    fake.authorizations.append(self.headers.get("Authorization", ""))
                 rid = (parse_qs(parts.query).get("requestId") or [""])[0]
                 with fake._lock:
                     injected = fake.answer_next.pop(0) if fake.answer_next else None

@@ -18,7 +18,15 @@ from slurm_heal.models import Phase
 from slurm_heal.providers.simulator import LabHook, SimulatorServer, server_id
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.types import Action
-from tests.emulators import FAKE_AWS_ENV, MotoServer, RecordingProxy, Seen, SushyEmulator
+from tests.emulators import (
+    FAKE_AWS_ENV,
+    ComputeEngine,
+    MotoServer,
+    RecordingProxy,
+    Seen,
+    SushyEmulator,
+    service_account_key,
+)
 from tests.integration.test_daemon_lab import XID79, Heal
 from tests.lab import Lab
 
@@ -32,8 +40,9 @@ REBOOTING_RESETS = ("ForceRestart", "GracefulRestart", "PowerCycle", "On")
 class Platform:
     """What Heal reads from its simulator: the url and the executed actions."""
 
-    def __init__(self, proxy: RecordingProxy, executed: dict[str, int]) -> None:
-        self.proxy, self.url, self._executed = proxy, proxy.url, executed
+    def __init__(self, url: str, executed: dict[str, int],
+                 proxy: RecordingProxy | None = None) -> None:
+        self.proxy, self.url, self._executed = proxy, url, executed
 
     def stats(self) -> dict[str, dict[str, int]]:
         return {"executed": dict(self._executed)}
@@ -69,7 +78,7 @@ def aws_lab(lab_clean: Lab, tmp_path: Path, moto_server: MotoServer,
         monkeypatch.setitem(lab.env, k, v)
     with RecordingProxy(moto_server.url, hook=hardware) as proxy:
         table = "\n".join(f'{n} = "{i}"' for n, i in instances.items())
-        heal = _heal(lab, tmp_path, Platform(proxy, executed), f"""
+        heal = _heal(lab, tmp_path, Platform(proxy.url, executed, proxy), f"""
 [provider]
 type = "aws"
 region = "us-east-1"
@@ -98,7 +107,7 @@ def redfish_lab(lab_clean: Lab, tmp_path: Path,
 
     (tmp_path / "bmc.pass").write_text("secret\n")
     with RecordingProxy(sushy_emulator.url, hook=hardware) as proxy:
-        heal = _heal(lab, tmp_path, Platform(proxy, executed), f"""
+        heal = _heal(lab, tmp_path, Platform(proxy.url, executed, proxy), f"""
 [provider]
 type = "redfish"
 username = "admin"
@@ -165,6 +174,50 @@ def _nova_status(sim: SimulatorServer, node: str) -> str:
                         headers={"X-Auth-Token": token}).json()
     status: str = body["server"]["status"]
     return status
+
+
+@pytest.fixture
+def gcp_lab(lab_clean: Lab, tmp_path: Path) -> Iterator[tuple[Heal, ComputeEngine]]:
+    """A local Compute Engine endpoint whose reset really reboots the lab node; the daemon
+    authenticates with a service-account key whose token endpoint is that server."""
+    lab = lab_clean
+    executed: dict[str, int] = {}
+
+    def hardware(method: str, instance: str) -> None:
+        if method in ("reset", "start") and instance in lab.nodes:
+            lab.reboot(instance, delay=0.5)
+            executed[f"{instance}:{method}"] = executed.get(f"{instance}:{method}", 0) + 1
+
+    with ComputeEngine(hook=hardware) as gce:
+        key = service_account_key(tmp_path, gce.url + "/token")
+        heal = _heal(lab, tmp_path, Platform(gce.url, executed), f"""
+[provider]
+type = "gcp"
+project = "hpc-prod"
+zone = "us-central1-a"
+api_endpoint = "{gce.url}"
+credentials_file = "{key}"
+""")
+        try:
+            yield heal, gce
+        finally:
+            heal.close()
+
+
+def test_gcp_xid119_resets_the_vm_and_the_node_returns(
+        lab: Lab, gcp_lab: tuple[Heal, ComputeEngine]) -> None:
+    heal, gce = gcp_lab
+    node = "gpu01"
+    heal.kernel_says(node, XID119)
+    assert heal.check(node).returncode == 1
+    heal.start_daemon()
+    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    assert rem.action is Action.REBOOT
+    assert gce.executed == [("reset", node)]
+    assert heal.executed() == {f"{node}:reset": 1}
+    # signed with the service-account key (a self-signed JWT, or a token from its endpoint)
+    assert gce.authorizations and all(a.startswith("Bearer ") for a in gce.authorizations)
 
 
 def test_aws_xid79_migrates_by_stop_and_start_and_the_node_returns(
