@@ -61,3 +61,33 @@ def lab_clean(lab: Lab) -> Lab:
     """The lab with every node IDLE, Extra empty and no jobs before the test runs."""
     lab.reset()
     return lab
+
+
+# --- cloud and BMC emulators (tests/emulators.py), one each per session -----------------------
+def _emulator(kind: type) -> Iterator[object]:
+    try:
+        server = kind().start()
+    except (FileNotFoundError, RuntimeError) as exc:
+        if _in_ci():
+            raise
+        pytest.skip(f"{kind.__name__} unavailable: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[object]:
+    """moto's EC2 in server mode on 127.0.0.1 (a free port)."""
+    from tests.emulators import MotoServer
+
+    yield from _emulator(MotoServer)
+
+
+@pytest.fixture(scope="session")
+def sushy_emulator() -> Iterator[object]:
+    """sushy-tools' Redfish emulator (fake driver) on 127.0.0.1 (a free port)."""
+    from tests.emulators import SushyEmulator
+
+    yield from _emulator(SushyEmulator)

@@ -2,7 +2,8 @@
 docs/providers.md for the configuration of each type.
 
 The registry is an explicit list that rejects duplicate names (house style 7). Built-in
-types: ``http``, ``exec``, ``slurm``, ``openstack``, ``simulator``. Third-party types
+types: ``http``, ``exec``, ``slurm``, ``openstack``, ``aws``, ``gcp``, ``redfish``,
+``simulator`` (the cloud ones need their extra installed). Third-party types
 come in through the entry point group ``slurm_heal.providers``: each entry point names a
 factory ``factory(cfg, *, slurm, state_dir) -> Provider``; one that fails to load is
 listed by `available_providers` as unavailable, with its error.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +130,8 @@ def make_provider(cfg: Mapping[str, Any], *, slurm: SlurmClient | None = None,
         raise ConfigError("must be a path string", key=f"{SECTION}.state_dir")
     chosen = own if own is not None else state_dir
     sd = Path(chosen) if chosen is not None else None
-    if sd is None and kind in ("exec", "slurm", "openstack"):
+    if sd is None and kind in ("exec", "slurm", "openstack", "aws", "redfish",
+                                               "gcp"):
         log.warning("provider %s has no state_dir: idempotency keys are remembered in "
                     "memory only and a restart could repeat an action", kind)
     return factory(cfg, slurm=slurm, state_dir=sd)
@@ -339,34 +342,256 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     s = _Section(cfg, frozenset({
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
-        "connect_timeout", "read_timeout", "attempts"}))
+        "connect_timeout", "read_timeout", "attempts", "cloud", "clouds_yaml",
+        "application_credential_id", "application_credential_secret_file"}))
+    auth: dict[str, Any] = {}
+    cloud = s.text("cloud")
+    if cloud is not None:
+        auth = _clouds_yaml(cloud, s.text("clouds_yaml"))
     password = s.text("password")
     password_file = s.text("password_file")
-    if (password is None) == (password_file is None):
-        raise ConfigError("set exactly one of password and password_file",
-                          key=f"{SECTION}.password_file")
+    app_id = s.text("application_credential_id") or auth.get("application_credential_id")
+    app_secret_file = s.text("application_credential_secret_file")
+    app_secret = auth.get("application_credential_secret")
+    if app_secret_file is not None:
+        app_secret = _read_secret(app_secret_file, "application_credential_secret_file")
+    if app_id is not None:
+        if not app_secret:
+            raise ConfigError("an application credential needs its secret "
+                              "(application_credential_secret_file or clouds.yaml)",
+                              key=f"{SECTION}.application_credential_secret_file")
+    elif cloud is not None and password is None and password_file is None:
+        password = auth.get("password")
+        if not password:
+            raise ConfigError(f"cloud {cloud!r} has neither a password nor an application "
+                              "credential", key=f"{SECTION}.cloud")
+    elif (password is None) == (password_file is None):
+        raise ConfigError("set exactly one of password and password_file (or an "
+                          "application credential, or cloud)", key=f"{SECTION}.password_file")
     if password_file is not None:
-        try:
-            password = Path(password_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {password_file}: {exc}",
-                              key=f"{SECTION}.password_file") from exc
+        password = _read_secret(password_file, "password_file")
+    auth_url = s.text("auth_url") or auth.get("auth_url")
+    if not auth_url:
+        raise ConfigError("is required (here or in the clouds.yaml entry)",
+                          key=f"{SECTION}.auth_url")
+    username = s.text("username") or auth.get("username") or ""
+    project = s.text("project_name") or auth.get("project_name") or ""
+    if app_id is None and (not username or not project):
+        raise ConfigError("username and project_name are required with a password",
+                          key=f"{SECTION}.username" if not username
+                          else f"{SECTION}.project_name")
     compute_url = s.text("compute_url")
     return OpenStackProvider(
-        auth_url=_check_url(s.text("auth_url", required=True) or "", f"{SECTION}.auth_url"),
-        username=s.text("username", required=True) or "", password=password or "",
-        project_name=s.text("project_name", required=True) or "",
-        user_domain=s.text("user_domain", "Default") or "Default",
-        project_domain=s.text("project_domain", "Default") or "Default",
+        auth_url=_check_url(str(auth_url), f"{SECTION}.auth_url"),
+        username=username, password=password or "", project_name=project,
+        user_domain=s.text("user_domain") or auth.get("user_domain_name") or "Default",
+        project_domain=s.text("project_domain") or auth.get("project_domain_name")
+        or "Default",
         compute_url=_check_url(compute_url, f"{SECTION}.compute_url") if compute_url else None,
-        interface=s.text("interface", "public") or "public", region=s.text("region"),
+        interface=s.text("interface") or auth.get("interface") or "public",
+        region=s.text("region") or auth.get("region_name"),
         image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
         state_dir=state_dir,
         connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4))
+        attempts=s.integer("attempts", 4),
+        application_credential_id=app_id, application_credential_secret=app_secret)
+
+
+def _read_secret(path: str, name: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}", key=f"{SECTION}.{name}") from exc
+
+
+def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
+    """The auth settings of ``cloud`` in clouds.yaml (openstacksdk's loader: the usual
+    places, or ``path``), flattened: auth_url, username, password, project_name, domains,
+    application_credential_id/secret, region_name, interface."""
+    try:
+        from openstack.config import loader
+    except ImportError as exc:
+        raise ConfigError("clouds.yaml needs openstacksdk (pip install "
+                          "'slurm-heal[openstack]')", key=f"{SECTION}.cloud") from exc
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # the SDK warns about its optional metrics backends
+            warnings.simplefilter("ignore")
+            region = loader.OpenStackConfig(config_files=[path] if path else None,
+                                            load_envvars=False).get_one(cloud=cloud)
+    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds; name the key
+        raise ConfigError(f"cannot use cloud {cloud!r} from "
+                          f"{path or 'clouds.yaml'}: {exc}", key=f"{SECTION}.cloud") from exc
+    auth = dict(region.config.get("auth") or {})
+    auth["region_name"] = region.get_region_name() or None
+    auth["interface"] = region.get_interface() or None
+    for generic, specific in (("user_domain_name", "domain_name"),
+                              ("project_domain_name", "domain_name")):
+        if not auth.get(generic) and auth.get(specific):
+            auth[generic] = auth[specific]
+    return {k: v for k, v in auth.items() if v is not None}
+
+
+def _need(module: str, extra: str) -> None:
+    """A clear ConfigError (not an ImportError traceback) when an extra is missing."""
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package (google.cloud) is missing
+        found = False
+    if not found:
+        raise ConfigError(f"needs the {module} package: pip install 'slurm-heal[{extra}]'",
+                          key=f"{SECTION}.type")
+
+
+def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+              state_dir: Path | None) -> Provider:
+    _need("boto3", "aws")
+    from slurm_heal.providers.aws import AWS_ACTIONS, AwsProvider
+
+    for secret in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
+        if secret in cfg:
+            raise ConfigError("AWS credentials never go in this file: use the environment, "
+                              "a profile or the instance role", key=f"{SECTION}.{secret}")
+    s = _Section(cfg, frozenset({"region", "profile", "endpoint_url", "instances", "image",
+                                 "connect_timeout", "read_timeout", "attempts", "deadline",
+                                 "backoff", "actions"}))
+    endpoint = s.text("endpoint_url")
+    return AwsProvider(
+        region=s.text("region"), profile=s.text("profile"),
+        endpoint_url=_check_url(endpoint, f"{SECTION}.endpoint_url") if endpoint else None,
+        instances=s.table("instances"), slurm=slurm, image=s.text("image"),
+        state_dir=state_dir,
+        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
+        read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
+        attempts=s.integer("attempts", 4), deadline=s.number("deadline", 60.0, minimum=1),
+        backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
+
+
+_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password"})
+
+
+def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                  state_dir: Path | None) -> Provider:
+    """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
+    at its top level; only there may a ``password`` be written out)."""
+    _need("sushy", "redfish")
+    from slurm_heal.providers.redfish import (
+        DEFAULT_REBOOT_TYPES,
+        REDFISH_ACTIONS,
+        Bmc,
+        RedfishProvider,
+    )
+
+    if "password" in cfg:
+        raise ConfigError("never in this file: use password_file", key=f"{SECTION}.password")
+    s = _Section(cfg, frozenset({"bmcs", "bmcs_file", "username", "password_file", "verify",
+                                 "reboot_types", "connect_timeout", "read_timeout",
+                                 "attempts", "deadline", "backoff", "actions"}))
+    entries: dict[str, tuple[Mapping[str, Any], str]] = {}
+    bmcs_file = s.text("bmcs_file")
+    if bmcs_file is not None:
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        try:
+            data = tomllib.loads(Path(bmcs_file).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {bmcs_file}: {exc}",
+                              key=f"{SECTION}.bmcs_file") from exc
+        for node, entry in data.items():
+            entries[node] = (entry, f"{bmcs_file}: {node}")
+    inline = cfg.get("bmcs", {})
+    if not isinstance(inline, Mapping):
+        raise ConfigError("must be a table of node = {address = ...}", key=f"{SECTION}.bmcs")
+    for node, entry in inline.items():
+        if isinstance(entry, Mapping) and "password" in entry:
+            raise ConfigError("never in this file: use password_file or bmcs_file",
+                              key=f"{SECTION}.bmcs.{node}.password")
+        entries[node] = (entry, f"{SECTION}.bmcs.{node}")
+    if not entries:
+        raise ConfigError("no BMCs: add [provider.bmcs.NODE] tables or a bmcs_file",
+                          key=f"{SECTION}.bmcs")
+    default_user = s.text("username")
+    default_pw_file = s.text("password_file")
+    bmcs: dict[str, Bmc] = {}
+    for node, (entry, where) in entries.items():
+        if not isinstance(entry, Mapping):
+            raise ConfigError("must be a table with address", key=where)
+        unknown = sorted(set(entry) - _BMC_KEYS)
+        if unknown:
+            raise ConfigError(f"unknown key {unknown[0]!r}; allowed: "
+                              f"{', '.join(sorted(_BMC_KEYS))}", key=where)
+        address = entry.get("address")
+        if not isinstance(address, str):
+            raise ConfigError("needs address = \"https://BMC\"", key=where)
+        _check_url(address, f"{where}.address")
+        user = entry.get("username", default_user)
+        password = entry.get("password")
+        pw_file = entry.get("password_file", default_pw_file)
+        if not isinstance(user, str) or not user:
+            raise ConfigError("no username (here or in [provider] username)", key=where)
+        if password is None:
+            if not isinstance(pw_file, str):
+                raise ConfigError("no password_file (here or in [provider] password_file)",
+                                  key=where)
+            try:
+                password = Path(pw_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read {pw_file}: {exc}",
+                                  key=f"{where}.password_file") from exc
+        system = entry.get("system")
+        if system is not None and (not isinstance(system, str) or not system.startswith("/")):
+            raise ConfigError("must be the system's @odata.id, e.g. /redfish/v1/Systems/1",
+                              key=f"{where}.system")
+        bmcs[node] = Bmc(address=address, username=user, password=str(password),
+                         system=system)
+    verify = cfg.get("verify", True)
+    if not isinstance(verify, (bool, str)) or verify == "":
+        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
+    reboot_types = cfg.get("reboot_types", list(DEFAULT_REBOOT_TYPES))
+    if not isinstance(reboot_types, list) or not reboot_types or not all(
+            t in ("ForceRestart", "GracefulRestart", "PowerCycle") for t in reboot_types):
+        raise ConfigError("must be a list of ForceRestart, GracefulRestart, PowerCycle",
+                          key=f"{SECTION}.reboot_types")
+    return RedfishProvider(
+        bmcs, verify=verify, state_dir=state_dir, reboot_types=reboot_types,
+        connect_timeout=s.number("connect_timeout", 5.0, minimum=0.001),
+        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
+        attempts=s.integer("attempts", 3), deadline=s.number("deadline", 90.0, minimum=1),
+        backoff=s.number("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
+
+
+def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+              state_dir: Path | None) -> Provider:
+    _need("google.cloud.compute_v1", "gcp")
+    from slurm_heal.providers.gcp import GCP_ACTIONS, GcpProvider
+
+    s = _Section(cfg, frozenset({"project", "zone", "instances", "instance_group_manager",
+                                 "fault_behavior", "api_endpoint", "credentials_file",
+                                 "read_timeout", "deadline", "backoff", "actions"}))
+    behavior = s.text("fault_behavior", "UNRECOVERABLE_GPU_ERROR") or ""
+    if behavior not in ("UNRECOVERABLE_GPU_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION",
+                        "CHIP_ERROR", "BEHAVIOR_UNSPECIFIED"):
+        raise ConfigError(f"{behavior!r} is not a reportHostAsFaulty behavior",
+                          key=f"{SECTION}.fault_behavior")
+    endpoint = s.text("api_endpoint")
+    return GcpProvider(
+        project=s.text("project", required=True) or "", zone=s.text("zone", required=True) or "",
+        instances=s.table("instances"),
+        instance_group_manager=s.text("instance_group_manager"), fault_behavior=behavior,
+        api_endpoint=_check_url(endpoint, f"{SECTION}.api_endpoint") if endpoint else None,
+        credentials_file=s.text("credentials_file"), state_dir=state_dir,
+        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
+        deadline=s.number("deadline", 90.0, minimum=1), backoff=s.number("backoff", 0.5),
+        actions=s.actions("actions", GCP_ACTIONS))
 
 
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
-                        ("openstack", _make_openstack), ("simulator", _make_simulator)):
+                        ("openstack", _make_openstack), ("simulator", _make_simulator),
+                        ("aws", _make_aws), ("redfish", _make_redfish), ("gcp", _make_gcp)):
     REGISTRY.register(_name, _factory)

@@ -1,12 +1,15 @@
 """The `openstack` provider: Nova server actions with Keystone v3 token auth.
 
-- auth: ``POST {auth_url}/v3/auth/tokens`` (password method, project scope), token
+- auth: ``POST {auth_url}/v3/auth/tokens`` (password method with project scope, or a
+  Keystone application credential; both also from a clouds.yaml entry), token
   from the ``X-Subject-Token`` header; the compute endpoint from the token's catalog
   (type ``compute``, the configured interface) unless ``compute_url`` is set. A 401
   from Nova re-authenticates once.
 - actions: reboot -> ``{"reboot": {"type": "HARD"}}``; rebuild ->
-  ``{"rebuild": {"imageRef": image}}``; migrate -> ``{"migrate": null}``, or
-  ``{"os-migrateLive": {...}}`` with ``live = true``. power_cycle is refused.
+  ``{"rebuild": {"imageRef": image}}``; migrate -> ``{"migrate": null}``, confirmed
+  with ``{"confirmResize": null}`` once the server reaches ``VERIFY_RESIZE``, or
+  ``{"os-migrateLive": {...}}`` with ``live = true`` (compute microversion 2.25, which
+  ``block_migration: "auto"`` needs). power_cycle is refused.
 - node -> server id: the configured ``servers`` map, else ``GET /servers?name=^NODE$``
   (exactly one match required).
 - idempotency (SPEC S6): Nova has no idempotency key, so every key is recorded locally
@@ -43,6 +46,9 @@ if TYPE_CHECKING:
     import requests
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
+# os-migrateLive with block_migration "auto" and host null: compute microversion 2.25+
+LIVE_MIGRATE_MICROVERSION = {"OpenStack-API-Version": "compute 2.25",
+                             "X-OpenStack-Nova-API-Version": "2.25"}
 # Nova status/task state reached after the action: anything else is still running.
 _DONE_STATUS = "ACTIVE"
 
@@ -52,8 +58,8 @@ class OpenStackProvider:
 
     name = "openstack"
 
-    def __init__(self, *, auth_url: str, username: str, password: str,
-                 project_name: str, user_domain: str = "Default",
+    def __init__(self, *, auth_url: str, username: str = "", password: str = "",
+                 project_name: str = "", user_domain: str = "Default",
                  project_domain: str = "Default", compute_url: str | None = None,
                  interface: str = "public", region: str | None = None,
                  image: str | None = None, live: bool = False,
@@ -61,8 +67,14 @@ class OpenStackProvider:
                  state_dir: str | os.PathLike[str] | None = None,
                  connect_timeout: float = 3.0, read_timeout: float = 15.0,
                  attempts: int = 4, backoff: float = 0.5,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep,
+                 application_credential_id: str | None = None,
+                 application_credential_secret: str | None = None):
         import requests  # lazy: the node side never needs it
+
+        # Keystone application credentials (scoped by Keystone itself) or user + password
+        self.app_credential = (application_credential_id, application_credential_secret) \
+            if application_credential_id else None
 
         self.auth_url = auth_url.rstrip("/")
         self.username, self.password = username, password
@@ -114,6 +126,7 @@ class OpenStackProvider:
         elif action == Action.REBUILD:
             body = {"rebuild": {"imageRef": self.image}}
         elif self.live:
+            # "auto" needs compute microversion 2.25+ (a 2.1 Nova wants a boolean)
             body = {"os-migrateLive": {"host": None, "block_migration": "auto"}}
         else:
             body = {"migrate": None}
@@ -127,9 +140,11 @@ class OpenStackProvider:
                 return operation(key, rec)
             records[key] = rec  # intent first: never post the same key twice
         try:
+            headers = {"Idempotency-Key": key}
+            if "os-migrateLive" in body:
+                headers.update(LIVE_MIGRATE_MICROVERSION)
             resp = self._request("POST", f"/servers/{quote(server, safe='')}/action",
-                                 json_body=body, headers={"Idempotency-Key": key},
-                                 retry=False)
+                                 json_body=body, headers=headers, retry=False)
         except ProviderError as exc:
             if _answered(exc):
                 # Nova refused it: nothing ran.
@@ -161,15 +176,36 @@ class OpenStackProvider:
         # The server must have changed since the submit, or an ACTIVE server simply has
         # not started the action yet.
         fresh = not isinstance(updated, str) or updated >= str(rec["submitted"])[:19]
+        if status == "VERIFY_RESIZE" and rec["action"] == Action.MIGRATE.value:
+            # A cold migration stops here on a real Nova until it is confirmed.
+            self._confirm_resize(key, rec)
+            return operation(key, rec)
         if status == "ERROR":
             rec.update(status="failed", detail=f"nova: server {rec['server']} is in ERROR")
         elif status == _DONE_STATUS and task is None and fresh:
             rec.update(status="succeeded",
-                       detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}")
+                       detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}"
+                              + (" (confirmResize)" if rec.get("confirmed") else ""))
         else:
             return operation(key, rec)
         self.records.put(key, rec)
         return operation(key, rec)
+
+    def _confirm_resize(self, key: str, rec: dict[str, Any]) -> None:
+        """POST confirmResize for a migrated server in VERIFY_RESIZE. Safe to repeat
+        after a lost answer: a confirmed server answers 409, which is taken as done."""
+        server = quote(str(rec["server"]), safe="")
+        try:
+            self._request("POST", f"/servers/{server}/action",
+                          json_body={"confirmResize": None}, retry=False)
+        except ProviderError as exc:
+            if not (_answered(exc) and "HTTP 409" in str(exc)):
+                rec["detail"] = f"nova: confirmResize of {rec['server']}: {exc}; again later"
+                self.records.put(key, rec)
+                return
+        rec["detail"] = f"nova: migration of {rec['server']} confirmed (confirmResize)"
+        rec["confirmed"] = True
+        self.records.put(key, rec)
 
     # --- helpers ------------------------------------------------------------------------
     def _server_id(self, node: str) -> str:
@@ -186,13 +222,21 @@ class OpenStackProvider:
         return ids[0]
 
     def _authenticate(self) -> None:
-        body = {"auth": {
-            "identity": {"methods": ["password"], "password": {"user": {
-                "name": self.username, "password": self.password,
-                "domain": {"name": self.user_domain}}}},
-            "scope": {"project": {"name": self.project_name,
-                                  "domain": {"name": self.project_domain}}},
-        }}
+        body: dict[str, Any]
+        if self.app_credential is not None:
+            # An application credential carries its own project scope: no "scope".
+            cred_id, secret = self.app_credential
+            body = {"auth": {"identity": {
+                "methods": ["application_credential"],
+                "application_credential": {"id": cred_id, "secret": secret or ""}}}}
+        else:
+            body = {"auth": {
+                "identity": {"methods": ["password"], "password": {"user": {
+                    "name": self.username, "password": self.password,
+                    "domain": {"name": self.user_domain}}}},
+                "scope": {"project": {"name": self.project_name,
+                                      "domain": {"name": self.project_domain}}},
+            }}
         url = self.auth_url + ("" if self.auth_url.endswith("/v3") else "/v3") + "/auth/tokens"
         resp = self._send(lambda: self._session.post(url, json=body, timeout=self.timeout),
                           f"POST {url}", retry=True)

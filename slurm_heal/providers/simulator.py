@@ -158,6 +158,8 @@ class SimulatorServer:
         self._generation = itertools.count(1)
         self._validation: list[dict[str, Any]] = []
         self._tokens: set[str] = set()
+        # Nova: servers whose cold migration waits for confirmResize (VERIFY_RESIZE)
+        self._unconfirmed: set[str] = set()
         self._requests = 0
         self._workers: list[threading.Thread] = []
         self._thread: threading.Thread | None = None
@@ -338,6 +340,10 @@ class SimulatorServer:
                 status, task = _NOVA_BUSY[latest.action]
             elif latest is not None and latest.status == "failed":
                 status = "ERROR"
+            elif node in self._unconfirmed:
+                # Real Nova: a cold migration ends in VERIFY_RESIZE until confirmResize
+                # (resize_confirm_window is off by default).
+                status = "VERIFY_RESIZE"
             return {"id": server_id(node), "name": node, "status": status,
                     "OS-EXT-STS:task_state": task, "OS-EXT-SRV-ATTR:host": host,
                     "hostId": host, "updated": latest.updated if latest else None}
@@ -492,10 +498,16 @@ class SimulatorServer:
         body = _json_body(raw)
         try:
             identity = body["auth"]["identity"]
-            if "password" not in identity["methods"]:
+            if "application_credential" in identity["methods"]:
+                # Keystone application credential: id (or name + user) and secret; the
+                # checked name is "appcred:ID" in os_users.
+                cred = identity["application_credential"]
+                name, password = f"appcred:{cred['id']}", str(cred["secret"])
+            elif "password" not in identity["methods"]:
                 raise KeyError("methods")
-            user = identity["password"]["user"]
-            name, password = str(user["name"]), str(user["password"])
+            else:
+                user = identity["password"]["user"]
+                name, password = str(user["name"]), str(user["password"])
         except (KeyError, TypeError) as exc:
             raise _error(400, f"malformed auth request: missing {exc}") from exc
         if self.os_users is not None and self.os_users.get(name) != password:
@@ -546,6 +558,23 @@ class SimulatorServer:
         if not isinstance(body, dict) or len(body) != 1:
             raise _error(400, "a server action body has exactly one key")
         (name, args), = body.items()
+        version = _nova_microversion(req)
+        if name == "confirmResize":
+            with self._lock:
+                busy = any(o.node == node and o.status in ("pending", "running")
+                           for o in self._ops.values())
+                if busy or node not in self._unconfirmed:
+                    raise _Reply(409, {"conflictingRequest": {
+                        "code": 409, "message": f"Cannot 'confirmResize' instance "
+                                                f"{server_id(node)} while it is in vm_state "
+                                                f"{'resizing' if busy else 'active'}"}})
+                self._unconfirmed.discard(node)
+            raise _Reply(204, None)
+        if name == "os-migrateLive" and isinstance(args, dict) and \
+                args.get("block_migration") == "auto" and version < (2, 25):
+            # Nova before microversion 2.25 wants a boolean here.
+            raise _error(400, "Invalid input for field/attribute block_migration. Value: "
+                              "auto. 'auto' is not of type 'boolean'")
         action = {"reboot": Action.REBOOT, "rebuild": Action.REBUILD,
                   "migrate": Action.MIGRATE, "os-migrateLive": Action.MIGRATE}.get(name)
         if action is None:
@@ -561,9 +590,35 @@ class SimulatorServer:
         key = req.headers.get("Idempotency-Key", "").strip() or \
             f"nova:{server_id(node)}:{name}:{uuid.uuid4().hex[:8]}"
         op, created = self._start_action(node, action, key, "nova")
+        if created and name == "migrate":
+            with self._lock:
+                self._unconfirmed.add(node)
         if created and self._take("lose_response"):
             raise _Drop()
         raise _Reply(202, None, {"X-Operation-Id": op.id})
+
+
+# The newest compute microversion this simulator claims (Nova 2024.1 "Caracal": 2.96).
+NOVA_MAX_MICROVERSION = (2, 96)
+
+
+def _nova_microversion(req: BaseHTTPRequestHandler) -> tuple[int, int]:
+    """The compute microversion a request asks for (2.1 when it names none), as Nova
+    reads ``OpenStack-API-Version: compute X.Y`` or ``X-OpenStack-Nova-API-Version``."""
+    raw = req.headers.get("OpenStack-API-Version", "")
+    m = re.fullmatch(r"\s*compute\s+(\S+)\s*", raw) if raw else None
+    value = m.group(1) if m else req.headers.get("X-OpenStack-Nova-API-Version", "2.1")
+    if value == "latest":
+        return NOVA_MAX_MICROVERSION
+    vm = re.fullmatch(r"(\d+)\.(\d+)", value.strip())
+    if not vm:
+        raise _error(400, f"Invalid API version request string {value!r}")
+    version = (int(vm.group(1)), int(vm.group(2)))
+    if not (2, 1) <= version <= NOVA_MAX_MICROVERSION:
+        raise _Reply(406, {"computeFault": {
+            "code": 406, "message": f"Version {value} is not supported by the API. Minimum "
+                                    "is 2.1 and maximum is 2.96."}})
+    return version
 
 
 def server_id(node: str) -> str:

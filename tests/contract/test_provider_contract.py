@@ -1,5 +1,7 @@
 """The Provider contract (slurm_heal/providers/base.py), run through every provider type
 that supports the case: the controller relies on exactly these behaviours (SPEC S6, L2).
+Cloud and BMC providers run against their emulators on 127.0.0.1 (moto's EC2 server,
+sushy-tools' Redfish emulator, a local Compute Engine REST endpoint).
 
 Plus the lab test: the slurm provider reboots a real lab node through scontrol (the
 lab's RebootProgram) and the simulator in lab mode reboots one from outside."""
@@ -24,6 +26,7 @@ from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.providers.slurm import SlurmRebootProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
+from tests.emulators import ComputeEngine, RecordingProxy, aws_env
 from tests.lab import Lab
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
@@ -45,10 +48,37 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm"])
+@pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish",
+                        "gcp"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     kind = request.param
-    if kind in ("http", "openstack"):
+    if kind == "gcp":  # a local Compute Engine endpoint (the client's api_endpoint)
+        from google.auth.credentials import AnonymousCredentials
+
+        from slurm_heal.providers.gcp import GcpProvider
+
+        with ComputeEngine() as gce:
+            yield Case(GcpProvider(project="hpc", zone="us-central1-a", api_endpoint=gce.url,
+                                   credentials=AnonymousCredentials(), state_dir=tmp_path),
+                       lambda: gce.executed.count(("reset", NODE)), lambda: None)
+    elif kind == "aws":  # moto's EC2 server, behind a proxy that counts what reached it
+        moto = request.getfixturevalue("moto_server")
+        iid = moto.instance()
+        with aws_env(), RecordingProxy(moto.url) as proxy:
+            yield Case(make_provider({"type": "aws", "region": "us-east-1",
+                                      "endpoint_url": proxy.url, "instances": {NODE: iid}},
+                                     state_dir=tmp_path),
+                       lambda: proxy.ec2_calls("RebootInstances", iid), lambda: None)
+    elif kind == "redfish":  # sushy-tools' emulator, likewise
+        emulator = request.getfixturevalue("sushy_emulator")
+        (tmp_path / "pw").write_text("secret")
+        with RecordingProxy(emulator.url) as proxy:
+            yield Case(make_provider({"type": "redfish", "username": "admin",
+                                      "password_file": str(tmp_path / "pw"),
+                                      "bmcs": {NODE: {"address": proxy.url}}},
+                                     state_dir=tmp_path),
+                       lambda: len(proxy.redfish_resets()), lambda: None)
+    elif kind in ("http", "openstack"):
         with SimulatorServer(port=0, duration=0.02) as sim:
             p: Provider
             if kind == "http":

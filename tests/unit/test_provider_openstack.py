@@ -100,3 +100,93 @@ def test_power_cycle_and_imageless_rebuild_are_refused(sim: SimulatorServer,
         p.submit("gpu07", Action.REBUILD, "r-9:act:0")
     with pytest.raises(ProviderRefused, match="cannot power_cycle"):
         p.submit("gpu07", Action.POWER_CYCLE, "r-10:act:0")
+
+
+# --- a stricter Nova: VERIFY_RESIZE, microversions, application credentials (issue 16) ----
+def _server_status(sim: SimulatorServer, node: str) -> str:
+    import requests
+
+    token = requests.post(sim.url + "/v3/auth/tokens", timeout=5, json={"auth": {"identity": {
+        "methods": ["password"], "password": {"user": {"name": "heal", "password": "pw",
+                                                       "domain": {"name": "Default"}}}}}}
+                          ).headers["X-Subject-Token"]
+    body = requests.get(f"{sim.url}/compute/v2.1/servers/{server_id(node)}", timeout=5,
+                        headers={"X-Auth-Token": token}).json()
+    status: str = body["server"]["status"]
+    return status
+
+
+def test_cold_migrate_is_confirmed_through_verify_resize(sim: SimulatorServer,
+                                                         tmp_path: Path) -> None:
+    """SPEC L2: on Nova a cold migration stops at VERIFY_RESIZE until confirmResize."""
+    p = _provider(sim, tmp_path)
+    p.submit("gpu08", Action.MIGRATE, "r-m1:act:0")
+    assert sim.wait_idle(5)
+    assert _server_status(sim, "gpu08") == "VERIFY_RESIZE"
+    op = p.status("r-m1:act:0")
+    assert op is not None and "confirmResize" in op.detail
+    done = p.status("r-m1:act:0")
+    assert done is not None and done.status == "succeeded", done.detail
+    assert _server_status(sim, "gpu08") == "ACTIVE"
+    assert sim.stats()["executed"] == {"r-m1:act:0": 1}
+
+
+def test_live_migrate_asks_for_the_compute_microversion_it_needs(sim: SimulatorServer,
+                                                                 tmp_path: Path) -> None:
+    """block_migration "auto" is a 2.25 feature; at 2.1 Nova answers 400."""
+    p = _provider(sim, tmp_path, live=True)
+    op = p.submit("gpu07", Action.MIGRATE, "r-m2:act:0")
+    assert op.status == "running", op.detail
+    assert sim.wait_idle(5)
+    done = p.status("r-m2:act:0")
+    assert done is not None and done.status == "succeeded", done.detail
+    assert sim.stats()["executed"] == {"r-m2:act:0": 1}
+
+
+def test_application_credentials_authenticate_without_a_password(tmp_path: Path) -> None:
+    with SimulatorServer(port=0, duration=0.05, os_users={"appcred:ac-1": "s3cret"}) as sim:
+        p = OpenStackProvider(auth_url=sim.url, application_credential_id="ac-1",
+                              application_credential_secret="s3cret", state_dir=tmp_path)
+        assert p.submit("gpu07", Action.REBOOT, "r-m3:act:0").status == "running"
+        wrong = OpenStackProvider(auth_url=sim.url, application_credential_id="ac-1",
+                                  application_credential_secret="nope",
+                                  state_dir=tmp_path / "w")
+        with pytest.raises(ProviderError, match="401"):
+            wrong.submit("gpu07", Action.REBOOT, "r-m4:act:0")
+
+
+def test_clouds_yaml_entries_configure_the_provider(tmp_path: Path) -> None:
+    """clouds.yaml read by openstacksdk's loader: an application credential and a password."""
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.providers import make_provider
+
+    with SimulatorServer(port=0, duration=0.05,
+                         os_users={"appcred:ac-1": "s3cret", "heal": "pw"}) as sim:
+        clouds = tmp_path / "clouds.yaml"
+        clouds.write_text(f"""clouds:
+  hpc:
+    auth_type: v3applicationcredential
+    auth:
+      auth_url: {sim.url}/v3
+      application_credential_id: ac-1
+      application_credential_secret: s3cret
+    region_name: RegionOne
+    interface: internal
+  legacy:
+    auth:
+      auth_url: {sim.url}
+      username: heal
+      password: pw
+      project_name: hpc
+      user_domain_name: Default
+      project_domain_name: Default
+""")
+        p = make_provider({"type": "openstack", "cloud": "hpc", "clouds_yaml": str(clouds)},
+                          state_dir=tmp_path / "a")
+        assert isinstance(p, OpenStackProvider) and p.interface == "internal"
+        assert p.submit("gpu07", Action.REBOOT, "r-m5:act:0").status == "running"
+        q = make_provider({"type": "openstack", "cloud": "legacy",
+                           "clouds_yaml": str(clouds)}, state_dir=tmp_path / "b")
+        assert q.submit("gpu08", Action.REBOOT, "r-m6:act:0").status == "running"
+        with pytest.raises(ConfigError, match="provider.cloud: cannot use cloud 'nope'"):
+            make_provider({"type": "openstack", "cloud": "nope", "clouds_yaml": str(clouds)})

@@ -21,7 +21,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
 
 def test_builtin_types_are_listed() -> None:
     listed = available_providers()
-    for name in ("http", "exec", "slurm", "openstack", "simulator"):
+    for name in ("http", "exec", "slurm", "openstack", "simulator", "aws", "gcp", "redfish"):
         assert listed[name] == "builtin"
 
 
