@@ -382,14 +382,19 @@ class SimulatorServer:
             def _send(self, status: int, body: Any, headers: dict[str, str] | None = None
                       ) -> None:
                 data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                if body is not None:
-                    self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    if body is not None:
+                        self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client went away (killed mid-request): nothing to answer.
+                    log.debug("simulator: client gone before the answer (%d)", status)
+                    self.close_connection = True
 
         return Handler
 

@@ -38,6 +38,8 @@ from slurm_heal.types import NodeInfo
 from tests.property import test_policy_invariants as inv
 from tests.reliability.harness import scaled
 
+pytestmark = [pytest.mark.reliability]
+
 FAULTS_DIR = Path(__file__).parent.parent / "scenarios" / "faults"
 SCENARIOS = sorted(FAULTS_DIR.glob("*.json"))
 
