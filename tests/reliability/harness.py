@@ -72,17 +72,18 @@ class Figures:
                 + ("; " + "; ".join(self.notes) if self.notes else ""))
 
 
-def steps_of(state: State) -> int:
-    """Remediation steps recorded: every effect's attempt (cordon, act, poll, resume, ...)
-    of every remediation, plus every phase a remediation entered."""
-    return sum(len(r.attempts) + len(r.phase_times) for r in state.remediations)
-
-
 def assert_act_once(executed: dict[str, int]) -> None:
-    """SPEC S6: the provider ran each idempotency key at most once (its own count)."""
+    """SPEC S6: the provider ran each idempotency key at most once (its own count), and
+    no remediation ran its action twice under different keys."""
     twice = {k: n for k, n in executed.items() if n > 1}
     if twice:
         raise ActedTwice(f"provider actions ran more than once for one key: {twice}")
+    per_rem: dict[str, list[str]] = {}
+    for key in executed:  # keys are "<remediation id>:<step>:<n>" (models.idempotency_key)
+        per_rem.setdefault(key.split(":", 1)[0], []).append(key)
+    again = {rid: keys for rid, keys in per_rem.items() if len(keys) > 1}
+    if again:
+        raise ActedTwice(f"one remediation acted more than once (under other keys): {again}")
 
 
 def assert_all_terminal(state: State) -> None:

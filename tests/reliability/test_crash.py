@@ -120,7 +120,12 @@ def test_kill_9_at_random_points_strands_nothing_and_acts_once(
         if fig.steps >= STEPS:
             break
     # The last daemon runs without kills: everything must finish.
+    heartbeat = d.state_dir / "heartbeat"
+    beat = heartbeat.stat().st_mtime_ns if heartbeat.exists() else 0
     proc = d.start()
+    # At least one whole cycle first (and the SIGTERM handler in place before the stop).
+    d.wait(lambda: heartbeat.exists() and heartbeat.stat().st_mtime_ns != beat,
+           "a cycle of the last daemon", timeout=60)
 
     def settled() -> bool:
         state = d.state()

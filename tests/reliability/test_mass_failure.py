@@ -15,24 +15,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from slurm_heal import extra
-from slurm_heal.config import policy_from_dict
-from slurm_heal.controller import Controller, Notifier
 from slurm_heal.models import Phase
 from slurm_heal.policy import is_automatic
-from slurm_heal.providers.http import HttpProvider
-from slurm_heal.providers.simulator import SimulatorServer
-from slurm_heal.slurm.memory import MemorySlurm
-from slurm_heal.store import Store
-from slurm_heal.types import Action, Alert, Evidence, Severity
+from slurm_heal.types import Severity
 from tests.reliability.harness import rng
+from tests.reliability.memrig import Rig, memory_rig
 
 pytestmark = [pytest.mark.reliability]
 
@@ -46,62 +37,10 @@ POLICY = {"approvals": {"default": "manual", "rules": [
     "capacity": {"min_available_percent": 0}}
 
 
-@dataclass
-class Clock:
-    now: datetime
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
-@dataclass
-class Rig:
-    clock: Clock
-    cluster: MemorySlurm
-    sim: SimulatorServer
-    store: Store
-    controller: Controller
-
-    def alert(self, node: str, fault: str, severity: Severity) -> None:
-        now = self.clock()
-        a = Alert(node=node, fault=fault, severity=severity, summary=f"{fault} seen",
-                  first_seen=now, last_seen=now, detector="kernel_log",
-                  evidence=(Evidence(source="kmsg", text=f"NVRM: Xid ...: {fault}"),))
-        self.cluster.set_extra(node, extra.KEY, extra.our_section([a], now))
-
-    def cycle(self, seconds: float = 30.0) -> None:
-        self.controller.cycle()
-        self.sim.wait_idle(5)
-        self.clock.now += timedelta(seconds=seconds)
-
-
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    # The real clock's date: the CLI stamps a person's request with it.
-    clock = Clock(datetime.now(timezone.utc).replace(microsecond=0))
-    holder: dict[str, MemorySlurm] = {}
-
-    def on_boot(node: str) -> None:  # the node's health check at boot: a clean log
-        holder["c"].set_extra(node, extra.KEY, extra.our_section([], clock()))
-
-    cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot)
-    holder["c"] = cluster
-
-    def on_action(node: str, action: Action, op: Any) -> str | None:
-        cluster.simulate_reboot(node, timedelta(minutes=3))
-        return None
-
-    with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
-        provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=5, attempts=3,
-                                backoff=0.01)
-        store = Store(tmp_path / "state")
-        ctl = Controller(slurm=cluster, provider=provider, store=store,
-                         policy=policy_from_dict(POLICY, source="test"), clock=clock,
-                         notifier=Notifier(tmp_path / "notes.jsonl"))
-        try:
-            yield Rig(clock, cluster, sim, store, ctl)
-        finally:
-            provider.close()
+    with memory_rig(tmp_path, NODES, POLICY) as r:
+        yield r
 
 
 def test_thirty_percent_failing_opens_the_breaker_and_only_a_person_acts(
