@@ -43,6 +43,7 @@ class Rig:
     controller: Controller
     notes: Path
     reports: list[CycleReport] = field(default_factory=list)
+    idle_wait: float = 0.5  # seconds a cycle waits for the simulator's actions to end
 
     def alert(self, node: str, fault: str = "gpu.xid.119",
               severity: Severity = Severity.CRITICAL) -> None:
@@ -55,7 +56,8 @@ class Rig:
 
     def cycle(self, seconds: float = 30.0) -> None:
         self.reports.append(self.controller.cycle())
-        self.sim.wait_idle(0.5)
+        if self.idle_wait:
+            self.sim.wait_idle(self.idle_wait)
         self.clock.now += timedelta(seconds=seconds)
 
     def run(self, cycles: int, seconds: float = 30.0) -> None:

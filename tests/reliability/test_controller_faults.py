@@ -44,6 +44,7 @@ def test_action_that_never_reports_fails_after_act_timeout_and_goes_to_a_person(
     safety.act_timeout its outcome is unknown: failed, never retried, a person told, the
     node stays cordoned."""
     rig.sim.set_faults(never_finish=1)
+    rig.idle_wait = 0  # the simulator is never idle again
     rig.alert("gpu01")
     rig.run(50, seconds=60)
     (rem,) = rig.rems("gpu01")

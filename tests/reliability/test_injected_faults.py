@@ -175,6 +175,9 @@ AUTO = {"approvals": {"default": "auto"},
                  (0, {"type": "job", "node": "gpu01", "id": 7, "ends": 60}),
                  (20, {"type": "drain", "node": "gpu01", "reason": "NHC: check_fs_mount: "
                        "/scratch not mounted"})], config=AUTO)
+@example(events=[(0, {"type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}),
+                 (6, {"type": "drain", "node": "gpu01",
+                      "reason": "Reboot pending: BIOS update (bob)"})], config=AUTO)
 def test_invariants_hold_under_injected_faults_and_lookalike_reasons(
         events: list[tuple[int, dict[str, Any]]], config: dict[str, Any]) -> None:
     sc = parse_scenario(inv.scenario(events, config))
