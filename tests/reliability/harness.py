@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurm_heal import reasons
-from slurm_heal.models import Remediation, State
+from slurm_heal.models import State
 
 LONG = os.environ.get("SLURM_HEAL_RELIABILITY", "").lower() == "long"
 DEFAULT_SEED = 20261130
@@ -118,7 +118,3 @@ def assert_no_orphan_drain(state: State, drained_by_us: Iterable[tuple[str, str]
     if orphans:
         raise Stranded("nodes left drained by slurm-heal with no open remediation: "
                        + ", ".join(orphans))
-
-
-def open_remediations(state: State) -> list[Remediation]:
-    return [r for r in state.remediations if not r.phase.terminal]
