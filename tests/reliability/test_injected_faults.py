@@ -16,13 +16,16 @@ parts:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from slurm_heal.cli import cli
 from slurm_heal.errors import ScenarioError
 from slurm_heal.models import Phase
 from slurm_heal.simulation import (
@@ -86,6 +89,16 @@ def test_fault_scenario_produces_its_expected_records(path: Path) -> None:
     timeline = "\n".join(f"{r['at']} {r['node']} {r['action']} {r['phase']} [{r['rule']}] "
                          f"{r['why'][:90]}" for r in records)
     assert not problems, "\n".join(problems) + "\n--- timeline ---\n" + timeline
+
+
+def test_simulate_command_runs_a_fault_scenario() -> None:
+    """`slurm-heal simulate --json` on a fault scenario: exit 0, the records in order."""
+    res = CliRunner().invoke(cli, ["simulate", "--json", str(
+        FAULTS_DIR / "s6_act_answer_lost_is_asked_not_repeated.json")])
+    assert res.exit_code == 0, res.output
+    phases = [json.loads(line)["phase"] for line in res.output.splitlines()
+              if line.startswith("{") and '"gpu01"' in line]
+    assert phases.index("acting") < phases.index("returning") < phases.index("done")
 
 
 def test_every_fault_mode_has_a_scenario() -> None:

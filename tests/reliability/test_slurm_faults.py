@@ -43,22 +43,31 @@ def sim(lab_clean: Lab, gate: threading.Event) -> Iterator[SimulatorServer]:
             gate.set()
 
 
+@pytest.mark.parametrize("phase", [Phase.WAITING, Phase.ACTING])
 def test_slurmctld_stopped_and_restarted_mid_remediation_is_ridden_out(
-        lab: Lab, sim: SimulatorServer, gate: threading.Event, tmp_path: Path) -> None:
-    """The reboot of gpu01 runs when slurmctld stops; the daemon keeps cycling (each
-    cycle skipped, logged), and when slurmctld is back the remediation finishes: one
-    reboot, gpu01 resumed, the daemon never died."""
+        lab: Lab, sim: SimulatorServer, gate: threading.Event, tmp_path: Path,
+        phase: Phase) -> None:
+    """slurmctld stops while gpu01 waits for its job (WAITING) or while its reboot runs
+    (ACTING). The daemon keeps cycling (each cycle skipped, logged), and when slurmctld
+    is back the remediation finishes: one reboot, gpu01 resumed, the daemon never died."""
     d = LabDaemon(lab, tmp_path, sim, interval=0.5)
     try:
+        if phase is Phase.WAITING:
+            gate.set()
+            job = lab.run(["sbatch", "--parsable", "-w", "gpu01", "-t", "5", "--wrap",
+                           f"sleep {OUTAGE}"]).stdout.strip().split(";")[0]
+            lab.wait_for(lambda: job in lab.run(["squeue", "-h", "-o", "%i", "-w", "gpu01"]
+                                                ).stdout, timeout=30, what="job running")
         d.publish("gpu01")
         proc = d.start()
-        d.wait(lambda: any(r.phase is Phase.ACTING for r in d.rems("gpu01")), "gpu01 acting")
+        d.wait(lambda: any(r.phase is phase for r in d.rems("gpu01")), f"gpu01 {phase.value}")
         heartbeat = d.state_dir / "heartbeat"
         lab.stop_ctld()
         try:
-            time.sleep(OUTAGE)
+            time.sleep(OUTAGE)  # the job (WAITING) ends about now; slurmd reports it when slurmctld is back
             assert proc.poll() is None, "the daemon died while slurmctld was down\n" + d.logs()
             stale = heartbeat.read_text() if heartbeat.exists() else ""
+            assert not sim.stats()["executed"] or phase is Phase.ACTING
         finally:
             lab.start_ctld()
         gate.set()
