@@ -16,13 +16,14 @@ Afterwards (SPEC L1, S6, I5, D5, house style 2 and 5):
   an open remediation (or a hand-to-person record).
 
 The kill phase ends at its step target or its time budget (CI: 50 s); the last daemon
-gets 45 s (CI) to finish. The figures (kills, steps, remediations, duplicates) are printed; the seed too, so a
-failure replays with ``SLURM_HEAL_SEED``. ``SLURM_HEAL_RELIABILITY=long`` runs ≥ 200
-steps.
+gets 75 s (CI; ``SLURM_HEAL_CRASH_SETTLE`` sets it) to finish. The figures (kills,
+steps, remediations, duplicates) are printed; the seed too, so a failure replays with
+``SLURM_HEAL_SEED``. ``SLURM_HEAL_RELIABILITY=long`` runs ≥ 200 steps.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,7 +56,9 @@ IN_FLIGHT = ("cordon", "act", "resume")
 STEPS = scaled(30, 200)
 MAX_ROUNDS = scaled(24, 400)
 KILL_PHASE = scaled(50, 1500)  # seconds of kills at most (CI budget), whatever the steps
-SETTLE = scaled(45, 180)  # seconds the last daemon gets to finish everything
+# Seconds the last daemon gets to finish everything (a stranded step must be resolved
+# "within a bounded time", issue 8 defect 1: this must be longer than that bound).
+SETTLE = float(os.environ.get("SLURM_HEAL_CRASH_SETTLE", scaled(75, 240)))
 IN_FLIGHT_WAIT = 8.0  # seconds a round waits for its in-flight point before killing anyway
 
 
