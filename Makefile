@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test lint unit bench lab-up lab-down clean
+.PHONY: setup demo test lint unit bench reliability lab-up lab-down clean
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ test: setup
 	contrib/lab/lab install
 	$(MAKE) lint
 	$(BIN)/pytest
+
+# The reliability suites' long profile (docs/reliability.md); the CI profile runs in `make test`.
+reliability: setup
+	contrib/lab/lab install
+	SLURM_HEAL_RELIABILITY=long $(BIN)/pytest -m reliability -s
 
 bench: setup
 	$(BIN)/python benchmarks/run.py

@@ -11,7 +11,10 @@ Simulated world:
 - jobs that end at a given time (requeue/cancel removes them from the node);
 - a health check that re-confirms active alerts on every cycle while the node is up;
 - a provider whose actions succeed after a configurable duration (or fail, after an
-  ``action_fails`` event); a completed action clears the node's alerts.
+  ``action_fails`` event); a completed action clears the node's alerts;
+- injected faults (``fault`` events): an effect on a node that fails, times out, is
+  carried out with its answer lost, never reports, or a daemon that dies between
+  recording an effect and running it (docs/simulate.md "Injected faults").
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from slurm_heal.policy import decide
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
 
 EVENT_TYPES = ("alert", "clear", "job", "approve", "deny", "cancel", "request", "action_fails",
-               "reset_breaker", "pause", "unpause", "drain", "resume")
+               "reset_breaker", "pause", "unpause", "drain", "resume", "fault")
+# Injected faults (docs/simulate.md): which effect, and what goes wrong with it.
+FAULT_EFFECTS = ("cordon", "signal_jobs", "requeue_jobs", "cancel_jobs", "act", "poll", "resume",
+                 "release", "notify", "any")
+FAULT_MODES = ("fail", "timeout", "lost", "never_reports", "crash")
+# Modes that only make sense for a provider action.
+_ACT_ONLY_MODES = ("never_reports",)
+MAX_FAULT_COUNT = 1000
 DEFAULT_DURATIONS = {Action.REBOOT: timedelta(minutes=5), Action.REBUILD: timedelta(minutes=20),
                      Action.MIGRATE: timedelta(minutes=30),
                      Action.POWER_CYCLE: timedelta(minutes=10)}
@@ -160,6 +170,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
                 Action(_need(e, "action", where))
             except ValueError:
                 raise ScenarioError(f"{where}: unknown action {e['action']!r}") from None
+        if etype == "fault":
+            _check_fault(e, where)
         events.append(Event(at=at, seq=i, type=etype, raw=e))
     until = _time(data.get("until", "+1d"), start, f"{source}: until")
     if until < start:
@@ -194,6 +206,27 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
                     description=str(data.get("description", "")))
 
 
+def _check_fault(e: dict[str, Any], where: str) -> None:
+    """A ``fault`` event: ``effect`` (default "any"), ``mode``, ``count`` (default 1)."""
+    effect = e.get("effect", "any")
+    if effect not in FAULT_EFFECTS:
+        raise ScenarioError(f"{where}.effect: {effect!r} is not one of "
+                            f"{', '.join(FAULT_EFFECTS)}")
+    mode = _need(e, "mode", where)
+    if mode not in FAULT_MODES:
+        raise ScenarioError(f"{where}.mode: {mode!r} is not one of {', '.join(FAULT_MODES)}")
+    if mode in _ACT_ONLY_MODES and effect != "act":
+        raise ScenarioError(f"{where}.mode: {mode!r} is a provider action's fault; it needs "
+                            "\"effect\": \"act\"")
+    count = e.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FAULT_COUNT:
+        raise ScenarioError(f"{where}.count: {count!r} is not a whole number from 1 to "
+                            f"{MAX_FAULT_COUNT}")
+    unknown = sorted(set(e) - {"at", "type", "node", "effect", "mode", "count"})
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)} for a fault")
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file. Raises ScenarioError."""
     p = Path(path)
@@ -204,6 +237,22 @@ def load_scenario(path: str | Path) -> Scenario:
     except ValueError as exc:
         raise ScenarioError(f"{p}: not valid JSON: {exc}") from None
     return parse_scenario(data, source=str(p))
+
+
+@dataclass
+class _Fault:
+    """An injected fault waiting for the next matching effect on its node."""
+
+    effect: str  # an EffectKind, or "any"
+    mode: str  # one of FAULT_MODES
+    left: int
+
+    def matches(self, kind: str) -> bool:
+        return self.left > 0 and self.effect in (kind, "any")
+
+
+class _Crash(Exception):
+    """The simulated daemon dies between recording an effect and running it."""
 
 
 @dataclass
@@ -220,6 +269,7 @@ class _Node:
     alerts: dict[str, Alert] = field(default_factory=dict)
     fail_next: bool = False
     moves: int = 0
+    faults: list[_Fault] = field(default_factory=list)
 
 
 @dataclass
@@ -231,6 +281,7 @@ class _Op:
     ends: datetime
     fails: bool
     done: bool = False
+    silent: bool = False  # never reports: stays running (an injected never_reports)
 
 
 @dataclass
@@ -249,6 +300,7 @@ class Result:
     records: list[Decision]
     state: State
     violations: list[str]
+    faults_fired: dict[str, int] = field(default_factory=dict)  # "effect:mode" -> count
 
 
 class Simulation:
@@ -265,6 +317,7 @@ class Simulation:
         self.violations: list[str] = []
         self.cmd_seq = 0
         self.cat = catalog_mod.load()
+        self.faults_fired: dict[str, int] = {}
 
     # -------------------------------------------------------------- the world
     def _command(self, at: datetime, kind: str, e: dict[str, Any]) -> None:
@@ -297,6 +350,9 @@ class Simulation:
             self.jobs[int(e["id"])] = (n.name, _time(e["ends"], self.sc.start, "ends"))
         elif ev.type == "action_fails" and n is not None:
             n.fail_next = True
+        elif ev.type == "fault" and n is not None:
+            n.faults.append(_Fault(effect=str(e.get("effect", "any")), mode=str(e["mode"]),
+                                   left=int(e.get("count", 1))))
         elif ev.type == "drain" and n is not None:
             n.states.add("DRAIN")
             n.reason, n.reason_time = str(e.get("reason", "drained by someone")), t
@@ -320,7 +376,7 @@ class Simulation:
             if ends <= t:
                 del self.jobs[jid]
         for op in self.ops.values():
-            if op.done or op.ends > t:
+            if op.done or op.silent or op.ends > t:
                 continue
             op.done = True
             n = self.nodes[op.node]
@@ -375,38 +431,80 @@ class Simulation:
         if plan.data is not None:
             update["data"] = plan.data
         self.records.extend(plan.records)
+        crashed = False
         for eff in plan.effects:
             rem = rems.get(eff.remediation) if eff.remediation else None
-            if rem is not None and eff.kind == "poll":
-                # As the daemon does: a poll's answer goes onto the act Attempt it names.
-                outcome, op_id, finished = self._execute(eff, t)
-                rems[rem.id] = rem.model_copy(update={"attempts": tuple(
-                    a.model_copy(update={"outcome": outcome, "operation": op_id,
-                                         "finished": finished}) if a.key == eff.ref else a
-                    for a in rem.attempts)})
-                continue
-            if rem is not None and eff.resend and any(
-                    a.key == eff.key and a.outcome is None for a in rem.attempts):
-                # Sent again under the same key (its intent never got an outcome).
-                rem = rem.model_copy(update={"attempts": tuple(
-                    a for a in rem.attempts if a.key != eff.key) + (Attempt(
-                        key=eff.key, effect=eff.kind, action=eff.action, started=t),)})
-            elif rem is not None:
-                if any(a.key == eff.key for a in rem.attempts):
+            if rem is not None and eff.kind != "poll":
+                same = next((a for a in rem.attempts if a.key == eff.key), None)
+                if same is not None and not (eff.resend and same.outcome is None):
                     self.violations.append(f"{t.isoformat()}: key {eff.key} handed out twice")
                     continue
-                # Record intent before acting (ARCHITECTURE "record intent, act, record outcome").
-                rem = rem.model_copy(update={"attempts": rem.attempts + (Attempt(
-                    key=eff.key, effect=eff.kind, action=eff.action, started=t),)})
-            outcome, op_id, finished = self._execute(eff, t)
-            if rem is not None:
-                last = rem.attempts[-1].model_copy(update={
-                    "outcome": outcome, "operation": op_id, "finished": finished})
-                rems[rem.id] = rem.model_copy(update={"attempts": rem.attempts[:-1] + (last,)})
+                if same is None:
+                    # Record intent before acting (ARCHITECTURE "record intent, act, record
+                    # outcome"); the daemon records every intent of a plan before it runs any.
+                    rem = rem.model_copy(update={"attempts": rem.attempts + (Attempt(
+                        key=eff.key, effect=eff.kind, action=eff.action, started=t),)})
+                else:
+                    # Sent again under the same key (its intent never got an outcome), as the
+                    # store records it.
+                    again = same.model_copy(update={"started": t, "resent": same.resent + 1})
+                    rem = rem.model_copy(update={"attempts": tuple(
+                        again if a.key == eff.key else a for a in rem.attempts)})
+                rems[rem.id] = rem
+            if crashed:
+                continue  # the daemon died earlier in this plan: recorded, never run
+            try:
+                outcome, op_id, finished, detail = self._execute(eff, t)
+            except _Crash:
+                crashed = True
+                continue
+            if rem is None or outcome is None:
+                continue  # no record to update, or left in flight (no answer)
+            # As the daemon does: a poll's answer goes onto the act Attempt it names.
+            key = eff.ref if eff.kind == "poll" else eff.key
+            rems[rem.id] = rem.model_copy(update={"attempts": tuple(
+                a.model_copy(update={"outcome": outcome, "operation": op_id or a.operation,
+                                     "finished": finished, "detail": detail or a.detail})
+                if a.key == key else a for a in rem.attempts)})
         update["remediations"] = tuple(rems[i] for i in order)
         self.state = self.state.model_copy(update=update)
 
-    def _execute(self, eff: Effect, t: datetime) -> tuple[Any, str | None, datetime | None]:
+    def _execute(self, eff: Effect, t: datetime) -> tuple[Any, str | None, datetime | None, str]:
+        """Run one effect in the simulated world, with the node's next matching injected
+        fault (if any). Returns (outcome, operation id, finished, detail); outcome None
+        means no answer came back: the attempt stays in flight, as in the daemon."""
+        n = self.nodes[eff.node]
+        fault = next((f for f in n.faults if f.matches(eff.kind)), None)
+        mode = None
+        if fault is not None:
+            fault.left -= 1
+            mode = fault.mode
+            name = f"{eff.kind}:{mode}"
+            self.faults_fired[name] = self.faults_fired.get(name, 0) + 1
+        what = f"{eff.kind} of {eff.node}"
+        if mode == "crash":
+            raise _Crash(what)
+        provider = eff.kind in ("act", "poll")
+        if mode == "fail":
+            if eff.kind == "poll":
+                return None, None, None, ""  # an error answer: the daemon asks again later
+            return "failed", None, t, f"{what} failed (injected fault)"
+        if mode == "timeout":
+            # Nothing was done. The daemon cannot know that: a provider call stays in
+            # flight, a Slurm command that was killed at its timeout counts as failed.
+            if provider:
+                return None, None, None, ""
+            return "failed", None, t, f"{what} timed out (injected fault)"
+        outcome, op_id, finished = self._world(eff, t, silent=mode == "never_reports")
+        if mode == "lost":
+            # Carried out, but the answer never came back.
+            if provider:
+                return None, None, None, ""
+            return "failed", None, t, f"{what} timed out after it was done (injected fault)"
+        return outcome, op_id, finished, ""
+
+    def _world(self, eff: Effect, t: datetime, silent: bool = False
+               ) -> tuple[Any, str | None, datetime | None]:
         n = self.nodes[eff.node]
         if eff.kind == "cordon":
             n.states.add("DRAIN")
@@ -419,24 +517,30 @@ class Simulation:
             for jid in [j for j, (node, _) in self.jobs.items() if node == eff.node]:
                 del self.jobs[jid]
         elif eff.kind == "act":
-            if eff.key in self.ops:  # the provider's own idempotency: same key, same op
-                op = self.ops[eff.key]
-            else:
-                op = _Op(id=f"op-{len(self.ops) + 1}", key=eff.key, node=eff.node,
-                         action=eff.action, ends=t + self.sc.durations[eff.action],
-                         fails=n.fail_next)
-                n.fail_next = False
-                self.ops[eff.key] = op
-                n.states.add("DOWN")
+            op = self._submit(eff.key, eff.node, eff.action, t, silent)
             return "running", op.id, None
         elif eff.kind == "poll":
             found = self.ops.get(eff.ref)
             if found is None:
-                return "failed", None, t
+                # As the daemon does: the provider never saw the key (the submit never
+                # arrived), so it is sent again with the SAME key; it cannot run twice.
+                found = self._submit(eff.ref, eff.node, eff.action, t, silent)
             if not found.done:
                 return "running", found.id, None
             return ("failed" if found.fails else "ok"), found.id, t
         return "ok", None, t
+
+    def _submit(self, key: str, node: str, action: Action, t: datetime, silent: bool) -> _Op:
+        """The provider's create: the same key always names the same operation."""
+        if key in self.ops:
+            return self.ops[key]
+        n = self.nodes[node]
+        op = _Op(id=f"op-{len(self.ops) + 1}", key=key, node=node, action=action,
+                 ends=t + self.sc.durations[action], fails=n.fail_next, silent=silent)
+        n.fail_next = False
+        self.ops[key] = op
+        n.states.add("DOWN")
+        return op
 
     # -------------------------------------------------------------- the loop
     def run(self) -> Result:
@@ -456,7 +560,7 @@ class Simulation:
                 self.on_cycle(Cycle(at=t, view=view, alerts=alerts, state=before, plan=plan))
             self._apply(plan, t)
             cands = [e.at for e in pending[:1]]
-            cands += [op.ends for op in self.ops.values() if not op.done]
+            cands += [op.ends for op in self.ops.values() if not op.done and not op.silent]
             cands += [ends for _, ends in self.jobs.values()]
             if plan.next_wake is not None:
                 cands.append(plan.next_wake)
@@ -468,7 +572,8 @@ class Simulation:
             t = min(later)
         else:  # pragma: no cover - a bug in the engine, not in a scenario
             self.violations.append(f"more than {MAX_CYCLES} cycles")
-        return Result(records=self.records, state=self.state, violations=self.violations)
+        return Result(records=self.records, state=self.state, violations=self.violations,
+                      faults_fired=dict(self.faults_fired))
 
 
 def record_json(d: Decision) -> dict[str, Any]:

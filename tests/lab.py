@@ -149,6 +149,14 @@ class Lab:
             argv.append("--detach")
         run(argv, timeout=delay + 60)
 
+    def stop_ctld(self) -> None:
+        """Stop slurmctld only (`lab ctld stop`): the nodes run on, Slurm commands fail."""
+        run([*self.lab_cmd, "ctld", "stop"], timeout=60)
+
+    def start_ctld(self, timeout: float = 60.0) -> None:
+        """Start slurmctld again with its saved state (`lab ctld start`)."""
+        run([*self.lab_cmd, "ctld", "start", "--timeout", str(timeout)], timeout=timeout + 30)
+
     def reset(self, timeout: float = 60.0) -> None:
         """Put every node back to plain IDLE with empty Extra and no jobs, so tests do
         not leak state into each other."""

@@ -31,7 +31,9 @@ control endpoints under ``/_sim/`` are never affected):
   closed without an answer; nothing is done;
 - ``lose_response``: the next n action creates (ours or Nova's) are carried out, then
   the connection is dropped without an answer;
-- ``fail_actions``: the next n actions run and end ``failed``.
+- ``fail_actions``: the next n actions run and end ``failed``;
+- ``never_finish``: the next n actions start and never report an end (they stay
+  ``running`` until the simulator stops).
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class Faults:
     hang: float = 3.0
     lose_response: int = 0
     fail_actions: int = 0
+    never_finish: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -297,7 +300,10 @@ class SimulatorServer:
             fail = self.faults.fail_actions > 0
             if fail:
                 self.faults.fail_actions -= 1
-        worker = threading.Thread(target=self._run, args=(op, fail), daemon=True,
+            hang = self.faults.never_finish > 0
+            if hang:
+                self.faults.never_finish -= 1
+        worker = threading.Thread(target=self._run, args=(op, fail, hang), daemon=True,
                                   name=f"sim-{op.id}")
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
         worker.start()
@@ -310,9 +316,12 @@ class SimulatorServer:
                 op.detail = detail
             op.updated = _now_iso()
 
-    def _run(self, op: SimOperation, fail: bool) -> None:
+    def _run(self, op: SimOperation, fail: bool, hang: bool = False) -> None:
         started = time.monotonic()
         self._set(op, "running")
+        if hang:
+            self._stop.wait()  # never reports an end (an injected never_finish)
+            return
         detail = f"{op.action.value} of {op.node} done"
         ok = True
         try:
@@ -388,14 +397,19 @@ class SimulatorServer:
             def _send(self, status: int, body: Any, headers: dict[str, str] | None = None
                       ) -> None:
                 data = b"" if body is None else json.dumps(body).encode()
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                if body is not None:
-                    self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    if body is not None:
+                        self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client went away (killed mid-request): nothing to answer.
+                    log.debug("simulator: client gone before the answer (%d)", status)
+                    self.close_connection = True
 
         return Handler
 

@@ -19,6 +19,10 @@ from slurm_heal.errors import NotFound, SlurmError
 from slurm_heal.extra import parse_extra, with_key
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
+# Operations `MemorySlurm.inject_failure` can make fail.
+_FAILABLE = ("node", "drain", "resume", "set_extra", "reboot", "signal_jobs", "requeue_jobs",
+             "cancel_jobs")
+
 
 @dataclass
 class _Node:
@@ -60,6 +64,8 @@ class MemorySlurm:
         # a reboot Slurm did not order itself leaves it DOWN, "Node unexpectedly rebooted"
         # (slurm.conf(5), seen as such on 22.05).
         self._rts = return_to_service
+        # Injected failures: (node, operation) -> [calls left, error]. See inject_failure.
+        self._failures: dict[tuple[str, str], tuple[int, Exception]] = {}
 
     # -- simulation controls (not part of SlurmClient) --------------------------------
     def submit_job(self, node: str, runtime: timedelta, user: str = "alice",
@@ -102,6 +108,28 @@ class MemorySlurm:
         """What `scontrol update nodename=N extra=TEXT` does (any text, not only JSON)."""
         with self._lock:
             self._node(node).extra_raw = text
+
+    def inject_failure(self, node: str, operation: str, count: int = 1,
+                       error: Exception | None = None) -> None:
+        """The next ``count`` calls of ``operation`` on ``node`` fail, as a failing
+        ``scontrol`` does: a `SlurmError` naming the node unless ``error`` is given.
+        Operations: node, drain, resume, set_extra, reboot, signal_jobs, requeue_jobs,
+        cancel_jobs."""
+        if operation not in _FAILABLE:
+            raise ValueError(f"operation must be one of {', '.join(_FAILABLE)}, not "
+                             f"{operation!r}")
+        with self._lock:
+            self._node(node)
+            exc = error if error is not None else SlurmError(
+                f"{operation} of {node} failed (injected)", command=["scontrol", "update"],
+                returncode=1, stderr=f"slurm_update error: injected failure for {node}")
+            self._failures[(node, operation)] = (count, exc)
+
+    def _maybe_fail(self, node: str, operation: str) -> None:
+        left, exc = self._failures.get((node, operation), (0, None))
+        if left > 0 and exc is not None:
+            self._failures[(node, operation)] = (left - 1, exc)
+            raise exc
 
     def _advance(self) -> None:
         now = self._clock()
@@ -155,6 +183,7 @@ class MemorySlurm:
 
     def node(self, name: str) -> NodeInfo:
         with self._lock:
+            self._maybe_fail(name, "node")
             self._advance()
             return self._info(self._node(name))
 
@@ -167,11 +196,13 @@ class MemorySlurm:
         if not reason.strip():
             raise SlurmError("drain needs a reason", command=["scontrol", "update"])
         with self._lock:
+            self._maybe_fail(node, "drain")
             n = self._node(node)
             n.drain, n.reason, n.reason_user, n.reason_time = True, reason, self._user, self._clock()
 
     def resume(self, node: str) -> None:
         with self._lock:
+            self._maybe_fail(node, "resume")
             n = self._node(node)
             if n.reboot_done_at is not None:  # not responding: Slurm refuses too
                 raise SlurmError(f"node {node} is not responding", command=["scontrol", "update"])
@@ -179,14 +210,18 @@ class MemorySlurm:
 
     def set_extra(self, node: str, key: str, value: Any | None) -> None:
         with self._lock:
+            self._maybe_fail(node, "set_extra")
             n = self._node(node)
             n.extra_raw = with_key(n.extra_raw, key, value)
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        with self._lock:
+            self._maybe_fail(node, "reboot")
         self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
 
     def signal_jobs(self, node: str, signal: str) -> None:
         with self._lock:
+            self._maybe_fail(node, "signal_jobs")
             self._node(node).history.append(f"signal:{signal}")
 
     def requeue_jobs(self, node: str) -> None:
@@ -197,6 +232,7 @@ class MemorySlurm:
 
     def _end_jobs(self, node: str, how: str) -> None:
         with self._lock:
+            self._maybe_fail(node, f"{how}_jobs")
             n = self._node(node)
             for jid in [j.job_id for j in self._jobs.values() if node in j.nodes]:
                 n.history.append(f"{how}:{jid}")
