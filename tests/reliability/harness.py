@@ -102,7 +102,7 @@ def handed_to_person(state: State, node: str) -> bool:
     if not done:
         return False
     last = max(done, key=lambda r: (r.updated, r.id))
-    return bool(last.data.get("handed_to_person"))
+    return bool(last.data.handed_to_person)
 
 
 def assert_no_orphan_drain(state: State, drained_by_us: Iterable[tuple[str, str]]) -> None:

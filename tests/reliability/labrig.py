@@ -55,6 +55,9 @@ cooldown = "0s"
 breaker_threshold = {breaker_threshold}
 breaker_window = "1h"
 return_timeout = "5m"
+# a step recorded but never run (the kill landed in between) is sent again after this
+# (issue 8 defect 1); short, so the settle phase sees it resolved
+step_timeout = "5s"
 
 [escalation]
 repeats = 1000

@@ -48,7 +48,7 @@ def test_action_that_never_reports_fails_after_act_timeout_and_goes_to_a_person(
     rig.alert("gpu01")
     rig.run(50, seconds=60)
     (rem,) = rig.rems("gpu01")
-    assert rem.phase is Phase.FAILED and rem.data.get("handed_to_person"), rem.steps
+    assert rem.phase is Phase.FAILED and rem.data.handed_to_person, rem.steps
     assert any(s.rule == "L5" and "act_timeout" in s.why for s in rem.steps)
     assert list(rig.sim.stats()["executed"].values()) == [1]  # never retried
     assert rig.cluster.node("gpu01").drained  # stays cordoned for the person
@@ -65,7 +65,7 @@ def test_cordon_failing_for_one_node_does_not_stop_the_others(rig: Rig) -> None:
     by_node = {r.node: r for r in rig.rems()}
     assert by_node["gpu01"].phase is Phase.DONE and by_node["gpu03"].phase is Phase.DONE
     bad = by_node["gpu02"]
-    assert bad.phase is Phase.FAILED and bad.data.get("handed_to_person")
+    assert bad.phase is Phase.FAILED and bad.data.handed_to_person
     cordons = [a for a in bad.attempts if a.effect == "cordon"]
     assert len(cordons) == 3 and all(a.outcome == "failed" for a in cordons)
     assert len(rig.sim.stats()["executed"]) == 2
@@ -85,8 +85,6 @@ def test_act_answer_lost_then_provider_down_a_while_acts_once(rig: Rig) -> None:
     assert not rig.cluster.node("gpu01").drained
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defect 5: a failing requeue/cancel is "
-                   "repeated every 5 minutes forever, nobody is told")
 def test_eviction_that_keeps_failing_is_bounded_and_a_person_is_told(rig: Rig) -> None:
     """SPEC P3: the job on gpu01 cannot be requeued or cancelled (scontrol fails). The
     eviction must not repeat all day holding its S3/S4 slot: within a day the remediation
@@ -111,8 +109,6 @@ class FullDisk(Notifier):
         raise OSError(28, "No space left on device", str(self.path))
 
 
-@pytest.mark.xfail(strict=True, raises=OSError, reason="issue 8 defect 7: an OSError from "
-                   "the notifier aborts the cycle and strands the steps already recorded")
 def test_notifier_on_a_full_disk_does_not_abort_the_cycle(tmp_path: Path) -> None:
     """O3: notifications never block or fail a cycle. gpu01's record-only alert is routed
     to support on a full disk; gpu02's reboot in the same cycles still runs."""
@@ -125,8 +121,6 @@ def test_notifier_on_a_full_disk_does_not_abort_the_cycle(tmp_path: Path) -> Non
         assert all(a.outcome is not None for r in rig.rems() for a in r.attempts)
 
 
-@pytest.mark.xfail(strict=True, raises=NotFound, reason="issue 8 defect 7: NotFound (not a "
-                   "SlurmError) from one node's effect aborts the cycle")
 def test_node_gone_from_slurm_mid_cycle_does_not_abort_the_cycle(rig: Rig) -> None:
     """One bad node never stops the cluster: Slurm answers 'not found' for gpu01 while its
     cordon runs; that effect fails, gpu02's goes on."""

@@ -36,7 +36,6 @@ from tests.lab import Lab
 from tests.reliability.harness import (
     Figures,
     ForeignTouched,
-    Stranded,
     assert_act_once,
     assert_all_terminal,
     assert_no_orphan_drain,
@@ -84,8 +83,6 @@ def _in_flight(d: LabDaemon, kind: str, before: set[str]) -> bool:
                for r in state.remediations for a in r.attempts)
 
 
-@pytest.mark.xfail(strict=True, raises=Stranded, reason="issue 8 defect 1: a recorded "
-                   "cordon that never ran is never retried (the remediation stays cordoned)")
 def test_kill_9_at_random_points_strands_nothing_and_acts_once(
         rig: tuple[LabDaemon, SimulatorServer], capsys: pytest.CaptureFixture[str]) -> None:
     d, sim = rig

@@ -48,16 +48,7 @@ SCENARIOS = sorted(FAULTS_DIR.glob("*.json"))
 
 # Scenarios that show a defect listed in issue 8; the mark goes when the fix lands (a
 # strict xfail that passes fails the run, so nobody forgets).
-KNOWN_DEFECTS = {
-    "l1_crash_before_cordon_runs_is_retried":
-        "issue 8 defect 1: a recorded cordon that never ran is never retried",
-    "p3_eviction_that_never_works_is_bounded":
-        "issue 8 defect 5: a failing requeue/cancel is repeated every 5 minutes forever",
-    "d5_person_drains_before_the_act_nothing_runs":
-        "issue 8 defect 11: a person's drain before the act does not stop the reboot",
-    "d5_person_reason_starting_with_reboot_is_not_resumed":
-        "issue 8 defect 2: a person's reason starting with 'Reboot' is taken for Slurm's",
-}
+KNOWN_DEFECTS: dict[str, str] = {}
 
 
 def _cases() -> list[Any]:
@@ -175,9 +166,6 @@ AUTO = {"approvals": {"default": "auto"},
         "waiting": {"max_wait": "2h"}}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 8 defects 2 and 11: a person's reason that "
-                   "starts with 'Reboot' is resumed; a person's drain before the act does "
-                   "not stop the reboot")
 @settings(max_examples=scaled(60, 2000), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(events=st.lists(timed, min_size=1, max_size=14), config=inv.policies)

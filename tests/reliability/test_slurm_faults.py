@@ -107,7 +107,7 @@ def test_scontrol_failing_for_one_node_does_not_stop_the_others(
         by_node = {r.node: r for r in d.rems()}
         assert by_node["gpu01"].phase is Phase.DONE and by_node["gpu03"].phase is Phase.DONE
         bad = by_node["gpu02"]
-        assert bad.phase is Phase.FAILED and bad.data.get("handed_to_person"), bad.steps
+        assert bad.phase is Phase.FAILED and bad.data.handed_to_person, bad.steps
         cordons = [a for a in bad.attempts if a.effect == "cordon"]
         assert len(cordons) == 3 and all(a.outcome == "failed" for a in cordons)
         assert "injected failure for gpu02" in cordons[-1].detail
