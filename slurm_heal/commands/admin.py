@@ -6,9 +6,11 @@ Commands that change something (approve, deny, cancel, request, breaker reset) n
 themselves: they put a `models.Command` in the store's inbox and the controller consumes
 it at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
 
-Where the store is: ``--state-dir``, else ``$SLURM_HEAL_STATE_DIR``, else the
-``[controller] state_dir`` of ``--config``, else `store.default_state_dir` (beside
-slurmctld's StateSaveLocation).
+Where the store is: found as the daemon finds it (`slurm_heal.location`: ``--state-dir``,
+``$SLURM_HEAL_STATE_DIR``, the config's ``[controller] state_dir``, beside slurmctld's
+StateSaveLocation) and said on every command (stderr, or the ``store`` field of
+``--json``). A write to a store that does not exist or has no controller heartbeat is
+refused unless ``--force``: a person's word must not land where no daemon reads it.
 
 Embedding/tests: a `SlurmClient` placed in the click context object under ``"slurm"``
 (``slurm_heal.cli.cli.main(args, obj={"slurm": client})``) is used instead of `slurm_heal.slurm.make_client`.
@@ -28,12 +30,12 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal.errors import HealError, NotFound, SlurmError
+from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate, slurm_conf_path
 from slurm_heal.models import Command, Remediation, State
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action, Alert
 
 F = TypeVar("F", bound=Callable[..., Any])
-ENV_STATE_DIR = "SLURM_HEAL_STATE_DIR"
 EXPLAIN_DECISIONS = 10
 
 
@@ -55,29 +57,36 @@ def _default_by() -> str:
         return "unknown"
 
 
-def _controller_section(config: str | None) -> dict[str, Any]:
-    if not config:
-        return {}
-    from slurm_heal.config import load_policy
-
-    return dict(load_policy(config).controller)
+def _location(state_dir: str | None, config: str | None) -> Location:
+    """The store this command uses, found as the daemon finds it (`slurm_heal.location`),
+    said once: on stderr, or as the ``store`` field of the JSON output."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    loc: Location | None = root.meta.get("slurm_heal.location")
+    if loc is None:
+        loc = locate(state_dir, config)
+        root.meta["slurm_heal.location"] = loc
+        if not root.meta.get("slurm_heal.json"):
+            click.echo(f"slurm-heal: store {loc.describe()}", err=True)
+    return loc
 
 
 def _store(state_dir: str | None, config: str | None) -> Any:
-    from slurm_heal.store import Store, default_state_dir
+    from slurm_heal.store import Store
 
-    if state_dir:
-        return Store(state_dir)
-    if os.environ.get(ENV_STATE_DIR):
-        return Store(os.environ[ENV_STATE_DIR])
-    section = _controller_section(config)
-    if section.get("state_dir"):
-        return Store(str(section["state_dir"]))
-    return Store(default_state_dir(section.get("slurm_conf")))
+    return Store(_location(state_dir, config).state_dir)
+
+
+def _controller_section(config: str | None) -> dict[str, Any]:
+    from slurm_heal.config import load_policy
+
+    path = config_path(config)
+    return dict(load_policy(path).controller) if path is not None else {}
 
 
 def _slurm(config: str | None) -> SlurmClient:
-    """The Slurm client: the one the context carries, else `slurm_heal.slurm.make_client`."""
+    """The Slurm client: the one the context carries, else `slurm_heal.slurm.make_client`
+    for the slurm.conf the daemon uses (a missing one fails at once, one message)."""
     ctx = click.get_current_context()
     obj = ctx.find_object(dict)
     if obj is not None and obj.get("slurm") is not None:
@@ -87,16 +96,17 @@ def _slurm(config: str | None) -> SlurmClient:
     if factory is None:
         raise SlurmError("no Slurm backend is available in this installation")
     section = _controller_section(config)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(section.get("slurm_conf")))}
     if section.get("slurm_backend"):
         kwargs["backend"] = section["slurm_backend"]
-    if section.get("slurm_conf"):
-        kwargs["slurm_conf"] = section["slurm_conf"]
     made: SlurmClient = factory(**kwargs)
     return made
 
 
 def _emit_json(obj: Any) -> None:
+    loc = click.get_current_context().find_root().meta.get("slurm_heal.location")
+    if isinstance(obj, dict) and isinstance(loc, Location):
+        obj = {**obj, "store": loc.as_json()}
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
@@ -116,16 +126,46 @@ def state_options(func: F) -> F:
     """--state-dir and --config, shared by every command that reads the store."""
     func = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
                         help="The controller's TOML config (its [controller] state_dir and "
-                             "slurm_conf are used).")(func)
+                             "slurm_conf are used; default: $SLURM_HEAL_CONFIG, else "
+                             "/etc/slurm-heal/heal.toml when it exists).")(func)
     func = click.option("--state-dir", "state_dir", type=click.Path(file_okay=False),
                         default=None, help=f"The store directory (default: ${ENV_STATE_DIR}, "
                         "else beside slurmctld's StateSaveLocation).")(func)
     return func
 
 
+def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:  # read by _location (no stderr line) and the CLI's error handler (JSON)
+        ctx.find_root().meta["slurm_heal.json"] = True
+    return value
+
+
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
                         help="Print one JSON object instead of text (SPEC I4).")(func)
+
+
+def force_option(func: F) -> F:
+    return click.option("--force", is_flag=True,
+                        help="Write even to a store no controller has a heartbeat in.")(func)
+
+
+# A heartbeat older than this is worth a word: the command waits for a daemon that may be
+# down (the daemon writes one every cycle, 30 s by default).
+STALE_HEARTBEAT = timedelta(minutes=10)
+
+
+def _writable(state_dir: str | None, config: str | None, force: bool) -> None:
+    """Refuse a write no controller would read (unless --force); warn when the
+    controller's heartbeat is old."""
+    loc = _location(state_dir, config)
+    if force:
+        return
+    loc.check_writable()
+    beat = loc.last_heartbeat()
+    if beat is not None and _now() - beat > STALE_HEARTBEAT:
+        click.echo(f"warning: the controller's last heartbeat in {loc.heartbeat_file} is from "
+                   f"{_ts(beat)}: is the daemon running? The command waits for it.", err=True)
 
 
 def by_option(func: F) -> F:
@@ -358,7 +398,9 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
 # --------------------------------------------------------------------------- commands
 
 
-def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool) -> None:
+def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool,
+           force: bool) -> None:
+    _writable(state_dir, config, force)
     stored: Command = _store(state_dir, config).add_command(cmd)
     if as_json:
         _emit_json({"queued": stored.model_dump(mode="json")})
@@ -375,17 +417,17 @@ OperatorKind = Literal["approve", "deny", "cancel"]
 def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> click.Command:
     """approve/deny/cancel: the same shape, one inbox command each."""
 
-    def run(target: str, reason: str, by: str | None, state_dir: str | None,
+    def run(target: str, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
         # The store resolves TARGET: a remediation id first, else a node with an open one.
         cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind=kind,
                       by=by or _default_by(), reason=reason, node=target)
-        _queue(state_dir, config, cmd, as_json)
+        _queue(state_dir, config, cmd, as_json, force)
 
     run.__doc__ = help_text
-    decorated = json_option(state_options(by_option(
+    decorated = json_option(state_options(force_option(by_option(
         click.option("--reason", default="", help=reason_help)(
-            click.argument("target", metavar="NODE|REMEDIATION_ID")(run)))))
+            click.argument("target", metavar="NODE|REMEDIATION_ID")(run))))))
     return click.command(name=kind, help=help_text)(decorated)
 
 
@@ -409,10 +451,12 @@ cancel = _target_command(
 @click.option("--id", "request_id", default=None,
               help="The detector's request id; detector + id deduplicate (SPEC Q3).")
 @by_option
+@force_option
 @state_options
 @json_option
 def request(node: str, action: str, reason: str, detector: str | None, request_id: str | None,
-            by: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
+            by: str | None, force: bool, state_dir: str | None, config: str | None,
+            as_json: bool) -> None:
     """Ask for ACTION on NODE (SPEC Q1-Q4): reboot, rebuild, migrate, or remove.
 
     The request goes through the same checks as an alert: evidence (P1), capacity and
@@ -432,11 +476,12 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     if not reason.strip():
         raise click.UsageError("--reason must say why")
     format_request(act, detector, request_id)  # validates the tokens (ReasonError: exit 2)
+    _writable(state_dir, config, force)  # before asking Slurm: a refusal comes at once
     _check_node(node, config)
     cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="request",
                   by=by or _default_by(), node=node, action=act, detector=detector,
                   request_id=request_id, reason=reason.strip())
-    _queue(state_dir, config, cmd, as_json)
+    _queue(state_dir, config, cmd, as_json, force)
 
 
 def _check_node(node: str, config: str | None) -> None:
@@ -458,10 +503,11 @@ def _check_node(node: str, config: str | None) -> None:
 @click.argument("what", type=click.Choice(["show", "reset"]), default="show")
 @click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
 @by_option
+@force_option
 @state_options
 @json_option
-def breaker(what: str, reason: str, by: str | None, state_dir: str | None, config: str | None,
-            as_json: bool) -> None:
+def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str | None,
+            config: str | None, as_json: bool) -> None:
     """Show the circuit breaker, or reset it (SPEC S5): a person's decision that automatic
     remediation may start again."""
     store = _store(state_dir, config)
@@ -477,7 +523,7 @@ def breaker(what: str, reason: str, by: str | None, state_dir: str | None, confi
             return
         cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="reset_breaker",
                       by=by or _default_by(), reason=reason)
-        _queue(state_dir, config, cmd, as_json)
+        _queue(state_dir, config, cmd, as_json, force)
         return
     if as_json:
         _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,

@@ -9,13 +9,14 @@ import click
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The operator's TOML config: policy, [controller], [provider].")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="The operator's TOML config: policy, [controller], [provider] (default: "
+                   "$SLURM_HEAL_CONFIG, else /etc/slurm-heal/heal.toml).")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (cron-style).")
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> None:
+def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
@@ -30,17 +31,25 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
         controller_settings,
         run_forever,
     )
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, config_path, locate, slurm_conf_path
     from slurm_heal.providers import make_provider
     from slurm_heal.slurm import make_client
-    from slurm_heal.store import Store, default_state_dir
+    from slurm_heal.store import Store
 
     logging.basicConfig(level=getattr(logging, log_level),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    policy = load_policy(config_path)
-    settings = controller_settings(dict(policy.controller), source=config_path)
-    slurm = make_client(backend=settings.slurm_backend, slurm_conf=settings.slurm_conf)
-    state_dir = Path(settings.state_dir) if settings.state_dir else Path(
-        default_state_dir(settings.slurm_conf))
+    found = config_path(config_file)
+    if found is None:
+        raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
+                          f"{DEFAULT_CONFIG}")
+    config_path_ = str(found)
+    policy = load_policy(config_path_)
+    settings = controller_settings(dict(policy.controller), source=config_path_)
+    # The same slurm.conf and store every admin command finds (slurm_heal.location).
+    slurm_conf = str(slurm_conf_path(settings.slurm_conf))
+    slurm = make_client(backend=settings.slurm_backend, slurm_conf=slurm_conf)
+    state_dir = locate(None, config_path_).state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")

@@ -44,6 +44,9 @@ def slurm() -> MemorySlurm:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
+    """A store a controller runs on: its directory with a heartbeat in it."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "heartbeat").write_text(datetime.now(timezone.utc).isoformat() + "\n")
     return Store(tmp_path / "state")
 
 
@@ -302,7 +305,6 @@ def test_breaker_reset_is_queued_only_when_it_is_open(store: Store) -> None:
 
 def test_a_corrupt_store_exits_5_and_the_breaker_shows_why(store: Store) -> None:
     """House style 5: the store is set aside, the operator is told, nothing runs on its own."""
-    store.dir.mkdir(parents=True)
     store.file.write_text("{ torn")
     result = run(store, ["remediations"])
     assert result.exit_code == 5 and "moved aside" in result.output
