@@ -223,14 +223,35 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
 # --------------------------------------------------------------------------- history
 
 
+def requester(rem: Remediation) -> str:
+    """Who asked: a person, or a detector with its request id when it gave one (Q1, Q3)."""
+    if not rem.detector:
+        return rem.requested_by
+    return f"{rem.requested_by} (detector {rem.detector}" + (
+        f" id {rem.request_id})" if rem.request_id else ")")
+
+
+def approval(rem: Remediation) -> str:
+    """The approval as it stands (P2, P4): never "approved" for one still waiting or denied."""
+    decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
+    if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
+        return decided.why if decided is not None and decided.phase == "denied" else "denied"
+    if decided is not None:
+        if rem.approved_by:
+            return (decided.why if decided.why.startswith("approved by")
+                    else f"approved by {rem.approved_by} (who requested it)")
+        return f"auto-approved by {rem.approval_rule or decided.rule}"
+    if rem.phase.value == "proposed":
+        return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
+                f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
+    return f"never approved ({rem.phase.value} before approval)"
+
+
 def _print_remediation(rem: Remediation) -> None:
     state = "open" if not rem.phase.terminal else "finished"
     click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
                f"({state})")
-    who = rem.requested_by + (f" (detector {rem.detector} id {rem.request_id})"
-                              if rem.detector else "")
-    approver = rem.approved_by or (f"auto: {rem.approval_rule}" if rem.approval_rule else "-")
-    click.echo(f"  requested by {who}; approved by {approver}; "
+    click.echo(f"  requested by {requester(rem)}; {approval(rem)}; "
                f"action chosen by {rem.action_rule or '-'}"
                + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))
     for step in rem.steps:
@@ -251,6 +272,8 @@ def history(node: str, state_dir: str | None, config: str | None, as_json: bool)
     """Every remediation of NODE with its steps: phase, time, rule, why, who (SPEC P4)."""
     state: State = _store(state_dir, config).load()
     rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
+    if not rems:
+        _known_somewhere(node, config)  # like explain: a node nobody knows exits 6
     if as_json:
         _emit_json({"node": node, "remediations": [_rem_json(r) for r in rems]})
         return
@@ -261,6 +284,18 @@ def history(node: str, state_dir: str | None, config: str | None, as_json: bool)
         if i:
             click.echo("")
         _print_remediation(rem)
+
+
+def _known_somewhere(node: str, config: str | None) -> None:
+    """NotFound (exit 6) when Slurm answers that it has no such node and the store has no
+    record of it; a Slurm that does not answer proves nothing (the store alone speaks)."""
+    try:
+        _slurm(config).node(node)
+    except NotFound:
+        raise NotFound(f"Slurm does not know a node {node!r} and the store has no record "
+                       "of it") from None
+    except HealError:
+        return
 
 
 # --------------------------------------------------------------------------- alerts
@@ -409,6 +444,11 @@ def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: boo
     where = f" on {stored.node}" if stored.node and stored.remediation else ""
     click.echo(f"{stored.kind} queued for {target}{where} by {stored.by} (command {stored.id}); "
                "the controller acts on it at its next cycle.")
+    rem = _store(state_dir, config).load().get(stored.remediation or "")
+    if stored.kind in ("deny", "cancel") and rem is not None and rem.origin == "request":
+        click.echo(f"Note: {rem.node} was drained by detector {rem.detector or '?'}'s "
+                   "heal-request reason, which slurm-heal never undoes (it is not ours): a "
+                   f"person resumes it: scontrol update nodename={rem.node} state=resume")
 
 
 OperatorKind = Literal["approve", "deny", "cancel"]

@@ -127,9 +127,18 @@ def test_history_shows_every_step_with_rule_why_and_who(store: Store) -> None:
         ["proposed", "approved", "cordoned"]
 
 
-def test_history_of_a_node_without_records_says_so(store: Store) -> None:
-    result = run(store, ["history", "gpu09"])
-    assert result.exit_code == 0 and "No remediation recorded for gpu09" in result.output
+def test_history_of_a_node_without_records_says_so(store: Store, slurm: MemorySlurm) -> None:
+    result = run(store, ["history", "gpu02"], slurm)
+    assert result.exit_code == 0 and "No remediation recorded for gpu02" in result.output
+
+
+def test_history_of_a_node_nobody_knows_exits_6_like_explain(store: Store,
+                                                            slurm: MemorySlurm) -> None:
+    """The same node name gives the same exit status in history and explain (exit 6)."""
+    assert run(store, ["history", "gpu99"], slurm).exit_code == 6
+    assert run(store, ["explain", "gpu99"], slurm).exit_code == 6
+    # Slurm down proves nothing: the store alone answers, exit 0.
+    assert run(store, ["history", "gpu99"], Unreachable()).exit_code == 0
 
 
 # ------------------------------------------------------------------ approve / deny / cancel
