@@ -614,20 +614,41 @@ def policy() -> None:
 
 @policy.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--no-slurm", is_flag=True,
+              help="Do not ask Slurm (host lists and pools are then not checked).")
 @json_option
-def policy_check(file: str, as_json: bool) -> None:
-    """Validate FILE; a problem exits 2 naming the file, the key and why."""
-    from slurm_heal.config import load_policy
+def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
+    """Check FILE as the daemon reads it: the policy, [controller] and [provider] (built
+    dry). A problem exits 2 naming the file, the key and why; what matches nothing (a
+    fault glob no fault has, a host list no node has) is a warning."""
+    from slurm_heal.configcheck import check_config
 
-    p = load_policy(file)
+    client: SlurmClient | None = None
+    slurm_note = "Slurm not asked (--no-slurm)"
+    if not no_slurm:
+        try:
+            client = _slurm(file)
+        except HealError as exc:  # the file is still checked; the cluster part is not
+            slurm_note = f"Slurm not asked ({exc})"
+    report = check_config(file, client)
+    p = report.policy
+    if report.cluster_checked:
+        slurm_note = "host lists and pools checked against the cluster"
+    elif client is not None:
+        slurm_note = ""
     summary = {"file": file, "ok": True, "mode": p.mode,
                "approvals_default": p.approvals.default,
-               "approval_rules": len(p.approvals.rules)}
+               "approval_rules": len(p.approvals.rules), "provider": report.provider_type,
+               "warnings": report.warnings, "cluster_checked": report.cluster_checked}
     if as_json:
         _emit_json(summary)
         return
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"{file}: OK (mode {p.mode}, approvals default {p.approvals.default}, "
-               f"{len(p.approvals.rules)} approval rule(s))")
+               f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
+               + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
+               + (f"; {slurm_note}" if slurm_note else "") + ")")
 
 
 @policy.command("show")

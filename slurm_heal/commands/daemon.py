@@ -21,16 +21,12 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
     records what it is about to do, does it, and records the outcome. SIGTERM stops
-    cleanly between steps; a heartbeat file is written after every cycle.
+    cleanly between steps; a heartbeat file is written after every cycle. The config is
+    checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
+    effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
-    from slurm_heal.config import load_policy
-    from slurm_heal.controller import (
-        Controller,
-        LeaderLock,
-        Notifier,
-        controller_settings,
-        run_forever,
-    )
+    from slurm_heal.configcheck import Reloader, check_config
+    from slurm_heal.controller import Controller, LeaderLock, Notifier, run_forever
     from slurm_heal.errors import ConfigError
     from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, config_path, locate, slurm_conf_path
     from slurm_heal.providers import make_provider
@@ -44,11 +40,14 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
                           f"{DEFAULT_CONFIG}")
     config_path_ = str(found)
-    policy = load_policy(config_path_)
-    settings = controller_settings(dict(policy.controller), source=config_path_)
+    # The same check `slurm-heal policy check` runs (and SIGHUP runs again).
+    report = check_config(config_path_)
+    policy, settings = report.policy, report.settings
     # The same slurm.conf and store every admin command finds (slurm_heal.location).
     slurm_conf = str(slurm_conf_path(settings.slurm_conf))
     slurm = make_client(backend=settings.slurm_backend, slurm_conf=slurm_conf)
+    for warning in check_config(config_path_, slurm, build_provider=False).warnings:
+        logging.getLogger("slurm_heal").warning("config: %s", warning)
     state_dir = locate(None, config_path_).state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
@@ -63,6 +62,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     leader = LeaderLock(state_dir)
     try:
         run_forever(controller, settings.interval, heartbeat,
-                    max_cycles=1 if once else cycles, leader=leader)
+                    max_cycles=1 if once else cycles, leader=leader,
+                    reload=Reloader(config_path_, controller, settings, state_dir / "provider"))
     finally:
         leader.release()

@@ -326,8 +326,9 @@ def test_a_corrupt_store_exits_5_and_the_breaker_shows_why(store: Store) -> None
 def test_policy_check_accepts_a_good_file_and_shows_defaults(store: Store, tmp_path: Path) -> None:
     f = tmp_path / "policy.toml"
     f.write_text('[approvals]\ndefault = "manual"\n[[approvals.rules]]\nfault = "gpu.xid.119"\n'
-                 'action = "reboot"\nmode = "auto"\n')
-    result = run(store, ["policy", "check", str(f)])
+                 'action = "reboot"\nmode = "auto"\n'
+                 '[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n')
+    result = run(store, ["policy", "check", str(f), "--no-slurm"])
     assert result.exit_code == 0 and "OK" in result.output and "1 approval rule" in result.output
     shown = json.loads(run(store, ["policy", "show", str(f), "--json"]).output)["policy"]
     assert shown["waiting"]["max_wait"] == "2h"
