@@ -176,6 +176,8 @@ class MemorySlurm:
             n.extra_raw = with_key(n.extra_raw, key, value)
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        if nextstate.upper() == "DRAIN":
+            self.drain(node, reason)
         self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
 
     def signal_jobs(self, node: str, signal: str) -> None:
