@@ -39,6 +39,8 @@ COMMANDS: dict[str, str] = {
     "breaker": "slurm_heal.commands.admin:breaker",
     "policy": "slurm_heal.commands.admin:policy",
     "simulator": "slurm_heal.commands.simulator:simulator",
+    "install-node": "slurm_heal.commands.install:install_node",
+    "install-controller": "slurm_heal.commands.install:install_controller",
 }
 
 
