@@ -5,6 +5,8 @@ fresh kernel log, so a remediated lab node no longer "sees" the Xid of its old b
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.lab import Lab
@@ -27,3 +29,4 @@ def test_a_lab_reboot_gives_the_nodes_replay_root_a_new_boot(lab_clean: Lab) -> 
     new_id = (root / "proc/sys/kernel/random/boot_id").read_text().strip()
     assert new_id and new_id != "old-boot"
     assert "Xid" not in (root / "dev/kmsg").read_text()
+    shutil.rmtree(lab.dir / "root")  # the session lab's later reboots need no replay root
