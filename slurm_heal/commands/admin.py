@@ -215,8 +215,12 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
                  _ts(r.updated), _last_why(r)[:60]] for r in rems],
                ["ID", "NODE", "FAULT", "ACTION", "PHASE", "ORIGIN", "UPDATED", "WHY"])
     if pending:
-        click.echo(f"{len(pending)} command(s) waiting for the controller's next cycle: "
-                   + ", ".join(f"{c.kind} {c.remediation or c.node or ''}".strip()
+        def waits(c: Command) -> str:
+            blocking = state.open_for(c.node) if c.kind == "request" and c.node else ()
+            return (f" (waits for {blocking[0].id} to end, rule L3)" if blocking else "")
+
+        click.echo(f"{len(pending)} command(s) waiting for the controller: "
+                   + ", ".join(f"{c.kind} {c.remediation or c.node or ''}".strip() + waits(c)
                                for c in pending))
 
 

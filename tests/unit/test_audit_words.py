@@ -103,7 +103,15 @@ def test_after_deny_a_detector_drain_says_a_person_resumes_the_node() -> None:
     assert "release" not in [e.kind for e in plan.effects]  # the detector's reason stays
 
 
-def test_a_request_that_waits_for_an_open_remediation_survives_its_cancel() -> None:
+def stored_with_inbox(tmp_path: Path, state: State) -> Store:
+    store = stored(tmp_path, state)
+    for cmd in state.inbox:
+        store.add_command(cmd)
+    return store
+
+
+def test_a_request_that_waits_for_an_open_remediation_survives_its_cancel(
+        tmp_path: Path) -> None:
     """L3: one remediation per node at a time; the second request waits (kept in the
     inbox) and runs when the first ends, instead of vanishing."""
     nodes = [node("gpu01"), node("gpu02")]
@@ -116,6 +124,8 @@ def test_a_request_that_waits_for_an_open_remediation_survives_its_cancel() -> N
     assert ("blocked", "L3") in phases(p1) and "c2" not in p1.consumed
     s1 = apply(waiting, p1)
     assert [c.id for c in s1.inbox] == ["c2"]
+    shown = cli_run(stored_with_inbox(tmp_path, s1), ["remediations"]).output
+    assert f"request gpu01 (waits for {first.remediations[0].id} to end, rule L3)" in shown
     cancel = Command(id="c3", at=T0, kind="cancel", by="bob", node="gpu01")
     s2 = apply(s1.model_copy(update={"inbox": (cancel, *s1.inbox)}),
                run(nodes, al, s1.model_copy(update={"inbox": (cancel, *s1.inbox)}),
