@@ -39,6 +39,8 @@ COMMANDS: dict[str, str] = {
     "breaker": "slurm_heal.commands.admin:breaker",
     "policy": "slurm_heal.commands.admin:policy",
     "simulator": "slurm_heal.commands.simulator:simulator",
+    "install-node": "slurm_heal.commands.install:install_node",
+    "install-controller": "slurm_heal.commands.install:install_controller",
 }
 
 
@@ -69,8 +71,27 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HealError as exc:
-            click.echo(f"slurm-heal: error: {exc}", err=True)
-            ctx.exit(exit_code_for(exc))
+            _fail(ctx, str(exc), type(exc).__name__, exit_code_for(exc))
+        except click.UsageError as exc:  # bad input: exit 2, as JSON under --json
+            if not ctx.meta.get("slurm_heal.json"):
+                raise
+            _fail(ctx, exc.format_message(), "UsageError", exc.exit_code)
+
+
+def _fail(ctx: click.Context, message: str, kind: str, code: int) -> None:
+    """The one place an error becomes output and an exit status: one line on stderr, or
+    with --json one JSON object on stdout (``{"error": {...}}``) so scripts can parse it."""
+    if ctx.meta.get("slurm_heal.json"):
+        import json
+
+        out: dict[str, Any] = {"error": {"message": message, "kind": kind, "exit": code}}
+        loc = ctx.meta.get("slurm_heal.location")
+        if loc is not None:  # which store the command was using (slurm_heal.location)
+            out["store"] = loc.as_json()
+        click.echo(json.dumps(out))
+    else:
+        click.echo(f"slurm-heal: error: {message}", err=True)
+    ctx.exit(code)
 
 
 @click.group(cls=LazyGroup)

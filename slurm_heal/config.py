@@ -63,6 +63,18 @@ def parse_duration(value: Any) -> timedelta:
     raise ValueError(f"{value!r} is not a duration (use e.g. \"30s\", \"30m\", \"2h\", \"7d\")")
 
 
+def parse_duration_knob(value: Any) -> timedelta:
+    """A duration knob of the file: a string with its unit ("30s", "30m", "2h", "7d").
+
+    A bare number is rejected: ``cooldown = 30`` reads as 30 minutes to a person and was
+    taken as 30 seconds, so the unit must be written.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"{value!r} is a bare number: write the duration with its unit, "
+                         f"e.g. \"{value}s\" or \"{value}m\"")
+    return parse_duration(value)
+
+
 def format_duration(value: timedelta) -> str:
     """The shortest exact "30m"/"2h"/"7d" form of ``value`` (for records and docs)."""
     secs = int(value.total_seconds())
@@ -77,7 +89,7 @@ class _Section(BaseModel):
 
 
 # A duration knob: "30s", "30m", "2h", "7d" (or seconds) in the file, a timedelta here.
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
 
 
 class ApprovalRule(_Section):
@@ -159,7 +171,7 @@ class Waiting(_Section):
             return None
         if value is None:
             return None
-        wait = parse_duration(value)
+        wait = parse_duration_knob(value)
         if wait > MAX_WAIT_LIMIT:
             raise ValueError(f"{value} is more than the 24h allowed (SPEC P3); "
                              "use \"never\" to never interrupt running jobs")
@@ -202,7 +214,7 @@ class Safety(_Section):
         out = {"critical": timedelta(0), "warning": timedelta(minutes=10),
                "info": timedelta(minutes=30)}
         for key, raw in value.items():
-            out[str(key)] = parse_duration(raw)
+            out[str(key)] = parse_duration_knob(raw)
         return out
 
 

@@ -357,9 +357,17 @@ class LeaderLock:
 
 
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
-                max_cycles: int | None = None, leader: LeaderLock | None = None) -> int:
+                max_cycles: int | None = None, leader: LeaderLock | None = None,
+                reload: Callable[[], float | None] | None = None) -> int:
     """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
-    ``leader``, cycles run only while this process holds the leader lock."""
+    ``leader``, cycles run only while this process holds the leader lock. With
+    ``reload``, SIGHUP asks for it before the next cycle (it returns the new interval,
+    or None to keep the old one)."""
+    hup = threading.Event()
+
+    def _hup(signum: int, _frame: object) -> None:
+        log.info("signal %d: the config is read again before the next cycle", signum)
+        hup.set()
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current step", signum)
@@ -368,9 +376,14 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
+        if reload is not None:
+            signal.signal(signal.SIGHUP, _hup)
     cycles = 0
     standby = False
     while not controller.stop.is_set():
+        if reload is not None and hup.is_set():
+            hup.clear()
+            interval = reload() or interval
         if leader is not None and not leader.try_acquire():
             if max_cycles is not None:  # --once from cron: the active one does the work
                 log.info("another controller holds %s; nothing to do", leader.path)

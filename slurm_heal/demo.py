@@ -205,11 +205,15 @@ def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
     say = Narrator(out, start)
     tmp = Path(tempfile.mkdtemp(prefix="slurm-heal-demo-")) if workdir is None else workdir
     check_cfg = parse_config({"services": {"enabled": False}, "mounts": {"rw": ["/"]}})
-    replay = {n: ReplayNode(tmp / "nodes", n) for n in NODES}
     if lab:
         out.write("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
     backend: MemoryBackend | LabBackend = LabBackend(tmp) if lab else MemoryBackend(tmp)
     cluster = backend.slurm
+    # The lab's replay roots are DIR/root/NODE: a lab reboot gives them a new boot id
+    # itself (docs/lab.md), so the demo's path and the lab's are one.
+    replay = {n: ReplayNode(backend.dir / "root" if isinstance(backend, LabBackend)
+                            else tmp / "nodes", n)
+              for n in NODES}
     try:
         return _story(out, say, backend, cluster, replay, check_cfg, tmp, job_seconds,
                       deadline, interval, start)
@@ -261,7 +265,8 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
             now_boot = cluster.node(FAULTY).boot_time
             if now_boot != boot and now_boot is not None:
                 boot = now_boot
-                replay[FAULTY].boot()
+                if isinstance(backend, MemoryBackend):
+                    replay[FAULTY].boot()  # the lab's reboot does this itself
                 say.say(FAULTY, "booted (new boot id, clean kernel log); HealthCheckProgram runs")
                 if node_check(FAULTY) == 0:
                     say.say(FAULTY, "node check: healthy")

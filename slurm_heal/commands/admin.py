@@ -6,9 +6,11 @@ Commands that change something (approve, deny, cancel, request, breaker reset) n
 themselves: they put a `models.Command` in the store's inbox and the controller consumes
 it at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
 
-Where the store is: ``--state-dir``, else ``$SLURM_HEAL_STATE_DIR``, else the
-``[controller] state_dir`` of ``--config``, else `store.default_state_dir` (beside
-slurmctld's StateSaveLocation).
+Where the store is: found as the daemon finds it (`slurm_heal.location`: ``--state-dir``,
+``$SLURM_HEAL_STATE_DIR``, the config's ``[controller] state_dir``, beside slurmctld's
+StateSaveLocation) and said on every command (stderr, or the ``store`` field of
+``--json``). A write to a store that does not exist or has no controller heartbeat is
+refused unless ``--force``: a person's word must not land where no daemon reads it.
 
 Embedding/tests: a `SlurmClient` placed in the click context object under ``"slurm"``
 (``slurm_heal.cli.cli.main(args, obj={"slurm": client})``) is used instead of `slurm_heal.slurm.make_client`.
@@ -28,12 +30,12 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal.errors import HealError, NotFound, SlurmError
+from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate, slurm_conf_path
 from slurm_heal.models import Command, Remediation, State
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action, Alert
 
 F = TypeVar("F", bound=Callable[..., Any])
-ENV_STATE_DIR = "SLURM_HEAL_STATE_DIR"
 EXPLAIN_DECISIONS = 10
 
 
@@ -55,29 +57,36 @@ def _default_by() -> str:
         return "unknown"
 
 
-def _controller_section(config: str | None) -> dict[str, Any]:
-    if not config:
-        return {}
-    from slurm_heal.config import load_policy
-
-    return dict(load_policy(config).controller)
+def _location(state_dir: str | None, config: str | None) -> Location:
+    """The store this command uses, found as the daemon finds it (`slurm_heal.location`),
+    said once: on stderr, or as the ``store`` field of the JSON output."""
+    ctx = click.get_current_context()
+    root = ctx.find_root()
+    loc: Location | None = root.meta.get("slurm_heal.location")
+    if loc is None:
+        loc = locate(state_dir, config)
+        root.meta["slurm_heal.location"] = loc
+        if not root.meta.get("slurm_heal.json"):
+            click.echo(f"slurm-heal: store {loc.describe()}", err=True)
+    return loc
 
 
 def _store(state_dir: str | None, config: str | None) -> Any:
-    from slurm_heal.store import Store, default_state_dir
+    from slurm_heal.store import Store
 
-    if state_dir:
-        return Store(state_dir)
-    if os.environ.get(ENV_STATE_DIR):
-        return Store(os.environ[ENV_STATE_DIR])
-    section = _controller_section(config)
-    if section.get("state_dir"):
-        return Store(str(section["state_dir"]))
-    return Store(default_state_dir(section.get("slurm_conf")))
+    return Store(_location(state_dir, config).state_dir)
+
+
+def _controller_section(config: str | None) -> dict[str, Any]:
+    from slurm_heal.config import load_policy
+
+    path = config_path(config)
+    return dict(load_policy(path).controller) if path is not None else {}
 
 
 def _slurm(config: str | None) -> SlurmClient:
-    """The Slurm client: the one the context carries, else `slurm_heal.slurm.make_client`."""
+    """The Slurm client: the one the context carries, else `slurm_heal.slurm.make_client`
+    for the slurm.conf the daemon uses (a missing one fails at once, one message)."""
     ctx = click.get_current_context()
     obj = ctx.find_object(dict)
     if obj is not None and obj.get("slurm") is not None:
@@ -87,16 +96,17 @@ def _slurm(config: str | None) -> SlurmClient:
     if factory is None:
         raise SlurmError("no Slurm backend is available in this installation")
     section = _controller_section(config)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(section.get("slurm_conf")))}
     if section.get("slurm_backend"):
         kwargs["backend"] = section["slurm_backend"]
-    if section.get("slurm_conf"):
-        kwargs["slurm_conf"] = section["slurm_conf"]
     made: SlurmClient = factory(**kwargs)
     return made
 
 
 def _emit_json(obj: Any) -> None:
+    loc = click.get_current_context().find_root().meta.get("slurm_heal.location")
+    if isinstance(obj, dict) and isinstance(loc, Location):
+        obj = {**obj, "store": loc.as_json()}
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
@@ -116,16 +126,46 @@ def state_options(func: F) -> F:
     """--state-dir and --config, shared by every command that reads the store."""
     func = click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
                         help="The controller's TOML config (its [controller] state_dir and "
-                             "slurm_conf are used).")(func)
+                             "slurm_conf are used; default: $SLURM_HEAL_CONFIG, else "
+                             "/etc/slurm-heal/heal.toml when it exists).")(func)
     func = click.option("--state-dir", "state_dir", type=click.Path(file_okay=False),
                         default=None, help=f"The store directory (default: ${ENV_STATE_DIR}, "
                         "else beside slurmctld's StateSaveLocation).")(func)
     return func
 
 
+def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:  # read by _location (no stderr line) and the CLI's error handler (JSON)
+        ctx.find_root().meta["slurm_heal.json"] = True
+    return value
+
+
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True,
+    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
                         help="Print one JSON object instead of text (SPEC I4).")(func)
+
+
+def force_option(func: F) -> F:
+    return click.option("--force", is_flag=True,
+                        help="Write even to a store no controller has a heartbeat in.")(func)
+
+
+# A heartbeat older than this is worth a word: the command waits for a daemon that may be
+# down (the daemon writes one every cycle, 30 s by default).
+STALE_HEARTBEAT = timedelta(minutes=10)
+
+
+def _writable(state_dir: str | None, config: str | None, force: bool) -> None:
+    """Refuse a write no controller would read (unless --force); warn when the
+    controller's heartbeat is old."""
+    loc = _location(state_dir, config)
+    if force:
+        return
+    loc.check_writable()
+    beat = loc.last_heartbeat()
+    if beat is not None and _now() - beat > STALE_HEARTBEAT:
+        click.echo(f"warning: the controller's last heartbeat in {loc.heartbeat_file} is from "
+                   f"{_ts(beat)}: is the daemon running? The command waits for it.", err=True)
 
 
 def by_option(func: F) -> F:
@@ -175,22 +215,47 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
                  _ts(r.updated), _last_why(r)[:60]] for r in rems],
                ["ID", "NODE", "FAULT", "ACTION", "PHASE", "ORIGIN", "UPDATED", "WHY"])
     if pending:
-        click.echo(f"{len(pending)} command(s) waiting for the controller's next cycle: "
-                   + ", ".join(f"{c.kind} {c.remediation or c.node or ''}".strip()
+        def waits(c: Command) -> str:
+            blocking = state.open_for(c.node) if c.kind == "request" and c.node else ()
+            return (f" (waits for {blocking[0].id} to end, rule L3)" if blocking else "")
+
+        click.echo(f"{len(pending)} command(s) waiting for the controller: "
+                   + ", ".join(f"{c.kind} {c.remediation or c.node or ''}".strip() + waits(c)
                                for c in pending))
 
 
 # --------------------------------------------------------------------------- history
 
 
+def requester(rem: Remediation) -> str:
+    """Who asked: a person, or a detector with its request id when it gave one (Q1, Q3)."""
+    if not rem.detector:
+        return rem.requested_by
+    return f"{rem.requested_by} (detector {rem.detector}" + (
+        f" id {rem.request_id})" if rem.request_id else ")")
+
+
+def approval(rem: Remediation) -> str:
+    """The approval as it stands (P2, P4): never "approved" for one still waiting or denied."""
+    decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
+    if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
+        return decided.why if decided is not None and decided.phase == "denied" else "denied"
+    if decided is not None:
+        if rem.approved_by:
+            return (decided.why if decided.why.startswith("approved by")
+                    else f"approved by {rem.approved_by} (who requested it)")
+        return f"auto-approved by {rem.approval_rule or decided.rule}"
+    if rem.phase.value == "proposed":
+        return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
+                f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
+    return f"never approved ({rem.phase.value} before approval)"
+
+
 def _print_remediation(rem: Remediation) -> None:
     state = "open" if not rem.phase.terminal else "finished"
     click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
                f"({state})")
-    who = rem.requested_by + (f" (detector {rem.detector} id {rem.request_id})"
-                              if rem.detector else "")
-    approver = rem.approved_by or (f"auto: {rem.approval_rule}" if rem.approval_rule else "-")
-    click.echo(f"  requested by {who}; approved by {approver}; "
+    click.echo(f"  requested by {requester(rem)}; {approval(rem)}; "
                f"action chosen by {rem.action_rule or '-'}"
                + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))
     for step in rem.steps:
@@ -211,6 +276,8 @@ def history(node: str, state_dir: str | None, config: str | None, as_json: bool)
     """Every remediation of NODE with its steps: phase, time, rule, why, who (SPEC P4)."""
     state: State = _store(state_dir, config).load()
     rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
+    if not rems:
+        _known_somewhere(node, config)  # like explain: a node nobody knows exits 6
     if as_json:
         _emit_json({"node": node, "remediations": [_rem_json(r) for r in rems]})
         return
@@ -221,6 +288,18 @@ def history(node: str, state_dir: str | None, config: str | None, as_json: bool)
         if i:
             click.echo("")
         _print_remediation(rem)
+
+
+def _known_somewhere(node: str, config: str | None) -> None:
+    """NotFound (exit 6) when Slurm answers that it has no such node and the store has no
+    record of it; a Slurm that does not answer proves nothing (the store alone speaks)."""
+    try:
+        _slurm(config).node(node)
+    except NotFound:
+        raise NotFound(f"Slurm does not know a node {node!r} and the store has no record "
+                       "of it") from None
+    except HealError:
+        return
 
 
 # --------------------------------------------------------------------------- alerts
@@ -365,7 +444,9 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
 # --------------------------------------------------------------------------- commands
 
 
-def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool) -> None:
+def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool,
+           force: bool) -> None:
+    _writable(state_dir, config, force)
     stored: Command = _store(state_dir, config).add_command(cmd)
     if as_json:
         _emit_json({"queued": stored.model_dump(mode="json")})
@@ -374,6 +455,11 @@ def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: boo
     where = f" on {stored.node}" if stored.node and stored.remediation else ""
     click.echo(f"{stored.kind} queued for {target}{where} by {stored.by} (command {stored.id}); "
                "the controller acts on it at its next cycle.")
+    rem = _store(state_dir, config).load().get(stored.remediation or "")
+    if stored.kind in ("deny", "cancel") and rem is not None and rem.origin == "request":
+        click.echo(f"Note: {rem.node} was drained by detector {rem.detector or '?'}'s "
+                   "heal-request reason, which slurm-heal never undoes (it is not ours): a "
+                   f"person resumes it: scontrol update nodename={rem.node} state=resume")
 
 
 OperatorKind = Literal["approve", "deny", "cancel"]
@@ -382,17 +468,17 @@ OperatorKind = Literal["approve", "deny", "cancel"]
 def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> click.Command:
     """approve/deny/cancel: the same shape, one inbox command each."""
 
-    def run(target: str, reason: str, by: str | None, state_dir: str | None,
+    def run(target: str, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
         # The store resolves TARGET: a remediation id first, else a node with an open one.
         cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind=kind,
                       by=by or _default_by(), reason=reason, node=target)
-        _queue(state_dir, config, cmd, as_json)
+        _queue(state_dir, config, cmd, as_json, force)
 
     run.__doc__ = help_text
-    decorated = json_option(state_options(by_option(
+    decorated = json_option(state_options(force_option(by_option(
         click.option("--reason", default="", help=reason_help)(
-            click.argument("target", metavar="NODE|REMEDIATION_ID")(run)))))
+            click.argument("target", metavar="NODE|REMEDIATION_ID")(run))))))
     return click.command(name=kind, help=help_text)(decorated)
 
 
@@ -416,10 +502,12 @@ cancel = _target_command(
 @click.option("--id", "request_id", default=None,
               help="The detector's request id; detector + id deduplicate (SPEC Q3).")
 @by_option
+@force_option
 @state_options
 @json_option
 def request(node: str, action: str, reason: str, detector: str | None, request_id: str | None,
-            by: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
+            by: str | None, force: bool, state_dir: str | None, config: str | None,
+            as_json: bool) -> None:
     """Ask for ACTION on NODE (SPEC Q1-Q4): reboot, rebuild, migrate, or remove.
 
     The request goes through the same checks as an alert: evidence (P1), capacity and
@@ -439,11 +527,12 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     if not reason.strip():
         raise click.UsageError("--reason must say why")
     format_request(act, detector, request_id)  # validates the tokens (ReasonError: exit 2)
+    _writable(state_dir, config, force)  # before asking Slurm: a refusal comes at once
     _check_node(node, config)
     cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="request",
                   by=by or _default_by(), node=node, action=act, detector=detector,
                   request_id=request_id, reason=reason.strip())
-    _queue(state_dir, config, cmd, as_json)
+    _queue(state_dir, config, cmd, as_json, force)
 
 
 def _check_node(node: str, config: str | None) -> None:
@@ -465,10 +554,11 @@ def _check_node(node: str, config: str | None) -> None:
 @click.argument("what", type=click.Choice(["show", "reset"]), default="show")
 @click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
 @by_option
+@force_option
 @state_options
 @json_option
-def breaker(what: str, reason: str, by: str | None, state_dir: str | None, config: str | None,
-            as_json: bool) -> None:
+def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str | None,
+            config: str | None, as_json: bool) -> None:
     """Show the circuit breaker, or reset it (SPEC S5): a person's decision that automatic
     remediation may start again."""
     store = _store(state_dir, config)
@@ -484,7 +574,7 @@ def breaker(what: str, reason: str, by: str | None, state_dir: str | None, confi
             return
         cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="reset_breaker",
                       by=by or _default_by(), reason=reason)
-        _queue(state_dir, config, cmd, as_json)
+        _queue(state_dir, config, cmd, as_json, force)
         return
     if as_json:
         _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,
@@ -535,20 +625,41 @@ def policy() -> None:
 
 @policy.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--no-slurm", is_flag=True,
+              help="Do not ask Slurm (host lists and pools are then not checked).")
 @json_option
-def policy_check(file: str, as_json: bool) -> None:
-    """Validate FILE; a problem exits 2 naming the file, the key and why."""
-    from slurm_heal.config import load_policy
+def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
+    """Check FILE as the daemon reads it: the policy, [controller] and [provider] (built
+    dry). A problem exits 2 naming the file, the key and why; what matches nothing (a
+    fault glob no fault has, a host list no node has) is a warning."""
+    from slurm_heal.configcheck import check_config
 
-    p = load_policy(file)
+    client: SlurmClient | None = None
+    slurm_note = "Slurm not asked (--no-slurm)"
+    if not no_slurm:
+        try:
+            client = _slurm(file)
+        except HealError as exc:  # the file is still checked; the cluster part is not
+            slurm_note = f"Slurm not asked ({exc})"
+    report = check_config(file, client)
+    p = report.policy
+    if report.cluster_checked:
+        slurm_note = "host lists and pools checked against the cluster"
+    elif client is not None:
+        slurm_note = ""
     summary = {"file": file, "ok": True, "mode": p.mode,
                "approvals_default": p.approvals.default,
-               "approval_rules": len(p.approvals.rules)}
+               "approval_rules": len(p.approvals.rules), "provider": report.provider_type,
+               "warnings": report.warnings, "cluster_checked": report.cluster_checked}
     if as_json:
         _emit_json(summary)
         return
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"{file}: OK (mode {p.mode}, approvals default {p.approvals.default}, "
-               f"{len(p.approvals.rules)} approval rule(s))")
+               f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
+               + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
+               + (f"; {slurm_note}" if slurm_note else "") + ")")
 
 
 @policy.command("show")

@@ -9,38 +9,46 @@ import click
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The operator's TOML config: policy, [controller], [provider].")
+@click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
+              help="The operator's TOML config: policy, [controller], [provider] (default: "
+                   "$SLURM_HEAL_CONFIG, else /etc/slurm-heal/heal.toml).")
 @click.option("--once", is_flag=True, help="Run one cycle and exit (cron-style).")
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> None:
+def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
     records what it is about to do, does it, and records the outcome. SIGTERM stops
-    cleanly between steps; a heartbeat file is written after every cycle.
+    cleanly between steps; a heartbeat file is written after every cycle. The config is
+    checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
+    effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
-    from slurm_heal.config import load_policy
-    from slurm_heal.controller import (
-        Controller,
-        LeaderLock,
-        Notifier,
-        controller_settings,
-        run_forever,
-    )
+    from slurm_heal.configcheck import Reloader, check_config
+    from slurm_heal.controller import Controller, LeaderLock, Notifier, run_forever
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, config_path, locate, slurm_conf_path
     from slurm_heal.providers import make_provider
     from slurm_heal.slurm import make_client
-    from slurm_heal.store import Store, default_state_dir
+    from slurm_heal.store import Store
 
     logging.basicConfig(level=getattr(logging, log_level),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    policy = load_policy(config_path)
-    settings = controller_settings(dict(policy.controller), source=config_path)
-    slurm = make_client(backend=settings.slurm_backend, slurm_conf=settings.slurm_conf)
-    state_dir = Path(settings.state_dir) if settings.state_dir else Path(
-        default_state_dir(settings.slurm_conf))
+    found = config_path(config_file)
+    if found is None:
+        raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
+                          f"{DEFAULT_CONFIG}")
+    config_path_ = str(found)
+    # The same check `slurm-heal policy check` runs (and SIGHUP runs again).
+    report = check_config(config_path_)
+    policy, settings = report.policy, report.settings
+    # The same slurm.conf and store every admin command finds (slurm_heal.location).
+    slurm_conf = str(slurm_conf_path(settings.slurm_conf))
+    slurm = make_client(backend=settings.slurm_backend, slurm_conf=slurm_conf)
+    for warning in check_config(config_path_, slurm, build_provider=False).warnings:
+        logging.getLogger("slurm_heal").warning("config: %s", warning)
+    state_dir = locate(None, config_path_).state_dir
     state_dir.mkdir(parents=True, exist_ok=True)
     provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")
@@ -54,6 +62,7 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
     leader = LeaderLock(state_dir)
     try:
         run_forever(controller, settings.interval, heartbeat,
-                    max_cycles=1 if once else cycles, leader=leader)
+                    max_cycles=1 if once else cycles, leader=leader,
+                    reload=Reloader(config_path_, controller, settings, state_dir / "provider"))
     finally:
         leader.release()

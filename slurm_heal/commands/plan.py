@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 
 import click
+
+from slurm_heal.commands.admin import _emit_json, _slurm, _store, json_option
 
 
 @click.command()
 @click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The daemon's TOML config (policy, [controller], [provider]).")
 @click.option("--state-dir", default=None, help="The store directory (default: as the daemon).")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+@json_option
 def plan(config_path: str, state_dir: str | None, as_json: bool) -> None:
     """Read the cluster and the store, decide under the policy, and print the plan.
 
     Nothing is written and nothing is executed: the same `decide()` the daemon runs,
     on the same inputs, so an operator sees each step's rule and why before it happens.
     """
-    from slurm_heal.commands.admin import _slurm, _store
     from slurm_heal.config import load_policy
     from slurm_heal.policy import decide
 
@@ -29,12 +29,12 @@ def plan(config_path: str, state_dir: str | None, as_json: bool) -> None:
     now = datetime.now(timezone.utc)
     result = decide(view, store.load(), now, policy)
     if as_json:
-        click.echo(json.dumps({
+        _emit_json({
             "at": now.isoformat(),
             "records": [r.model_dump(mode="json") for r in result.records],
             "effects": [e.model_dump(mode="json") for e in result.effects],
             "next_wake": result.next_wake.isoformat() if result.next_wake else None,
-        }, indent=2))
+        })
         return
     if not result.records and not result.effects:
         click.echo("nothing to do")

@@ -313,8 +313,11 @@ class _Decider:
                                                           if self.paused else "work resumes"))
             return
         if cmd.kind == "request":
-            self.request(cmd.node or "", cmd.action or Action.NONE, cmd.detector, cmd.request_id,
-                         by=cmd.by, person=True, since=cmd.at, text=cmd.reason)
+            waits = self.request(cmd.node or "", cmd.action or Action.NONE, cmd.detector,
+                                 cmd.request_id, by=cmd.by, person=True, since=cmd.at,
+                                 text=cmd.reason)
+            if waits:  # L3: kept in the inbox until the open one ends (at most the inbox TTL)
+                self.consumed.remove(cmd.id)
             return
         rem = self.target(cmd)
         if rem is None or rem.phase.terminal:
@@ -326,14 +329,16 @@ class _Decider:
                 self.record(rem.node, "blocked", "P2", f"approve by {cmd.by} ignored: "
                             f"{rem.id} is already {rem.phase.value}", rem)
                 return
-            self.step(rem, "approved", "P2:person", f"approved by {cmd.by}", by=cmd.by,
+            self.step(rem, "approved", "P2:person", f"approved by {cmd.by}"
+                      + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
                       approved_by=cmd.by, approval_rule="P2:person")
         elif cmd.kind == "deny":
             if rem.phase not in (Phase.PROPOSED, Phase.APPROVED):
                 self.record(rem.node, "blocked", "P2", f"deny by {cmd.by} ignored: {rem.id} "
                             f"is already {rem.phase.value}; use cancel", rem)
                 return
-            rem = self.step(rem, "denied", "P2:person", f"denied by {cmd.by}", by=cmd.by,
+            rem = self.step(rem, "denied", "P2:person", f"denied by {cmd.by}"
+                            + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
                             approval_rule="P2:person")
             self.release(rem, "denied")
         elif cmd.kind == "cancel":
@@ -348,19 +353,20 @@ class _Decider:
     # ---------------------------------------------------------------- creation
     def request(self, node_name: str, action: Action, detector: str | None,
                 request_id: str | None, *, by: str, person: bool, since: datetime,
-                text: str = "") -> None:
-        """A request from a person (inbox) or a detector (reason string), SPEC Q1-Q4."""
+                text: str = "") -> bool:
+        """A request from a person (inbox) or a detector (reason string), SPEC Q1-Q4.
+        True when it waits for the node's open remediation to end (L3)."""
         who = by if person else f"detector {detector or '?'}"
         node = self.node(node_name)
         if node is None:
             if self.once(f"req-nonode:{node_name}:{action.value}"):
                 self.record(node_name, "denied", "Q1", f"request from {who}: no such node")
-            return
+            return False
         if not person and self.unknown_marker(node) is not None:
             self.unrecorded(node)  # I5: a detector does not override a person's node
-            return
+            return False
         if not person and self.with_a_person(node_name):
-            return  # E1: a detector's request does not override a node handed to a person
+            return False  # E1: a detector's request does not override a node handed to a person
         if action not in REQUESTABLE_ACTIONS:
             # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
             if self.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
@@ -368,7 +374,7 @@ class _Decider:
                             f"request for {action.value} from {who} refused: only reboot, "
                             "rebuild and migrate can be requested; removal is done by a person",
                             action=action)
-            return
+            return False
         sig = f"{node_name}:{detector}:{request_id}:{action.value}"
         if request_id is not None:
             # SPEC Q3: detector + id = one remediation, whenever it was.
@@ -379,7 +385,7 @@ class _Decider:
                     self.record(node_name, "blocked", "Q3", f"request for {action.value} from "
                                 f"{who} (id={request_id}) dropped: {same[0].id} already handles "
                                 "that detector and request id", action=action)
-                return
+                return False
         opened = [r for r in self.open_rems() if r.node == node_name]
         if opened:
             # Without an id, a request is a duplicate only of the open remediation it
@@ -392,14 +398,14 @@ class _Decider:
                             + (f"dropped: it is the one {opened[0].id} already handles"
                                if dup else f"waits: {opened[0].id} is already open on this "
                                "node"), action=action)
-            return
+            return not dup  # L3: a request that waits stays in the inbox until the open one ends
         rid = remediation_id(node_name, "request", detector, request_id, since)
         if rid in self.rems:
             if self.once(f"q3:{sig}", rid):
                 self.record(node_name, "blocked", "Q3", f"request for {action.value} from {who} "
                             f"dropped: {rid} already handled this very request "
                             f"({self.rems[rid].phase.value})", action=action)
-            return
+            return False
         host = host_of(node, node_name)
         chosen, rule, why = action, "Q1", f"{action.value} requested by {who}"
         if text:
@@ -419,6 +425,7 @@ class _Decider:
         if chosen is not action:
             rem = self.step(rem, "escalated", "E3", "migrate needs evidence: rebuild instead")
         self.advance(rem)
+        return False
 
     def e1(self, host: str, fault: str, action: Action) -> tuple[Action | None, list[str]]:
         """SPEC E1/E2: climb the ladder while the same action already failed to hold.
@@ -680,6 +687,12 @@ class _Decider:
     def release(self, rem: Remediation, what: str) -> None:
         """Undo our cordon (never a reason that is not ours, house style 2)."""
         node = self.node(rem.node)
+        if node is not None and node.drained and reasons.is_request(node.reason):
+            # The detector's own drain is not ours to undo (house style 2): say who must.
+            self.step(rem, rem.phase.value, "Q1", f"{what}: {rem.node} stays drained by the "
+                      f"detector's request ({node.reason!r}); a person resumes it: "
+                      f"scontrol update nodename={rem.node} state=resume")
+            return
         if node is None or not node.drained or not reasons.is_ours(node.reason):
             return
         if not self.healthy_but_for_us(rem.node):

@@ -327,11 +327,15 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     if slurm is None:
         raise ConfigError("the slurm provider needs a Slurm client (none was given)",
                           key=f"{SECTION}.type")
-    nextstate = (s.text("nextstate", "RESUME") or "RESUME").upper()
-    if nextstate not in ("RESUME", "DOWN"):
-        raise ConfigError(f"must be RESUME or DOWN, not {nextstate!r}",
-                          key=f"{SECTION}.nextstate")
-    return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate=nextstate,
+    nextstate = (s.text("nextstate", "DRAIN") or "DRAIN").upper()
+    if nextstate != "DRAIN":
+        # SPEC L5: RESUME let Slurm put the node back to IDLE ~5 s before the health
+        # check; DOWN comes back by itself under ReturnToService=2 (both seen on the lab).
+        raise ConfigError(f"{nextstate!r} would let Slurm return the node to service before "
+                          "slurm-heal's health check (SPEC L5); remove the key: the node "
+                          "stays drained through the reboot and slurm-heal resumes it after "
+                          "the check", key=f"{SECTION}.nextstate")
+    return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate="DRAIN",
                                timeout=s.number("timeout", 1800.0, minimum=1))
 
 

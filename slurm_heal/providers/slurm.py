@@ -1,6 +1,8 @@
-"""The `slurm` provider: reboot through Slurm itself (``scontrol reboot ASAP
-nextstate=RESUME``), which runs the site's RebootProgram. Slurm cannot re-image or move
-a node, so rebuild, migrate and power_cycle are refused (ProviderRefused).
+"""The `slurm` provider: reboot through Slurm itself (``scontrol reboot NODE`` on a node
+kept drained with our reason), which runs the site's RebootProgram. The drain survives
+the reboot, so Slurm never puts the node back in service before slurm-heal's health
+check (SPEC L5): the controller resumes it. Slurm cannot re-image or move a node, so
+rebuild, migrate and power_cycle are refused (ProviderRefused).
 
 The operation succeeds once Slurm reports the node back: its boot time is later than
 it was at submit and no reboot is pending (REBOOT_REQUESTED / REBOOT_ISSUED gone, not
@@ -38,7 +40,7 @@ class SlurmRebootProvider:
     name = "slurm"
 
     def __init__(self, slurm: SlurmClient, *, state_dir: str | os.PathLike[str] | None = None,
-                 nextstate: str = "RESUME", timeout: float = 1800.0,
+                 nextstate: str = "DRAIN", timeout: float = 1800.0,
                  clock: Callable[[], datetime] = _utcnow):
         self.slurm = slurm
         self.nextstate = nextstate
@@ -92,7 +94,9 @@ class SlurmRebootProvider:
             rec.update(status="failed", detail=f"scontrol reboot failed: {exc}")
             self.records.put(key, rec)
             return operation(key, rec)
-        rec["detail"] = f"scontrol reboot ASAP nextstate={self.nextstate} issued"
+        rec["detail"] = ("scontrol reboot issued; the node stays drained until slurm-heal's "
+                         "health check passes (SPEC L5)" if self.nextstate == "DRAIN"
+                         else f"scontrol reboot ASAP nextstate={self.nextstate} issued")
         self.records.put(key, rec)
         return operation(key, rec)
 

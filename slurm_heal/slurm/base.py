@@ -45,7 +45,10 @@ class SlurmClient(Protocol):
         ...
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
-        """``scontrol reboot ASAP nextstate=... reason=... NODE`` (the site's RebootProgram)."""
+        """``scontrol reboot ASAP nextstate=... reason=... NODE`` (the site's RebootProgram).
+
+        ``nextstate="DRAIN"``: drain with ``reason`` (when not already), then ``scontrol
+        reboot NODE``: the node stays drained through the reboot (SPEC L5)."""
         ...
 
     def signal_jobs(self, node: str, signal: str) -> None:

@@ -49,7 +49,11 @@ _JOB_GONE = ("Invalid job id specified", "already completing or completed",
 _INFINITE32 = 0xFFFFFFFE
 # A running job "uses" the node in these states (signal/requeue/cancel act on them).
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED"})
-NEXT_STATES = ("RESUME", "DOWN")
+# DRAIN: not a Slurm nextstate: `scontrol reboot NODE` (no ASAP, no nextstate) on a node
+# drained with our reason; the drain survives the reboot (Slurm 22.05, seen on the lab:
+# IDLE+DRAIN after the boot), so slurm-heal resumes it after the health check (SPEC L5).
+# nextstate=DOWN is no substitute: with ReturnToService=2 the node is IDLE ~20 s later.
+NEXT_STATES = ("RESUME", "DOWN", "DRAIN")
 _EMPTY = ("", "(null)", "None", "none", "N/A", "n/a", "Unknown")
 
 
@@ -428,7 +432,13 @@ class CliSlurm:
         nextstate = nextstate.upper()
         if nextstate not in NEXT_STATES:
             raise SlurmError(f"nextstate must be one of {', '.join(NEXT_STATES)}, not {nextstate!r}")
-        self.node(node)  # NotFound before asking Slurm to reboot anything
+        info = self.node(node)  # NotFound before asking Slurm to reboot anything
+        if nextstate == "DRAIN":
+            if not info.drained or info.reason != reason:
+                self._run(["scontrol", "update", f"nodename={node}", "state=drain",
+                           f"reason={reason}"])
+            self._run(["scontrol", "reboot", node])
+            return
         self._run(["scontrol", "reboot", "ASAP", f"nextstate={nextstate}",
                    f"reason={reason}", node])
 

@@ -217,6 +217,8 @@ class MemorySlurm:
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
         with self._lock:
             self._maybe_fail(node, "reboot")
+        if nextstate.upper() == "DRAIN":
+            self.drain(node, reason)
         self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
 
     def signal_jobs(self, node: str, signal: str) -> None:

@@ -151,18 +151,26 @@ def test_remove_is_never_a_provider_action(case: Case) -> None:
 
 # --- the real Slurm lab ------------------------------------------------------------------
 @pytest.mark.slurm
-def test_slurm_provider_reboots_a_lab_node_and_it_returns(lab_clean: Lab,
-                                                         tmp_path: Path) -> None:
-    """scontrol reboot ASAP nextstate=RESUME -> the lab's RebootProgram -> slurmd comes
-    back with a new boot time -> the operation succeeds, once."""
+def test_slurm_provider_reboot_never_lets_a_waiting_job_land_before_the_health_check(
+        lab_clean: Lab, tmp_path: Path) -> None:
+    """SPEC L5: a job waits for the node (sbatch -w). The slurm provider reboots the node
+    (the lab's RebootProgram, a new boot time) and the operation succeeds once, but Slurm
+    keeps the node drained with our reason: the job is still pending after the reboot,
+    for as long as Slurm would have taken to resume it on its own. With
+    `nextstate=RESUME` the job started ~5 s after the boot."""
+    from slurm_heal.reasons import format_marker, is_ours
     from slurm_heal.slurm import make_client
 
     lab = lab_clean
     node = lab.nodes[-1]
     slurm = make_client(slurm_conf=str(lab.conf))
+    marker = format_marker("cordon", remediation="r-lab", text="gpu.xid.79")
+    slurm.drain(node, marker)  # the controller's cordon (L1) before the act
+    job = lab.run(["sbatch", "--parsable", "-w", node, "-t", "5", "--wrap", "sleep 1"]
+                  ).stdout.strip().split(";")[0]
+    before = lab.show(node)["BootTime"]
     provider = make_provider({"type": "slurm", "timeout": 120}, slurm=slurm, state_dir=tmp_path)
-    op = provider.submit(node, Action.REBOOT, "r-lab:act:0")
-    assert op.status == "running"
+    assert provider.submit(node, Action.REBOOT, "r-lab:act:0").status == "running"
     deadline = time.monotonic() + 90
     while True:
         done = provider.status("r-lab:act:0")
@@ -171,8 +179,19 @@ def test_slurm_provider_reboots_a_lab_node_and_it_returns(lab_clean: Lab,
             break
         time.sleep(1)
     assert done.status == "succeeded", done.detail
+    assert lab.show(node)["BootTime"] != before
     assert provider.submit(node, Action.REBOOT, "r-lab:act:0").status == "succeeded"
-    lab.wait_for(lambda: "IDLE" in lab.state(node), timeout=30)
+    # Past the moment Slurm would have resumed it on its own (RESUME: ~5 s; DOWN under
+    # ReturnToService=2: ~20 s), the node is still drained by us and the job waits.
+    for _ in range(25):
+        info = slurm.node(node)
+        assert info.drained and is_ours(info.reason), (info.states, info.reason)
+        state = lab.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+        assert state == "PENDING", state
+        time.sleep(1)
+    # Leave no job behind for the tests after this one (a pending job has no node).
+    lab.run(["scancel", job])
+    slurm.resume(node)  # what the controller does once the health check passed
 
 
 @pytest.mark.slurm

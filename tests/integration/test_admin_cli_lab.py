@@ -61,7 +61,24 @@ def test_alerts_and_explain_read_a_real_nodes_extra(lab: Lab, tmp_path: Path) ->
 
 
 def test_a_request_for_a_node_the_cluster_lacks_exits_6(lab: Lab, tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()  # a store a controller runs on (its heartbeat)
+    (tmp_path / "state" / "heartbeat").write_text(datetime.now(timezone.utc).isoformat())
     result = run(lab, tmp_path, ["request", "gpu999", "reboot", "--reason", "typo"])
     assert result.exit_code == 6, result.output
     ok = run(lab, tmp_path, ["request", lab.nodes[1], "reboot", "--reason", "NCCL hangs"])
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_request_without_a_store_flag_to_a_store_no_daemon_runs_on_is_refused(
+        lab: Lab, tmp_path: Path) -> None:
+    """The request that was lost: no --config, no state dir; the store found beside the
+    lab's StateSaveLocation has no controller, so the request is refused (exit 5), naming
+    the path and how to point at the right store, and nothing is written there."""
+    env = {"SLURM_CONF": str(lab.conf), "SLURM_HEAL_STATE_DIR": None,
+           "SLURM_HEAL_CONFIG": None, "SUDO_USER": "alice"}
+    where = default_state_dir(lab.conf)
+    result = CliRunner().invoke(cli, ["request", lab.nodes[0], "reboot", "--reason", "x"],
+                                env=env)
+    assert result.exit_code == 5, result.output
+    assert f"store {where} (from beside StateSaveLocation of {lab.conf})" in result.output
+    assert "--config" in result.output and not (where / "state.json").exists()

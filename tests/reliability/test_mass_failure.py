@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,9 @@ def test_thirty_percent_failing_opens_the_breaker_and_only_a_person_acts(
     # A person's request still runs (S5: manual ones stay possible).
     person = healthy.pop()
     rig.alert(person, "ib.link_degraded", Severity.WARNING)
+    # The rig's cycles stand for a running daemon: its heartbeat is what tells the CLI that
+    # this store is read by a controller (I4: writes to an unread store are refused).
+    (tmp_path / "state" / "heartbeat").write_text(datetime.now(timezone.utc).isoformat() + "\n")
     proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "request", person, "reboot",
                            "--reason", "flapping link", "--by", "alice", "--state-dir",
                            str(tmp_path / "state")], capture_output=True, text=True,

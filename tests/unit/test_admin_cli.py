@@ -44,6 +44,9 @@ def slurm() -> MemorySlurm:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Store:
+    """A store a controller runs on: its directory with a heartbeat in it."""
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "heartbeat").write_text(datetime.now(timezone.utc).isoformat() + "\n")
     return Store(tmp_path / "state")
 
 
@@ -124,9 +127,18 @@ def test_history_shows_every_step_with_rule_why_and_who(store: Store) -> None:
         ["proposed", "approved", "cordoned"]
 
 
-def test_history_of_a_node_without_records_says_so(store: Store) -> None:
-    result = run(store, ["history", "gpu09"])
-    assert result.exit_code == 0 and "No remediation recorded for gpu09" in result.output
+def test_history_of_a_node_without_records_says_so(store: Store, slurm: MemorySlurm) -> None:
+    result = run(store, ["history", "gpu02"], slurm)
+    assert result.exit_code == 0 and "No remediation recorded for gpu02" in result.output
+
+
+def test_history_of_a_node_nobody_knows_exits_6_like_explain(store: Store,
+                                                            slurm: MemorySlurm) -> None:
+    """The same node name gives the same exit status in history and explain (exit 6)."""
+    assert run(store, ["history", "gpu99"], slurm).exit_code == 6
+    assert run(store, ["explain", "gpu99"], slurm).exit_code == 6
+    # Slurm down proves nothing: the store alone answers, exit 0.
+    assert run(store, ["history", "gpu99"], Unreachable()).exit_code == 0
 
 
 # ------------------------------------------------------------------ approve / deny / cancel
@@ -306,7 +318,6 @@ def test_breaker_reset_is_queued_only_when_it_is_open(store: Store) -> None:
 
 def test_a_corrupt_store_exits_5_and_the_breaker_shows_why(store: Store) -> None:
     """House style 5: the store is set aside, the operator is told, nothing runs on its own."""
-    store.dir.mkdir(parents=True)
     store.file.write_text("{ torn")
     result = run(store, ["remediations"])
     assert result.exit_code == 5 and "moved aside" in result.output
@@ -319,8 +330,9 @@ def test_a_corrupt_store_exits_5_and_the_breaker_shows_why(store: Store) -> None
 def test_policy_check_accepts_a_good_file_and_shows_defaults(store: Store, tmp_path: Path) -> None:
     f = tmp_path / "policy.toml"
     f.write_text('[approvals]\ndefault = "manual"\n[[approvals.rules]]\nfault = "gpu.xid.119"\n'
-                 'action = "reboot"\nmode = "auto"\n')
-    result = run(store, ["policy", "check", str(f)])
+                 'action = "reboot"\nmode = "auto"\n'
+                 '[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n')
+    result = run(store, ["policy", "check", str(f), "--no-slurm"])
     assert result.exit_code == 0 and "OK" in result.output and "1 approval rule" in result.output
     shown = json.loads(run(store, ["policy", "show", str(f), "--json"]).output)["policy"]
     assert shown["waiting"]["max_wait"] == "2h"

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-HEALTHCHECK = REPO / "healthcheck" / "slurm-heal-healthcheck"
-PROLOG = REPO / "prolog" / "slurm-heal-prolog"
-EPILOG = REPO / "epilog" / "slurm-heal-epilog"
-NHC = REPO / "healthcheck" / "nhc" / "slurm_heal.nhc"
+GLUE = REPO / "slurm_heal" / "glue"
+HEALTHCHECK = GLUE / "slurm-heal-healthcheck"
+PROLOG = GLUE / "slurm-heal-prolog"
+EPILOG = GLUE / "slurm-heal-epilog"
+NHC = GLUE / "slurm_heal.nhc"
 
 
 def fake(tmp_path: Path, body: str) -> Path:

@@ -80,8 +80,20 @@ def test_slurm_provider_gets_the_slurm_client() -> None:
     from datetime import datetime, timezone
 
     cluster = MemorySlurm([("gpu07", "gpu")], clock=lambda: datetime.now(timezone.utc))
-    p = make_provider({"type": "slurm", "nextstate": "resume"}, slurm=cluster)
+    p = make_provider({"type": "slurm"}, slurm=cluster)
     assert p.name == "slurm" and p.supports(Action.REBOOT)
+
+
+@pytest.mark.parametrize("nextstate", ["RESUME", "resume", "DOWN"])
+def test_slurm_provider_refuses_a_nextstate_that_resumes_before_the_health_check(
+        nextstate: str) -> None:
+    """SPEC L5: RESUME (and DOWN under ReturnToService=2) let Slurm put the node back in
+    service before slurm-heal's health check."""
+    from datetime import datetime, timezone
+
+    cluster = MemorySlurm([("gpu07", "gpu")], clock=lambda: datetime.now(timezone.utc))
+    with pytest.raises(ConfigError, match="SPEC L5"):
+        make_provider({"type": "slurm", "nextstate": nextstate}, slurm=cluster)
 
 
 def test_embedded_simulator_serves_and_stops() -> None:

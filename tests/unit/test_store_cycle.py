@@ -45,6 +45,7 @@ def test_an_approval_from_the_cli_reaches_the_engine_and_cordons_once(tmp_path: 
     assert cycle(store, slurm, T0) == ()  # proposed; waits for a person (P2 default manual)
     (rem,) = store.load().remediations
     assert rem.phase is Phase.PROPOSED
+    (tmp_path / "heartbeat").write_text(T0.isoformat())  # what the daemon's loop writes
 
     result = CliRunner().invoke(cli, ["approve", "gpu01", "--state-dir", str(tmp_path)],
                                 env={"SUDO_USER": "alice"}, obj={"slurm": slurm})

@@ -1,0 +1,191 @@
+"""Check the whole file the daemon reads, the way the daemon reads it (SPEC I4, P2, S1).
+
+`check_config` is what ``slurm-heal policy check`` runs, what the daemon runs at start,
+and what it runs again on ``SIGHUP`` before taking a new file: the policy knobs, the
+``[controller]`` section, the ``[provider]`` section (required) with a dry construction
+of the provider (no action is ever sent; an embedded simulator is started and stopped
+again, state goes to a throw-away directory). A file that passes here is a file the
+daemon takes.
+
+Some mistakes are valid TOML and valid types but match nothing, and silently do nothing:
+a typo'd fault glob (``gpu.xdi.119``) disables the approval rule it is in. Those are
+warnings: fault globs (approval rules, persistence keys) that match no fault of the
+catalog, and host lists and pools that match no node of the cluster (when Slurm answers).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from slurm_heal.config import Policy, load_policy
+from slurm_heal.errors import ConfigError, HealError, ProviderError
+
+if TYPE_CHECKING:
+    from slurm_heal.controller import ControllerSettings
+    from slurm_heal.slurm.base import SlurmClient
+
+SEVERITIES = ("critical", "warning", "info")
+# Fault ids that are not in the catalog but that rules may name: a request's fault.
+NON_CATALOG_FAULTS = ("request",)
+_XID = re.compile(r"^gpu\.xid\.\d+$")  # any Xid is a fault, listed in the catalog or not
+
+
+@dataclass
+class ConfigReport:
+    """A file the daemon would take, and what in it matches nothing."""
+
+    file: str
+    policy: Policy
+    settings: ControllerSettings
+    provider_type: str
+    warnings: list[str] = field(default_factory=list)
+    cluster_checked: bool = False
+
+
+class _NoSlurm:
+    """Handed to a provider built dry: building one must not talk to Slurm."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConfigError(f"the provider asked Slurm ({name}) while being built")
+
+
+def _fault_glob_matches(glob: str, fault_ids: list[str]) -> bool:
+    if glob in NON_CATALOG_FAULTS or _XID.match(glob):
+        return True
+    return any(fnmatch.fnmatchcase(f, glob) for f in (*fault_ids, *NON_CATALOG_FAULTS))
+
+
+def dry_provider(section: dict[str, Any], source: str) -> str:
+    """Build the ``[provider]`` the daemon would build, then close it; its type.
+
+    ConfigError names the file and the key; a provider that fails to build raises
+    ProviderError (exit 4).
+    """
+    from slurm_heal.providers import make_provider
+
+    if not section:
+        raise ConfigError("missing: the daemon needs a [provider] with a type (http, exec, "
+                          "slurm, openstack, simulator; docs/providers.md)", file=source,
+                          key="provider")
+    with tempfile.TemporaryDirectory(prefix="slurm-heal-check-") as tmp:
+        try:
+            provider = make_provider(section, slurm=_NoSlurm(), state_dir=Path(tmp))
+        except ConfigError as exc:
+            raise ConfigError(str(exc), file=source) from None
+        except ProviderError:
+            raise
+        except HealError as exc:
+            raise ProviderError(f"{source}: provider: {exc}") from None
+        close = getattr(provider, "close", None)
+        if callable(close):
+            close()
+    return str(section.get("type"))
+
+
+def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
+                 build_provider: bool = True) -> ConfigReport:
+    """Check ``path`` as the daemon reads it; ConfigError (exit 2) for what it refuses.
+
+    With ``slurm`` (a client that answers), host lists and pools are checked against the
+    cluster's nodes too.
+    """
+    from slurm_heal import catalog
+    from slurm_heal.config import node_names
+    from slurm_heal.controller import controller_settings
+
+    source = str(path)
+    policy = load_policy(path)
+    settings = controller_settings(dict(policy.controller), source=source)
+    kind = (dry_provider(dict(policy.provider), source) if build_provider
+            else str(policy.provider.get("type")))
+    report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
+
+    fault_ids = sorted(catalog.load().faults)
+    for i, rule in enumerate(policy.approvals.rules):
+        if rule.fault is not None and not _fault_glob_matches(rule.fault, fault_ids):
+            report.warnings.append(
+                f"{source}: approvals.rules[{i}].fault: {rule.fault!r} matches no fault of "
+                f"the catalog: this rule never applies (a typo? ids look like gpu.xid.119, "
+                "gpu.ecc.dbe; see slurm_heal/catalog.toml)")
+    for key in policy.safety.persistence:
+        if key not in SEVERITIES and not _fault_glob_matches(key, fault_ids):
+            report.warnings.append(
+                f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
+                "severity (critical, warning, info): it never applies")
+
+    if slurm is not None:
+        try:
+            nodes = slurm.nodes()
+        except HealError as exc:
+            report.warnings.append(f"Slurm did not answer ({exc}): host lists and pools "
+                                   "were not checked against the cluster")
+            return report
+        report.cluster_checked = True
+        names = {n.name for n in nodes}
+        pools = {policy.pool_of(n.partitions, n.features) for n in nodes}
+        for i, rule in enumerate(policy.approvals.rules):
+            if rule.nodes is not None and not (node_names(rule.nodes) & names):
+                report.warnings.append(
+                    f"{source}: approvals.rules[{i}].nodes: {rule.nodes!r} matches no node "
+                    "of the cluster: this rule never applies")
+            for pool in rule.pools or ():
+                if pool not in pools:
+                    report.warnings.append(
+                        f"{source}: approvals.rules[{i}].pools: {pool!r} is no pool of the "
+                        f"cluster (pools by {policy.pools.by}: {', '.join(sorted(pools))})")
+    return report
+
+
+# Settings read once at start: a change to them on SIGHUP is logged and needs a restart.
+RESTART_KEYS = ("state_dir", "slurm_backend", "slurm_conf", "heartbeat", "notify_file")
+
+
+@dataclass
+class Reloader:
+    """The daemon's SIGHUP: check the file again with `check_config`; a good one takes
+    effect at the next cycle (policy, provider, interval), a bad one is refused and the
+    old one kept, logged. Returns the interval for `run_forever`."""
+
+    path: str
+    controller: Any  # slurm_heal.controller.Controller
+    settings: ControllerSettings
+    provider_state_dir: Path | None = None
+    log: Any = None
+
+    def __call__(self) -> float | None:
+        import logging
+
+        from slurm_heal.providers import make_provider
+
+        log = self.log or logging.getLogger("slurm_heal.daemon")
+        try:
+            report = check_config(self.path, self.controller.slurm)
+            new_provider = None
+            if dict(report.policy.provider) != dict(self.controller.policy.provider):
+                new_provider = make_provider(dict(report.policy.provider),
+                                             slurm=self.controller.slurm,
+                                             state_dir=self.provider_state_dir)
+        except HealError as exc:
+            log.error("reload refused, the running config is kept: %s", exc)
+            return None
+        for key in RESTART_KEYS:
+            if getattr(report.settings, key) != getattr(self.settings, key):
+                log.warning("reload: controller.%s changed; it takes effect at the next "
+                            "restart (still %s)", key, getattr(self.settings, key))
+        for warning in report.warnings:
+            log.warning("reload: %s", warning)
+        self.controller.policy = report.policy
+        if new_provider is not None:
+            old, self.controller.provider = self.controller.provider, new_provider
+            close = getattr(old, "close", None)
+            if callable(close):
+                close()
+        log.info("reloaded %s: mode %s, provider %s, interval %ss; in effect from the next "
+                 "cycle", self.path, report.policy.mode, report.provider_type,
+                 report.settings.interval)
+        return report.settings.interval

@@ -1,0 +1,171 @@
+"""One store, found the same way by the daemon and every admin command, and said (SPEC I4,
+I5): a person's word never lands in a store no controller reads, and a missing slurm.conf
+fails at once with one message instead of a minute of Slurm's configless lookup.
+
+No Slurm needed: the store is a real one in a temp directory; Slurm, where a command asks
+it, is the in-process `MemorySlurm`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from slurm_heal.cli import cli
+from slurm_heal.location import locate
+from slurm_heal.models import Plan, Remediation, Step, remediation_id
+from slurm_heal.slurm.memory import MemorySlurm
+from slurm_heal.store import Store
+from slurm_heal.types import Action
+
+T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
+# Nothing from the machine running the tests may choose the store.
+CLEAN = {"SLURM_HEAL_STATE_DIR": None, "SLURM_HEAL_CONFIG": None, "SUDO_USER": "alice"}
+
+
+def run(args: list[str], env: dict[str, Any] | None = None, slurm: Any = None) -> Result:
+    return CliRunner().invoke(cli, args, env={**CLEAN, **(env or {})},
+                              obj={"slurm": slurm} if slurm else None)
+
+
+def live(directory: Path, at: datetime | None = None) -> Path:
+    """A state directory a controller runs on (what the daemon writes every cycle)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "heartbeat").write_text((at or datetime.now(timezone.utc)).isoformat() + "\n")
+    return directory
+
+
+def proposed(node: str = "gpu01") -> Remediation:
+    return Remediation(id=remediation_id(node, "gpu.xid.79", None, None, T0), node=node,
+                       fault="gpu.xid.79", action=Action.REBOOT, created=T0, updated=T0,
+                       steps=(Step(at=T0, phase="proposed", rule="P2:default",
+                                   why="waits for a person"),))
+
+
+def config(tmp_path: Path, state_dir: Path) -> Path:
+    f = tmp_path / "heal.toml"
+    f.write_text(f'[controller]\nstate_dir = "{state_dir}"\n[provider]\ntype = "simulator"\n')
+    return f
+
+
+@pytest.fixture
+def slurm() -> MemorySlurm:
+    return MemorySlurm([("gpu01", "a"), ("gpu02", "a")], clock=lambda: T0)
+
+
+# ------------------------------------------------------------------ one way to find it
+
+
+def test_without_config_flag_the_commands_read_the_store_of_slurm_heal_config(
+        tmp_path: Path) -> None:
+    """The daemon's config reached through $SLURM_HEAL_CONFIG gives every command (and
+    the daemon, which calls the same `locate`) the same store."""
+    state = live(tmp_path / "daemon-state")
+    Store(state).apply(Plan(updates=(proposed(),)), T0)
+    env = {"SLURM_HEAL_CONFIG": str(config(tmp_path, state))}
+    result = run(["remediations"], env)
+    assert result.exit_code == 0, result.output
+    assert proposed().id in result.output
+    assert f"store {state} (from [controller] state_dir of" in result.stderr
+    data = json.loads(run(["remediations", "--json"], env).stdout)
+    assert data["store"]["dir"] == str(state)
+    assert data["store"]["from"].startswith("[controller] state_dir of")
+
+
+def test_locate_orders_flag_then_environment_then_config(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config(tmp_path, tmp_path / "from-config")
+    monkeypatch.delenv("SLURM_HEAL_STATE_DIR", raising=False)
+    monkeypatch.setenv("SLURM_HEAL_CONFIG", str(cfg))
+    assert locate(None, None).state_dir == tmp_path / "from-config"
+    monkeypatch.setenv("SLURM_HEAL_STATE_DIR", str(tmp_path / "from-env"))
+    assert locate(None, None).source == "$SLURM_HEAL_STATE_DIR"
+    assert locate(str(tmp_path / "flag"), None).state_dir == tmp_path / "flag"
+
+
+def test_every_store_command_says_which_store_it_used(tmp_path: Path, slurm: MemorySlurm) -> None:
+    state = live(tmp_path / "state")
+    Store(state).apply(Plan(updates=(proposed(),)), T0)
+    env = {"SLURM_HEAL_STATE_DIR": str(state)}
+    for args in (["remediations"], ["history", "gpu01"], ["explain", "gpu01"], ["breaker"],
+                 ["approve", "gpu01", "--force"]):
+        result = run(args, env, slurm)
+        assert f"slurm-heal: store {state} (from $SLURM_HEAL_STATE_DIR)" in result.stderr, args
+        as_json = run([*args, "--json"], env, slurm)
+        assert json.loads(as_json.stdout)["store"]["dir"] == str(state), args
+        assert as_json.stderr == "", args
+
+
+# ------------------------------------------------------------------ writes no one reads
+
+
+def test_a_request_to_a_store_that_does_not_exist_is_refused_and_nothing_written(
+        tmp_path: Path, slurm: MemorySlurm) -> None:
+    """The case that lost a person's request: exit 5 naming the path and how to point at
+    the right store; no directory or file is created."""
+    missing = tmp_path / "var-lib-slurm-heal"
+    result = run(["request", "gpu01", "reboot", "--reason", "NCCL hangs"],
+                 {"SLURM_HEAL_STATE_DIR": str(missing)}, slurm)
+    assert result.exit_code == 5, result.output
+    (line,) = [ln for ln in result.stderr.splitlines() if "error" in ln]
+    assert str(missing) in line and "does not exist" in line
+    assert "--config" in line and "SLURM_HEAL_STATE_DIR" in line and "--force" in line
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("args", [["approve", "gpu01"], ["deny", "gpu01"], ["cancel", "gpu01"],
+                                  ["request", "gpu01", "reboot", "--reason", "x"]])
+def test_a_write_to_a_store_no_controller_has_a_heartbeat_in_is_refused(
+        tmp_path: Path, slurm: MemorySlurm, args: list[str]) -> None:
+    state = tmp_path / "state"
+    Store(state).apply(Plan(updates=(proposed(),)), T0)  # a store, but no daemon on it
+    result = run(args, {"SLURM_HEAL_STATE_DIR": str(state)}, slurm)
+    assert result.exit_code == 5 and "no controller heartbeat" in result.output
+    assert Store(state).load().inbox == ()
+    forced = run([*args, "--force"], {"SLURM_HEAL_STATE_DIR": str(state)}, slurm)
+    assert forced.exit_code == 0, forced.output
+    assert len(Store(state).load().inbox) == 1
+
+
+def test_a_write_with_an_old_heartbeat_is_queued_with_a_warning(tmp_path: Path) -> None:
+    state = live(tmp_path / "state", at=datetime.now(timezone.utc) - timedelta(hours=3))
+    Store(state).apply(Plan(updates=(proposed(),)), T0)
+    result = run(["approve", "gpu01"], {"SLURM_HEAL_STATE_DIR": str(state)})
+    assert result.exit_code == 0, result.output
+    assert "is the daemon running?" in result.stderr
+
+
+# ------------------------------------------------------------------ slurm.conf
+
+
+@pytest.mark.parametrize("args", [["remediations"], ["request", "gpu01", "reboot", "--reason", "x"],
+                                  ["alerts"], ["explain", "gpu01"]])
+def test_a_missing_slurm_conf_fails_at_once_with_one_message(tmp_path: Path,
+                                                             args: list[str]) -> None:
+    missing = tmp_path / "etc-slurm" / "slurm.conf"
+    result = run(args, {"SLURM_CONF": str(missing)})
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 3, result.output
+    assert lines == [f"slurm-heal: error: slurm.conf not found: {missing} ($SLURM_CONF); set "
+                     "SLURM_CONF or [controller] slurm_conf to the cluster's slurm.conf"]
+
+
+# ------------------------------------------------------------------ --json errors
+
+
+def test_json_errors_are_one_json_object_with_the_exit_status(tmp_path: Path) -> None:
+    state = live(tmp_path / "state")
+    result = run(["approve", "gpu09", "--json"], {"SLURM_HEAL_STATE_DIR": str(state)})
+    assert result.exit_code == 6
+    err = json.loads(result.stdout)["error"]
+    assert err["exit"] == 6 and err["kind"] == "NotFound" and "gpu09" in err["message"]
+    assert json.loads(result.stdout)["store"]["dir"] == str(state)
+    usage = run(["request", "gpu01", "reboot", "--reason", " ", "--json"],
+                {"SLURM_HEAL_STATE_DIR": str(state)})
+    assert usage.exit_code == 2
+    assert json.loads(usage.stdout)["error"]["kind"] == "UsageError"

@@ -1,0 +1,117 @@
+"""The documented site install (SPEC I1): the glue at PREFIX/libexec/ carries SLURM_CONF
+(slurmd runs HealthCheckProgram without it), the slurm.conf snippet names exactly those
+paths, and the controller gets a config the daemon takes. The venv part (pip) is run for
+real by the lab test (tests/integration/test_install_lab.py); here `--no-venv` and a
+stand-in PREFIX/bin/slurm-heal that records what it was given."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_heal.cli import cli
+from slurm_heal.configcheck import check_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def slurm_conf(tmp_path: Path) -> Path:
+    conf = tmp_path / "etc" / "slurm.conf"
+    conf.parent.mkdir()
+    conf.write_text("ClusterName=test\n")
+    return conf
+
+
+def fake_bin(prefix: Path, status: int = 0) -> Path:
+    """PREFIX/bin/slurm-heal that records its arguments and environment."""
+    exe = prefix / "bin" / "slurm-heal"
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    exe.write_text(f'#!/bin/sh\necho "$@" > "{prefix}/args"\nenv > "{prefix}/env"\n'
+                   f"exit {status}\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def install_node(prefix: Path, conf: Path, *extra: str) -> str:
+    result = CliRunner().invoke(cli, ["install-node", "--prefix", str(prefix), "--no-venv",
+                                      "--slurm-conf", str(conf), *extra])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_healthcheck_wrapper_carries_slurm_conf_into_a_bare_environment(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    """What slurmd does: runs HealthCheckProgram with no SLURM_CONF in the environment."""
+    prefix = tmp_path / "opt" / "slurm-heal"
+    fake_bin(prefix)
+    install_node(prefix, slurm_conf, "--env", "SLURM_HEAL_ROOT=/srv/replay/${SLURMD_NODENAME}")
+    wrapper = prefix / "libexec" / "slurm-heal-healthcheck"
+    proc = subprocess.run([str(wrapper)], env={"SLURMD_NODENAME": "gpu07"}, check=False)
+    assert proc.returncode == 0
+    assert (prefix / "args").read_text().split() == ["check", "--mode", "healthcheck"]
+    env = dict(line.split("=", 1) for line in (prefix / "env").read_text().splitlines()
+               if "=" in line)
+    assert env["SLURM_CONF"] == str(slurm_conf)
+    assert env["SLURM_HEAL_ROOT"] == "/srv/replay/gpu07"
+    assert os.access(wrapper, os.X_OK)
+
+
+@pytest.mark.parametrize(("name", "status", "expected"), [
+    ("slurm-heal-prolog", 1, 1), ("slurm-heal-prolog", 0, 0), ("slurm-heal-epilog", 1, 0)])
+def test_prolog_and_epilog_wrappers_keep_the_glue_s_exit_rules(
+        tmp_path: Path, slurm_conf: Path, name: str, status: int, expected: int) -> None:
+    prefix = tmp_path / "p"
+    fake_bin(prefix, status)
+    install_node(prefix, slurm_conf)
+    proc = subprocess.run([str(prefix / "libexec" / name)], env={}, check=False)
+    assert proc.returncode == expected
+    assert f"SLURM_CONF={slurm_conf}" in (prefix / "env").read_text()
+
+
+def test_the_snippet_the_readme_and_contrib_name_the_same_paths(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    prefix = Path("/opt/slurm-heal")
+    out = install_node(tmp_path / "x", slurm_conf)
+    snippet = (tmp_path / "x" / "share" / "slurm-heal" / "slurm.conf.snippet").read_text()
+    assert f"HealthCheckProgram={tmp_path}/x/libexec/slurm-heal-healthcheck" in snippet
+    assert "SchedulerParameters=nohold_on_prolog_fail" in snippet and snippet in out + "\n"
+    from slurm_heal.install import snippet as make_snippet
+
+    default = make_snippet(prefix)
+    contrib = (REPO / "contrib" / "slurm" / "slurm-heal.conf").read_text()
+    readme = (REPO / "README.md").read_text()
+    for line in default.splitlines():
+        assert line in contrib, line
+        assert line in readme, line
+
+
+def test_a_missing_slurm_conf_or_a_bad_env_is_refused(tmp_path: Path, slurm_conf: Path) -> None:
+    missing = CliRunner().invoke(cli, ["install-node", "--prefix", str(tmp_path / "p"),
+                                       "--no-venv", "--slurm-conf", str(tmp_path / "nope")])
+    assert missing.exit_code == 3 and "slurm.conf not found" in missing.output
+    bad = CliRunner().invoke(cli, ["install-node", "--prefix", str(tmp_path / "p"), "--no-venv",
+                                   "--slurm-conf", str(slurm_conf), "--env", 'X=$(reboot)'])
+    assert bad.exit_code == 2 and "--env" in bad.output
+    assert not (tmp_path / "p" / "libexec").exists()
+
+
+def test_install_controller_writes_a_config_the_daemon_takes_and_keeps_an_existing_one(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    prefix, config = tmp_path / "opt", tmp_path / "etc" / "slurm-heal" / "heal.toml"
+    args = ["install-controller", "--prefix", str(prefix), "--no-venv", "--slurm-conf",
+            str(slurm_conf), "--config", str(config)]
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    report = check_config(config)
+    assert report.policy.mode == "recommend_only" and report.provider_type == "slurm"
+    unit = (prefix / "share" / "slurm-heal" / "slurm-heal.service").read_text()
+    assert f"ExecStart={prefix}/bin/slurm-heal daemon --config {config}" in unit
+    assert f"Environment=SLURM_CONF={slurm_conf}" in unit
+    config.write_text("# mine\n" + config.read_text())
+    again = CliRunner().invoke(cli, args)
+    assert "kept the existing config" in again.output
+    assert config.read_text().startswith("# mine")
