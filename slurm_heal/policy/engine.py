@@ -1181,10 +1181,20 @@ class _Decider:
             health_ran = self.policy.safety.health_check == "if_present"
         else:
             health_ran = checked >= since
+        limit = done + self.policy.safety.return_timeout
         if back and health_ran:
             bad = [a for a in self.active(rem.node)
                    if a.last_seen > since and (a.severity is Severity.CRITICAL
                                                or a.fault == rem.data.evidence_fault)]
+            restarted = any(t is not None and t > acted
+                            for t in (node.boot_time, node.slurmd_start_time))
+            if bad and not restarted and self.now < limit:
+                # A cloud or BMC may report the reboot done once it accepted it, before
+                # the node went down: a check that ran in between still sees the fault
+                # from before the reboot. Not a failure until the node has restarted
+                # (boot or slurmd start after the action) or the return timeout passes.
+                self.wake(min(limit, self.now + POLL_EVERY))
+                return
             if bad:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
@@ -1204,7 +1214,6 @@ class _Decider:
                       + ("; resumed" if out and ours else
                          "" if not out else "; its reason is not ours: not resumed"))
             return
-        limit = done + self.policy.safety.return_timeout
         if self.now >= limit:
             self.fail(rem, "L5", f"{rem.node} did not come back healthy within "
                       f"{format_duration(self.policy.safety.return_timeout)}")

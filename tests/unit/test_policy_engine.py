@@ -323,6 +323,28 @@ def test_a_node_that_does_not_come_back_in_time_fails() -> None:
     assert ("failed", "L5") in phases(plan)
 
 
+@pytest.mark.parametrize(("boot", "now", "failed"), [
+    (T0 - timedelta(days=1), T0 + timedelta(minutes=10), False),  # accepted, not restarted yet
+    (T0 - timedelta(days=1), T0 + timedelta(hours=1), True),  # never restarted: return timeout
+    (T0 + timedelta(minutes=2), T0 + timedelta(minutes=10), True),  # restarted, fault still there
+])
+def test_a_check_before_the_node_restarted_does_not_fail_the_return(
+        boot: datetime, now: datetime, failed: bool) -> None:
+    """SPEC L5: a cloud or BMC reports the reboot done when it accepted it; a periodic
+    check that ran before the node went down still sees the old fault. That is not the
+    health check after the action: the remediation waits for the restart (boot time or
+    slurmd start after the act) until the return timeout, then fails."""
+    r = rem(phase=Phase.RETURNING, data={"evidence_fault": "gpu.xid.48",
+                                         "act_done": T0.isoformat()})
+    t = T0 + timedelta(minutes=5)
+    n = node("gpu01", "IDLE", "DRAIN", reason=format_marker("gpu.xid.48", r.id), boot=boot,
+             checked=t)
+    plan = run([n, node("gpu02")], {"gpu01": [alert("gpu01", since=T0 - timedelta(hours=1),
+                                                    seen=t)]}, State(remediations=(r,)), now)
+    assert (("failed", "L5") in phases(plan)) is failed
+    assert "resume" not in kinds(plan) and ("done", "L5") not in phases(plan)
+
+
 # ------------------------------------------------------------------ E
 def history(n: int, action: Action = Action.REBOOT, days_ago: float = 1.0,
             phase: Phase = Phase.DONE, host: str = "gpu01") -> tuple[Remediation, ...]:
