@@ -211,7 +211,7 @@ class _Section:
 
 
 _HTTP_KEYS = frozenset({"url", "token_file", "connect_timeout", "read_timeout", "attempts",
-                        "backoff", "actions"})
+                        "backoff", "actions", "call_timeout"})
 
 
 def _http_kwargs(s: _Section) -> dict[str, Any]:
@@ -224,6 +224,7 @@ def _http_kwargs(s: _Section) -> dict[str, Any]:
             "connect_timeout": s.number("connect_timeout", 3.0, minimum=0.001),
             "read_timeout": s.number("read_timeout", 10.0, minimum=0.001),
             "attempts": s.integer("attempts", 5), "backoff": s.number("backoff", 0.5),
+            "call_timeout": s.number("call_timeout", 60.0, minimum=0.001),
             "actions": s.actions("actions", HTTP_ACTIONS)}
 
 
@@ -339,7 +340,7 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     s = _Section(cfg, frozenset({
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
-        "connect_timeout", "read_timeout", "attempts"}))
+        "connect_timeout", "read_timeout", "attempts", "call_timeout"}))
     password = s.text("password")
     password_file = s.text("password_file")
     if (password is None) == (password_file is None):
@@ -364,7 +365,8 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         state_dir=state_dir,
         connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4))
+        attempts=s.integer("attempts", 4),
+        call_timeout=s.number("call_timeout", 60.0, minimum=0.001))
 
 
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
