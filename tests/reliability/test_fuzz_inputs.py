@@ -529,3 +529,44 @@ def test_a_first_seen_in_year_9999_does_not_overflow_decide() -> None:
     plan = decide(view, State(), T0, policy_from_dict({"approvals": {"default": "auto"},
                                                        "safety": {}}))
     assert [(r.phase, r.rule) for r in plan.records] == [("alert", "I2")]
+
+
+# ================================================================== Slurm's node records (I6)
+def test_a_node_record_of_an_unexpected_type_is_a_slurm_error_naming_the_node() -> None:
+    """SPEC I6: sinfo output the adapter cannot read is a SlurmError naming the node
+    (the daemon skips the cycle), never a TypeError; deep JSON is not a RecursionError."""
+    from slurm_heal.errors import SlurmError
+    from slurm_heal.slurm.cli import parse_sinfo_json
+
+    doc = {"nodes": [{"name": "gpu01", "state": "IDLE", "state_flags": 5}]}
+    with pytest.raises(SlurmError, match="node 'gpu01'"):
+        parse_sinfo_json(json.dumps(doc))
+    with pytest.raises(SlurmError, match="did not print JSON"):
+        parse_sinfo_json("[" * 100_000 + "]" * 100_000)
+
+
+_sinfo_node = st.fixed_dictionaries(
+    {"name": _field(st.sampled_from(["gpu01", "gpu02"]))},
+    optional={"state": _field(st.sampled_from(["IDLE", "DOWN*+DRAIN", "MIXED"])),
+              "state_flags": _field(st.lists(st.sampled_from(["DRAIN", "REBOOT_ISSUED"]))),
+              "reason": _field(st.text(max_size=20)),
+              "reason_changed_at": _field(st.integers(0, 2**40)),
+              "boot_time": _field(st.integers(0, 2**40) | st.floats()),
+              "extra": _field(st.text(max_size=40)),
+              "partitions": _field(st.lists(st.text(max_size=5), max_size=2)),
+              "features": _field(st.text(max_size=10))})
+
+
+@FUZZ
+@given(st.lists(_sinfo_node, max_size=3))
+def test_fuzz_the_sinfo_node_parser_only_raises_slurm_error(nodes: list[Any]) -> None:
+    from slurm_heal.errors import SlurmError
+    from slurm_heal.slurm.cli import parse_sinfo_json
+
+    try:
+        parsed = parse_sinfo_json(json.dumps({"nodes": nodes}))
+    except SlurmError as exc:
+        assert str(exc)
+        return
+    for node in parsed:
+        extra.read_check_data(node.name, node.extra, T0)
