@@ -406,19 +406,20 @@ def test_fuzz_the_policy_loader_only_raises_config_error(doc: dict[str, Any]) ->
 
 
 @FUZZ
-@given(st.text(max_size=200))
+@given(st.text(max_size=200) | st.sampled_from(["x = " + "[" * 600 + "]" * 600,
+                                                '[[approvals.rules]]\nnodes = "a[1-9999999]"\n'
+                                                'mode = "auto"\n', "[approvals]\ndefault = 5\n"]))
 def test_fuzz_policy_toml_text_only_raises_config_error(text: str) -> None:
-    from slurm_heal.config import tomllib
+    """`load_policy` on any text: a Policy or a ConfigError naming the file."""
+    import tempfile
 
-    try:
-        data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError):
-        data = None
-    if data is not None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "policy.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
         try:
-            policy_from_dict(data)
-        except ConfigError:
-            pass
+            load_policy(path)
+        except ConfigError as exc:
+            assert str(path) in str(exc)
 
 
 # ================================================================== scenarios (defect 14)
