@@ -12,6 +12,7 @@ Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` r
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import re
 import sys
@@ -29,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from slurm_heal import jsonsafe
 from slurm_heal.errors import ConfigError
 from slurm_heal.types import Action, Severity
 
@@ -132,14 +134,52 @@ class ApprovalRule(_Section):
         return (given, scope, fault_rank, int(self.action is not None))
 
 
+# A host list in the policy names at most this many nodes: "gpu[1-99999999]" is a typo,
+# and expanding it would take gigabytes.
+MAX_HOSTLIST = 100_000
+_BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+_RANGE = re.compile(r"^\s*(\d{1,12})(?:\s*-\s*(\d{1,12}))?(?:/(\d{1,12}))?\s*$")
+
+
+def _hostlist_size(hostlist: str) -> int:
+    """How many names ``hostlist`` expands to, counted without expanding it (an upper
+    bound: overlaps are counted twice). ValueError when a range is not one."""
+    total = 0
+    for pattern in re.split(r",(?![^\[]*\])", hostlist):
+        size = 1
+        for group in _BRACKETS.findall(pattern):
+            count = 0
+            for item in group.split(","):
+                m = _RANGE.match(item)
+                if m is None:
+                    raise ValueError(f"{item!r} is not a number or a range")
+                lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+                count += max(0, hi - lo) // int(m.group(3) or 1) + 1
+            size *= count
+            if size > MAX_HOSTLIST:
+                return size
+        total += size
+    return total
+
+
+@functools.lru_cache(maxsize=256)
 def node_names(hostlist: str) -> frozenset[str]:
-    """Expand a Slurm host list ("gpu[01-04],cpu1") with ClusterShell's NodeSet."""
+    """Expand a Slurm host list ("gpu[01-04],cpu1") with ClusterShell's NodeSet, once per
+    distinct list (cached: approval rules match it on every decision). ValueError for a
+    malformed list and for one naming more than MAX_HOSTLIST nodes."""
+    try:
+        size = _hostlist_size(hostlist)
+    except ValueError as exc:
+        raise ValueError(f"{hostlist[:80]!r} is not a Slurm host list: {exc}") from None
+    if size > MAX_HOSTLIST:
+        raise ValueError(f"{hostlist[:80]!r} names {size:,} nodes, more than the "
+                         f"{MAX_HOSTLIST:,} a host list here may name")
     from ClusterShell.NodeSet import NodeSet  # imported lazily: only approvals need it
 
     try:
         return frozenset(str(n) for n in NodeSet(hostlist))
     except Exception as exc:  # ClusterShell raises its own parse errors
-        raise ValueError(f"{hostlist!r} is not a Slurm host list: {exc}") from None
+        raise ValueError(f"{hostlist[:80]!r} is not a Slurm host list: {exc}") from None
 
 
 class Approvals(_Section):
@@ -330,6 +370,8 @@ def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
     """Validate a policy document (parsed TOML or scenario JSON). Raises ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError("the policy must be a table/object", file=source)
+    if jsonsafe.depth_exceeds(data):
+        raise ConfigError(f"nested more than {jsonsafe.MAX_DEPTH} levels deep", file=source)
     try:
         return Policy.model_validate({**data, "source": source})
     except ValidationError as exc:
@@ -353,4 +395,7 @@ def load_policy(path: str | Path) -> Policy:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=str(p)) from None
+    except RecursionError:
+        raise ConfigError(f"not valid TOML: nested too deeply (more than "
+                          f"{jsonsafe.MAX_DEPTH} levels)", file=str(p)) from None
     return policy_from_dict(data, source=str(p))

@@ -41,6 +41,7 @@ from slurm_heal.errors import (
     ProviderRefused,
     SlurmError,
     StoreCorrupt,
+    StoreError,
     StoreLocked,
 )
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
@@ -343,8 +344,11 @@ class LeaderLock:
         except OSError:
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:  # who leads, for people reading the file; a full disk must not stop us
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError:
+            pass
         self._fd = fd
         return True
 
@@ -404,12 +408,19 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             # Issue 8 (defect 10): a CLI command or a stuck process holds the store lock
             # past its timeout; the message names the holder. Skip, try next interval.
             log.warning("cycle skipped, the store is busy: %s", exc)
+        except StoreError as exc:
+            # A full disk, a newer store: nothing was written (the store's writes are
+            # atomic); skip the cycle and try again, never a crash loop under systemd.
+            log.error("cycle skipped, the store cannot be used: %s", exc)
         cycles += 1
         if heartbeat is not None:
-            heartbeat.parent.mkdir(parents=True, exist_ok=True)
-            tmp = heartbeat.with_suffix(".tmp")
-            tmp.write_text(controller.clock().isoformat() + "\n")
-            tmp.replace(heartbeat)
+            try:
+                heartbeat.parent.mkdir(parents=True, exist_ok=True)
+                tmp = heartbeat.with_suffix(".tmp")
+                tmp.write_text(controller.clock().isoformat() + "\n")
+                tmp.replace(heartbeat)
+            except OSError as exc:  # a full disk must not stop the daemon either
+                log.error("cannot write the heartbeat %s: %s", heartbeat, exc)
         if max_cycles is not None and cycles >= max_cycles:
             break
         controller.stop.wait(interval)

@@ -14,14 +14,23 @@ they are. Layout of our key::
 
 Evidence is trimmed (text length, count per alert) so the field stays small; the full
 record stays in the node check's own state file.
+
+Reading it back (`read_check_data`) is the edge where data from Slurm becomes trusted:
+anyone who may run ``scontrol update`` can write Extra, so every field of our keys is
+checked for its type. A node whose data is wrong gets a ``problem`` naming the field
+(``slurm_heal.alerts[0].evidence: expected a list, got int``) and no alerts; the
+engine records it as a ``check.data_unreadable`` alert and treats the node as one
+whose check data cannot be read. It never raises: one node's Extra never stops a cycle.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from slurm_heal import jsonsafe
 from slurm_heal.errors import SlurmError
 from slurm_heal.types import Alert, Evidence, Severity
 
@@ -33,6 +42,13 @@ HOST_KEY = "slurm_heal_host"
 VERSION = 1
 MAX_EVIDENCE = 3
 MAX_TEXT = 400
+# A time published by the node check may run ahead of the controller's clock by clock
+# skew, not by more: a later one is broken data (and year 9999 would overflow the
+# engine's arithmetic).
+MAX_AHEAD = timedelta(days=1)
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The record-only fault a node with unreadable check data gets (catalog.toml).
+UNREADABLE = "check.data_unreadable"
 
 
 def parse_extra(raw: str) -> dict[str, Any] | None:
@@ -41,7 +57,7 @@ def parse_extra(raw: str) -> dict[str, Any] | None:
     if not raw or raw in ("(null)", "none", "None"):
         return {}
     try:
-        value = json.loads(raw)
+        value = jsonsafe.loads(raw)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
@@ -49,16 +65,6 @@ def parse_extra(raw: str) -> dict[str, Any] | None:
 
 def _ts(value: datetime) -> str:
     return value.astimezone(timezone.utc).isoformat()
-
-
-def _parse_ts(value: Any, fallback: datetime) -> datetime:
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return fallback
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-    return fallback
 
 
 def alert_to_json(alert: Alert) -> dict[str, Any]:
@@ -108,34 +114,140 @@ def our_section(alerts: list[Alert], checked_at: datetime,
     return out
 
 
-def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:
-    """The active alerts the node side published in Extra. Malformed entries are skipped."""
-    if not extra:
-        return []
+@dataclass(frozen=True, slots=True)
+class CheckData:
+    """What the node check published in a node's Extra, validated (SPEC I2, D7)."""
+
+    alerts: tuple[Alert, ...] = ()
+    checked_at: datetime | None = None  # when the node check last published
+    host: str | None = None  # machine identity: ``slurm_heal_host.host``, else ``slurm_heal.host``
+    problem: str | None = None  # the first field that is wrong; None when all is well
+
+
+class _Bad(Exception):
+    """A field of our keys has the wrong type or value (message: field: why)."""
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "a number", float: "a number", type(None): "null"}.get(type(value),
+                                                                        type(value).__name__)
+
+
+def _want(value: Any, kind: type, where: str, what: str) -> Any:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise _Bad(f"{where}: expected {what}, got {_kind(value)}")
+    return value
+
+
+def _time(value: Any, where: str, now: datetime) -> datetime:
+    _want(value, str, where, "an ISO-8601 time with a time zone")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Bad(f"{where}: {value[:40]!r} is not an ISO-8601 time") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise _Bad(f"{where}: {value[:40]!r} has no time zone")
+    if parsed < EARLIEST:
+        raise _Bad(f"{where}: {value[:40]!r} is before 1970")
+    ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+    if parsed - ref > MAX_AHEAD:
+        raise _Bad(f"{where}: {value[:40]!r} is in the future")
+    return parsed
+
+
+def _evidence(raw: Any, where: str, now: datetime) -> Evidence:
+    _want(raw, dict, where, "an object")
+    source = _want(raw.get("source", ""), str, f"{where}.source", "a string")
+    text = _want(raw.get("text", ""), str, f"{where}.text", "a string")
+    at = raw.get("at")
+    if at is not None:
+        _want(at, str, f"{where}.at", "a string")
+    data = raw.get("data")
+    if data is None:
+        data = {}
+    _want(data, dict, f"{where}.data", "an object")
+    return Evidence(source=source, text=text, at=at, data=dict(data))
+
+
+def _alert(node: str, raw: Any, where: str, now: datetime) -> Alert:
+    _want(raw, dict, where, "an object")
+    fault = _want(raw.get("fault"), str, f"{where}.fault", "a fault id (a string)")
+    if not fault:
+        raise _Bad(f"{where}.fault: empty")
+    sev = _want(raw.get("severity", "warning"), str, f"{where}.severity", "a string")
+    try:
+        severity = Severity(sev)
+    except ValueError:
+        raise _Bad(f"{where}.severity: {sev[:40]!r} is not info, warning or critical") from None
+    summary = _want(raw.get("summary", ""), str, f"{where}.summary", "a string")
+    detector = _want(raw.get("detector", ""), str, f"{where}.detector", "a string")
+    first = _time(raw["first_seen"], f"{where}.first_seen", now) \
+        if raw.get("first_seen") is not None else now
+    last = _time(raw["last_seen"], f"{where}.last_seen", now) \
+        if raw.get("last_seen") is not None else first
+    evidence = raw.get("evidence")
+    if evidence is None:
+        evidence = []
+    _want(evidence, list, f"{where}.evidence", "a list")
+    return Alert(node=node, fault=fault, severity=severity, summary=summary,
+                 detector=detector, first_seen=first, last_seen=last,
+                 evidence=tuple(_evidence(e, f"{where}.evidence[{i}]", now)
+                                for i, e in enumerate(evidence)))
+
+
+def _read(node: str, extra: dict[str, Any], now: datetime) -> CheckData:
+    host: str | None = None
+    moved = extra.get(HOST_KEY)
+    if moved is not None:
+        _want(moved, dict, HOST_KEY, "an object")
+        if moved.get("host") is not None:
+            host = _want(moved["host"], str, f"{HOST_KEY}.host", "a string") or None
     ours = extra.get(KEY)
-    if not isinstance(ours, dict):
-        return []
-    out: list[Alert] = []
-    for raw in ours.get("alerts") or []:
-        if not isinstance(raw, dict) or not isinstance(raw.get("fault"), str):
-            continue
-        try:
-            severity = Severity(raw.get("severity", "warning"))
-        except ValueError:
-            severity = Severity.WARNING
-        first = _parse_ts(raw.get("first_seen"), now)
-        out.append(Alert(
-            node=node,
-            fault=raw["fault"],
-            severity=severity,
-            summary=str(raw.get("summary", "")),
-            detector=str(raw.get("detector", "")),
-            first_seen=first,
-            last_seen=_parse_ts(raw.get("last_seen"), first),
-            evidence=tuple(Evidence.from_json(e) for e in raw.get("evidence") or []
-                           if isinstance(e, dict)),
-        ))
-    return out
+    if ours is None:
+        return CheckData(host=host)
+    _want(ours, dict, KEY, "an object")
+    if ours.get("v") is not None:
+        _want(ours["v"], int, f"{KEY}.v", "a version number")
+    if host is None and ours.get("host") is not None:
+        host = _want(ours["host"], str, f"{KEY}.host", "a string") or None
+    checked = _time(ours["checked_at"], f"{KEY}.checked_at", now) \
+        if ours.get("checked_at") is not None else None
+    alerts = ours.get("alerts")
+    if alerts is None:
+        alerts = []
+    _want(alerts, list, f"{KEY}.alerts", "a list")
+    return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", now)
+                                  for i, a in enumerate(alerts)),
+                     checked_at=checked, host=host)
+
+
+def read_check_data(node: str, extra: dict[str, Any] | None, now: datetime) -> CheckData:
+    """Our keys of a node's Extra, validated; never raises.
+
+    Extra that is not a JSON object (``None``: someone else's text) or has none of our
+    keys is no data, not bad data. A field of ours with the wrong type or value gives a
+    CheckData with ``problem`` naming it and nothing else: the node's check data cannot
+    be read (an alert of a bad entry is not trusted more than the rest of the entry).
+    """
+    if not extra:
+        return CheckData()
+    if not isinstance(extra, dict):
+        return CheckData(problem=f"Extra: expected an object, got {_kind(extra)}")
+    try:
+        return _read(node, extra, now)
+    except _Bad as exc:
+        return CheckData(problem=str(exc))
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # Anything the checks above did not foresee is still this node's bad data.
+        return CheckData(problem=f"{KEY}: unreadable ({exc.__class__.__name__}: "
+                                 f"{str(exc)[:120]})")
+
+
+def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:
+    """The active alerts the node side published in Extra; none when it cannot be read
+    (see `read_check_data`, which also says why)."""
+    return list(read_check_data(node, extra, now).alerts)
 
 
 def with_key(current_raw: str, key: str, value: Any | None) -> str:

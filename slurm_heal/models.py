@@ -35,11 +35,20 @@ from pydantic import (
 
 from slurm_heal.types import Action, Severity
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the major: a store with a newer one is refused, never overwritten
+SCHEMA_MINOR = 0  # a newer minor only adds fields, which this version keeps as they are
 
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Stored(BaseModel):
+    """A model that lives in the store (or the inbox): fields a newer slurm-heal added
+    (a newer ``schema_minor``) are kept as they are and written back unchanged, so an
+    older build never wipes what a newer one recorded (SPEC I5, docs/store.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
 
 
 class Phase(str, enum.Enum):
@@ -83,7 +92,7 @@ RecordPhase = Literal[
 ]
 
 
-class Step(Frozen):
+class Step(Stored):
     """One entry of a remediation's audit trail (SPEC P4)."""
 
     at: datetime
@@ -99,7 +108,7 @@ class Step(Frozen):
 NOT_SENT = "not sent: "
 
 
-class Attempt(Frozen):
+class Attempt(Stored):
     """One effect on the world, recorded before it runs (intent) and after (outcome)."""
 
     key: str  # idempotency key: derived from remediation id + step (see `idempotency_key`)
@@ -166,7 +175,7 @@ class Work(BaseModel):
         return Work.model_validate({**self.model_dump(), **changes})
 
 
-class Remediation(Frozen):
+class Remediation(Stored):
     """One action on one node (SPEC L3) with its life cycle and audit record (P4)."""
 
     id: str
@@ -205,7 +214,7 @@ class Remediation(Frozen):
         return tuple(a for a in self.attempts if a.outcome is None)
 
 
-class Command(Frozen):
+class Command(Stored):
     """An operator's command waiting for the engine (CLI/API write these to the store)."""
 
     id: str
@@ -220,7 +229,7 @@ class Command(Frozen):
     reason: str = ""
 
 
-class Breaker(Frozen):
+class Breaker(Stored):
     """The circuit breaker (SPEC S5)."""
 
     open: bool = False
@@ -230,10 +239,11 @@ class Breaker(Frozen):
     reset_at: datetime | None = None
 
 
-class State(Frozen):
+class State(Stored):
     """The store's whole document (SPEC I5)."""
 
     schema_version: int = SCHEMA_VERSION
+    schema_minor: int = SCHEMA_MINOR
     remediations: tuple[Remediation, ...] = ()
     inbox: tuple[Command, ...] = ()
     breaker: Breaker = Breaker()
@@ -281,7 +291,7 @@ class Effect(Frozen):
     resend: bool = False
 
 
-class Decision(Frozen):
+class Decision(Stored):
     """One decision record: what `simulate --json` prints and the daemon logs."""
 
     at: datetime

@@ -19,7 +19,6 @@ Simulated world:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal import catalog as catalog_mod
-from slurm_heal import reasons
+from slurm_heal import jsonsafe, reasons
 from slurm_heal.config import Policy, parse_duration, policy_from_dict
 from slurm_heal.errors import CatalogError, ConfigError, ReasonError, ScenarioError
 from slurm_heal.models import Attempt, Command, Decision, Effect, Plan, Remediation, State
@@ -48,6 +47,10 @@ DEFAULT_DURATIONS = {Action.REBOOT: timedelta(minutes=5), Action.REBUILD: timede
                      Action.MIGRATE: timedelta(minutes=30),
                      Action.POWER_CYCLE: timedelta(minutes=10)}
 MAX_CYCLES = 50_000
+# Longest action duration / cycle interval a scenario may set: beyond it the virtual
+# clock would run past the end of the calendar.
+MAX_SIM_DURATION = timedelta(days=366)
+MAX_JOB_ID = 2**32
 _OFFSET = re.compile(r"^\+\s*\d")
 
 
@@ -81,7 +84,10 @@ def _time(value: Any, start: datetime | None, where: str) -> datetime:
             if start is None:
                 raise ScenarioError(f"{where}: an offset needs an absolute start")
             try:
-                return start + parse_duration(value.strip()[1:])
+                t = start + parse_duration(value.strip()[1:])
+                if t.year > 9000:
+                    raise OverflowError
+                return t
             except OverflowError:
                 raise ScenarioError(f"{where}: {value!r} is too far away") from None
             except ValueError as exc:
@@ -91,7 +97,10 @@ def _time(value: Any, start: datetime | None, where: str) -> datetime:
         except ValueError:
             pass
         else:
-            return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+            t = t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+            if not 1970 <= t.year <= 9000:
+                raise ScenarioError(f"{where}: {value!r} is outside the years 1970-9000")
+            return t
     raise ScenarioError(f"{where}: {value!r} is neither an offset like \"+20m\" nor an "
                         "ISO-8601 time")
 
@@ -106,6 +115,8 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     """Validate a scenario document (see docs/simulate.md). Raises ScenarioError."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario is a JSON object")
+    if jsonsafe.depth_exceeds(data):
+        raise ScenarioError(f"{source}: nested more than {jsonsafe.MAX_DEPTH} levels deep")
     known = {"start", "config", "nodes", "events", "until", "sim", "expect", "expect_not",
              "description"}
     extra = sorted(set(data) - known)
@@ -120,20 +131,26 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise ScenarioError(f"{source}: nodes: a non-empty list of {{\"name\", \"pool\"}}")
     nodes: list[tuple[str, str, tuple[str, ...]]] = []
+    names: set[str] = set()
     for i, n in enumerate(nodes_raw):
         where = f"{source}: nodes[{i}]"
         if not isinstance(n, dict) or not isinstance(n.get("name"), str) or not n["name"]:
             raise ScenarioError(f"{where}: needs a \"name\"")
-        if any(n["name"] == m[0] for m in nodes):
+        if n["name"] in names:  # a set: linear in the number of nodes
             raise ScenarioError(f"{where}: node {n['name']!r} appears twice")
+        names.add(n["name"])
         feats = n.get("features", [])
         if not isinstance(feats, list):
             raise ScenarioError(f"{where}: features must be a list")
+        if "pool" in n and not isinstance(n["pool"], str):
+            raise ScenarioError(f"{where}.pool: {n['pool']!r} must be a string")
         nodes.append((n["name"], str(n.get("pool", "default")), tuple(str(f) for f in feats)))
-    names = {n[0] for n in nodes}
     events: list[Event] = []
     cat = catalog_mod.load()
-    for i, e in enumerate(data.get("events") or []):
+    events_raw = data.get("events") or []
+    if not isinstance(events_raw, list):
+        raise ScenarioError(f"{source}: events must be a list of event objects")
+    for i, e in enumerate(events_raw):
         where = f"{source}: events[{i}]"
         if not isinstance(e, dict):
             raise ScenarioError(f"{where}: an event is an object")
@@ -143,7 +160,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         at = _time(_need(e, "at", where), start, f"{where}.at")
         if etype not in ("reset_breaker", "pause", "unpause"):
             node = _need(e, "node", where)
-            if node not in names:
+            if not isinstance(node, str) or node not in names:
                 raise ScenarioError(f"{where}: unknown node {node!r}")
         if etype in ("alert", "clear"):
             fault = _need(e, "fault", where)
@@ -151,14 +168,16 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
                 cat.get(str(fault))
             except CatalogError as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
-            if "severity" in e and e["severity"] not in [s.value for s in Severity]:
+            if "severity" in e and (not isinstance(e["severity"], str)
+                                    or e["severity"] not in [s.value for s in Severity]):
                 raise ScenarioError(f"{where}: severity {e['severity']!r} is not info, "
                                     "warning or critical")
         if etype == "job":
             jid = _need(e, "id", where)
             if isinstance(jid, bool) or not isinstance(jid, (int, str)) \
-                    or not str(jid).isdigit():
-                raise ScenarioError(f"{where}.id: {jid!r} is not a job id (a number)")
+                    or not str(jid).isascii() or not str(jid).isdigit() \
+                    or len(str(jid)) > 10 or not 0 < int(jid) < MAX_JOB_ID:
+                raise ScenarioError(f"{where}.id: {str(jid)[:40]!r} is not a job id (a number)")
             _time(_need(e, "ends", where), start, f"{where}.ends")
         for key in ("by", "remediation", "reason", "detector", "summary"):
             if key in e and not isinstance(e[key], str):
@@ -166,12 +185,16 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         if "id" in e and (isinstance(e["id"], bool) or not isinstance(e["id"], (int, str))):
             raise ScenarioError(f"{where}.id: {e['id']!r} must be a string or a number")
         if etype == "request":
+            _need(e, "action", where)
+        if "action" in e and e["action"] is not None:
             try:
                 Action(_need(e, "action", where))
-            except ValueError:
-                raise ScenarioError(f"{where}: unknown action {e['action']!r}") from None
+            except (ValueError, TypeError):
+                raise ScenarioError(f"{where}.action: unknown action {e['action']!r}") from None
         if etype == "fault":
             _check_fault(e, where)
+        if "evidence" in e:
+            _check_evidence(e["evidence"], f"{where}.evidence")
         events.append(Event(at=at, seq=i, type=etype, raw=e))
     until = _time(data.get("until", "+1d"), start, f"{source}: until")
     if until < start:
@@ -198,6 +221,9 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{source}: sim: {exc}") from None
     if interval <= timedelta(0):
         raise ScenarioError(f"{source}: sim.interval must be positive")
+    if interval > MAX_SIM_DURATION or any(d > MAX_SIM_DURATION for d in durations.values()):
+        raise ScenarioError(f"{source}: sim: a duration longer than "
+                            f"{MAX_SIM_DURATION.days}d")
     return Scenario(start=start, until=until, policy=policy, nodes=tuple(nodes),
                     events=tuple(sorted(events, key=lambda ev: (ev.at, ev.seq))),
                     interval=interval, durations=durations,
@@ -227,11 +253,25 @@ def _check_fault(e: dict[str, Any], where: str) -> None:
         raise ScenarioError(f"{where}: unknown key(s) {', '.join(unknown)} for a fault")
 
 
+def _check_evidence(raw: Any, where: str) -> None:
+    """Evidence in a scenario: a list of {"source", "text", "at", "data"} objects."""
+    if not isinstance(raw, list):
+        raise ScenarioError(f"{where}: a list of evidence objects")
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ScenarioError(f"{where}[{i}]: an evidence object")
+        for key in ("source", "text", "at"):
+            if key in item and not isinstance(item[key], str):
+                raise ScenarioError(f"{where}[{i}].{key}: {item[key]!r} must be a string")
+        if "data" in item and not isinstance(item["data"], dict):
+            raise ScenarioError(f"{where}[{i}].data: must be an object")
+
+
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file. Raises ScenarioError."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = jsonsafe.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ScenarioError(f"{p}: cannot read: {exc.strerror}") from None
     except ValueError as exc:

@@ -2,9 +2,11 @@
 
 One JSON document (`models.State`) in a state directory next to slurmctld. The rules:
 
-* **Versioned.** The document carries ``schema_version``. A newer version than this code
-  knows is refused (`StoreError`), never overwritten: an old binary must not clobber the
-  state a newer one wrote.
+* **Versioned, forward-compatible.** The document carries ``schema_version`` (the
+  major) and ``schema_minor``. A newer minor only adds fields: they are kept and written
+  back unchanged (the stored models keep unknown fields). A newer major is refused
+  (`StoreError`), never overwritten: an old binary must not clobber the state a newer
+  one wrote.
 * **Locked.** Every read-modify-write holds an exclusive ``fcntl.flock`` on a sibling
   ``<name>.lock`` file, waited for at most ``lock_timeout`` seconds (`StoreLocked`).
   Plain reads (`Store.load`) need no lock: writes replace the file atomically, so a
@@ -54,6 +56,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
+from slurm_heal import jsonsafe
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
 from slurm_heal.models import (
     SCHEMA_VERSION,
@@ -244,8 +247,8 @@ class Store:
     def _parse(self, raw: bytes) -> State:
         """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer."""
         try:
-            doc = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+            doc = jsonsafe.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:  # TooDeep is a ValueError
             raise StoreCorrupt(f"{self.file}: not valid JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise StoreCorrupt(f"{self.file}: the document is not a JSON object")
@@ -308,10 +311,19 @@ class Store:
                "automatic remediation is stopped until a person checks it and runs "
                "`slurm-heal breaker reset`")
         now = datetime.now(timezone.utc)
-        self._write(State(breaker=Breaker(open=True, opened_at=now, why=why),
-                          data={RECOVERED_KEY: {"at": now.isoformat(),
-                                                    "moved_to": target.name,
-                                                    "problem": problem}}))
+        try:
+            self._write(State(breaker=Breaker(open=True, opened_at=now, why=why),
+                              data={RECOVERED_KEY: {"at": now.isoformat(),
+                                                        "moved_to": target.name,
+                                                        "problem": problem}}))
+        except StoreError as exc:
+            # The corrupt file is safe aside; without the fresh document the next load
+            # starts empty, so say loudly that a person must look.
+            log.error("%s; moved aside to %s; writing a fresh document failed: %s",
+                      problem, target, exc)
+            raise StoreCorrupt(f"{problem}; moved aside to {target}; writing a fresh "
+                               f"document failed ({exc}); a person must check the disk and "
+                               "run `slurm-heal breaker reset`") from exc
         log.error("%s; moved aside to %s; automatic remediation stopped (breaker open)",
                   problem, target)
         raise StoreCorrupt(f"{problem}; moved aside to {target}; automatic remediation is "
@@ -331,13 +343,18 @@ class Store:
             payload = state.model_dump_json(indent=1).encode("utf-8") + b"\n"
         except Exception as exc:  # pydantic's serialization errors have no common base
             raise StoreError(f"cannot serialize the state for {self.file}: {exc}") from exc
-        self.dir.mkdir(parents=True, exist_ok=True)
-        # Temp files left by a writer that was killed mid-write: we hold the lock, so no
-        # live writer owns them.
-        for stale in self.dir.glob(f".{self.file.name}.*.tmp"):
-            with contextlib.suppress(OSError):
-                stale.unlink()
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{self.file.name}.", suffix=".tmp")
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            # Temp files left by a writer that was killed mid-write: we hold the lock, so
+            # no live writer owns them.
+            for stale in self.dir.glob(f".{self.file.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{self.file.name}.",
+                                       suffix=".tmp")
+        except OSError as exc:
+            raise StoreError(f"cannot write the store {self.file}: {exc.strerror or exc}; "
+                             "nothing was changed") from exc
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(payload)
@@ -345,11 +362,17 @@ class Store:
                 os.fsync(fh.fileno())
             os.chmod(tmp, 0o640)
             os.replace(tmp, self.file)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            if isinstance(exc, OSError):
+                # A full disk (ENOSPC), a file size limit (EFBIG), a read-only remount:
+                # the old document is untouched and the temp file is gone.
+                raise StoreError(f"cannot write the store {self.file}: "
+                                 f"{exc.strerror or exc}; nothing was changed") from exc
             raise
-        self._fsync_dir()
+        with contextlib.suppress(OSError):
+            self._fsync_dir()  # the rename is done; a failed directory fsync loses nothing
 
     # ----------------------------------------------------------------- public API
 

@@ -16,6 +16,11 @@ Line formats understood, detected per line (a file may mix them after rotation):
   that puts it at most a day after the scan's ``now`` (so a December line read in
   January is last year's). The ``[sec.usec]`` stamp is kept as ``usec`` but not used for
   the wall time: in a file it may belong to an earlier boot.
+
+A line that cannot be parsed (a 20-digit timestamp, a 5,000-digit Xid code, anything
+else that breaks the parse) is skipped and counted in ``ScanResult.skipped``, never
+fatal: the scan goes on and the source's cursor moves past it, so one bad record
+cannot blind the detector for the lines that follow (a real Xid 79 after it is found).
 """
 
 from __future__ import annotations
@@ -89,6 +94,13 @@ _DMESG_T = _Lazy(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\] ?(.*)$")
 _DMESG = _Lazy(r"^\[ *(\d+)\.(\d+)\] ?(.*)$")
 _ISO = _Lazy(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) \S+ "
                   r"kernel: ?(?:\[ *\d+\.\d+\] )?(.*)$")
+# Timestamps beyond a century of uptime are not timestamps (and would overflow the
+# wall-time arithmetic): such a record is skipped.
+MAX_USEC = 100 * 366 * 86400 * 1_000_000
+# Digits in any number of a kernel message we convert with int(): sequence numbers,
+# Xid codes, pids, CPUs. Longer is garbage (and Python refuses over 4,300 digits).
+MAX_DIGITS = 20
+
 _SYSLOG = _Lazy(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) \S+ kernel: ?(?:\[ *(\d+)\.(\d+)\] )?(.*)$")
 
 
@@ -125,6 +137,8 @@ class ScanResult:
     events: list[Event] = field(default_factory=list)
     gpu_uuids: dict[str, str] = field(default_factory=dict)  # pci -> GPU-uuid
     lines: int = 0  # lines parsed (after the prefilter)
+    skipped: int = 0  # lines that could not be parsed: skipped, never fatal
+    skipped_sample: str = ""  # the first skipped line (trimmed), for the detector's status
 
 
 def norm_pci(text: str) -> str:
@@ -143,12 +157,26 @@ def split_line(raw: str, now: datetime | None = None) -> Line | None:
     """
     if raw[:1] == " " and "=" in raw:
         return None  # kmsg dictionary line (" SUBSYSTEM=pci")
+    line = _split(raw, now)
+    if line.usec is not None and not 0 <= line.usec <= MAX_USEC:
+        raise ValueError(f"timestamp {line.usec} is out of range")
+    return line
+
+
+def _num(text: str) -> int:
+    """A number of a log line; ValueError when it is too long to be one."""
+    if len(text) > MAX_DIGITS:
+        raise ValueError(f"a {len(text)}-digit number")
+    return int(text)
+
+
+def _split(raw: str, now: datetime | None) -> Line:
     c = raw[:1]
     if c.isdigit():
         m = _KMSG.match(raw)
         if m:
             return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
-                        usec=int(m.group(3)), seq=int(m.group(2)))
+                        usec=_num(m.group(3)), seq=_num(m.group(2)))
         m = _ISO.match(raw)
         if m:
             return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
@@ -158,12 +186,12 @@ def split_line(raw: str, now: datetime | None = None) -> Line | None:
             return Line(raw=raw, message=m.group(2), at=_ctime(m.group(1)))
         m = _DMESG.match(raw)
         if m:
-            usec = int(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
+            usec = _num(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
             return Line(raw=raw, message=m.group(3), usec=usec)
     else:
         m = _SYSLOG.match(raw)
         if m:
-            mono = (int(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
+            mono = (_num(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
                     if m.group(2) is not None else None)
             return Line(raw=raw, message=m.group(4), at=_syslog_time(m.group(1), now),
                         usec=mono)
@@ -211,13 +239,13 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
         m = _XID.search(msg)
         if m is None:
             return None
-        pci, code, rest = norm_pci(m.group(1)), int(m.group(2)), m.group(3).strip()
+        pci, code, rest = norm_pci(m.group(1)), _num(m.group(2)), m.group(3).strip()
         pid: int | None = None
         process: str | None = None
         pm = _PIDNAME.match(rest)
         if pm:
             pid_text = pm.group(1).strip().strip("'")
-            pid = int(pid_text) if pid_text.isdigit() else None
+            pid = _num(pid_text) if pid_text.isascii() and pid_text.isdigit() else None
             name = (pm.group(2) or "").strip().strip("'")
             process = name if name and name != "<unknown>" else None
             rest = pm.group(3).strip()
@@ -246,16 +274,16 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
     if "blocked for more than" in msg:
         m = _HUNG.search(msg)
         if m:
-            return Event(fault="kernel.hung_task", key="", line=line, pid=int(m.group(2)),
+            return Event(fault="kernel.hung_task", key="", line=line, pid=_num(m.group(2)),
                          process=m.group(1), detail=msg,
-                         data={"blocked_seconds": int(m.group(3))})
+                         data={"blocked_seconds": _num(m.group(3))})
         return None
     if "soft lockup" in msg:
         m = _SOFT.search(msg)
         if m:
             return Event(fault="kernel.soft_lockup", key="", line=line,
-                         pid=int(m.group(4)) if m.group(4) else None, process=m.group(3),
-                         detail=msg, data={"cpu": int(m.group(1))})
+                         pid=_num(m.group(4)) if m.group(4) else None, process=m.group(3),
+                         detail=msg, data={"cpu": _num(m.group(1))})
         return None
     if _RCU.search(msg):
         return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
@@ -310,11 +338,18 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     out = result if result is not None else ScanResult()
     for start, end in candidate_spans(data, lo, hi):
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
-        line = split_line(raw, now)
-        if line is None:
+        try:
+            line = split_line(raw, now)
+            if line is None:
+                continue
+            ev = classify(line)
+        except (ValueError, OverflowError, IndexError) as exc:
+            # One record that cannot be parsed never blinds the detector (module doc).
+            out.skipped += 1
+            if not out.skipped_sample:
+                out.skipped_sample = f"{raw[:120]!r}: {exc}"[:240]
             continue
         out.lines += 1
-        ev = classify(line)
         if ev is None:
             continue
         if isinstance(ev, tuple):
@@ -348,7 +383,10 @@ def event_at(line: Line, boot_wall: datetime | None) -> str | None:
     if line.at is not None:
         return line.at
     if line.usec is not None and boot_wall is not None:
-        return (boot_wall + timedelta(microseconds=line.usec)).isoformat()
+        try:
+            return (boot_wall + timedelta(microseconds=line.usec)).isoformat()
+        except OverflowError:
+            return None
     return None
 
 

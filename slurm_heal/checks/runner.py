@@ -152,8 +152,16 @@ def detect_kernel_log(cfg: CheckConfig, st: dict[str, Any], name: str,
         st.get("kernel") or {}, result.events, gpus, now, _boot_wall(now),
         severity_of=severity_of, explanation_of=explanation_of, recovery_of=_recovery)
     latched = kernlog.expire(latched, now, kc.hold)
-    return (kernlog.findings(latched, name),
-            {"cursor": new_cursor, "kernel": latched, "gpu_uuids": uuids})
+    update: Update = {"cursor": new_cursor, "kernel": latched, "gpu_uuids": uuids}
+    if result.skipped:
+        # Records that could not be parsed were skipped (the cursor is past them):
+        # counted in the state file, so a person can see that some were.
+        old = st.get("kernel_skipped")
+        count = old.get("count", 0) if isinstance(old, dict) else 0
+        update["kernel_skipped"] = {"count": (count if isinstance(count, int) else 0)
+                                    + result.skipped, "last": result.skipped_sample,
+                                    "at": now.isoformat()}
+    return kernlog.findings(latched, name), update
 
 
 def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,

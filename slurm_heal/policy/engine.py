@@ -101,15 +101,6 @@ def host_of(node: NodeInfo | None, name: str) -> str:
     return name
 
 
-def _checked_at(node: NodeInfo) -> datetime | None:
-    """When the node's health check last published (Extra ``slurm_heal.checked_at``)."""
-    if isinstance(node.extra, dict):
-        ours = node.extra.get(extra_mod.KEY)
-        if isinstance(ours, dict) and "checked_at" in ours:
-            return _parse(str(ours["checked_at"]).replace("Z", "+00:00"))
-    return None
-
-
 def is_automatic(rem: Remediation) -> bool:
     """S5: automatic = not requested by a person and not approved by a person."""
     return rem.automatic and rem.approved_by is None
@@ -154,9 +145,13 @@ class _Decider:
         self.noted: dict[str, Any] = {}
         self.wakes: list[datetime] = []
         self.alerts: dict[str, list[Alert]] = {}
+        # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
+        # raises); a node with bad data has none, and a problem that names the field.
+        self.check_data: dict[str, extra_mod.CheckData] = {}
         for node in view.nodes:
-            raw = (alerts.get(node.name, ()) if alerts is not None
-                   else extra_mod.alerts_from_extra(node.name, node.extra, now))
+            data = extra_mod.read_check_data(node.name, node.extra, now)
+            self.check_data[node.name] = data
+            raw = alerts.get(node.name, ()) if alerts is not None else data.alerts
             self.alerts[node.name] = sorted((a for a in raw if a.active),
                                             key=lambda a: (a.fault, a.first_seen))
 
@@ -601,6 +596,11 @@ class _Decider:
                 self.record(name, "alert", "D5", f"{fault}: {name} is "
                             f"{'DOWN' if node.down else 'drained'} by someone else "
                             f"({node.reason!r}); recorded, never touched by slurm-heal")
+        problem = self.check_data[name].problem if name in self.check_data else None
+        if problem and self.once(f"unreadable:{name}", problem):
+            self.record(name, "alert", "I2", f"{extra_mod.UNREADABLE}: the check data in "
+                        f"{name}'s Extra cannot be read ({problem}); recorded, and the node "
+                        "is treated as having no check data until its check writes it again")
         self.orphan_marker(node)
         for a in self.active(name):
             if a.fault in NOT_EVIDENCE or self.fault_action(a) is not Action.NONE:
@@ -847,7 +847,9 @@ class _Decider:
                 self.step(rem, "cancelled", "L3", f"{rem.node} is no longer in Slurm")
             return
         ev = rem.data.evidence_fault
-        if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev):
+        # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
+        unreadable = rem.node in self.check_data and self.check_data[rem.node].problem
+        if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev) and not unreadable:
             rem = self.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
                             f"{rem.action.value} ran: the recommendation is withdrawn")
             self.release(rem, "withdrawn")
@@ -1169,7 +1171,8 @@ class _Decider:
         acted = _acted_at(rem) or done
         rebooting = node.down or reasons.slurm_rebooting(node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
-        checked = _checked_at(node)
+        checked = self.check_data[node.name].checked_at if node.name in self.check_data \
+            else None
         # The check that counts is one that ran on the node as it is now: after the boot
         # our action caused (the check at boot often runs before the provider reports
         # the operation finished), else after the action started.

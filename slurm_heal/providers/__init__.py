@@ -214,7 +214,7 @@ class _Section:
 
 
 _HTTP_KEYS = frozenset({"url", "token_file", "connect_timeout", "read_timeout", "attempts",
-                        "backoff", "actions"})
+                        "backoff", "actions", "call_timeout"})
 
 
 def _http_kwargs(s: _Section) -> dict[str, Any]:
@@ -227,6 +227,7 @@ def _http_kwargs(s: _Section) -> dict[str, Any]:
             "connect_timeout": s.number("connect_timeout", 3.0, minimum=0.001),
             "read_timeout": s.number("read_timeout", 10.0, minimum=0.001),
             "attempts": s.integer("attempts", 5), "backoff": s.number("backoff", 0.5),
+            "call_timeout": s.number("call_timeout", 60.0, minimum=0.001),
             "actions": s.actions("actions", HTTP_ACTIONS)}
 
 
@@ -346,7 +347,7 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     s = _Section(cfg, frozenset({
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
-        "connect_timeout", "read_timeout", "attempts", "cloud", "clouds_yaml",
+        "connect_timeout", "read_timeout", "attempts", "call_timeout", "cloud", "clouds_yaml",
         "application_credential_id", "application_credential_secret_file"}))
     auth: dict[str, Any] = {}
     cloud = s.text("cloud")
@@ -399,7 +400,8 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
         attempts=s.integer("attempts", 4),
-        application_credential_id=app_id, application_credential_secret=app_secret)
+        application_credential_id=app_id, application_credential_secret=app_secret,
+        call_timeout=s.number("call_timeout", 60.0, minimum=0.001))
 
 
 def _read_secret(path: str, name: str) -> str:

@@ -6,9 +6,12 @@ cloud or in-house tool can implement.
     GET  /v1/operations/{id}                                -> {"operation": {...}}
     GET  /v1/operations?idempotency_key=K                   -> {"operations": [...]}
 
-Every call has (connect, read) timeouts and is retried with exponential backoff and
-jitter on connection errors, timeouts, 429 (honouring Retry-After) and 5xx, a bounded
-number of times. A create is retried only with the same Idempotency-Key, so the server
+Every call has (connect, read) timeouts and an overall deadline (``call_timeout``,
+default 60 s, retries included: a server that trickles its answer cannot hold a call
+past it), and is retried with exponential backoff and jitter on connection errors,
+timeouts, 429 (honouring Retry-After) and 5xx, a bounded number of times. An answer
+that is not what the API documents (not JSON, nested too deeply, truncated, the wrong
+shape) is a ProviderError for that call. A create is retried only with the same Idempotency-Key, so the server
 executes it at most once (SPEC S6). Other 4xx answers are ProviderError with the
 server's message.
 
@@ -25,20 +28,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
 from slurm_heal.providers.base import Operation, OperationStatus
 from slurm_heal.types import Action
-
-if TYPE_CHECKING:
-    import requests
 
 HTTP_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 _STATUSES: tuple[OperationStatus, ...] = ("pending", "running", "succeeded", "failed")
 # Never sleep longer than this between two tries, whatever Retry-After says.
 MAX_BACKOFF = 30.0
+# The whole of one call, retries and their waits included.
+CALL_TIMEOUT = 60.0
 
 
 class TokenFile:
@@ -74,6 +77,7 @@ class HttpProvider:
     def __init__(self, url: str, *, token_file: str | os.PathLike[str] | None = None,
                  connect_timeout: float = 3.0, read_timeout: float = 10.0,
                  attempts: int = 5, backoff: float = 0.5, max_backoff: float = MAX_BACKOFF,
+                 call_timeout: float = CALL_TIMEOUT,
                  actions: frozenset[Action] = HTTP_ACTIONS,
                  sleep: Callable[[float], None] = time.sleep):
         import requests  # lazy: see the module docstring
@@ -84,6 +88,7 @@ class HttpProvider:
         self.token = TokenFile(token_file) if token_file is not None else None
         self.timeout = (connect_timeout, read_timeout)
         self.attempts = attempts
+        self.call_timeout = call_timeout
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.actions = actions
@@ -133,24 +138,28 @@ class HttpProvider:
     def _call(self, method: str, path: str, *, json_body: Any = None,
               headers: dict[str, str] | None = None,
               params: dict[str, str] | None = None) -> Any:
-        import requests
-
         url = self.url + path
         what = f"{method} {path}"
         last: str = ""
         timed_out = False
+        deadline = Deadline(self.call_timeout)
+        tries = 0
         for attempt in range(self.attempts):
             hdrs = dict(headers or {})
             if self.token is not None:
                 hdrs["Authorization"] = f"Bearer {self.token.get()}"
             delay = None
+            tries += 1
             try:
-                resp = self._session.request(method, url, json=json_body, headers=hdrs,
-                                             params=params, timeout=self.timeout)
-            except requests.Timeout as exc:
-                timed_out, last = True, f"timed out ({exc.__class__.__name__})"
-            except requests.ConnectionError as exc:
-                timed_out, last = False, f"connection failed: {exc}"
+                resp = exchange(self._session, method, url, deadline=deadline,
+                                timeout=self.timeout, what=f"{self.url}: {what}",
+                                json=json_body, headers=hdrs, params=params)
+            except ProviderTimeout as exc:
+                timed_out, last = True, str(exc)
+                if deadline.expired():
+                    break
+            except TransportError as exc:
+                timed_out, last = False, str(exc)
             else:
                 if resp.status_code < 400:
                     return _decode(resp, what)
@@ -174,9 +183,15 @@ class HttpProvider:
                     # Exponential backoff with full jitter: replicas retrying together
                     # must not hammer the API in lock step.
                     delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-                self._sleep(min(delay, self.max_backoff))
+                delay = min(delay, self.max_backoff)
+                if delay >= deadline.left():
+                    timed_out = True
+                    last += f"; the call's deadline of {self.call_timeout:g}s leaves no " \
+                            "time for another try"
+                    break
+                self._sleep(delay)
         error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"{self.url}: {what}: gave up after {self.attempts} tries: {last}")
+        raise error(f"{self.url}: {what}: gave up after {tries} tries: {last}")
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -195,7 +210,7 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, when.timestamp() - time.time())
 
 
-def _server_message(resp: requests.Response) -> str:
+def _server_message(resp: Answer) -> str:
     try:
         body = resp.json()
     except ValueError:
@@ -211,11 +226,11 @@ def _server_message(resp: requests.Response) -> str:
     return json.dumps(body)[:300]
 
 
-def _decode(resp: requests.Response, what: str) -> Any:
+def _decode(resp: Answer, what: str) -> Any:
     try:
         return resp.json()
     except ValueError as exc:
-        raise ProviderError(f"{what}: answer is not JSON (HTTP {resp.status_code}): "
+        raise ProviderError(f"{what}: answer is not JSON (HTTP {resp.status_code}; {exc}): "
                             f"{resp.text[:200]!r}") from exc
 
 

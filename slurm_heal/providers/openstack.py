@@ -19,8 +19,11 @@
 - status: polls the server: ACTIVE with no task state after the submit -> succeeded,
   ERROR -> failed.
 
-Retries: connection errors, timeouts, 429 and 5xx are retried with backoff for reads
-and auth; an action POST is never retried (Nova would run it twice) -- a lost answer
+Every HTTP call has an overall deadline (``call_timeout``, retries included: a server
+that trickles its answer cannot hold it past that), and an answer that is not what Nova
+or Keystone sends (not JSON, nested too deeply, truncated, the wrong shape) is a
+ProviderError for that call. Retries: connection errors, timeouts, 429 and 5xx are
+retried with backoff for reads and auth; an action POST is never retried (Nova would run it twice) -- a lost answer
 leaves the key recorded, and `status` finds out from the server what happened.
 """
 
@@ -34,16 +37,14 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
-
-if TYPE_CHECKING:
-    import requests
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
 # os-migrateLive with block_migration "auto" and host null: compute microversion 2.25+
@@ -66,7 +67,7 @@ class OpenStackProvider:
                  servers: Mapping[str, str] | None = None,
                  state_dir: str | os.PathLike[str] | None = None,
                  connect_timeout: float = 3.0, read_timeout: float = 15.0,
-                 attempts: int = 4, backoff: float = 0.5,
+                 attempts: int = 4, backoff: float = 0.5, call_timeout: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep,
                  application_credential_id: str | None = None,
                  application_credential_secret: str | None = None):
@@ -86,6 +87,7 @@ class OpenStackProvider:
         self.servers = dict(servers or {})
         self.timeout = (connect_timeout, read_timeout)
         self.attempts, self.backoff = max(1, attempts), backoff
+        self.call_timeout = call_timeout
         self._sleep = sleep
         self._token: str | None = None
         self._session = requests.Session()
@@ -238,8 +240,7 @@ class OpenStackProvider:
                                       "domain": {"name": self.project_domain}}},
             }}
         url = self.auth_url + ("" if self.auth_url.endswith("/v3") else "/v3") + "/auth/tokens"
-        resp = self._send(lambda: self._session.post(url, json=body, timeout=self.timeout),
-                          f"POST {url}", retry=True)
+        resp = self._send("POST", url, f"POST {url}", retry=True, json=body)
         token = resp.headers.get("X-Subject-Token")
         if not token:
             raise ProviderError(f"keystone: {url} answered without an X-Subject-Token header")
@@ -257,11 +258,11 @@ class OpenStackProvider:
         try:
             return resp.json()
         except ValueError as exc:
-            raise ProviderError(f"nova: GET {path}: answer is not JSON: "
+            raise ProviderError(f"nova: GET {path}: answer is not JSON ({exc}): "
                                 f"{resp.text[:200]!r}") from exc
 
     def _request(self, method: str, path: str, *, json_body: Any = None,
-                 headers: dict[str, str] | None = None, retry: bool) -> requests.Response:
+                 headers: dict[str, str] | None = None, retry: bool) -> Answer:
         for attempt in (0, 1):
             if self._token is None:
                 self._authenticate()
@@ -269,10 +270,8 @@ class OpenStackProvider:
             hdrs = dict(headers or {}, **{"X-Auth-Token": self._token or ""})
             url = self.compute_url + path
             try:
-                return self._send(
-                    lambda url=url, hdrs=hdrs: self._session.request(  # type: ignore[misc]
-                        method, url, json=json_body, headers=hdrs, timeout=self.timeout),
-                    f"{method} {path}", retry=retry)
+                return self._send(method, url, f"{method} {path}", retry=retry,
+                                  json=json_body, headers=hdrs)
             except _Unauthorized:
                 self._token = None  # expired token: authenticate again, once
                 if attempt == 1:
@@ -280,20 +279,22 @@ class OpenStackProvider:
                                         "token; check the credentials") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _send(self, call: Callable[[], requests.Response], what: str, *,
-              retry: bool) -> requests.Response:
-        import requests
-
+    def _send(self, method: str, url: str, what: str, *, retry: bool,
+              **kwargs: Any) -> Answer:
         tries = self.attempts if retry else 1
         last, timed_out = "", False
+        deadline = Deadline(self.call_timeout)
         for attempt in range(tries):
             delay = None
             try:
-                resp = call()
-            except requests.Timeout as exc:
-                last, timed_out = f"timed out ({exc.__class__.__name__})", True
-            except requests.ConnectionError as exc:
-                last, timed_out = f"connection failed: {exc}", False
+                resp = exchange(self._session, method, url, deadline=deadline,
+                                timeout=self.timeout, what=f"openstack: {what}", **kwargs)
+            except ProviderTimeout as exc:
+                last, timed_out = str(exc), True
+                if deadline.expired():
+                    break
+            except TransportError as exc:
+                last, timed_out = str(exc), False
             else:
                 if resp.status_code < 400:
                     return resp
@@ -309,7 +310,11 @@ class OpenStackProvider:
             if attempt + 1 < tries:
                 if delay is None:
                     delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-                self._sleep(min(delay, 30.0))
+                delay = min(delay, 30.0)
+                if delay >= deadline.left():
+                    last, timed_out = last + "; no time left for another try", True
+                    break
+                self._sleep(delay)
         error = ProviderTimeout if timed_out else ProviderError
         raise error(f"openstack: {what}: gave up after {tries} tries: {last}")
 
@@ -326,7 +331,7 @@ def _answered(exc: ProviderError) -> bool:
     return isinstance(exc, _Answered)
 
 
-def _nova_message(resp: requests.Response) -> str:
+def _nova_message(resp: Answer) -> str:
     try:
         body = resp.json()
     except ValueError:

@@ -33,7 +33,15 @@ control endpoints under ``/_sim/`` are never affected):
   the connection is dropped without an answer;
 - ``fail_actions``: the next n actions run and end ``failed``;
 - ``never_finish``: the next n actions start and never report an end (they stay
-  ``running`` until the simulator stops).
+  ``running`` until the simulator stops);
+- ``reset``: the next n requests are answered with a TCP reset; nothing is done;
+- ``trickle``: the next n answers (status line, headers and body) are sent one byte
+  every ``trickle_every`` seconds; the request itself is carried out;
+- ``deep_json``: the next n answers are a JSON array nested 100,000 levels deep
+  (carried out first, like ``lose_response``);
+- ``truncate``: the next n answers announce their full length, send half of it and
+  close the connection (carried out first);
+- ``wrong_shape``: the next n answers are ``{"unexpected": []}`` (carried out first).
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ import json
 import logging
 import re
 import shutil
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -118,6 +128,12 @@ class Faults:
     lose_response: int = 0
     fail_actions: int = 0
     never_finish: int = 0
+    reset: int = 0
+    trickle: int = 0
+    trickle_every: float = 0.5
+    deep_json: int = 0
+    truncate: int = 0
+    wrong_shape: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -261,6 +277,13 @@ class SimulatorServer:
                 raise _error(400, f"fault {name!r} must be a number >= 0, not {value!r}")
             setattr(self.faults, name, type(current)(value))
 
+    def _answer_fault(self) -> str | None:
+        """The fault the next answer carries, if any (consumes one count)."""
+        for name in ("trickle", "deep_json", "truncate", "wrong_shape"):
+            if self._take(name):
+                return name
+        return None
+
     def _take(self, name: str) -> bool:
         """Consume one count of fault ``name``; True when it fires."""
         with self._lock:
@@ -384,12 +407,16 @@ class SimulatorServer:
             def _serve(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length > 0 else b""
+                self.control = self.path.startswith("/_sim/")
                 try:
                     sim._route(self, method, raw)
                 except _Drop:
                     self.close_connection = True
                 except _Reply as reply:
-                    self._send(reply.status, reply.body, reply.headers)
+                    try:
+                        self._send(reply.status, reply.body, reply.headers)
+                    except OSError:  # the client gave up (a trickled answer, a timeout)
+                        self.close_connection = True
                 except Exception as exc:  # noqa: BLE001 - the server must keep answering
                     log.exception("simulator: internal error")
                     self._send(500, {"error": {"code": 500, "message": f"internal: {exc}"}})
@@ -397,7 +424,23 @@ class SimulatorServer:
             def _send(self, status: int, body: Any, headers: dict[str, str] | None = None
                       ) -> None:
                 data = b"" if body is None else json.dumps(body).encode()
+                fault = None if getattr(self, "control", False) else sim._answer_fault()
+                if fault == "deep_json":
+                    data = b"[" * 100_000 + b"]" * 100_000
+                elif fault == "wrong_shape":
+                    data = b'{"unexpected": []}'
                 try:
+                    if fault == "trickle":
+                        head = (f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+                                f"Content-Type: application/json\r\n"
+                                f"Content-Length: {len(data)}\r\n\r\n").encode()
+                        for i in range(len(head) + len(data)):
+                            if sim._stop.wait(sim.faults.trickle_every):
+                                break
+                            self.wfile.write((head + data)[i:i + 1])
+                            self.wfile.flush()
+                        self.close_connection = True
+                        return
                     self.send_response(status)
                     for k, v in (headers or {}).items():
                         self.send_header(k, v)
@@ -405,6 +448,10 @@ class SimulatorServer:
                         self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    if fault == "truncate":
+                        self.wfile.write(data[: len(data) // 2])
+                        self.close_connection = True
+                        return
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     # The client went away (killed mid-request): nothing to answer.
@@ -426,6 +473,11 @@ class SimulatorServer:
             self._stop.wait(latency)
         if self._take("timeout"):
             self._stop.wait(self.faults.hang)
+            raise _Drop()
+        if self._take("reset"):
+            # SO_LINGER 0: close() sends a TCP RST, the client sees "connection reset".
+            req.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      struct.pack("ii", 1, 0))
             raise _Drop()
         if self._take("error_429"):
             raise _Reply(429, {"error": {"code": 429, "message": "too many requests"}},

@@ -18,7 +18,6 @@ Slurm 22.05 quirks this module works around (seen on 22.05.8):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -30,6 +29,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_heal import jsonsafe
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
 from slurm_heal.extra import parse_extra, with_key
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
@@ -129,7 +129,16 @@ def _text(value: Any) -> str:
 
 
 def node_from_json(raw: dict[str, Any]) -> NodeInfo:
-    """One node of `sinfo --json` (OpenAPI v0.0.38) as NodeInfo."""
+    """One node of `sinfo --json` (OpenAPI v0.0.38) as NodeInfo. A field of a type
+    Slurm never prints is a SlurmError naming the node, never a TypeError (I6)."""
+    try:
+        return _node_from_json(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SlurmError(f"sinfo --json: node {str(raw.get('name'))[:60]!r} has a field of "
+                         f"an unexpected type or value: {str(exc)[:200]}") from None
+
+
+def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
     try:
         name = str(raw["name"])
     except KeyError as exc:
@@ -155,7 +164,7 @@ def node_from_json(raw: dict[str, Any]) -> NodeInfo:
 
 def _load_json(text: str, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = jsonsafe.loads(text)
     except ValueError as exc:
         raise SlurmError(f"{what} did not print JSON ({exc}): {text[:120]!r}") from exc
     if not isinstance(data, dict):
@@ -190,7 +199,16 @@ def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "") -
 
 
 def job_from_json(raw: dict[str, Any]) -> JobInfo:
-    """One job of `squeue --json` (OpenAPI v0.0.38) as JobInfo."""
+    """One job of `squeue --json` (OpenAPI v0.0.38) as JobInfo; SlurmError naming the
+    job for a field of a type Slurm never prints."""
+    try:
+        return _job_from_json(raw)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SlurmError(f"squeue --json: job {str(raw.get('job_id'))[:30]!r} has a field "
+                         f"of an unexpected type or value: {str(exc)[:200]}") from None
+
+
+def _job_from_json(raw: dict[str, Any]) -> JobInfo:
     limit = raw.get("time_limit")
     limit_minutes = int(limit) if isinstance(limit, int) and 0 < limit < _INFINITE32 else None
     end = parse_slurm_time(raw.get("end_time"))

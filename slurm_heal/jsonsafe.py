@@ -1,0 +1,53 @@
+"""JSON from outside, read with a bound on nesting (issue: trust under faults).
+
+``json.loads`` recurses once per nesting level: a few thousand ``[`` raise
+``RecursionError``, which is not a ``ValueError`` and so slips past every ``except
+ValueError`` that guards a parse, and a document just under the interpreter's limit
+still breaks whatever walks it later (pydantic, ``json.dumps``, ``repr``). Everything
+slurm-heal reads from another program (Slurm's Extra, a provider's answer, the store,
+a scenario) goes through `loads`, which turns both into a ``ValueError`` naming the
+limit. Light on purpose: the node check imports it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+# Deeper than anything slurm-heal writes or reads (the store is about 8 levels deep),
+# far below the interpreter's recursion limit.
+MAX_DEPTH = 64
+
+
+class TooDeep(ValueError):
+    """The JSON nests deeper than allowed."""
+
+
+def depth_exceeds(value: Any, max_depth: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (lists and dicts) nests more than ``max_depth`` levels.
+    Iterative: never recurses itself."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+    return False
+
+
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads`` that raises ValueError (never RecursionError) and refuses nesting
+    deeper than ``max_depth``."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"JSON nested too deeply (more than {max_depth} levels)") from None
+    if depth_exceeds(value, max_depth):
+        raise TooDeep(f"JSON nested too deeply (more than {max_depth} levels)")
+    return value

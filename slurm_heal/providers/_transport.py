@@ -1,0 +1,144 @@
+"""One HTTP exchange with a provider under an overall deadline (house style 6).
+
+``requests``' timeout is per socket read: a server that trickles one byte every two
+seconds keeps a call alive for as long as it likes (94 s in the attack that found it,
+every node blocked behind it). `exchange` bounds the whole exchange — connect, headers
+and body — by a deadline: it runs in a worker thread the caller waits for at most the
+time left, the body is read a chunk at a time with the deadline checked between
+chunks, and the answer is capped in size. An answer that is not what a provider should
+send (not JSON, nested deeper than `jsonsafe.MAX_DEPTH`, truncated, too big) is a
+`ProviderError` for that call; never a RecursionError or a hang of the daemon.
+
+``requests`` is imported lazily (see providers/http.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_heal import jsonsafe
+from slurm_heal.errors import ProviderError, ProviderTimeout
+
+# No provider answer we read is anywhere near this; more is a broken or hostile server.
+MAX_ANSWER = 4 << 20
+_CHUNK = 16384
+
+
+class Deadline:
+    """A point in monotonic time a provider call must finish by."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return self.left() <= 0.0
+
+
+class TransportError(ProviderError):
+    """No (complete) answer: a refused or reset connection, a truncated body. Whether the
+    server acted is unknown; the caller may retry with the same idempotency key."""
+
+
+@dataclass
+class Answer:
+    """What the server answered (the parts of a ``requests.Response`` we use)."""
+
+    status_code: int
+    reason: str
+    headers: Mapping[str, str]
+    content: bytes = b""
+    _json: Any = field(default=None, repr=False)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        """The body as JSON; ValueError when it is not JSON or nests too deeply."""
+        return jsonsafe.loads(self.content)
+
+
+def exchange(session: Any, method: str, url: str, *, deadline: Deadline,
+             timeout: tuple[float, float], what: str, **kwargs: Any) -> Answer:
+    """Send one request and read the whole answer before ``deadline``.
+
+    Messages do not repeat ``what`` (the caller's own message does), except for the
+    answer-size error, which the caller does not wrap.
+
+    ProviderTimeout when the deadline passes (connect, headers or body, however slowly
+    the server trickles), ProviderTimeout/TransportError for requests' own timeouts and
+    connection failures, ProviderError for an answer larger than MAX_ANSWER.
+    """
+    left = deadline.left()
+    if left <= 0:
+        raise ProviderTimeout(f"timed out: the deadline of {deadline.seconds:g}s is spent")
+    result: dict[str, Any] = {}
+    cancelled = threading.Event()
+
+    def work() -> None:
+        try:
+            result["answer"] = _send(session, method, url, deadline, cancelled,
+                                     (timeout[0], min(timeout[1], left)), what, kwargs)
+        except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="provider-call", daemon=True)
+    worker.start()
+    worker.join(left)
+    if worker.is_alive():
+        # The worker stops at its next chunk; a server still trickling headers keeps
+        # only that thread, never the daemon.
+        cancelled.set()
+        raise ProviderTimeout(f"timed out: no complete answer within the deadline of "
+                              f"{deadline.seconds:g}s")
+    if "error" in result:
+        raise result["error"]
+    answer: Answer = result["answer"]
+    return answer
+
+
+def _send(session: Any, method: str, url: str, deadline: Deadline,
+          cancelled: threading.Event, timeout: tuple[float, float], what: str,
+          kwargs: dict[str, Any]) -> Answer:
+    import requests
+    import urllib3
+
+    try:
+        resp = session.request(method, url, timeout=timeout, stream=True, **kwargs)
+    except requests.Timeout as exc:
+        raise ProviderTimeout(f"timed out ({exc.__class__.__name__})") from exc
+    except (requests.RequestException, OSError, http.client.HTTPException) as exc:
+        raise TransportError(f"connection failed: {exc}") from exc
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            if cancelled.is_set() or deadline.expired():
+                raise ProviderTimeout(f"timed out: the answer did not arrive within the "
+                                      f"deadline of {deadline.seconds:g}s")
+            chunk = resp.raw.read1(_CHUNK, decode_content=True)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_ANSWER:
+                raise ProviderError(f"{what}: the answer is larger than {MAX_ANSWER} bytes")
+            chunks.append(chunk)
+    except (requests.Timeout, urllib3.exceptions.TimeoutError) as exc:
+        raise ProviderTimeout("timed out reading the answer") from exc
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError,
+            http.client.HTTPException) as exc:
+        # A reset mid-answer, a body shorter than its Content-Length.
+        raise TransportError(f"the answer was cut off: {exc}") from exc
+    finally:
+        resp.close()
+    return Answer(status_code=resp.status_code, reason=str(resp.reason or ""),
+                  headers=resp.headers, content=b"".join(chunks))
