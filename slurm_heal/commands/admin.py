@@ -90,8 +90,9 @@ def _slurm(config: str | None) -> SlurmClient:
     kwargs: dict[str, Any] = {}
     if section.get("slurm_backend"):
         kwargs["backend"] = section["slurm_backend"]
-    if section.get("slurm_conf"):
-        kwargs["slurm_conf"] = section["slurm_conf"]
+    for key in ("slurm_conf", "slurm_rest_url", "slurm_rest_token_file"):
+        if section.get(key):
+            kwargs[key.replace("slurm_rest_", "rest_")] = section[key]
     made: SlurmClient = factory(**kwargs)
     return made
 

@@ -38,7 +38,9 @@ def daemon(config_path: str, once: bool, cycles: int | None, log_level: str) -> 
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     policy = load_policy(config_path)
     settings = controller_settings(dict(policy.controller), source=config_path)
-    slurm = make_client(backend=settings.slurm_backend, slurm_conf=settings.slurm_conf)
+    slurm = make_client(backend=settings.slurm_backend, slurm_conf=settings.slurm_conf,
+                        rest_url=settings.slurm_rest_url,
+                        rest_token_file=settings.slurm_rest_token_file)
     state_dir = Path(settings.state_dir) if settings.state_dir else Path(
         default_state_dir(settings.slurm_conf))
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ state recorded in tests/data/slurm/. pyslurm itself cannot run here (it needs li
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from slurm_heal.errors import ConfigError
+from slurm_heal.errors import ConfigError, SlurmError
 from slurm_heal.slurm import make_client
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.slurm.cli import CliSlurm, parse_sinfo_json, parse_squeue_json
 from slurm_heal.slurm.pyslurm_backend import (
     PyslurmSlurm,
+    config_source,
     job_from_pyslurm,
     node_from_pyslurm,
-    pyslurm_usable,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -110,11 +111,25 @@ def test_pyslurm_backend_signals_every_step_and_the_batch_shell() -> None:
     assert fake.signalled == [(1, "USR1", {"steps": "all", "hurry": False})]
 
 
-def test_auto_picks_cli_where_pyslurm_does_not_import() -> None:
-    if pyslurm_usable() is None:
-        pytest.skip("pyslurm is usable here")
+def test_unknown_backend_is_a_config_error_naming_the_choices() -> None:
+    with pytest.raises(ConfigError, match="auto, cli, pyslurm, rest"):
+        make_client("slurmrestd")
+
+
+def test_auto_picks_cli_where_pyslurm_is_not_installed() -> None:
+    if importlib.util.find_spec("pyslurm") is not None:
+        pytest.skip("pyslurm is installed here (the lab tests cover auto with it)")
     assert isinstance(make_client("auto"), CliSlurm)
-    with pytest.raises(ConfigError, match="pyslurm is not usable"):
-        make_client("pyslurm")
-    with pytest.raises(ConfigError, match="unknown Slurm backend"):
-        make_client("rest")
+    with pytest.raises(SlurmError, match="import pyslurm failed"):
+        make_client("pyslurm", slurm_conf=str(DATA / "slurm" / "sinfo.json"))
+
+
+def test_pyslurm_backend_names_a_missing_configuration_before_libslurm_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libslurm fatal()s (ends the process) without a configuration: we check first."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    with pytest.raises(SlurmError, match="slurm.conf not found: .*nowhere.conf"):
+        make_client("pyslurm", slurm_conf=str(tmp_path / "nowhere.conf"))
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
+    with pytest.raises(SlurmError, match="gone.conf .from SLURM_CONF"):
+        config_source(None)

@@ -1,4 +1,6 @@
-"""The cli Slurm backend against the real 22.05 lab (SPEC I3, I2)."""
+"""Each Slurm backend against the real lab (SPEC I3, I2, I6): the same calls, the same
+answers, on 22.05 (cli) and 25.11 (cli, pyslurm, rest). `--slurm` and
+`--slurm-backend` pick the pair (tests/conftest.py); `make test` runs them all."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
+from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.slurm.cli import CliSlurm
 from tests.lab import Lab
 
@@ -16,11 +19,23 @@ pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
-def slurm(lab: Lab) -> CliSlurm:
-    return CliSlurm(slurm_conf=str(lab.conf), timeout=20)
+def slurm(slurm_client: SlurmClient) -> SlurmClient:
+    return slurm_client
 
 
-def test_drain_shows_reason_and_user_then_resume(lab: Lab, slurm: CliSlurm) -> None:
+def test_every_node_is_listed_with_its_state(lab: Lab, slurm: SlurmClient) -> None:
+    """The 25.11 bug: state lists and time objects read as no nodes at all."""
+    nodes = {n.name: n for n in slurm.nodes()}
+    assert sorted(nodes) == lab.nodes
+    for n in nodes.values():
+        assert n.states == {"IDLE"}, n
+        assert n.boot_time is not None and n.slurmd_start_time is not None
+        assert n.partitions == ("gpu",) and n.features == ("lab",)
+        assert n.address == "127.0.0.1" and n.hostname == "localhost"
+    assert slurm.node(lab.nodes[0]) == nodes[lab.nodes[0]]
+
+
+def test_drain_shows_reason_and_user_then_resume(lab: Lab, slurm: SlurmClient) -> None:
     node = lab.nodes[0]
     slurm.drain(node, "heal: gpu.xid.79 by=controller cordoned")
     seen = slurm.node(node)
@@ -36,7 +51,7 @@ def test_drain_shows_reason_and_user_then_resume(lab: Lab, slurm: CliSlurm) -> N
     slurm.resume(node)  # resuming an idle node is a no-op, not an error
 
 
-def test_extra_round_trip_keeps_foreign_keys(lab: Lab, slurm: CliSlurm) -> None:
+def test_extra_round_trip_keeps_foreign_keys(lab: Lab, slurm: SlurmClient) -> None:
     """SPEC I2: our key is set and removed; the site's key survives both."""
     node = lab.nodes[1]
     lab.scontrol("update", f"nodename={node}", 'extra={"site": {"rack": "r7"}}')
@@ -48,7 +63,7 @@ def test_extra_round_trip_keeps_foreign_keys(lab: Lab, slurm: CliSlurm) -> None:
     assert json.loads(raw) == {"site": {"rack": "r7"}}
 
 
-def test_foreign_non_json_extra_is_never_overwritten(lab: Lab, slurm: CliSlurm) -> None:
+def test_foreign_non_json_extra_is_never_overwritten(lab: Lab, slurm: SlurmClient) -> None:
     node = lab.nodes[1]
     lab.scontrol("update", f"nodename={node}", "extra=owner bob, rack r7")
     with pytest.raises(SlurmError, match="non-JSON"):
@@ -57,7 +72,7 @@ def test_foreign_non_json_extra_is_never_overwritten(lab: Lab, slurm: CliSlurm) 
 
 
 def test_running_batch_job_is_listed_on_its_node_with_expected_end(
-        lab: Lab, slurm: CliSlurm) -> None:
+        lab: Lab, slurm: SlurmClient) -> None:
     node = lab.nodes[2]
     out = lab.run(["sbatch", "--parsable", "-w", node, "-t", "10", "-o", "/dev/null",
                    "--wrap", "sleep 300"]).stdout
@@ -75,7 +90,7 @@ def test_running_batch_job_is_listed_on_its_node_with_expected_end(
                  timeout=30, what="job cancelled")
 
 
-def test_reboot_passes_through_reboot_states_and_returns(lab: Lab, slurm: CliSlurm) -> None:
+def test_reboot_passes_through_reboot_states_and_returns(lab: Lab, slurm: SlurmClient) -> None:
     """`scontrol reboot ASAP` runs the lab's RebootProgram; the node comes back with a
     new boot time, resumed (nextstate=RESUME)."""
     node = lab.nodes[3]
@@ -93,11 +108,28 @@ def test_reboot_passes_through_reboot_states_and_returns(lab: Lab, slurm: CliSlu
     assert seen & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}, seen
 
 
-def test_unknown_node_is_not_found(slurm: CliSlurm) -> None:
+def test_unknown_node_is_not_found(slurm: SlurmClient) -> None:
     with pytest.raises(NotFound):
         slurm.node("gpu99")
     with pytest.raises(NotFound):
         slurm.drain("gpu99", "heal: test")
+
+
+def test_signal_reaches_the_batch_shell_of_a_running_job(lab: Lab, slurm: SlurmClient) -> None:
+    """SPEC P3: the job's own script gets the signal (to checkpoint), on every backend."""
+    node = lab.nodes[2]
+    mark = lab.dir / f"usr1-{time.monotonic_ns()}"
+    script = f"trap 'touch {mark}' USR1; for i in $(seq 600); do sleep 0.5; done"
+    lab.run(["sbatch", "--parsable", "-w", node, "-t", "10", "-o", "/dev/null",
+             "--wrap", script])
+    lab.wait_for(lambda: [j for j in slurm.jobs(node) if j.state == "RUNNING"],
+                 timeout=30, what="job RUNNING")
+    time.sleep(1)  # let the shell install its trap
+    slurm.signal_jobs(node, "USR1")
+    lab.wait_for(mark.exists, timeout=20, what="the job's trap ran")
+    slurm.cancel_jobs(node)
+    lab.wait_for(lambda: not [j for j in slurm.jobs(node) if j.state == "RUNNING"],
+                 timeout=30, what="job cancelled")
 
 
 def test_controller_down_is_unreachable(lab: Lab, tmp_path: Path) -> None:
