@@ -53,6 +53,7 @@ _INFINITE32 = 0xFFFFFFFE
 # A running job "uses" the node in these states (signal/requeue/cancel act on them).
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED"})
 NEXT_STATES = ("RESUME", "DOWN")
+_BAD_TRANSITION = ("Invalid node state specified", "Invalid node state transition")
 _EMPTY = ("", "(null)", "None", "none", "N/A", "n/a", "Unknown")
 
 
@@ -117,6 +118,22 @@ def state_flags(state: str, flags: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(out)
 
 
+# The states whose reason Slurm reports (`sinfo -R`: down, drained, fail, failing;
+# and a requested reboot, which drains).
+_REASON_STATES = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING",
+                            "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
+def live_reason(states: frozenset[str], reason: str, user: str,
+                when: datetime | None) -> tuple[str, str, datetime | None]:
+    """(reason, user, time) when the node is in a state that carries a reason, else
+    empty. Slurm 25.11 keeps the old reason on a node it resumed (seen on 25.11.7:
+    `State=IDLE ... Reason=heal: ...`); 22.05 clears it. Both read the same."""
+    if not reason or not states & _REASON_STATES:
+        return "", "", None
+    return reason, user, when
+
+
 def _names(hostlist: str) -> tuple[str, ...]:
     """Expand a Slurm host list (``gpu[01-04]``) with ClusterShell; never by hand."""
     hostlist = (hostlist or "").strip()
@@ -159,12 +176,17 @@ def node_from_json(raw: dict[str, Any]) -> NodeInfo:
     except KeyError as exc:
         raise SlurmError(f"Slurm JSON node without a name: {str(raw)[:120]}") from exc
     extra_raw = _text(raw.get("extra"))
+    states = _json_states(raw)
+    # 25.11 names a user (and 0 as the time) even where no reason is set.
+    reason, user, when = live_reason(states, _text(raw.get("reason")),
+                                     _text(raw.get("reason_set_by_user")),
+                                     parse_slurm_time(raw.get("reason_changed_at")))
     return NodeInfo(
         name=name,
-        states=_json_states(raw),
-        reason=_text(raw.get("reason")),
-        reason_user=_text(raw.get("reason_set_by_user")),
-        reason_time=parse_slurm_time(raw.get("reason_changed_at")),
+        states=states,
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
         extra_raw=extra_raw,
         extra=parse_extra(extra_raw),
         partitions=_split_list(raw.get("partitions")),
@@ -304,9 +326,11 @@ def node_from_scontrol(line: str) -> NodeInfo:
     if match:
         reason, user, when = match["reason"], match["user"], parse_slurm_time(match["time"])
     extra_raw = tail.get("Extra", "")
+    states = state_flags(fields.get("State", ""))
+    reason, user, when = live_reason(states, reason, user, when)
     return NodeInfo(
         name=fields["NodeName"],
-        states=state_flags(fields.get("State", "")),
+        states=states,
         reason=reason,
         reason_user=user,
         reason_time=when,
@@ -536,9 +560,10 @@ class CliSlurm:
         except NotFound:
             raise
         except SlurmError as exc:
-            # 22.05 refuses to resume a node that is neither drained nor down; that is
-            # the state we wanted, so resume is idempotent.
-            if "Invalid node state specified" in exc.stderr and not (
+            # Slurm refuses to resume a node that is neither drained nor down (22.05:
+            # "Invalid node state specified", 25.11: "Invalid node state transition");
+            # that is the state we wanted, so resume is idempotent.
+            if any(s in exc.stderr for s in _BAD_TRANSITION) and not (
                     self.node(node).states & {"DRAIN", "DOWN", "FAIL"}):
                 return
             raise

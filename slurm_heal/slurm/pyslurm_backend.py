@@ -41,6 +41,7 @@ from slurm_heal.slurm.cli import (
     _names,
     _split_list,
     _text,
+    live_reason,
     parse_slurm_time,
     state_flags,
 )
@@ -62,12 +63,16 @@ def node_from_pyslurm(node: Any) -> NodeInfo:
     if not name:
         raise SlurmError(f"pyslurm node without a name: {str(node)[:120]}")
     extra_raw = _text(_get(node, "extra"))
+    states = state_flags(str(_get(node, "state") or ""))
+    reason, user, when = live_reason(states, _text(_get(node, "reason")),
+                                     _text(_get(node, "reason_user")),
+                                     parse_slurm_time(_get(node, "reason_time")))
     return NodeInfo(
         name=str(name),
-        states=state_flags(str(_get(node, "state") or "")),
-        reason=_text(_get(node, "reason")),
-        reason_user=_text(_get(node, "reason_user")),
-        reason_time=parse_slurm_time(_get(node, "reason_time")),
+        states=states,
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
         extra_raw=extra_raw,
         extra=parse_extra(extra_raw),
         partitions=_split_list(_get(node, "partitions")),

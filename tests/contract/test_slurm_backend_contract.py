@@ -31,7 +31,7 @@ def test_every_node_is_listed_with_its_state(lab: Lab, slurm: SlurmClient) -> No
         assert n.states == {"IDLE"}, n
         assert n.boot_time is not None and n.slurmd_start_time is not None
         assert n.partitions == ("gpu",) and n.features == ("lab",)
-        assert n.address == "127.0.0.1" and n.hostname == "localhost"
+        assert n.address == "127.0.0.1" and n.hostname == n.name
     assert slurm.node(lab.nodes[0]) == nodes[lab.nodes[0]]
 
 
