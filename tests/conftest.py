@@ -14,7 +14,10 @@ backend (they use the lab's own commands) are skipped: their cli pass ran them.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if bindir is not None:
         # In-process clients run `sinfo` & co. from PATH: that version's first (`lab env`).
         os.environ["PATH"] = f"{bindir}:{bindir.parent / 'sbin'}:{os.environ.get('PATH', '')}"
+    # Labs that programs under test start themselves (`slurm-heal demo --lab`) run it too.
+    os.environ["LAB_SLURM"] = version
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -92,7 +97,14 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     rest = request.config.getoption("--slurm-backend") == "rest"
-    the_lab = Lab(tmp_path_factory.mktemp("lab"), nodes=LAB_NODES, slurm=version, rest=rest)
+    if rest:
+        # slurmrestd reads slurm.conf as an unprivileged user: pytest's temporary
+        # directories (mode 700) would hide it, so this lab lives in one of its own.
+        directory = Path(tempfile.mkdtemp(prefix="slurm-heal-lab-"))
+        directory.chmod(0o755)
+    else:
+        directory = tmp_path_factory.mktemp("lab")
+    the_lab = Lab(directory, nodes=LAB_NODES, slurm=version, rest=rest)
     try:
         the_lab.start()
     except Exception:
@@ -102,6 +114,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         yield the_lab
     finally:
         the_lab.stop()
+        if rest:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

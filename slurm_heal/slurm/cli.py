@@ -222,7 +222,9 @@ def _check_json_errors(data: dict[str, Any], what: str, items: str,
         return
     detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict)) or str(errors)
     # 22.05: an unreachable controller shows up as errno -1 with nothing listed, exit 0.
-    if any(s in stderr for s in _UNREACHABLE) or not data.get(items):
+    no_answer = not data.get(items) and any(
+        isinstance(e, dict) and e.get("errno") == -1 for e in errors)
+    if no_answer or any(s in stderr + detail for s in _UNREACHABLE):
         raise SlurmUnreachable(f"{what}: no Slurm controller answered ({detail})",
                                command=command, stderr=stderr)
     raise SlurmError(f"{what} reported errors: {detail}", command=command, stderr=stderr)

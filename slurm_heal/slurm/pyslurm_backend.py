@@ -267,8 +267,9 @@ class PyslurmSlurm:
             # steps="all": every step and the batch shell, like the cli backend's
             # `scancel --full` (pyslurm's default, "children", spares the batch shell,
             # so a job script that traps the signal to checkpoint never sees it; SPEC P3).
+            # pyslurm 25.11.2 takes "SIGUSR1" (or a number); "USR1" is "Invalid Signal".
             self._call("Job.send_signal", job.send_signal,
-                       signal.upper().removeprefix("SIG"), steps="all")
+                       "SIG" + signal.upper().removeprefix("SIG"), steps="all")
 
     def requeue_jobs(self, node: str) -> None:
         for job_id in self._active(node):

@@ -37,7 +37,8 @@ from slurm_heal.slurm.cli import (
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 API_VERSIONS = ("v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41")
-_NOT_FOUND = ("Unable to query node", "Invalid node name", "not found", "Unknown node")
+_NOT_FOUND = ("Unable to query node", "Failure to query node", "Invalid node name",
+              "not found", "Unknown node")
 _JOB_GONE = ("already completing or completed", "Invalid job id", "Job has already finished")
 
 

@@ -143,3 +143,22 @@ def test_controller_down_is_unreachable(lab: Lab, tmp_path: Path) -> None:
         slurm.nodes()
     with pytest.raises(SlurmUnreachable):
         slurm.node(lab.nodes[0])
+
+
+def test_auto_uses_pyslurm_only_where_it_matches_the_running_slurmctld(lab: Lab) -> None:
+    """SPEC I3: "auto" picks pyslurm when it is installed and its libslurm's version is
+    the running slurmctld's (25.11 here); on 22.05 the same pyslurm is passed over."""
+    import importlib.util
+
+    from slurm_heal.slurm import make_client
+    from slurm_heal.slurm.pyslurm_backend import PyslurmSlurm, pyslurm_matches
+
+    installed = importlib.util.find_spec("pyslurm") is not None
+    client = make_client("auto", slurm_conf=str(lab.conf))
+    if installed and lab.slurm == "25.11":
+        assert isinstance(client, PyslurmSlurm)
+    else:
+        assert isinstance(client, CliSlurm)
+        if installed:
+            assert "slurmctld" in str(pyslurm_matches(str(lab.conf)))
+    assert sorted(n.name for n in client.nodes()) == lab.nodes
