@@ -162,3 +162,23 @@ def test_auto_uses_pyslurm_only_where_it_matches_the_running_slurmctld(lab: Lab)
         if installed:
             assert "slurmctld" in str(pyslurm_matches(str(lab.conf)))
     assert sorted(n.name for n in client.nodes()) == lab.nodes
+
+
+def test_the_backend_sees_the_cluster_exactly_as_the_commands_do(
+        lab: Lab, slurm: SlurmClient, backend: str) -> None:
+    """SPEC I3: pyslurm and rest give the same NodeInfo as the cli backend, field for
+    field, on the same cluster (a drained node with our reason, a node with Extra)."""
+    if backend == "cli":
+        pytest.skip("compares another backend with cli; this pass is cli itself")
+    cli = CliSlurm(slurm_conf=str(lab.conf), timeout=20)
+    cli.drain(lab.nodes[1], "heal: gpu.xid.79 rem=r-1 by=controller cordoned")
+    cli.set_extra(lab.nodes[2], "site", {"rack": "r7"})
+
+    def same() -> bool:
+        return {n.name: n for n in slurm.nodes()} == {n.name: n for n in cli.nodes()}
+
+    lab.wait_for(same, timeout=20, what=f"{backend} and cli agree")  # a ping may flip a flag
+    mine = {n.name: n for n in slurm.nodes()}
+    assert mine[lab.nodes[1]].drained and mine[lab.nodes[1]].reason_user == "root"
+    assert mine[lab.nodes[2]].extra == {"site": {"rack": "r7"}}
+    assert slurm.node(lab.nodes[1]) == cli.node(lab.nodes[1])
