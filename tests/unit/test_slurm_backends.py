@@ -134,3 +134,20 @@ def test_pyslurm_backend_names_a_missing_configuration_before_libslurm_runs(
     monkeypatch.setenv("SLURM_CONF", str(tmp_path / "gone.conf"))
     with pytest.raises(SlurmError, match="gone.conf .from SLURM_CONF"):
         config_source(None)
+
+
+def test_status_through_pyslurm_without_a_configuration_is_our_one_line_error(
+        tmp_path: Path) -> None:
+    """Seen with pyslurm installed: libslurm's `fatal: Could not establish a
+    configuration source` ended the whole process (exit 1). The check comes first."""
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-such" / "slurm.conf"
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--backend",
+                           "pyslurm", "--slurm-conf", str(missing)], capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert proc.returncode == 3, lines
+    assert len(lines) == 1 and f"slurm.conf not found: {missing}" in lines[0]
+    assert "fatal" not in lines[0]
