@@ -1,9 +1,11 @@
-"""Both Slurm backends map the same cluster to the same NodeInfo/JobInfo (SPEC I3).
+"""The Slurm backends map the same cluster to the same NodeInfo/JobInfo (SPEC I3).
 
-The pyslurm data (tests/data/pyslurm/) is shaped like pyslurm 25.11's documented
-``Nodes.load()`` / ``Jobs.load()`` objects (their ``to_dict()`` form) for the same lab
-state recorded in tests/data/slurm/. pyslurm itself cannot run here (it needs libslurm
-25.11; the lab is 22.05), so a tiny stand-in module serves that data.
+tests/data/slurm/25.11/ and tests/data/pyslurm/25.11/ were captured from the real 25.11.7
+lab in one moment (one drained node, one with Extra, one running a job): `scontrol
+--json`, `squeue --json`, slurmrestd's `/nodes`, and pyslurm 25.11.2's `Nodes.load()` /
+`Jobs.load()` objects (the fields we read). tests/data/pyslurm/*.json (older) are shaped
+like pyslurm's objects for the 22.05 capture in tests/data/slurm/. The live contract
+tests run every backend on the lab itself.
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def test_both_backends_map_equivalent_jobs_to_equal_jobinfo() -> None:
     cli = parse_squeue_json((DATA / "slurm" / "squeue.json").read_text())
     py = tuple(job_from_pyslurm(raw) for raw in _pyslurm_jobs().values())
     assert py == cli
+
+
+def test_25_11_captures_of_every_backend_map_to_equal_nodeinfo_and_jobinfo() -> None:
+    new, py = DATA / "slurm" / "25.11", DATA / "pyslurm" / "25.11"
+    cli = {n.name: n for n in parse_sinfo_json((new / "scontrol_show_node.json").read_text())}
+    rest = {n.name: n for n in parse_sinfo_json((new / "rest_nodes.json").read_text())}
+    pys = {name: node_from_pyslurm(raw)
+           for name, raw in json.loads((py / "nodes.json").read_text()).items()}
+    assert pys == cli == rest
+    assert cli["gpu02"].drained and cli["gpu03"].extra == {"site": {"rack": "r1"}}
+    jobs = parse_squeue_json((new / "squeue.json").read_text())
+    pjobs = tuple(job_from_pyslurm(raw)
+                  for raw in json.loads((py / "jobs.json").read_text()).values())
+    assert pjobs == jobs and jobs[0].nodes == ("gpu01",)
 
 
 def test_pyslurm_objects_with_attributes_map_like_their_dicts() -> None:

@@ -113,6 +113,7 @@ def test_25_11_job_capture_has_a_running_job_with_its_limit_and_end() -> None:
     assert len(running) == 1
     job = running[0]
     assert job.nodes == ("gpu01",) and job.user == "root" and job.time_limit_minutes == 10
+    assert job.job_id > 0 and job.name == "wrap"
     assert job.start_time is not None and job.end_time is not None
     assert (job.end_time - job.start_time).total_seconds() == 600
 
