@@ -14,6 +14,17 @@ Slurm 22.05 quirks this module works around (seen on 22.05.8):
   when a line is ambiguous.
 - `scontrol` prints times as local time without a zone (``2026-01-05T00:00:00``);
   the JSON carries epoch seconds (0 = unset).
+
+Slurm 23.02 and later (seen on 25.11.7), read through the "data_parser" dialect:
+- The version is asked once per client (`sinfo --version`); newer versions than the
+  newest known (25.11) are read like it, with a warning.
+- `sinfo --json` prints partition/node groups, not nodes: per-node data comes from
+  `scontrol --json show node [NAME]`: ``"state": ["IDLE", "DRAIN"]``, times as
+  ``{"set": true, "infinite": false, "number": EPOCH}``, lists for features/partitions.
+- A resumed node keeps its old Reason; "Invalid node state transition" on a resume of
+  a node that is not drained (22.05: "Invalid node state specified").
+- Zero nodes in the JSON while `sinfo -h -o %N` lists some: an error, never an empty
+  cluster (the 25.11 bug: `status` printed no nodes and exited 0).
 """
 
 from __future__ import annotations
