@@ -66,8 +66,10 @@ class ControllerSettings(BaseModel):
 
     state_dir: str | None = None  # default: beside slurmctld's StateSaveLocation
     interval: float = Field(default=30.0, gt=0, le=3600)  # seconds between cycles
-    slurm_backend: Literal["auto", "cli", "pyslurm"] = "auto"
+    slurm_backend: Literal["auto", "cli", "pyslurm", "rest"] = "auto"
     slurm_conf: str | None = None
+    slurm_rest_url: str | None = None  # rest backend: slurmrestd, e.g. http://ctl:6820
+    slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
     heartbeat: str | None = None  # default: <state_dir>/heartbeat
     notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
 

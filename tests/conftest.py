@@ -3,39 +3,91 @@
 One lab per session, in a temporary directory on free ports (never a lab the user
 started). Where Slurm is not installed those tests skip with the reason, except in CI
 (env CI=true), where a missing Slurm is a failure, never a skip.
+
+The version matrix (SPEC I6): ``--slurm VERSION`` picks the lab's Slurm (22.05, the
+default, or 25.11) and ``--slurm-backend NAME`` the backend the Slurm-facing tests talk
+through (cli, the default; pyslurm and rest exist on 25.11). `make test` runs every
+pair. In a pyslurm or rest pass the Slurm-marked tests that do not go through the
+backend (they use the lab's own commands) are skipped: their cli pass ran them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.lab import Lab, slurm_missing
+from slurm_heal.slurm.base import SlurmClient
+from tests.lab import BACKENDS, VERSIONS, Lab, make_backend, slurm_missing, version_bin
 
 LAB_NODES = 4
+# Fixtures through which a test reaches the backend under test.
+BACKEND_FIXTURES = ("slurm_client", "backend")
 
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("slurm", "Slurm lab")
+    group.addoption("--slurm", choices=VERSIONS,
+                    default=os.environ.get("SLURM_HEAL_TEST_SLURM", "22.05"),
+                    help="Slurm version of the test lab (default 22.05)")
+    group.addoption("--slurm-backend", choices=("cli", "pyslurm", "rest"), default="cli",
+                    help="backend the Slurm-marked tests use (pyslurm, rest: 25.11 only)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    version, backend = config.getoption("--slurm"), config.getoption("--slurm-backend")
+    if backend not in BACKENDS[version]:
+        raise pytest.UsageError(f"--slurm-backend {backend} does not exist on Slurm {version} "
+                                f"(there: {', '.join(BACKENDS[version])})")
+    bindir = version_bin(version)
+    if bindir is not None:
+        # In-process clients run `sinfo` & co. from PATH: that version's first (`lab env`).
+        os.environ["PATH"] = f"{bindir}:{bindir.parent / 'sbin'}:{os.environ.get('PATH', '')}"
+    # Labs that programs under test start themselves (`slurm-heal demo --lab`) run it too.
+    os.environ["LAB_SLURM"] = version
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return (f"slurm lab: Slurm {config.getoption('--slurm')}, "
+            f"backend {config.getoption('--slurm-backend')}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `slurm` get the lab (and a clean one: `lab_clean`) automatically."""
+    backend = config.getoption("--slurm-backend")
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.fixturenames.extend(f for f in ("lab", "lab_clean")
                                      if f not in item.fixturenames)
+            if backend != "cli" and not set(BACKEND_FIXTURES) & set(item.fixturenames):
+                item.add_marker(pytest.mark.skip(
+                    reason=f"does not go through the Slurm backend; ran in the cli pass, "
+                           f"not again with {backend}"))
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A running Slurm 22.05 lab of 4 nodes (gpu01..gpu04) on 127.0.0.1, for the session."""
-    missing = slurm_missing()
+def backend(request: pytest.FixtureRequest) -> str:
+    """The Slurm backend under test (--slurm-backend)."""
+    return str(request.config.getoption("--slurm-backend"))
+
+
+@pytest.fixture(scope="session")
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A running Slurm lab of 4 nodes (gpu01..gpu04) on 127.0.0.1, for the session, of
+    the --slurm version (with slurmrestd when the backend is rest)."""
+    version = str(request.config.getoption("--slurm"))
+    missing = slurm_missing(version)
     if missing:
-        message = (f"Slurm lab needs {', '.join(missing)}; install with "
-                   "`contrib/lab/lab install` (root, Debian 12)")
+        message = (f"Slurm {version} lab needs {', '.join(missing)}; install with "
+                   f"`contrib/lab/lab install --slurm {version}` (root, Debian 12)")
         if _in_ci():
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
@@ -44,7 +96,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         if _in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    the_lab = Lab(tmp_path_factory.mktemp("lab"), nodes=LAB_NODES)
+    rest = request.config.getoption("--slurm-backend") == "rest"
+    if rest:
+        # slurmrestd reads slurm.conf as an unprivileged user: pytest's temporary
+        # directories (mode 700) would hide it, so this lab lives in one of its own.
+        directory = Path(tempfile.mkdtemp(prefix="slurm-heal-lab-"))
+        directory.chmod(0o755)
+    else:
+        directory = tmp_path_factory.mktemp("lab")
+    the_lab = Lab(directory, nodes=LAB_NODES, slurm=version, rest=rest)
     try:
         the_lab.start()
     except Exception:
@@ -54,6 +114,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield the_lab
     finally:
         the_lab.stop()
+        if rest:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
@@ -91,3 +153,7 @@ def sushy_emulator() -> Iterator[object]:
     from tests.emulators import SushyEmulator
 
     yield from _emulator(SushyEmulator)
+@pytest.fixture
+def slurm_client(lab: Lab, backend: str) -> SlurmClient:
+    """A client of the backend under test, on the lab."""
+    return make_backend(lab, backend)

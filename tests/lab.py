@@ -19,12 +19,21 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from slurm_heal.slurm.base import SlurmClient
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_SCRIPT = REPO / "contrib" / "lab" / "lab"
 SLURM_BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "sinfo",
                   "scontrol", "squeue", "sbatch")
+# The Slurm versions the lab runs (contrib/lab/lab BUILDS): None = Debian's packages in /usr.
+VERSIONS = ("22.05", "25.11")
+SOURCE_BUILDS = {"25.11": (Path("/opt/slurm-heal/slurm-25.11.7"), "slurm-25.11.7.tar.xz")}
+# Backends that exist on each version: pyslurm needs a matching libslurm (25.11 here),
+# rest needs slurmrestd (which the 25.11 build has).
+BACKENDS = {"22.05": ("cli",), "25.11": ("cli", "pyslurm", "rest")}
 
 T = TypeVar("T")
 
@@ -33,9 +42,36 @@ class LabError(RuntimeError):
     """A lab command failed; the message carries argv, exit status and stderr."""
 
 
-def slurm_missing() -> list[str]:
-    """The Slurm/munge programs the lab needs that are not installed."""
-    return [b for b in SLURM_BINARIES if shutil.which(b) is None and not Path(b).exists()]
+def slurm_missing(version: str = "22.05") -> list[str]:
+    """What the lab of that Slurm version needs and lacks (programs, a built source
+    tree, the vendored tarball), as short phrases for a skip/fail reason."""
+    if version not in SOURCE_BUILDS:
+        return [b for b in SLURM_BINARIES if shutil.which(b) is None and not Path(b).exists()]
+    prefix, tarball = SOURCE_BUILDS[version]
+    missing = [b for b in ("/usr/sbin/munged",) if not Path(b).exists()]
+    if (prefix / ".slurm-heal-built").is_file():
+        return missing
+    if vendor_tarball(tarball) is None:
+        return missing + [f"the Slurm {version} source {tarball} (not in ../shared/vendor)"]
+    return missing + [f"a Slurm {version} build in {prefix} "
+                      f"(`contrib/lab/lab install --slurm {version}`)"]
+
+
+def vendor_tarball(name: str) -> Path | None:
+    """The vendored tarball as the lab script finds it (LAB_VENDOR_DIR, ../shared/vendor
+    beside the clone or beside the main checkout of a git worktree)."""
+    dirs = [Path(d) for d in [os.environ.get("LAB_VENDOR_DIR", "")] if d]
+    dirs.append(REPO.parent / "shared" / "vendor")
+    common = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--git-common-dir"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    if common:
+        dirs.append((REPO / common).resolve().parent.parent / "shared" / "vendor")
+    return next((d / name for d in dirs if (d / name).is_file()), None)
+
+
+def version_bin(version: str) -> Path | None:
+    """Where that version's commands live when they are not the system's."""
+    return SOURCE_BUILDS[version][0] / "bin" if version in SOURCE_BUILDS else None
 
 
 def _port_free(port: int) -> bool:
@@ -49,13 +85,14 @@ def _port_free(port: int) -> bool:
 
 
 def free_base_port(count: int, start: int = 21000, stop: int = 29000) -> int:
-    """A base port P such that P..P+count are free on 127.0.0.1 (pid-spread to avoid
-    two concurrent test sessions racing for the same range)."""
+    """A base port P such that P..P+count+2 are free on 127.0.0.1 (P+count+1 is the
+    tests' "nobody listens here" port, P+count+2 slurmrestd's), pid-spread to avoid two
+    concurrent test sessions racing for the same range."""
     step = count + 3
     first = start + (os.getpid() * step) % (stop - start)
     for i in range(0, stop - start, step):
         base = start + (first - start + i) % (stop - start - step)
-        if all(_port_free(p) for p in range(base, base + count + 1)):
+        if all(_port_free(p) for p in range(base, base + count + 3)):
             return base
     raise LabError(f"no {count + 1} free consecutive ports in {start}..{stop}")
 
@@ -81,14 +118,23 @@ class Lab:
     """A running lab: its directory, slurm.conf, environment and node names."""
 
     def __init__(self, directory: Path, nodes: int = 4, base_port: int | None = None,
-                 conf_lines: Sequence[str] = ()) -> None:
+                 conf_lines: Sequence[str] = (), slurm: str = "22.05",
+                 rest: bool = False) -> None:
         self.dir = Path(directory).resolve()
         self.base_port = base_port if base_port is not None else free_base_port(nodes)
         self.conf = self.dir / "etc" / "slurm.conf"
         width = max(2, len(str(nodes)))
         self.nodes = [f"gpu{i:0{width}d}" for i in range(1, nodes + 1)]
+        self.slurm = slurm
+        self.rest = rest
+        self.rest_url = f"http://127.0.0.1:{self.base_port + nodes + 2}"
+        self.token_file = self.dir / "rest" / "token"
         self.env = dict(os.environ)
         self.env["SLURM_CONF"] = str(self.conf)
+        bindir = version_bin(slurm)
+        # That version's commands first on PATH, as `lab env` does ("" for the system's).
+        self.path_prefix = f"{bindir}:{bindir.parent / 'sbin'}:" if bindir is not None else ""
+        self.env["PATH"] = self.path_prefix + self.env.get("PATH", "")
         self.lab_cmd = [str(LAB_SCRIPT), "--dir", str(self.dir)]
         # `lab reboot NODE` simulates a machine reboot from outside (provider simulator).
         self.reboot_script = [*self.lab_cmd, "reboot"]
@@ -98,7 +144,9 @@ class Lab:
     def start(self, timeout: float = 90.0) -> None:
         """`lab up` in this lab's directory, on its ports; waits until all nodes are IDLE."""
         argv = [*self.lab_cmd, "--nodes", str(len(self.nodes)), "--base-port",
-                str(self.base_port), "up", "--timeout", str(timeout)]
+                str(self.base_port), "up", "--slurm", self.slurm, "--timeout", str(timeout)]
+        if self.rest:
+            argv.append("--rest")
         for line in self._conf_lines:
             argv += ["--conf-line", line]
         run(argv, timeout=timeout + 30)
@@ -181,3 +229,13 @@ class Lab:
             self.reboot(node, delay=0)
         if flags & {"DRAIN", "DOWN", "FAIL", "DRAINED", "DRAINING"} or "*" in info.get("State", ""):
             self.scontrol("update", f"nodename={node}", "state=resume", check=False)
+
+
+def make_backend(lab: Lab, backend: str, timeout: float = 20.0) -> SlurmClient:
+    """A SlurmClient of that backend on the lab, as `make_client` builds it."""
+    from slurm_heal.slurm import make_client
+
+    if backend == "rest":
+        return make_client("rest", slurm_conf=str(lab.conf), timeout=timeout,
+                           rest_url=lab.rest_url, rest_token_file=str(lab.token_file))
+    return make_client(backend, slurm_conf=str(lab.conf), timeout=timeout)

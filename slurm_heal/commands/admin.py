@@ -99,6 +99,9 @@ def _slurm(config: str | None) -> SlurmClient:
     kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(section.get("slurm_conf")))}
     if section.get("slurm_backend"):
         kwargs["backend"] = section["slurm_backend"]
+    for key in ("slurm_rest_url", "slurm_rest_token_file"):
+        if section.get(key):
+            kwargs[key.replace("slurm_rest_", "rest_")] = section[key]
     made: SlurmClient = factory(**kwargs)
     return made
 

@@ -45,7 +45,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     policy, settings = report.policy, report.settings
     # The same slurm.conf and store every admin command finds (slurm_heal.location).
     slurm_conf = str(slurm_conf_path(settings.slurm_conf))
-    slurm = make_client(backend=settings.slurm_backend, slurm_conf=slurm_conf)
+    slurm = make_client(backend=settings.slurm_backend, slurm_conf=slurm_conf,
+                        rest_url=settings.slurm_rest_url,
+                        rest_token_file=settings.slurm_rest_token_file)
     for warning in check_config(config_path_, slurm, build_provider=False).warnings:
         logging.getLogger("slurm_heal").warning("config: %s", warning)
     state_dir = locate(None, config_path_).state_dir

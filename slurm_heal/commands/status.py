@@ -87,8 +87,10 @@ def _line(entry: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
               envvar="SLURM_CONF", help="The cluster's slurm.conf (default: $SLURM_CONF).")
-@click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm"]), default="auto",
-              show_default=True, help="How to talk to Slurm (SPEC I3).")
+@click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm", "rest"]),
+              default="auto", show_default=True,
+              help="How to talk to Slurm (SPEC I3); rest reads SLURM_HEAL_REST_URL and "
+                   "SLURM_HEAL_REST_TOKEN_FILE.")
 @click.option("--timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for Slurm.")
 def status(as_json: bool, slurm_conf: str | None, backend: str, timeout: float) -> None:

@@ -14,10 +14,22 @@ Slurm 22.05 quirks this module works around (seen on 22.05.8):
   when a line is ambiguous.
 - `scontrol` prints times as local time without a zone (``2026-01-05T00:00:00``);
   the JSON carries epoch seconds (0 = unset).
+
+Slurm 23.02 and later (seen on 25.11.7), read through the "data_parser" dialect:
+- The version is asked once per client (`sinfo --version`); newer versions than the
+  newest known (25.11) are read like it, with a warning.
+- `sinfo --json` prints partition/node groups, not nodes: per-node data comes from
+  `scontrol --json show node [NAME]`: ``"state": ["IDLE", "DRAIN"]``, times as
+  ``{"set": true, "infinite": false, "number": EPOCH}``, lists for features/partitions.
+- A resumed node keeps its old Reason; "Invalid node state transition" on a resume of
+  a node that is not drained (22.05: "Invalid node state specified").
+- Zero nodes in the JSON while `sinfo -h -o %N` lists some: an error, never an empty
+  cluster (the 25.11 bug: `status` printed no nodes and exited 0).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -33,6 +45,8 @@ from slurm_heal import jsonsafe
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
 from slurm_heal.extra import parse_extra, with_key
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
+
+log = logging.getLogger("slurm_heal.slurm")
 
 # stderr fragments that mean "no controller answered" (22.05 wording).
 _UNREACHABLE = (
@@ -54,15 +68,28 @@ ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURIN
 # IDLE+DRAIN after the boot), so slurm-heal resumes it after the health check (SPEC L5).
 # nextstate=DOWN is no substitute: with ReturnToService=2 the node is IDLE ~20 s later.
 NEXT_STATES = ("RESUME", "DOWN", "DRAIN")
+_BAD_TRANSITION = ("Invalid node state specified", "Invalid node state transition")
 _EMPTY = ("", "(null)", "None", "none", "N/A", "n/a", "Unknown")
 
 
 # ------------------------------------------------------------------ parsing (pure)
 
 
+def _number(value: Any) -> Any:
+    """A data_parser (23.02+) number object ``{"set", "infinite", "number"}`` as its
+    plain value: None when unset or infinite; anything else is returned as it is."""
+    if isinstance(value, dict) and "number" in value:
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return value.get("number")
+    return value
+
+
 def parse_slurm_time(value: Any) -> datetime | None:
-    """A Slurm time as an aware datetime: epoch seconds (JSON; 0 = unset) or scontrol's
-    zone-less ``2026-01-05T00:00:00`` (local time). Unset/unknown values give None."""
+    """A Slurm time as an aware datetime: epoch seconds (JSON; 0 = unset), a 23.02+
+    ``{"set", "infinite", "number"}`` object, or scontrol's zone-less
+    ``2026-01-05T00:00:00`` (local time). Unset/unknown values give None."""
+    value = _number(value)
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -106,6 +133,22 @@ def state_flags(state: str, flags: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(out)
 
 
+# The states whose reason Slurm reports (`sinfo -R`: down, drained, fail, failing;
+# and a requested reboot, which drains).
+_REASON_STATES = frozenset({"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING",
+                            "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
+def live_reason(states: frozenset[str], reason: str, user: str,
+                when: datetime | None) -> tuple[str, str, datetime | None]:
+    """(reason, user, time) when the node is in a state that carries a reason, else
+    empty. Slurm 25.11 keeps the old reason on a node it resumed (seen on 25.11.7:
+    `State=IDLE ... Reason=heal: ...`); 22.05 clears it. Both read the same."""
+    if not reason or not states & _REASON_STATES:
+        return "", "", None
+    return reason, user, when
+
+
 def _names(hostlist: str) -> tuple[str, ...]:
     """Expand a Slurm host list (``gpu[01-04]``) with ClusterShell; never by hand."""
     hostlist = (hostlist or "").strip()
@@ -128,13 +171,26 @@ def _text(value: Any) -> str:
     return "" if text in ("(null)",) else text
 
 
+def _json_states(raw: dict[str, Any]) -> frozenset[str]:
+    """v0.0.38: ``"state": "idle"`` plus ``"state_flags": ["DRAIN"]``; 23.02+: one list
+    ``"state": ["IDLE", "DRAIN"]`` (base state first, then flags)."""
+    state = raw.get("state")
+    flags = list(raw.get("state_flags") or ())
+    if isinstance(state, (list, tuple)):
+        flags += [str(s) for s in state]
+        state = ""
+    return state_flags(str(state or ""), flags)
+
+
 def node_from_json(raw: dict[str, Any]) -> NodeInfo:
-    """One node of `sinfo --json` (OpenAPI v0.0.38) as NodeInfo. A field of a type
-    Slurm never prints is a SlurmError naming the node, never a TypeError (I6)."""
+    """One node of Slurm's JSON as NodeInfo: `sinfo --json` of 22.05 (OpenAPI v0.0.38),
+    `scontrol --json show node` and slurmrestd's ``/nodes`` of 23.02+ (data_parser
+    v0.0.39 .. v0.0.44; the same node object). A field of a type Slurm never prints is a
+    SlurmError naming the node, never a TypeError (I6)."""
     try:
         return _node_from_json(raw)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise SlurmError(f"sinfo --json: node {str(raw.get('name'))[:60]!r} has a field of "
+        raise SlurmError(f"Slurm JSON: node {str(raw.get('name'))[:60]!r} has a field of "
                          f"an unexpected type or value: {str(exc)[:200]}") from None
 
 
@@ -142,14 +198,19 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
     try:
         name = str(raw["name"])
     except KeyError as exc:
-        raise SlurmError(f"sinfo --json node without a name: {str(raw)[:120]}") from exc
+        raise SlurmError(f"Slurm JSON node without a name: {str(raw)[:120]}") from exc
     extra_raw = _text(raw.get("extra"))
+    states = _json_states(raw)
+    # 25.11 names a user (and 0 as the time) even where no reason is set.
+    reason, user, when = live_reason(states, _text(raw.get("reason")),
+                                     _text(raw.get("reason_set_by_user")),
+                                     parse_slurm_time(raw.get("reason_changed_at")))
     return NodeInfo(
         name=name,
-        states=state_flags(str(raw.get("state", "")), raw.get("state_flags") or ()),
-        reason=_text(raw.get("reason")),
-        reason_user=_text(raw.get("reason_set_by_user")),
-        reason_time=parse_slurm_time(raw.get("reason_changed_at")),
+        states=states,
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
         extra_raw=extra_raw,
         extra=parse_extra(extra_raw),
         partitions=_split_list(raw.get("partitions")),
@@ -172,24 +233,35 @@ def _load_json(text: str, what: str) -> dict[str, Any]:
     return data
 
 
+def _error_text(e: dict[str, Any]) -> str:
+    """One entry of a JSON ``errors`` array (v0.0.38: error, errno; 23.02+: description,
+    error, error_number, source)."""
+    text = " - ".join(str(e[k]) for k in ("description", "error") if e.get(k)) or "?"
+    return f"{text} (errno {e.get('errno', e.get('error_number', '?'))})"
+
+
 def _check_json_errors(data: dict[str, Any], what: str, items: str,
                        command: Sequence[str] = (), stderr: str = "") -> None:
     errors = data.get("errors") or []
     if not errors:
         return
-    detail = "; ".join(f"{e.get('error', '?')} (errno {e.get('errno', '?')})"
-                       for e in errors if isinstance(e, dict)) or str(errors)
+    detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict)) or str(errors)
     # 22.05: an unreachable controller shows up as errno -1 with nothing listed, exit 0.
-    if any(s in stderr for s in _UNREACHABLE) or not data.get(items):
+    no_answer = not data.get(items) and any(
+        isinstance(e, dict) and e.get("errno") == -1 for e in errors)
+    if no_answer or any(s in stderr + detail for s in _UNREACHABLE):
         raise SlurmUnreachable(f"{what}: no Slurm controller answered ({detail})",
                                command=command, stderr=stderr)
     raise SlurmError(f"{what} reported errors: {detail}", command=command, stderr=stderr)
 
 
-def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "") -> tuple[NodeInfo, ...]:
-    """All nodes of a `sinfo --json` document, once each, in Slurm's order."""
-    data = _load_json(text, "sinfo --json")
-    _check_json_errors(data, "sinfo --json", "nodes", command, stderr)
+def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
+                     what: str = "sinfo --json") -> tuple[NodeInfo, ...]:
+    """All nodes of a JSON document with a ``nodes`` list (22.05's `sinfo --json`,
+    23.02+'s `scontrol --json show node`, slurmrestd's ``/nodes``), once each, in
+    Slurm's order. An ``errors`` array is an error, never an empty cluster."""
+    data = _load_json(text, what)
+    _check_json_errors(data, what, "nodes", command, stderr)
     seen: dict[str, NodeInfo] = {}
     for raw in data.get("nodes") or []:
         if isinstance(raw, dict):
@@ -199,8 +271,8 @@ def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "") -
 
 
 def job_from_json(raw: dict[str, Any]) -> JobInfo:
-    """One job of `squeue --json` (OpenAPI v0.0.38) as JobInfo; SlurmError naming the
-    job for a field of a type Slurm never prints."""
+    """One job of `squeue --json` as JobInfo; SlurmError naming the job for a field of a
+    type Slurm never prints."""
     try:
         return _job_from_json(raw)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -209,17 +281,20 @@ def job_from_json(raw: dict[str, Any]) -> JobInfo:
 
 
 def _job_from_json(raw: dict[str, Any]) -> JobInfo:
-    limit = raw.get("time_limit")
+    limit = _number(raw.get("time_limit"))
     limit_minutes = int(limit) if isinstance(limit, int) and 0 < limit < _INFINITE32 else None
     end = parse_slurm_time(raw.get("end_time"))
-    state = str(raw.get("job_state", "")).upper()
+    job_state = raw.get("job_state", "")
+    if isinstance(job_state, (list, tuple)):  # 23.02+: ["RUNNING"] (base state first)
+        job_state = job_state[0] if job_state else ""
+    state = str(job_state).upper()
     if state in ACTIVE_JOB_STATES and limit_minutes is None:
         # A running job without a time limit has no expected end (Slurm shows one a
         # year out); callers must treat None as "may run forever".
         end = None
     return JobInfo(
-        job_id=int(raw["job_id"]),
-        user=_text(raw.get("user_name")) or str(raw.get("user_id", "")),
+        job_id=int(_number(raw["job_id"])),
+        user=_text(raw.get("user_name")) or str(_number(raw.get("user_id", ""))),
         state=state,
         nodes=_names(str(raw.get("nodes") or "")),
         name=_text(raw.get("name")),
@@ -235,7 +310,7 @@ def parse_squeue_json(text: str, command: Sequence[str] = (), stderr: str = "") 
     errors = data.get("errors") or []
     if errors:
         # An empty job list is normal, so only the stderr tells unreachable apart.
-        detail = "; ".join(str(e.get("error", e)) for e in errors if isinstance(e, dict))
+        detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict))
         cls = SlurmUnreachable if (any(s in stderr for s in _UNREACHABLE)
                                    or any(e.get("errno") == -1 for e in errors
                                           if isinstance(e, dict))) else SlurmError
@@ -287,9 +362,11 @@ def node_from_scontrol(line: str) -> NodeInfo:
     if match:
         reason, user, when = match["reason"], match["user"], parse_slurm_time(match["time"])
     extra_raw = tail.get("Extra", "")
+    states = state_flags(fields.get("State", ""))
+    reason, user, when = live_reason(states, reason, user, when)
     return NodeInfo(
         name=fields["NodeName"],
-        states=state_flags(fields.get("State", "")),
+        states=states,
         reason=reason,
         reason_user=user,
         reason_time=when,
@@ -310,6 +387,36 @@ def parse_scontrol_nodes(text: str) -> tuple[NodeInfo, ...]:
     return tuple(node_from_scontrol(ln) for ln in text.splitlines() if ln.strip())
 
 
+# ------------------------------------------------------------------ versions
+
+# The JSON dialects this module reads, oldest first: (first Slurm version, name).
+# 22.05 prints OpenAPI v0.0.38 (`sinfo --json` has a per-node list; no `scontrol
+# --json`); from 23.02 on the data_parser plugins print per-node objects through
+# `scontrol --json show node` (state lists, {"set","infinite","number"} times).
+# Checked live: 22.05.8 and 25.11.7 (README, "Supported Slurm versions").
+DIALECTS = (((22, 5), "v0.0.38"), ((23, 2), "data_parser"))
+NEWEST_KNOWN = (25, 11)
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+def parse_slurm_version(text: str) -> tuple[int, int]:
+    """(major, minor) from ``slurm 25.11.7`` (`sinfo --version`)."""
+    match = _VERSION.search(text or "")
+    if not match:
+        raise SlurmError(f"cannot read a Slurm version from {text.strip()[:80]!r}")
+    return int(match[1]), int(match[2])
+
+
+def dialect_for(version: tuple[int, int]) -> str:
+    """The JSON dialect of that Slurm version; versions newer than any we know are read
+    with the newest dialect (the caller warns)."""
+    name = DIALECTS[0][1]
+    for first, dialect in DIALECTS:
+        if version >= first:
+            name = dialect
+    return name
+
+
 # ------------------------------------------------------------------ the backend
 
 
@@ -327,6 +434,22 @@ class CliSlurm:
         self.timeout = timeout
         self.retries = max(0, retries)
         self.retry_delay = retry_delay
+        self._version: tuple[int, int] | None = None
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """The Slurm commands' version, asked once (`sinfo --version`)."""
+        if self._version is None:
+            self._version = parse_slurm_version(self._run(["sinfo", "--version"]).stdout)
+            if self._version > NEWEST_KNOWN:
+                log.warning("Slurm %d.%02d is newer than the newest version slurm-heal knows "
+                            "(%d.%02d); reading its JSON as %d.%02d's", *self._version,
+                            *NEWEST_KNOWN, *NEWEST_KNOWN)
+        return self._version
+
+    @property
+    def dialect(self) -> str:
+        return dialect_for(self.version)
 
     # plumbing
     def _env(self) -> dict[str, str]:
@@ -385,13 +508,32 @@ class CliSlurm:
 
     # reads
     def nodes(self) -> tuple[NodeInfo, ...]:
-        argv = ["sinfo", "--json"]
+        if self.dialect == "v0.0.38":
+            argv = ["sinfo", "--json"]
+        else:
+            argv = ["scontrol", "--json", "show", "node"]
         proc = self._run(argv, read=True)
-        return parse_sinfo_json(proc.stdout, argv, proc.stderr)
+        nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv))
+        if not nodes:
+            self._no_nodes_means_no_nodes(argv)
+        return nodes
+
+    def _no_nodes_means_no_nodes(self, argv: Sequence[str]) -> None:
+        """Zero nodes from the JSON while `sinfo -h -o %N` names some is a JSON we did not
+        understand, never an empty cluster."""
+        listed = _names(",".join(self._run(["sinfo", "-h", "-o", "%N"], read=True)
+                                 .stdout.split()))
+        if listed:
+            raise SlurmError(f"{' '.join(argv)} gave no nodes but Slurm "
+                             f"{'.'.join(map(str, self.version))} lists {len(listed)} "
+                             f"({NodeSet.fromlist(listed)}): its JSON is not one slurm-heal "
+                             "reads", command=argv)
 
     def node(self, name: str) -> NodeInfo:
         if not name or len(NodeSet(name)) != 1:
             raise NotFound(f"not a single node name: {name!r}")
+        if self.dialect != "v0.0.38":
+            return self._node_json(name)
         argv = ["scontrol", "show", "node", "-o", name]
         try:
             proc = self._run(argv, read=True)
@@ -407,6 +549,27 @@ class CliSlurm:
             found = [n for n in parse_scontrol_nodes(proc.stdout) if n.name == name]
         except _Ambiguous:
             found = [n for n in self.nodes() if n.name == name]
+        if not found:
+            raise NotFound(f"Slurm does not know node {name!r}")
+        return found[0]
+
+    def _node_json(self, name: str) -> NodeInfo:
+        argv = ["scontrol", "--json", "show", "node", name]
+        try:
+            proc = self._run(argv, read=True)
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            if any(s in exc.stderr + str(exc) for s in _NOT_FOUND):
+                raise NotFound(f"Slurm does not know node {name!r}") from exc
+            raise
+        try:
+            found = [n for n in parse_sinfo_json(proc.stdout, argv, proc.stderr,
+                                                 what=" ".join(argv)) if n.name == name]
+        except SlurmError as exc:
+            if any(s in str(exc) for s in _NOT_FOUND):
+                raise NotFound(f"Slurm does not know node {name!r}") from exc
+            raise
         if not found:
             raise NotFound(f"Slurm does not know node {name!r}")
         return found[0]
@@ -434,9 +597,10 @@ class CliSlurm:
         except NotFound:
             raise
         except SlurmError as exc:
-            # 22.05 refuses to resume a node that is neither drained nor down; that is
-            # the state we wanted, so resume is idempotent.
-            if "Invalid node state specified" in exc.stderr and not (
+            # Slurm refuses to resume a node that is neither drained nor down (22.05:
+            # "Invalid node state specified", 25.11: "Invalid node state transition");
+            # that is the state we wanted, so resume is idempotent.
+            if any(s in exc.stderr for s in _BAD_TRANSITION) and not (
                     self.node(node).states & {"DRAIN", "DOWN", "FAIL"}):
                 return
             raise

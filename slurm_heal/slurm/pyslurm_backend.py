@@ -1,28 +1,35 @@
-"""The `pyslurm` Slurm backend (SPEC I3), written against pyslurm 25.11's documented API.
+"""The `pyslurm` Slurm backend (SPEC I3), on pyslurm 25.11 (run live against the 25.11 lab).
 
-PyPI only serves pyslurm 25.11 (for Slurm 25.11); the lab runs Slurm 22.05, so this
-backend cannot run here. Its data mapping is a thin, pure layer (`node_from_pyslurm`,
-`job_from_pyslurm`) tested against recorded data shaped like pyslurm's objects
-(tests/data/pyslurm/), and a shared test shows both backends map the same cluster to
-equal NodeInfo.
-
-Assumptions about pyslurm 25.11 (from its documentation; verify on a real 25.11 site):
-- ``pyslurm.Nodes.load()`` is a dict ``name -> pyslurm.Node``; a Node has ``name``,
-  ``state`` (``"IDLE+DRAIN"``, the complete state string), ``reason``, ``reason_user``,
-  ``reason_time`` (epoch int or None), ``extra``, ``partitions`` (list),
-  ``available_features`` (list), ``boot_time``, ``slurmd_start_time``, ``address``,
-  ``hostname``; ``to_dict()`` gives the same keys.
-- ``pyslurm.Jobs.load()`` is a dict ``id -> pyslurm.Job`` with ``id``, ``user_name``,
-  ``state``, ``nodes`` (host list string), ``name``, ``start_time``, ``end_time``,
+pyslurm's version follows Slurm's: pyslurm 25.11.x is built against libslurm 25.11 and
+talks to a 25.11 slurmctld. What this module relies on (pyslurm 25.11.2, checked live):
+- ``import pyslurm`` initialises libslurm, which reads slurm.conf and, finding none,
+  calls ``fatal()`` and ends the whole process. So the import runs with
+  ``PYSLURM_DISABLE_AUTO_INIT`` set and we call ``pyslurm.slurm_init(path)`` ourselves
+  after checking that the configuration file exists (`config_source`): a missing
+  configuration is our own clear SlurmError, never libslurm's exit.
+- libslurm is initialised once per process: one cluster (slurm.conf) per process.
+- ``pyslurm.Nodes.load()`` iterates (``values()``) over `pyslurm.Node`s: ``name``,
+  ``state`` (the complete ``IDLE+DRAIN`` string), ``reason``, ``reason_user``,
+  ``reason_time`` (epoch or None), ``extra``, ``partitions``, ``available_features``,
+  ``boot_time``, ``slurmd_start_time``, ``address``, ``hostname``.
+- ``pyslurm.Jobs.load()``: `pyslurm.Job` with ``id``, ``user_name``, ``state``,
+  ``allocated_nodes`` (host list), ``name``, ``start_time``, ``end_time``,
   ``time_limit`` (minutes; None = unlimited).
 - ``pyslurm.Node(name).modify(pyslurm.Node(state=..., reason=...))`` updates a node;
   ``pyslurm.Job(id).send_signal(sig, steps="all")``, ``.requeue()``, ``.cancel()``.
-- Rebooting has no stable pyslurm call; it goes through `scontrol reboot` (cli backend).
+- pyslurm has no call to reboot a node; that goes through `scontrol reboot` (cli).
+- ``pyslurm.slurmctld.Config.load().version`` is the running slurmctld's version:
+  `pyslurm_matches` compares it in a child process (a libslurm that cannot talk to
+  that slurmctld, or a fatal(), ends the child, not us) before "auto" picks pyslurm.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +41,7 @@ from slurm_heal.slurm.cli import (
     _names,
     _split_list,
     _text,
+    live_reason,
     parse_slurm_time,
     state_flags,
 )
@@ -55,12 +63,16 @@ def node_from_pyslurm(node: Any) -> NodeInfo:
     if not name:
         raise SlurmError(f"pyslurm node without a name: {str(node)[:120]}")
     extra_raw = _text(_get(node, "extra"))
+    states = state_flags(str(_get(node, "state") or ""))
+    reason, user, when = live_reason(states, _text(_get(node, "reason")),
+                                     _text(_get(node, "reason_user")),
+                                     parse_slurm_time(_get(node, "reason_time")))
     return NodeInfo(
         name=str(name),
-        states=state_flags(str(_get(node, "state") or "")),
-        reason=_text(_get(node, "reason")),
-        reason_user=_text(_get(node, "reason_user")),
-        reason_time=parse_slurm_time(_get(node, "reason_time")),
+        states=states,
+        reason=reason,
+        reason_user=user,
+        reason_time=when,
         extra_raw=extra_raw,
         extra=parse_extra(extra_raw),
         partitions=_split_list(_get(node, "partitions")),
@@ -85,7 +97,7 @@ def job_from_pyslurm(job: Any) -> JobInfo:
         job_id=int(_get(job, "id")),
         user=_text(_get(job, "user_name")),
         state=state,
-        nodes=_names(str(_get(job, "nodes") or "")),
+        nodes=_names(str(_get(job, "allocated_nodes") or _get(job, "nodes") or "")),
         name=_text(_get(job, "name")),
         start_time=parse_slurm_time(_get(job, "start_time")),
         end_time=end,
@@ -93,15 +105,95 @@ def job_from_pyslurm(job: Any) -> JobInfo:
     )
 
 
-def pyslurm_usable() -> str | None:
-    """None when pyslurm imports and matches a supported libslurm; else why not."""
+# Where libslurm looks when neither an explicit path nor $SLURM_CONF names one: the
+# usual sysconfdir, and slurmd's configless cache.
+DEFAULT_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf",
+                 "/run/slurm/conf/slurm.conf", "/var/spool/slurmd/conf-cache/slurm.conf")
+_initialised: str | None = None
+
+
+def config_source(slurm_conf: str | None) -> str:
+    """The slurm.conf libslurm will read, checked to exist before any libslurm call
+    (libslurm ends the process when it finds none). SlurmError names what is missing."""
+    for where, path in (("slurm_conf", slurm_conf), ("SLURM_CONF", os.environ.get("SLURM_CONF"))):
+        if path:
+            if not os.path.isfile(path):
+                raise SlurmError(f"slurm.conf not found: {path} (from {where})")
+            return path
+    for path in DEFAULT_CONFS:
+        if os.path.isfile(path):
+            return path
+    raise SlurmError("no Slurm configuration: SLURM_CONF is not set and none of "
+                     f"{', '.join(DEFAULT_CONFS)} exists")
+
+
+def load_pyslurm(slurm_conf: str | None) -> Any:
+    """``import pyslurm`` without its automatic libslurm init, then init it on the checked
+    configuration. Once per process; another slurm.conf later is a SlurmError."""
+    global _initialised
+    path = config_source(slurm_conf)
+    if _initialised is not None:
+        if os.path.realpath(path) != os.path.realpath(_initialised):
+            raise SlurmError(f"pyslurm is already set up for {_initialised} in this process; "
+                             f"libslurm cannot switch to {path}")
+        return importlib.import_module("pyslurm")
+    old = os.environ.get("PYSLURM_DISABLE_AUTO_INIT")
+    os.environ["PYSLURM_DISABLE_AUTO_INIT"] = "1"
     try:
         module = importlib.import_module("pyslurm")
     except Exception as exc:  # ImportError, or an OSError from a missing libslurm
-        return f"import pyslurm failed: {exc}"
+        raise SlurmError(f"import pyslurm failed: {exc}") from exc
+    finally:
+        if old is None:
+            os.environ.pop("PYSLURM_DISABLE_AUTO_INIT", None)
+        else:
+            os.environ["PYSLURM_DISABLE_AUTO_INIT"] = old
     version = str(getattr(module, "__version__", "") or "")
     if not version.startswith(f"{SUPPORTED_MAJOR}."):
-        return f"pyslurm {version or '?'} is not the {SUPPORTED_MAJOR}.x this backend targets"
+        raise SlurmError(f"pyslurm {version or '?'} is not the {SUPPORTED_MAJOR}.x this "
+                         "backend targets")
+    module.slurm_init(path)
+    _initialised = path
+    return module
+
+
+_PROBE = """
+import json, os, sys
+os.environ["PYSLURM_DISABLE_AUTO_INIT"] = "1"
+import pyslurm
+pyslurm.slurm_init(sys.argv[1])
+print(json.dumps({"pyslurm": pyslurm.__version__,
+                  "slurmctld": pyslurm.slurmctld.Config.load().version}))
+"""
+
+
+def _major_minor(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def pyslurm_matches(slurm_conf: str | None, timeout: float = 20.0) -> str | None:
+    """None when pyslurm is installed and its libslurm's version (major.minor) is the
+    running slurmctld's; else why not. Asked in a child process."""
+    try:
+        path = config_source(slurm_conf)
+    except SlurmError as exc:
+        return str(exc)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"pyslurm probe failed: {exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"pyslurm cannot talk to this slurmctld ({last[:160]})"
+    try:
+        seen = json.loads(proc.stdout.strip().splitlines()[-1])
+        mine, theirs = str(seen["pyslurm"]), str(seen["slurmctld"])
+    except (ValueError, KeyError, IndexError):
+        return f"pyslurm probe printed {proc.stdout[:120]!r}"
+    if _major_minor(mine) != _major_minor(theirs):
+        return f"pyslurm {mine} does not match slurmctld {theirs}"
     return None
 
 
@@ -111,8 +203,9 @@ class PyslurmSlurm:
 
     def __init__(self, slurm_conf: str | None = None, timeout: float = 20.0,
                  module: Any = None) -> None:
-        self._pyslurm = module if module is not None else importlib.import_module("pyslurm")
-        self._cli = CliSlurm(slurm_conf=slurm_conf, timeout=timeout)
+        self._pyslurm = module if module is not None else load_pyslurm(slurm_conf)
+        self._slurm_conf = slurm_conf
+        self._timeout = timeout
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -161,7 +254,10 @@ class PyslurmSlurm:
         self._modify(node, extra=with_key(self.node(node).extra_raw, key, value))
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
-        self._cli.reboot(node, reason, nextstate)
+        # pyslurm has no reboot call: the Slurm commands do it, on the same cluster.
+        self.node(node)
+        CliSlurm(slurm_conf=self._slurm_conf, timeout=self._timeout).reboot(
+            node, reason, nextstate)
 
     def _active(self, node: str) -> list[int]:
         return [j.job_id for j in self.jobs(node) if j.state in ACTIVE_JOB_STATES]
@@ -172,8 +268,9 @@ class PyslurmSlurm:
             # steps="all": every step and the batch shell, like the cli backend's
             # `scancel --full` (pyslurm's default, "children", spares the batch shell,
             # so a job script that traps the signal to checkpoint never sees it; SPEC P3).
+            # pyslurm 25.11.2 takes "SIGUSR1" (or a number); "USR1" is "Invalid Signal".
             self._call("Job.send_signal", job.send_signal,
-                       signal.upper().removeprefix("SIG"), steps="all")
+                       "SIG" + signal.upper().removeprefix("SIG"), steps="all")
 
     def requeue_jobs(self, node: str) -> None:
         for job_id in self._active(node):

@@ -23,3 +23,18 @@ def test_lab_reboot_changes_boot_time_and_node_returns(lab: Lab) -> None:
     lab.reboot(node, delay=0.5)
     lab.wait_for(lambda: lab.show(node)["BootTime"] != before, timeout=30, what="new BootTime")
     lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=30, what=f"{node} IDLE")
+
+
+def test_the_lab_runs_the_slurm_version_asked_for_and_env_puts_it_first(lab: Lab) -> None:
+    """SPEC I6: `--slurm` picks the lab's version; `lab env` exports that version's
+    commands first on PATH, so the Slurm commands (and slurm-heal) talk to it."""
+    assert lab.run(["sinfo", "--version"]).stdout.split()[1].startswith(lab.slurm + ".")
+    config = lab.run(["scontrol", "show", "config"]).stdout
+    assert f"SLURM_VERSION           = {lab.slurm}." in config
+    env = lab.run([*lab.lab_cmd, "env"]).stdout.splitlines()
+    assert f"export SLURM_CONF={lab.conf}" in env
+    path = [ln for ln in env if ln.startswith("export PATH=")]
+    if lab.path_prefix:
+        assert path and path[0].startswith("export PATH=" + lab.path_prefix)
+    else:
+        assert path == []  # the system's commands (22.05) are already on PATH

@@ -19,13 +19,25 @@ ALERT_EXTRA = json.dumps({"site": "x", "slurm_heal": {"v": 1, "alerts": [{
     "last_seen": "2026-01-05T00:01:00+00:00", "evidence": []}]}})
 
 
-def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab) -> None:
+def _backend_args(lab: Lab, backend: str) -> tuple[list[str], dict[str, str]]:
+    """`status` options and environment for the backend under test."""
+    env = {}
+    if backend == "rest":
+        env = {"SLURM_HEAL_REST_URL": lab.rest_url,
+               "SLURM_HEAL_REST_TOKEN_FILE": str(lab.token_file)}
+    return ["--backend", backend], env
+
+
+def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, backend: str) -> None:
+    """Through every backend: the 25.11 bug was `{"nodes": []}` with exit 0."""
     ours, foreign, alerted = lab.nodes[0], lab.nodes[1], lab.nodes[2]
     lab.scontrol("update", f"nodename={ours}", "state=drain",
                  "reason=heal: gpu.xid.79 rem=r-1 by=controller cordoned")
     lab.scontrol("update", f"nodename={foreign}", "state=drain", "reason=ops: bad fan")
     lab.scontrol("update", f"nodename={alerted}", f"extra={ALERT_EXTRA}")
-    result = CliRunner().invoke(cli, ["status", "--json", "--slurm-conf", str(lab.conf)])
+    args, env = _backend_args(lab, backend)
+    result = CliRunner().invoke(cli, ["status", "--json", "--slurm-conf", str(lab.conf), *args],
+                                env=env)
     assert result.exit_code == 0, result.output
     nodes = {n["name"]: n for n in json.loads(result.output)["nodes"]}
     assert sorted(nodes) == lab.nodes
@@ -39,9 +51,10 @@ def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab) -> Non
     assert nodes[lab.nodes[3]]["reason"] is None and nodes[lab.nodes[3]]["alerts"] == []
 
 
-def test_status_text_marks_foreign_reasons(lab: Lab) -> None:
+def test_status_text_marks_foreign_reasons(lab: Lab, backend: str) -> None:
     lab.scontrol("update", f"nodename={lab.nodes[1]}", "state=drain", "reason=ops: bad fan")
-    result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(lab.conf)])
+    args, env = _backend_args(lab, backend)
+    result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(lab.conf), *args], env=env)
     assert result.exit_code == 0, result.output
     assert "[foreign] ops: bad fan" in result.output
 

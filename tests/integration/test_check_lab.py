@@ -48,7 +48,7 @@ def replay(tmp_path: Path) -> Replay:
 
 
 def check(lab: Lab, replay: Replay, node: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    env = dict(lab.env, SLURM_HEAL_ROOT=str(replay.root), PATH="/usr/bin:/bin")
+    env = dict(lab.env, SLURM_HEAL_ROOT=str(replay.root), PATH=lab.path_prefix + "/usr/bin:/bin")
     return subprocess.run([sys.executable, "-m", "slurm_heal.checks", "--node", node, *extra],
                           env=env, capture_output=True, text=True, timeout=120)
 

@@ -32,7 +32,17 @@ XID79 = ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen
 CHECK_TOML = '[services]\nenabled = false\n[mounts]\nrw = ["/"]\n'
 
 
-def _policy(state_dir: Path, conf: Path, url: str, extra_toml: str = "") -> str:
+def _backend_toml(lab: Lab, backend: str) -> str:
+    """The [controller] keys that pick the backend under test (SPEC I3)."""
+    toml = f'slurm_backend = "{backend}"\n'
+    if backend == "rest":
+        toml += (f'slurm_rest_url = "{lab.rest_url}"\n'
+                 f'slurm_rest_token_file = "{lab.token_file}"\n')
+    return toml
+
+
+def _policy(state_dir: Path, conf: Path, url: str, extra_toml: str = "",
+            backend_toml: str = 'slurm_backend = "cli"\n') -> str:
     return f"""
 [approvals]
 default = "manual"
@@ -57,8 +67,7 @@ min_available_percent = 0
 [controller]
 state_dir = "{state_dir}"
 interval = 1
-slurm_backend = "cli"
-slurm_conf = "{conf}"
+{backend_toml}slurm_conf = "{conf}"
 
 [provider]
 type = "http"
@@ -70,11 +79,13 @@ read_timeout = 30
 class Heal:
     """One test's slurm-heal installation against the lab."""
 
-    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer) -> None:
+    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, backend: str = "cli") -> None:
         self.lab, self.tmp, self.sim = lab, tmp, sim
         self.state_dir = tmp / "state"
         self.config = tmp / "heal.toml"
-        self.config.write_text(_policy(self.state_dir, lab.conf, sim.url))
+        self.backend_toml = _backend_toml(lab, backend)
+        self.config.write_text(_policy(self.state_dir, lab.conf, sim.url,
+                                       backend_toml=self.backend_toml))
         (tmp / "check.toml").write_text(CHECK_TOML)
         self.slurm = CliSlurm(slurm_conf=str(lab.conf))
         self.daemons: list[subprocess.Popen[bytes]] = []
@@ -189,13 +200,13 @@ class Heal:
 
 
 @pytest.fixture
-def heal(lab_clean: Lab, tmp_path: Path) -> Iterator[Heal]:
+def heal(lab_clean: Lab, tmp_path: Path, backend: str) -> Iterator[Heal]:
     # lab_clean first: its reset may restart a node's slurmd (a new boot time), which the
     # boot watcher below must not mistake for a reboot done by the test.
     lab = lab_clean
     hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
     with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
-        h = Heal(lab, tmp_path, sim)
+        h = Heal(lab, tmp_path, sim, backend)
         h.baseline()
         h._watcher.start()
         try:
