@@ -7,18 +7,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import requests
 
 from slurm_heal.api.auth import add_token
+from tests.lab import Lab
+
+if TYPE_CHECKING:
+    from tests.integration.test_daemon_lab import Heal
 
 LISTENING = re.compile(r"listening on (https?://[^/\s]+)/")
 
@@ -93,3 +100,65 @@ def make_tokens(path: Path) -> dict[str, str]:
     """A token file with an operator (alice) and a viewer (victor); name -> token."""
     return {"alice": add_token(path, "alice", "operator"),
             "victor": add_token(path, "victor", "viewer")}
+
+
+# --------------------------------------------------------------------------- with the lab
+
+def manual_config(state_dir: Path, slurm_conf: Path, provider_url: str) -> str:
+    """A daemon config whose approvals all wait for a person (SPEC P2: the default), with
+    serve's [api] section naming the token file beside it."""
+    return f"""
+[approvals]
+default = "manual"
+
+[safety]
+concurrency = 4
+one_per_pool = false
+return_timeout = "5m"
+
+[capacity]
+min_available_percent = 0
+
+[controller]
+state_dir = "{state_dir}"
+interval = 1
+slurm_backend = "cli"
+slurm_conf = "{slurm_conf}"
+
+[provider]
+type = "http"
+url = "{provider_url}"
+read_timeout = 30
+
+[api]
+tokens = "tokens.toml"
+"""
+
+
+XID119 = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after 6s of waiting for "
+          "RPC response from GPU0 GSP!")
+
+
+@contextlib.contextmanager
+def heal_with_serve(lab: Lab, tmp: Path) -> Iterator[tuple[Heal, Serve, dict[str, str]]]:
+    """The lab with the daemon's world (the provider simulator rebooting lab nodes, the
+    node check at boot) under a manual-approval policy, and `slurm-heal serve` on the
+    same config. The daemon is started by the test (``heal.start_daemon()``)."""
+    from slurm_heal.providers.simulator import LabHook, SimulatorServer
+    from slurm_heal.slurm.cli import CliSlurm
+    from tests.integration.test_daemon_lab import Heal
+
+    hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
+    with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
+        heal = Heal(lab, tmp, sim)
+        heal.config.write_text(manual_config(heal.state_dir, lab.conf, sim.url))
+        tokens = make_tokens(tmp / "tokens.toml")
+        heal.baseline()
+        heal._watcher.start()
+        srv = Serve(["--config", str(heal.config)], tmp / "serve.log", env=lab.env)
+        try:
+            srv.start()
+            yield heal, srv, tokens
+        finally:
+            srv.stop()
+            heal.close()
