@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   the main job on its embedded default (a simulated cluster: fault -> remediation -> resume)
-#   make test   the whole test suite (installs Slurm 22.05 + munge when missing, starts and
-#               stops its own lab cluster, runs ruff, mypy --strict and pytest)
+#   make test   the whole test suite (installs Slurm 22.05 + munge, and Debian's chromium +
+#               chromium-driver for the console tests, when missing; starts and stops its own
+#               lab cluster, runs ruff, mypy --strict and pytest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -27,7 +28,7 @@ unit: setup
 	$(BIN)/pytest -m "not slurm"
 
 test: setup
-	contrib/lab/lab install
+	contrib/lab/lab install --browser
 	$(MAKE) lint
 	$(BIN)/pytest
 
