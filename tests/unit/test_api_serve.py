@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -420,3 +421,113 @@ def test_the_committed_openapi_document_is_the_served_one_and_names_every_route(
                 routes.add((path, method))
     assert routes == documented
 
+
+
+# --------------------------------------------------------------------------- console forms
+
+
+def _login(srv: Serve, token: str) -> requests.Session:
+    """Log in to the console as a browser does: the login form's nonce, then the token."""
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text)
+    assert nonce, page.text
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce.group(1), "token": token,
+                                            "next": "/approvals"},
+                  allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/approvals", resp.text
+    return s
+
+
+def _form_fields(html: str, rid: str) -> dict[str, str]:
+    form = html[html.index(f'action="/remediations/{rid}/approve"'):]
+    return {k: re.search(rf'name="{k}" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
+            for k in ("csrf_token", "idempotency_key")}
+
+
+def test_a_console_form_without_its_csrf_token_is_refused_and_with_it_is_queued_once(
+        srv: Serve, fresh: Site) -> None:
+    """The console's forms carry a CSRF token (a cross-site POST riding the session cookie
+    is refused) and an idempotency key (a double submit is one command)."""
+    s = _login(srv, fresh.tokens["alice"])
+    page = s.get(srv.url + "/approvals", timeout=10)
+    assert "Approve reboot of gpu01" in page.text
+    fields = _form_fields(page.text, "r-0000proposal")
+    url = srv.url + "/remediations/r-0000proposal/approve"
+    for bad in ({}, {"csrf_token": "forged"}):
+        resp = s.post(url, data={"reason": "x", **bad}, allow_redirects=False, timeout=10)
+        assert resp.status_code == 403 and "CSRF token" in resp.text
+    assert requests.post(url, data={"reason": "x", **fields}, allow_redirects=False,
+                         timeout=10).status_code == 303  # no session: to the login page
+    assert fresh.store.load().inbox == ()
+    for _ in range(2):  # the double submit
+        resp = s.post(url, data={"reason": "looks right", **fields}, allow_redirects=False,
+                      timeout=10)
+        assert resp.status_code == 303
+        assert resp.headers["Location"] == "/remediations/r-0000proposal?queued=approve"
+    (cmd,) = fresh.store.load().inbox
+    assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "alice", "looks right")
+
+
+def test_a_viewer_in_the_console_sees_no_forms_and_cannot_post_one(
+        srv: Serve, fresh: Site) -> None:
+    s = _login(srv, fresh.tokens["victor"])
+    page = s.get(srv.url + "/approvals", timeout=10)
+    assert "r-0000proposal" in page.text and "may look but not decide" in page.text
+    assert "/approve" not in page.text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)  # the logout form's
+    assert csrf
+    resp = s.post(srv.url + "/remediations/r-0000proposal/approve",
+                  data={"csrf_token": csrf.group(1)}, allow_redirects=False, timeout=10)
+    assert resp.status_code == 403 and "viewer role" in resp.text
+    assert fresh.store.load().inbox == ()
+
+
+def test_console_pages_need_a_login_and_never_redirect_off_site(srv: Serve, fresh: Site) -> None:
+    resp = requests.get(srv.url + "/approvals", allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/login?next=/approvals"
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": "//evil.example/"},
+                  allow_redirects=False, timeout=10)
+    assert resp.headers["Location"] == "/"
+    assert "HttpOnly" in resp.headers["Set-Cookie"] and "SameSite=Strict" in \
+        resp.headers["Set-Cookie"]
+
+
+# --------------------------------------------------------------------------- token file
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[[token]]\nname = 'a b'\nrole = 'viewer'\nsha256 = '" + "0" * 64 + "'\n", "name must be"),
+    ("[[token]]\nname = 'a'\nrole = 'admin'\nsha256 = '" + "0" * 64 + "'\n", "role must be"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\nsha256 = 'abc'\n", "64 hex digits"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = 'short'\n", "at least 16"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\n", "exactly one of sha256 or token"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\n"
+     "[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "y" * 20 + "'\n", "named twice"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\nexpires = 1\n",
+     "unknown key"),
+    ("users = 1\n", "[[token]] entries only"),
+    ("[[token]\n", "not valid TOML"),
+])
+def test_a_malformed_token_file_says_which_entry_and_why(text: str, words: str) -> None:
+    from slurm_heal.api.auth import parse_tokens
+
+    with pytest.raises(ConfigError) as err:
+        parse_tokens(text, "tokens.toml")
+    assert words in str(err.value) and str(err.value).startswith("tokens.toml")
+
+
+def test_plain_tokens_in_a_file_anyone_may_read_are_refused(tmp_path: Path) -> None:
+    from slurm_heal.api.auth import TokenFile
+
+    path = tmp_path / "tokens.toml"
+    path.write_text("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\n")
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="anyone may read it"):
+        TokenFile(path)
+    path.chmod(0o600)
+    assert TokenFile(path).check("x" * 20) is not None
+    assert TokenFile(path).check("x" * 19) is None
