@@ -531,3 +531,31 @@ def test_plain_tokens_in_a_file_anyone_may_read_are_refused(tmp_path: Path) -> N
     path.chmod(0o600)
     assert TokenFile(path).check("x" * 20) is not None
     assert TokenFile(path).check("x" * 19) is None
+
+
+def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
+        tmp_path: Path) -> None:
+    """Single sign-on: the proxy names the person; roles from [api] proxy_users; the
+    console's forms still need their CSRF token (bound to the person)."""
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text()
+                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n')
+    site.reset(_proposal())
+    carol = {"X-Remote-User": "carol"}
+    with site.serve() as srv:
+        page = requests.get(srv.url + "/approvals", headers=carol, timeout=10)
+        assert page.status_code == 200 and "carol" in page.text
+        fields = _form_fields(page.text, "r-0000proposal")
+        url = srv.url + "/remediations/r-0000proposal/approve"
+        forged = requests.post(url, headers=carol, data={"csrf_token": "x" * 64},
+                               allow_redirects=False, timeout=10)
+        assert forged.status_code == 403
+        ok = requests.post(url, headers=carol, data={"reason": "ok", **fields},
+                           allow_redirects=False, timeout=10)
+        assert ok.status_code == 303, ok.text
+        # someone else named by the proxy is a viewer (proxy_default_role)
+        dave = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "dave"},
+                            timeout=10).json()
+        assert dave == {"name": "dave", "role": "viewer", "via": "proxy"}
+    (cmd,) = site.store.load().inbox
+    assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "carol", "ok")
