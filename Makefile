@@ -1,9 +1,10 @@
 # The two commands of the README:
 #   make demo   the main job on its embedded default (a simulated cluster: fault -> remediation -> resume)
-#   make test   the whole test suite (installs Slurm 22.05 + munge when missing, builds Slurm
-#               25.11 from ../shared/vendor once, starts and stops its own lab clusters, runs
-#               ruff, mypy --strict and pytest: everything on 22.05, then the Slurm-marked
-#               tests on 25.11 through each backend: cli, pyslurm, rest)
+#   make test   the whole test suite (installs Slurm 22.05 + munge, and Debian's chromium +
+#               chromium-driver for the console tests, when missing; builds Slurm 25.11 from
+#               ../shared/vendor once; starts and stops its own lab clusters, runs ruff,
+#               mypy --strict and pytest: everything on 22.05, then the Slurm-marked tests on
+#               25.11 through each backend: cli, pyslurm, rest)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -33,7 +34,7 @@ unit: setup
 MATRIX_2511 := cli pyslurm rest
 
 test: setup
-	contrib/lab/lab install
+	contrib/lab/lab install --browser
 	contrib/lab/lab install --slurm 25.11 --if-available
 	$(MAKE) lint
 	$(BIN)/pytest

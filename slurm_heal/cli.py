@@ -38,6 +38,8 @@ COMMANDS: dict[str, str] = {
     "explain": "slurm_heal.commands.admin:explain",
     "breaker": "slurm_heal.commands.admin:breaker",
     "policy": "slurm_heal.commands.admin:policy",
+    "serve": "slurm_heal.commands.serve:serve",
+    "api-token": "slurm_heal.commands.serve:api_token",
     "simulator": "slurm_heal.commands.simulator:simulator",
     "install-node": "slurm_heal.commands.install:install_node",
     "install-controller": "slurm_heal.commands.install:install_controller",

@@ -104,6 +104,10 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     kind = (dry_provider(dict(policy.provider), source) if build_provider
             else str(policy.provider.get("type")))
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
+    if policy.api:  # `slurm-heal serve`'s section: checked here too, so a typo shows early
+        from slurm_heal.api.settings import api_settings
+
+        api_settings(dict(policy.api), source=source)
 
     fault_ids = sorted(catalog.load().faults)
     for i, rule in enumerate(policy.approvals.rules):

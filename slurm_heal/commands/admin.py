@@ -19,21 +19,23 @@ Embedding/tests: a `SlurmClient` placed in the click context object under ``"slu
 from __future__ import annotations
 
 import getpass
-import importlib
 import json
 import os
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
 import click
 
-from slurm_heal.errors import HealError, NotFound, SlurmError
-from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate, slurm_conf_path
+from slurm_heal import operations
+from slurm_heal.errors import HealError, NotFound
+from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate
 from slurm_heal.models import Command, Remediation, State
+from slurm_heal.operations import alert_json as _alert_json
+from slurm_heal.operations import alerts_of as _alerts_of
+from slurm_heal.operations import rem_json as _rem_json
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import Action, Alert
+from slurm_heal.types import Action
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXPLAIN_DECISIONS = 10
@@ -92,18 +94,7 @@ def _slurm(config: str | None) -> SlurmClient:
     if obj is not None and obj.get("slurm") is not None:
         client: SlurmClient = obj["slurm"]
         return client
-    factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
-    if factory is None:
-        raise SlurmError("no Slurm backend is available in this installation")
-    section = _controller_section(config)
-    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(section.get("slurm_conf")))}
-    if section.get("slurm_backend"):
-        kwargs["backend"] = section["slurm_backend"]
-    for key in ("slurm_rest_url", "slurm_rest_token_file"):
-        if section.get(key):
-            kwargs[key.replace("slurm_rest_", "rest_")] = section[key]
-    made: SlurmClient = factory(**kwargs)
-    return made
+    return operations.slurm_client(_controller_section(config))
 
 
 def _emit_json(obj: Any) -> None:
@@ -178,12 +169,6 @@ def by_option(func: F) -> F:
 
 def _last_why(rem: Remediation) -> str:
     return rem.steps[-1].why if rem.steps else ""
-
-
-def _rem_json(rem: Remediation) -> dict[str, Any]:
-    out: dict[str, Any] = rem.model_dump(mode="json")
-    out["open"] = not rem.phase.terminal
-    return out
 
 
 # --------------------------------------------------------------------------- remediations
@@ -308,47 +293,6 @@ def _known_somewhere(node: str, config: str | None) -> None:
 # --------------------------------------------------------------------------- alerts
 
 
-def _alert_json(alert: Alert) -> dict[str, Any]:
-    from slurm_heal import catalog
-    from slurm_heal.extra import alert_to_json
-
-    out = alert_to_json(alert)
-    out["node"] = alert.node
-    try:
-        fault = catalog.load().get(alert.fault)
-        out["explanation"] = fault.explanation
-        out["default_action"] = fault.action.value
-        if fault.bucket:  # an Xid: NVIDIA's own advice next to ours
-            out["nvidia"] = {"mnemonic": fault.mnemonic, "bucket": fault.bucket,
-                             "investigatory": fault.investigatory}
-    except HealError:
-        out["explanation"] = "(not in the fault catalog)"
-        out["default_action"] = None
-    return out
-
-
-def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
-    """The node checks' alerts from Extra, plus D5: a node DOWN or drained for a reason
-    slurm-heal did not set (what a Slurm exporter would show; never touched by us)."""
-    from slurm_heal import catalog, reasons
-    from slurm_heal.extra import alerts_from_extra
-
-    now = _now()
-    nodes = (client.node(node),) if node else client.nodes()
-    out: list[Alert] = []
-    for n in nodes:
-        out.extend(alerts_from_extra(n.name, n.extra, now))
-        if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
-                and not reasons.is_request(n.reason):
-            fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
-            seen = n.reason_time or now
-            out.append(Alert(
-                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
-                summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
-                first_seen=seen, last_seen=seen))
-    return out
-
-
 @click.command()
 @click.option("--node", default=None, help="Only this node.")
 @state_options
@@ -378,34 +322,12 @@ def alerts(node: str | None, state_dir: str | None, config: str | None, as_json:
 def explain(node: str, state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Why NODE is in the state it is: alerts, what they mean, the open remediation and
     the last decisions with their rule ids (house style 9). Works without Slurm."""
-    from slurm_heal.store import decisions
-
-    slurm_info: dict[str, Any] = {"reachable": False, "error": None}
-    found: list[Alert] = []
-    try:
-        client = _slurm(config)
-        info = client.node(node)
-        slurm_info.update(reachable=True, states=sorted(info.states), reason=info.reason)
-        found = _alerts_of(client, node)
-    except HealError as exc:  # degrade: the store alone still explains a lot
-        slurm_info["error"] = str(exc)
-        unknown = isinstance(exc, NotFound)
-    else:
-        unknown = False
-    state: State = _store(state_dir, config).load()
-    if unknown and not any(r.node == node for r in state.remediations):
-        raise NotFound(f"Slurm does not know a node {node!r} and the store has no record of it")
-    open_rems = list(state.open_for(node))
-    recent = sorted((r for r in state.remediations if r.node == node and r.phase.terminal),
-                    key=lambda r: r.updated)[-3:]
-    recs = list(decisions(state, node))[-EXPLAIN_DECISIONS:]
+    got = operations.explain(node, lambda: _slurm(config), _store(state_dir, config).load,
+                             EXPLAIN_DECISIONS)
+    slurm_info, found, state = got.slurm, got.alerts, got.state
+    open_rems, recent, recs = got.open, got.recent, got.decisions
     if as_json:
-        _emit_json({"node": node, "slurm": slurm_info,
-                    "alerts": [_alert_json(a) for a in found],
-                    "open_remediations": [_rem_json(r) for r in open_rems],
-                    "recent_remediations": [_rem_json(r) for r in recent],
-                    "decisions": [d.model_dump(mode="json") for d in recs],
-                    "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused})
+        _emit_json(got.as_json())
         return
     click.echo(f"Node {node}")
     if slurm_info["reachable"]:
@@ -449,8 +371,8 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
 
 def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: bool,
            force: bool) -> None:
-    _writable(state_dir, config, force)
-    stored: Command = _store(state_dir, config).add_command(cmd)
+    _writable(state_dir, config, force)  # refused or warned about already: force=True below
+    stored = operations.queue(_location(state_dir, config), cmd, force=True)
     if as_json:
         _emit_json({"queued": stored.model_dump(mode="json")})
         return
@@ -458,11 +380,10 @@ def _queue(state_dir: str | None, config: str | None, cmd: Command, as_json: boo
     where = f" on {stored.node}" if stored.node and stored.remediation else ""
     click.echo(f"{stored.kind} queued for {target}{where} by {stored.by} (command {stored.id}); "
                "the controller acts on it at its next cycle.")
-    rem = _store(state_dir, config).load().get(stored.remediation or "")
-    if stored.kind in ("deny", "cancel") and rem is not None and rem.origin == "request":
-        click.echo(f"Note: {rem.node} was drained by detector {rem.detector or '?'}'s "
-                   "heal-request reason, which slurm-heal never undoes (it is not ours): a "
-                   f"person resumes it: scontrol update nodename={rem.node} state=resume")
+    note = operations.detector_drain_note(
+        _store(state_dir, config).load().get(stored.remediation or ""), stored.kind)
+    if note:
+        click.echo(f"Note: {note}")
 
 
 OperatorKind = Literal["approve", "deny", "cancel"]
@@ -474,8 +395,7 @@ def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> cli
     def run(target: str, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
         # The store resolves TARGET: a remediation id first, else a node with an open one.
-        cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind=kind,
-                      by=by or _default_by(), reason=reason, node=target)
+        cmd = operations.new_command(kind, by or _default_by(), reason=reason, node=target)
         _queue(state_dir, config, cmd, as_json, force)
 
     run.__doc__ = help_text
@@ -519,22 +439,17 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     Q2); removal is done by a person outside slurm-heal. With --detector it is rejected
     here already, since a detector may never ask for removal.
     """
-    from slurm_heal.reasons import format_request
-
     act = Action(action)
-    if act is Action.REMOVE and (detector or request_id):
-        raise click.UsageError("remove is only ever done by a person: a request naming a "
-                               "detector cannot ask for it (SPEC Q2)")
-    if request_id and not detector:
-        raise click.UsageError("--id needs --detector: together they deduplicate (SPEC Q3)")
-    if not reason.strip():
-        raise click.UsageError("--reason must say why")
-    format_request(act, detector, request_id)  # validates the tokens (ReasonError: exit 2)
+    problem = operations.request_problem(  # bad tokens: ReasonError, exit 2
+        act, reason, detector, request_id,
+        names={"id": "--id", "detector": "--detector", "reason": "--reason"})
+    if problem:
+        raise click.UsageError(problem)
     _writable(state_dir, config, force)  # before asking Slurm: a refusal comes at once
     _check_node(node, config)
-    cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="request",
-                  by=by or _default_by(), node=node, action=act, detector=detector,
-                  request_id=request_id, reason=reason.strip())
+    cmd = operations.new_command("request", by or _default_by(), node=node, action=act,
+                                 detector=detector, request_id=request_id,
+                                 reason=reason.strip())
     _queue(state_dir, config, cmd, as_json, force)
 
 
@@ -575,8 +490,7 @@ def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str 
             else:
                 click.echo("The breaker is closed; nothing to reset.")
             return
-        cmd = Command(id=f"c-{uuid.uuid4().hex[:12]}", at=_now(), kind="reset_breaker",
-                      by=by or _default_by(), reason=reason)
+        cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
         _queue(state_dir, config, cmd, as_json, force)
         return
     if as_json:

@@ -1,0 +1,840 @@
+"""The WSGI application of `slurm-heal serve`: JSON endpoints under ``/api/v1/`` and the
+console's server-rendered pages (SPEC O5, Q1, P2, P4, D7, O2, S5).
+
+It never decides and never acts. Reads go through `views` (the CLI's own code); every
+write is one inbox command made by `operations.new_command` and queued by
+`operations.queue`, exactly as the CLI does, and the daemon consumes it.
+
+Errors are JSON problem objects (RFC 9457, ``application/problem+json``) with a
+``detail`` a person understands, a ``kind`` (the error class, as the CLI's ``--json``
+says) and, for bad input, ``errors`` naming each field. Bad input is a 4xx, never a 500.
+
+The console works without JavaScript: every action is a form with a CSRF token and an
+idempotency key (a double submit makes one command), and pages say who you are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http import HTTPStatus
+from typing import Any, Literal
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from slurm_heal import operations
+from slurm_heal.api import views
+from slurm_heal.api.auth import Authenticator, Principal
+from slurm_heal.api.idempotency import Kept, Keys, command_id, fingerprint, key_problem
+from slurm_heal.api.settings import ApiSettings
+from slurm_heal.errors import (
+    CatalogError,
+    ConfigError,
+    HealError,
+    NotFound,
+    ProviderError,
+    ReasonError,
+    ScenarioError,
+    SlurmError,
+    StoreError,
+)
+from slurm_heal.location import Location
+from slurm_heal.models import Command
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import Action
+
+log = logging.getLogger("slurm_heal.api")
+
+MAX_BODY = 64 * 1024
+MAX_REASON = 2000
+SESSION_COOKIE = "slurm_heal_session"
+LOGIN_COOKIE = "slurm_heal_login"
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # detector names and request ids (Q3)
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+       "frame-ancestors 'none'; base-uri 'none'")
+Kind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause"]
+
+
+# --------------------------------------------------------------------------- bodies
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DecisionBody(_Body):
+    """approve / deny / cancel: why, kept in the audit record (SPEC P4)."""
+
+    reason: str = Field(default="", max_length=MAX_REASON)
+
+
+class RequestBody(_Body):
+    """A person's request for an action on a node (SPEC Q1-Q4)."""
+
+    node: str = Field(pattern=NODE_NAME.pattern, max_length=128)
+    action: Literal["reboot", "rebuild", "migrate", "remove"]
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+    detector: str | None = Field(default=None, pattern=TOKEN.pattern)
+    id: str | None = Field(default=None, pattern=TOKEN.pattern)
+
+
+class ReasonBody(_Body):
+    """breaker reset / unpause: why (optional)."""
+
+    reason: str = Field(default="", max_length=MAX_REASON)
+
+
+class PauseBody(_Body):
+    """pause: why is required, so the overview can say it (SPEC O2)."""
+
+    reason: str = Field(min_length=1, max_length=MAX_REASON)
+
+
+# --------------------------------------------------------------------------- problems
+
+
+class Problem(Exception):
+    """An answer that is not a success, with a message for a person."""
+
+    def __init__(self, status: int, detail: str, *, kind: str | None = None,
+                 errors: list[dict[str, str]] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind or HTTPStatus(status).phrase.replace(" ", "")
+        self.errors = errors
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "about:blank", "title": HTTPStatus(self.status).phrase,
+                               "status": self.status, "detail": self.detail, "kind": self.kind}
+        if self.errors:
+            out["errors"] = self.errors
+        return out
+
+
+def status_for(exc: HealError) -> int:
+    """The HTTP status of one of our errors (the API's `errors.EXIT_CODES`)."""
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, (ConfigError, ReasonError, ScenarioError, CatalogError)):
+        return 422
+    if isinstance(exc, StoreError):  # locked, corrupt, no controller reads it
+        return 503
+    if isinstance(exc, (SlurmError, ProviderError)):
+        return 502
+    return 500
+
+
+def _validation_problem(exc: ValidationError) -> Problem:
+    errors = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(body)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "required"
+        elif err["type"] == "string_pattern_mismatch" and where == "node":
+            msg = "not a node name (letters, digits, . _ -)"
+        elif err["type"] == "string_pattern_mismatch":
+            msg = "not a token (letters, digits, . _ -, at most 64)"
+        errors.append({"field": where, "message": msg})
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return Problem(422, f"the request is not valid: {detail}", kind="ValidationError",
+                   errors=errors)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+@dataclass
+class Session:
+    """A console login (in memory: a restart of serve logs everyone out)."""
+
+    name: str
+    digest: bytes  # the token's SHA-256: its role is looked up again on every request
+    csrf: str
+    expires: float
+    created: float = field(default_factory=time.time)
+
+
+def _sid_key(cookie: str) -> str:
+    return hashlib.sha256(cookie.encode()).hexdigest()
+
+
+def _safe_next(value: str | None) -> str:
+    """Only a path on this server (no open redirect)."""
+    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
+        return value
+    return "/"
+
+
+FLASH = {
+    "approve": "Approval queued: the controller acts on it at its next cycle.",
+    "deny": "Denial queued: the controller acts on it at its next cycle.",
+    "cancel": "Cancel queued: the controller acts on it at its next cycle.",
+    "request": "Request queued: the controller takes it at its next cycle, under the same "
+               "checks as an alert (evidence, capacity, limits).",
+    "reset_breaker": "Breaker reset queued for the controller's next cycle.",
+    "pause": "Pause queued: nothing disruptive starts once the controller has read it.",
+    "unpause": "Unpause queued: work resumes at the controller's next cycle.",
+    "breaker_closed": "The breaker is closed; nothing to reset.",
+}
+
+
+# --------------------------------------------------------------------------- the app
+
+
+class ApiApp:
+    """The WSGI application. ``slurm`` makes the Slurm client (default: the one the
+    daemon's ``[controller]`` section names, made once)."""
+
+    def __init__(self, settings: ApiSettings, loc: Location,
+                 slurm: Callable[[], SlurmClient] | None = None,
+                 policy_file: str | None = None) -> None:
+        self.settings = settings
+        self.loc = loc
+        self.auth = Authenticator(settings)
+        self.keys = Keys(loc.state_dir)
+        self.policy_file = policy_file
+        self._slurm_factory = slurm
+        self._client: SlurmClient | None = None
+        self._client_lock = threading.Lock()
+        self.src = views.Sources(loc, self.slurm)
+        self.secret = secrets.token_bytes(32)
+        self.sessions: dict[str, Session] = {}
+        self._sessions_lock = threading.Lock()
+        self.jinja = Environment(loader=PackageLoader("slurm_heal.api", "templates"),
+                                 autoescape=select_autoescape(["html"]), trim_blocks=True,
+                                 lstrip_blocks=True)
+        self.jinja.filters["ts"] = _ts
+        self.jinja.filters["ago"] = _ago
+        self.url_map = Map([
+            Rule("/healthz", endpoint="healthz", methods=["GET"]),
+            Rule("/api/v1/openapi.json", endpoint="openapi", methods=["GET"]),
+            Rule("/api/v1/whoami", endpoint="api_whoami", methods=["GET"]),
+            Rule("/api/v1/overview", endpoint="api_overview", methods=["GET"]),
+            Rule("/api/v1/nodes", endpoint="api_nodes", methods=["GET"]),
+            Rule("/api/v1/nodes/<node>", endpoint="api_node", methods=["GET"]),
+            Rule("/api/v1/nodes/<node>/history", endpoint="api_history", methods=["GET"]),
+            Rule("/api/v1/alerts", endpoint="api_alerts", methods=["GET"]),
+            Rule("/api/v1/approvals", endpoint="api_approvals", methods=["GET"]),
+            Rule("/api/v1/remediations", endpoint="api_remediations", methods=["GET"]),
+            Rule("/api/v1/remediations/<target>", endpoint="api_remediation",
+                 methods=["GET"]),
+            Rule("/api/v1/remediations/<target>/<any(approve, deny, cancel):kind>",
+                 endpoint="api_decide", methods=["POST"]),
+            Rule("/api/v1/requests", endpoint="api_request", methods=["POST"]),
+            Rule("/api/v1/breaker", endpoint="api_breaker", methods=["GET"]),
+            Rule("/api/v1/breaker/reset", endpoint="api_breaker_reset", methods=["POST"]),
+            Rule("/api/v1/pause", endpoint="api_pause_show", methods=["GET"]),
+            Rule("/api/v1/pause", endpoint="api_pause", methods=["POST"]),
+            Rule("/api/v1/unpause", endpoint="api_unpause", methods=["POST"]),
+            Rule("/api/v1/policy", endpoint="api_policy", methods=["GET"]),
+            # the console
+            Rule("/", endpoint="page_overview", methods=["GET"]),
+            Rule("/login", endpoint="page_login", methods=["GET", "POST"]),
+            Rule("/logout", endpoint="page_logout", methods=["POST"]),
+            Rule("/approvals", endpoint="page_approvals", methods=["GET"]),
+            Rule("/nodes/<node>", endpoint="page_node", methods=["GET"]),
+            Rule("/nodes/<node>/request", endpoint="page_request", methods=["POST"]),
+            Rule("/remediations", endpoint="page_remediations", methods=["GET"]),
+            Rule("/remediations/<rid>", endpoint="page_remediation", methods=["GET"]),
+            Rule("/remediations/<rid>/<any(approve, deny, cancel):kind>",
+                 endpoint="page_decide", methods=["POST"]),
+            Rule("/controls", endpoint="page_controls", methods=["GET"]),
+            Rule("/controls/<any('breaker-reset', pause, unpause):what>",
+                 endpoint="page_control", methods=["POST"]),
+            Rule("/static/console.css", endpoint="static_css", methods=["GET"]),
+        ], strict_slashes=False)
+
+    # ----------------------------------------------------------------- plumbing
+
+    def slurm(self) -> SlurmClient:
+        """The Slurm client, made once (an error is raised again at the next ask)."""
+        with self._client_lock:
+            if self._client is None:
+                factory = self._slurm_factory or (
+                    lambda: operations.slurm_client(self.loc.controller))
+                self._client = factory()
+            return self._client
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        request.max_content_length = MAX_BODY
+        response = self.dispatch(request)
+        for name, value in self._security_headers(request).items():
+            response.headers.setdefault(name, value)
+        result: Iterable[bytes] = response(environ, start_response)
+        return result
+
+    def _security_headers(self, request: Request) -> dict[str, str]:
+        return {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+                "X-Frame-Options": "DENY", "Content-Security-Policy": CSP,
+                "Cache-Control": "no-store"}
+
+    def _api(self, request: Request) -> bool:
+        return request.path.startswith("/api/") or request.path == "/healthz"
+
+    def dispatch(self, request: Request) -> Response:
+        adapter = self.url_map.bind_to_environ(request.environ)
+        try:
+            endpoint, args = adapter.match()
+            handler: Callable[..., Response] = getattr(self, f"on_{endpoint}")
+            return handler(request, **args)
+        except Problem as exc:
+            return self._problem(request, exc)
+        except RequestEntityTooLarge:
+            return self._problem(request, Problem(
+                413, f"the request body is larger than {MAX_BODY // 1024} KiB"))
+        except HTTPException as exc:
+            if exc.code is not None and 300 <= exc.code < 400:  # routing redirects
+                return exc.get_response(request.environ)
+            code = exc.code or 500
+            detail = {404: f"nothing at {request.path}", 405: f"{request.method} is not "
+                      f"allowed on {request.path}"}.get(code, exc.description or "")
+            headers = {}
+            if code == 405:
+                valid = getattr(exc, "valid_methods", None) or []
+                headers["Allow"] = ", ".join(valid)
+            return self._problem(request, Problem(code, detail or HTTPStatus(code).phrase,
+                                                  headers=headers))
+        except HealError as exc:
+            code = status_for(exc)
+            if code >= 500 and code not in (502, 503):
+                log.error("%s %s: %s: %s", request.method, request.path,
+                          type(exc).__name__, exc)
+            return self._problem(request, Problem(code, str(exc), kind=type(exc).__name__))
+        except Exception:
+            ref = secrets.token_hex(4)
+            log.exception("%s %s failed unexpectedly (ref %s)", request.method, request.path,
+                          ref)
+            return self._problem(request, Problem(
+                500, f"internal error (ref {ref}); the server's log has the details",
+                kind="InternalError"))
+
+    def _problem(self, request: Request, problem: Problem) -> Response:
+        if self._api(request):
+            resp = Response(json.dumps(problem.body(), indent=1), status=problem.status,
+                            mimetype="application/problem+json")
+        else:
+            principal = self._console_principal(request)
+            resp = self._render(request, "error.html", principal, status=problem.status,
+                                problem=problem.body())
+        for k, v in problem.headers.items():
+            resp.headers[k] = v
+        return resp
+
+    def _json(self, data: Any, status: int = 200, headers: dict[str, str] | None = None
+              ) -> Response:
+        return Response(json.dumps(data, indent=1, default=str), status=status,
+                        mimetype="application/json", headers=headers)
+
+    # ----------------------------------------------------------------- who
+
+    def _api_principal(self, request: Request) -> Principal:
+        principal = (self.auth.from_proxy(request.remote_addr, request.headers)
+                     or self.auth.from_bearer(request.headers.get("Authorization")))
+        if principal is None:
+            raise Problem(401, "no valid credentials: send Authorization: Bearer <token> "
+                          "(a token from the server's token file)", kind="Unauthorized",
+                          headers={"WWW-Authenticate": 'Bearer realm="slurm-heal"'})
+        return principal
+
+    def _session(self, request: Request) -> Session | None:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            return None
+        key = _sid_key(cookie)
+        with self._sessions_lock:
+            sess = self.sessions.get(key)
+            if sess is not None and sess.expires < time.time():
+                del self.sessions[key]
+                sess = None
+        return sess
+
+    def _console_principal(self, request: Request) -> Principal | None:
+        proxied = self.auth.from_proxy(request.remote_addr, request.headers)
+        if proxied is not None:
+            return proxied
+        sess = self._session(request)
+        if sess is None or self.auth.tokens is None:
+            return None
+        # Looked up again each time: a token removed from the file ends its sessions.
+        entry = next((e for e in self.auth.tokens.entries()
+                      if hmac.compare_digest(e.digest, sess.digest)), None)
+        if entry is None or entry.name != sess.name:
+            return None
+        return Principal(entry.name, entry.role, "token")
+
+    def _csrf(self, request: Request, principal: Principal) -> str:
+        sess = self._session(request)
+        if sess is not None:
+            return sess.csrf
+        # A proxy's user has no session of ours: a token bound to the user and this
+        # process's secret.
+        return hmac.new(self.secret, f"csrf|{principal.name}".encode(),
+                        hashlib.sha256).hexdigest()
+
+    def _check_csrf(self, request: Request, principal: Principal) -> None:
+        sent = request.form.get("csrf_token", "")
+        if not sent or not hmac.compare_digest(sent, self._csrf(request, principal)):
+            raise Problem(403, "the form's CSRF token is missing or stale: reload the page "
+                          "and submit again", kind="CSRF")
+
+    @staticmethod
+    def _require_operator(principal: Principal, what: str) -> None:
+        if not principal.operator:
+            raise Problem(403, f"{principal.name} has the viewer role, which may only look; "
+                          f"{what} needs an operator", kind="Forbidden")
+
+    # ----------------------------------------------------------------- writes
+
+    def write(self, principal: Principal, kind: Kind, *, target: str | None = None,
+              node: str | None = None, action: Action | None = None,
+              detector: str | None = None, request_id: str | None = None,
+              reason: str = "", idem_key: str | None = None,
+              fp: str = "") -> tuple[int, dict[str, Any]]:
+        """Queue one inbox command exactly as the CLI does (SPEC O5); with an
+        idempotency key, a retry gets the first answer back and never a second command.
+        Returns (HTTP status, answer)."""
+        self._require_operator(principal, {"reset_breaker": "a breaker reset"}.get(
+            kind, f"to {kind}"))
+        self.loc.check_writable()  # NoController: a word no daemon would read (503)
+
+        def run(cid: str | None) -> tuple[int, dict[str, Any]]:
+            if kind == "reset_breaker" and not (state := self.src.state()).breaker.open:
+                return 200, {"queued": None, "message": FLASH["breaker_closed"],
+                             "breaker": state.breaker.model_dump(mode="json")}
+            if kind == "request" and node:
+                self._check_node(node)
+            cmd = operations.new_command(kind, principal.name, node=node or target,
+                                         action=action, detector=detector,
+                                         request_id=request_id, reason=reason,
+                                         command_id=cid)
+            stored: Command = operations.queue(self.loc, cmd, force=True)  # checked above
+            log.info("queued %s %s by %s (command %s)", stored.kind,
+                     stored.remediation or stored.node or "cluster", stored.by, stored.id)
+            return 202, views.queued(stored, self.src.state())
+
+        if not idem_key:
+            return run(None)
+        with self.keys.held() as held:
+            kept = held.get(principal.name, idem_key)
+            if kept is not None:
+                if kept.fingerprint != fp:
+                    raise Problem(422, "this Idempotency-Key was already used for a different "
+                                  "request; use a new key for a new request",
+                                  kind="IdempotencyKeyReused")
+                return kept.status, {**kept.body, "replayed": True}
+            status, body = run(command_id(principal.name, idem_key))
+            held.keep(principal.name, idem_key, Kept(fp, status, body))
+            return status, body
+
+    def _check_node(self, node: str) -> None:
+        """A typo'd node is caught now when Slurm answers (NotFound, 404); without Slurm
+        the request is queued and the controller reports it, as the CLI does."""
+        try:
+            self.slurm().node(node)
+        except NotFound:
+            raise NotFound(f"Slurm does not know a node {node!r}") from None
+        except HealError as exc:
+            log.warning("could not check %s with Slurm (%s); queued anyway", node, exc)
+
+    def _api_body(self, request: Request, model: type[_Body]) -> tuple[Any, Any]:
+        """The JSON body validated by ``model``; (model instance, raw JSON)."""
+        raw_bytes = request.get_data(cache=True)
+        if not raw_bytes.strip():
+            raw: Any = {}
+        else:
+            if request.mimetype != "application/json":
+                raise Problem(415, "send the body as JSON (Content-Type: application/json)")
+            try:
+                raw = json.loads(raw_bytes)
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise Problem(400, f"the body is not valid JSON: {exc}",
+                              kind="MalformedJSON") from None
+        if not isinstance(raw, dict):
+            raise Problem(422, "the body must be a JSON object", kind="ValidationError")
+        try:
+            return model.model_validate(raw), raw
+        except ValidationError as exc:
+            raise _validation_problem(exc) from None
+
+    def _api_write(self, request: Request, principal: Principal, kind: Kind, body: Any,
+                   raw: Any, *, required_key: bool = False, **kw: Any) -> Response:
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and (problem := key_problem(key)):
+            raise Problem(400, problem, kind="BadIdempotencyKey")
+        if required_key and not key:
+            raise Problem(400, "a create needs an Idempotency-Key header (any unique string "
+                          "of yours, e.g. a UUID): a retried POST with the same key never "
+                          "makes two requests", kind="MissingIdempotencyKey")
+        status, answer = self.write(principal, kind, idem_key=key,
+                                    fp=fingerprint(request.method, request.path, raw), **kw)
+        headers = {"Idempotent-Replayed": "true"} if answer.get("replayed") else {}
+        queued = answer.get("queued") or {}
+        if queued.get("remediation"):
+            headers["Location"] = f"/api/v1/remediations/{queued['remediation']}"
+        return self._json(answer, status, headers)
+
+    # ----------------------------------------------------------------- API: reads
+
+    def on_healthz(self, request: Request) -> Response:
+        return self._json({"ok": True})
+
+    def on_openapi(self, request: Request) -> Response:
+        from slurm_heal.api.openapi import document
+
+        return self._json(document())
+
+    def on_api_whoami(self, request: Request) -> Response:
+        p = self._api_principal(request)
+        return self._json({"name": p.name, "role": p.role, "via": p.via})
+
+    def on_api_overview(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.overview(self.src))
+
+    def on_api_nodes(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.nodes(self.src))
+
+    def on_api_node(self, request: Request, node: str) -> Response:
+        self._api_principal(request)
+        return self._json(views.node(self.src, _node_name(node)))
+
+    def on_api_history(self, request: Request, node: str) -> Response:
+        self._api_principal(request)
+        return self._json(views.history(self.src, _node_name(node)))
+
+    def on_api_alerts(self, request: Request) -> Response:
+        self._api_principal(request)
+        node = request.args.get("node")
+        return self._json(views.alerts(self.src, _node_name(node) if node else None))
+
+    def on_api_approvals(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.approvals(self.src))
+
+    def on_api_remediations(self, request: Request) -> Response:
+        self._api_principal(request)
+        show_all = _flag(request.args.get("all"), "all")
+        node = request.args.get("node")
+        return self._json(views.remediations(self.src, show_all,
+                                             _node_name(node) if node else None))
+
+    def on_api_remediation(self, request: Request, target: str) -> Response:
+        self._api_principal(request)
+        return self._json(views.remediation(self.src, target))
+
+    def on_api_breaker(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.breaker(self.src))
+
+    def on_api_pause_show(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.pause(self.src))
+
+    def on_api_policy(self, request: Request) -> Response:
+        self._api_principal(request)
+        if not self.policy_file:
+            raise Problem(404, "serve runs without a config file (--config): no policy to show",
+                          kind="NotFound")
+        from slurm_heal.commands.admin import _plain
+        from slurm_heal.config import load_policy
+
+        p = load_policy(self.policy_file)
+        return self._json({"file": self.policy_file,
+                           "policy": _plain(p.model_dump(mode="python", exclude_none=False))})
+
+    # ----------------------------------------------------------------- API: writes
+
+    def on_api_decide(self, request: Request, target: str,
+                      kind: Literal["approve", "deny", "cancel"]) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, DecisionBody)
+        return self._api_write(request, principal, kind, body, raw, target=target,
+                               reason=body.reason)
+
+    def on_api_request(self, request: Request) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, RequestBody)
+        action = Action(body.action)
+        problem = operations.request_problem(action, body.reason, body.detector, body.id)
+        if problem:
+            raise Problem(422, problem, kind="ValidationError")
+        return self._api_write(request, principal, "request", body, raw, required_key=True,
+                               node=body.node, action=action, detector=body.detector,
+                               request_id=body.id, reason=body.reason.strip())
+
+    def on_api_breaker_reset(self, request: Request) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, ReasonBody)
+        return self._api_write(request, principal, "reset_breaker", body, raw,
+                               reason=body.reason)
+
+    def on_api_pause(self, request: Request) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, PauseBody)
+        return self._api_write(request, principal, "pause", body, raw, reason=body.reason)
+
+    def on_api_unpause(self, request: Request) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, ReasonBody)
+        return self._api_write(request, principal, "unpause", body, raw, reason=body.reason)
+
+    # ----------------------------------------------------------------- console
+
+    def _render(self, request: Request, template: str, principal: Principal | None,
+                status: int = 200, **context: Any) -> Response:
+        flash = FLASH.get(request.args.get("queued", ""))
+        html = self.jinja.get_template(template).render(
+            me=principal, csrf=self._csrf(request, principal) if principal else "",
+            flash=flash, path=request.path, new_key=lambda: secrets.token_urlsafe(16),
+            **context)
+        return Response(html, status=status, mimetype="text/html")
+
+    def _page_principal(self, request: Request) -> Principal | Response:
+        principal = self._console_principal(request)
+        if principal is None:
+            target = request.full_path.rstrip("?") if request.method == "GET" else "/"
+            return _redirect(f"/login?next={_quote(target)}")
+        return principal
+
+    def on_static_css(self, request: Request) -> Response:
+        from importlib.resources import files
+
+        css = files("slurm_heal.api").joinpath("static/console.css").read_bytes()
+        resp = Response(css, mimetype="text/css")
+        resp.headers["Cache-Control"] = "max-age=3600"
+        return resp
+
+    def on_page_login(self, request: Request) -> Response:
+        nxt = _safe_next(request.values.get("next"))
+        if request.method == "GET":
+            if self._console_principal(request) is not None:
+                return _redirect(nxt)
+            nonce = secrets.token_urlsafe(16)
+            resp = self._render(request, "login.html", None, login_csrf=nonce, next=nxt)
+            resp.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="Strict",
+                            secure=self.settings.tls, max_age=3600)
+            return resp
+        sent, cookie = request.form.get("login_csrf", ""), request.cookies.get(LOGIN_COOKIE, "")
+        if not sent or not cookie or not hmac.compare_digest(sent, cookie):
+            raise Problem(403, "the login form is stale: reload the page and try again",
+                          kind="CSRF")
+        token = request.form.get("token", "").strip()
+        principal = self.auth.from_token(token) if token else None
+        if principal is None:
+            log.info("console login refused from %s", request.remote_addr)
+            nonce = secrets.token_urlsafe(16)
+            resp = self._render(request, "login.html", None, status=401, login_csrf=nonce,
+                                next=nxt, error="That token is not known to this server.")
+            resp.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="Strict",
+                            secure=self.settings.tls, max_age=3600)
+            return resp
+        from slurm_heal.api.auth import digest
+
+        cookie_value = secrets.token_urlsafe(32)
+        sess = Session(name=principal.name, digest=digest(token),
+                       csrf=secrets.token_urlsafe(32),
+                       expires=time.time() + self.settings.session_ttl.total_seconds())
+        with self._sessions_lock:
+            now = time.time()
+            for k in [k for k, s in self.sessions.items() if s.expires < now]:
+                del self.sessions[k]
+            self.sessions[_sid_key(cookie_value)] = sess
+        log.info("console login: %s (%s)", principal.name, principal.role)
+        resp = _redirect(nxt)
+        resp.set_cookie(SESSION_COOKIE, cookie_value, httponly=True, samesite="Strict",
+                        secure=self.settings.tls,
+                        max_age=int(self.settings.session_ttl.total_seconds()))
+        resp.delete_cookie(LOGIN_COOKIE)
+        return resp
+
+    def on_page_logout(self, request: Request) -> Response:
+        principal = self._console_principal(request)
+        if principal is not None:
+            self._check_csrf(request, principal)
+            cookie = request.cookies.get(SESSION_COOKIE)
+            if cookie:
+                with self._sessions_lock:
+                    self.sessions.pop(_sid_key(cookie), None)
+        resp = _redirect("/login")
+        resp.delete_cookie(SESSION_COOKIE)
+        return resp
+
+    def on_page_overview(self, request: Request) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        return self._render(request, "overview.html", p, o=views.overview(self.src))
+
+    def on_page_approvals(self, request: Request) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        return self._render(request, "approvals.html", p, a=views.approvals(self.src))
+
+    def on_page_node(self, request: Request, node: str) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        name = _node_name(node)
+        return self._render(request, "node.html", p, n=views.node(self.src, name),
+                            actions=[a.value for a in operations.REQUEST_ACTIONS])
+
+    def on_page_remediations(self, request: Request) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        show_all = _flag(request.args.get("all"), "all")
+        return self._render(request, "remediations.html", p, show_all=show_all,
+                            r=views.remediations(self.src, show_all, None))
+
+    def on_page_remediation(self, request: Request, rid: str) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        return self._render(request, "remediation.html", p, r=views.remediation(self.src, rid))
+
+    def on_page_controls(self, request: Request) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        return self._render(request, "controls.html", p, b=views.breaker(self.src),
+                            pause=views.pause(self.src),
+                            controller=views.controller_info(self.loc, datetime.now(
+                                timezone.utc)))
+
+    def _form_write(self, request: Request, principal: Principal, kind: Kind,
+                    done: str, **kw: Any) -> Response:
+        self._check_csrf(request, principal)
+        reason = request.form.get("reason", "").strip()
+        if len(reason) > MAX_REASON:
+            raise Problem(422, f"the comment is longer than {MAX_REASON} characters",
+                          kind="ValidationError")
+        if kind == "pause" and not reason:
+            raise Problem(422, "say why you pause (it is shown to everyone, SPEC O2)",
+                          kind="ValidationError")
+        key = request.form.get("idempotency_key") or None
+        if key is not None and (problem := key_problem(key)):
+            raise Problem(400, problem, kind="BadIdempotencyKey")
+        if key is not None:  # one form, two buttons (approve, deny): one key per action
+            key = f"{key}|{request.path}"
+        fields = {k: v for k, v in request.form.items() if k not in ("csrf_token",)}
+        _status, answer = self.write(principal, kind, reason=reason, idem_key=key,
+                                     fp=fingerprint("POST", request.path, fields), **kw)
+        flash = "breaker_closed" if answer.get("queued") is None else kind
+        return _redirect(f"{done}?queued={flash}")
+
+    def on_page_decide(self, request: Request, rid: str,
+                       kind: Literal["approve", "deny", "cancel"]) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        return self._form_write(request, p, kind, f"/remediations/{_quote(rid)}", target=rid)
+
+    def on_page_request(self, request: Request, node: str) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        name = _node_name(node)
+        try:
+            action = Action(request.form.get("action", ""))
+        except ValueError:
+            raise Problem(422, "choose an action: " + ", ".join(
+                a.value for a in operations.REQUEST_ACTIONS), kind="ValidationError") from None
+        problem = operations.request_problem(action, request.form.get("reason", ""), None,
+                                             None, names={"reason": "the reason"})
+        if problem:
+            raise Problem(422, problem, kind="ValidationError")
+        return self._form_write(request, p, "request", f"/nodes/{_quote(name)}", node=name,
+                                action=action)
+
+    def on_page_control(self, request: Request, what: str) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        kind: Kind = {"breaker-reset": "reset_breaker", "pause": "pause",
+                      "unpause": "unpause"}[what]  # type: ignore[assignment]
+        return self._form_write(request, p, kind, "/controls")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _node_name(value: str) -> str:
+    if not NODE_NAME.match(value):
+        raise Problem(422, f"{value[:80]!r} is not a node name (letters, digits, . _ -)",
+                      kind="ValidationError")
+    return value
+
+
+def _flag(value: str | None, name: str) -> bool:
+    if value is None or value == "":
+        return False
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise Problem(422, f"{name} must be true or false, not {value[:40]!r}",
+                  kind="ValidationError")
+
+
+def _quote(value: str) -> str:
+    from urllib.parse import quote
+
+    return quote(value, safe="/")
+
+
+def _redirect(location: str) -> Response:
+    return Response("", status=303, headers={"Location": location})
+
+
+def _ts(value: Any) -> str:
+    """An ISO time as "2026-01-05 10:00:00Z" (UTC), "-" for none."""
+    if not value:
+        return "-"
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _ago(value: Any) -> str:
+    """How long ago an ISO time was, in words ("3 min ago")."""
+    if not value:
+        return "never"
+    try:
+        at = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+    secs = int((datetime.now(timezone.utc) - at).total_seconds())
+    if secs < 60:
+        return f"{max(secs, 0)} s ago"
+    if secs < 3600:
+        return f"{secs // 60} min ago"
+    if secs < 86400:
+        return f"{secs // 3600} h ago"
+    return f"{secs // 86400} d ago"

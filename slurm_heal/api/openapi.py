@@ -1,0 +1,223 @@
+"""The OpenAPI 3.1 document of the slurm-heal API (SPEC O5), served at
+``/api/v1/openapi.json`` and committed as ``docs/api-openapi.json`` (a test keeps the
+two equal, and every route of the app in it).
+
+Write it again after a change: ``python -m slurm_heal.api.openapi > docs/api-openapi.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from slurm_heal import __version__
+
+_OBJ: dict[str, Any] = {"type": "object"}
+
+
+def _body_schemas() -> dict[str, Any]:
+    from slurm_heal.api.app import DecisionBody, PauseBody, ReasonBody, RequestBody
+
+    out: dict[str, Any] = {}
+    for model in (DecisionBody, RequestBody, ReasonBody, PauseBody):
+        schema = model.model_json_schema()
+        schema.pop("title", None)
+        out[model.__name__] = schema
+    return out
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/problem+json": {
+        "schema": {"$ref": "#/components/schemas/Problem"}}}}
+
+
+def _ok(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": schema or _OBJ}}}
+
+
+_READ_ERRORS = {"401": {"$ref": "#/components/responses/Unauthorized"},
+                "422": {"$ref": "#/components/responses/BadInput"},
+                "502": {"$ref": "#/components/responses/Upstream"},
+                "503": {"$ref": "#/components/responses/StoreUnavailable"}}
+_WRITE_ERRORS = {**_READ_ERRORS,
+                 "400": {"$ref": "#/components/responses/BadRequest"},
+                 "403": {"$ref": "#/components/responses/Forbidden"},
+                 "404": {"$ref": "#/components/responses/NotFound"},
+                 "413": {"$ref": "#/components/responses/TooLarge"},
+                 "415": {"$ref": "#/components/responses/NotJson"}}
+_IDEM = {"name": "Idempotency-Key", "in": "header", "required": False,
+         "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+         "description": "Any unique string of the client's (a UUID). A retry with the same "
+                        "key gets the first answer back (header Idempotent-Replayed: true) "
+                        "and never makes a second command; the same key with a different "
+                        "request is refused (422). Kept 24 hours."}
+_NODE = {"name": "node", "in": "path", "required": True,
+         "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}}
+
+
+def _read(summary: str, description: str, params: list[dict[str, Any]] | None = None,
+          schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "description": description,
+                          "responses": {"200": _ok("OK", schema), **_READ_ERRORS}}
+    if params:
+        op["parameters"] = params
+    if "404" not in op["responses"]:
+        op["responses"]["404"] = {"$ref": "#/components/responses/NotFound"}
+    return {"get": op}
+
+
+def _write(summary: str, description: str, body: str, params: list[dict[str, Any]],
+           key_required: bool = False) -> dict[str, Any]:
+    idem = dict(_IDEM, required=key_required)
+    return {"post": {
+        "summary": summary, "description": description + " Needs the operator role.",
+        "parameters": [*params, idem],
+        "requestBody": {"required": key_required, "content": {"application/json": {
+            "schema": {"$ref": f"#/components/schemas/{body}"}}}},
+        "responses": {"202": _ok("Queued for the controller's next cycle",
+                                 {"$ref": "#/components/schemas/Queued"}),
+                      **_WRITE_ERRORS}}}
+
+
+def document() -> dict[str, Any]:
+    """The whole OpenAPI document."""
+    target = {"name": "target", "in": "path", "required": True, "schema": {"type": "string"},
+              "description": "A remediation id (r-...), or a node with one open remediation "
+                             "(the store resolves it as the CLI does)."}
+    paths: dict[str, Any] = {
+        "/healthz": {"get": {"summary": "Liveness of serve itself", "security": [],
+                             "responses": {"200": _ok("serve answers")}}},
+        "/api/v1/openapi.json": {"get": {"summary": "This document", "security": [],
+                                         "responses": {"200": _ok("OpenAPI 3.1")}}},
+        "/api/v1/whoami": _read("Who the credentials name", "The name (as the audit record "
+                                "will say it), the role and how it was found (token or "
+                                "proxy).", schema={"$ref": "#/components/schemas/WhoAmI"}),
+        "/api/v1/overview": _read(
+            "The cluster at a glance", "What `slurm-heal status` gathers (each node's "
+            "state, reason kind, alerts) plus the store's summary: controller heartbeat, "
+            "breaker, pause (who, why), counts, approvals waiting, open remediations. "
+            "Slurm not answering is said in `slurm`, not an error."),
+        "/api/v1/nodes": _read("Every node as `slurm-heal status --json` shows it",
+                               "State flags, reason (ours, a request, or foreign), alerts."),
+        "/api/v1/nodes/{node}": _read(
+            "Why a node is where it is (`explain`)", "Slurm's state and reason, active "
+            "alerts with evidence, explanation and default action (NVIDIA's advice for "
+            "an Xid), open and recent remediations, the last decisions with rule ids, and "
+            "the node's whole history. Works from the store alone when Slurm does not "
+            "answer; 404 when neither knows the node.", [_NODE]),
+        "/api/v1/nodes/{node}/history": _read(
+            "Every remediation of a node (`history`)", "The audit record of each (SPEC "
+            "P4): who requested, who approved or which rule, the rule that chose the "
+            "action, every step and attempt.", [_NODE]),
+        "/api/v1/alerts": _read(
+            "Active alerts (`alerts`)", "What the node checks published in Extra, evidence "
+            "unchanged (SPEC D7), and nodes DOWN or drained by someone else (D5).",
+            [{"name": "node", "in": "query", "required": False, "schema": {"type": "string"}}]),
+        "/api/v1/approvals": _read(
+            "The approvals queue", "Each proposal waiting for a person (SPEC P2): the "
+            "remediation, the alert's plain text and evidence, the action and the rule that "
+            "chose it, the approval rule that asks for a person, and the machine's earlier "
+            "remediations (escalation history, E1)."),
+        "/api/v1/remediations": _read(
+            "Remediations (`remediations`)", "Open ones (all=true: finished ones too), the "
+            "commands still waiting for the controller, the breaker and pause.",
+            [{"name": "all", "in": "query", "required": False,
+              "schema": {"type": "boolean"}},
+             {"name": "node", "in": "query", "required": False, "schema": {"type": "string"}}]),
+        "/api/v1/remediations/{target}": _read(
+            "One remediation", "The whole record, who requested it, the approval as it "
+            "stands, the machine's earlier remediations and the commands on their way.",
+            [target]),
+        "/api/v1/remediations/{target}/approve": _write(
+            "Approve a proposal (`approve`)", "Queues an approve command; the audit record "
+            "says `approved by <name>: <reason>` with the token's (or proxy user's) name.",
+            "DecisionBody", [target]),
+        "/api/v1/remediations/{target}/deny": _write(
+            "Deny a proposal (`deny`)", "Queues a deny command; the node is released.",
+            "DecisionBody", [target]),
+        "/api/v1/remediations/{target}/cancel": _write(
+            "Cancel an open remediation (`cancel`)", "Cancelled ones are not counted for "
+            "escalation (SPEC E2).", "DecisionBody", [target]),
+        "/api/v1/requests": _write(
+            "Ask for an action on a node (`request`)", "Goes through the same checks as an "
+            "alert: evidence (P1), capacity and the cluster limits (Q4). `remove` is "
+            "recorded and refused by the controller (Q2). An Idempotency-Key is required.",
+            "RequestBody", [], key_required=True),
+        "/api/v1/breaker": _read("The circuit breaker (`breaker`)", "Open or closed, since "
+                                 "when, why, the last reset, whether a reset is queued."),
+        "/api/v1/breaker/reset": _write(
+            "Reset the breaker (`breaker reset`)", "A person's decision that automatic "
+            "remediation may start again (SPEC S5). When the breaker is closed nothing is "
+            "queued (200, queued null).", "ReasonBody", []),
+        "/api/v1/pause": {**_read("Paused or not", "And who paused and why (SPEC O2)."),
+                          **_write("Pause all automation", "Nothing disruptive starts while "
+                                   "paused (SPEC O2); the reason is required.", "PauseBody",
+                                   [])},
+        "/api/v1/unpause": _write("Unpause", "Work resumes at the next cycle.", "ReasonBody",
+                                  []),
+        "/api/v1/policy": _read("The effective policy of serve's config file",
+                                "Every knob, defaults filled in (`policy show`)."),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "slurm-heal API", "version": __version__,
+            "description": (
+                "Everything the admin CLI shows and does (SPEC O5, I4). `slurm-heal serve` "
+                "never decides and never acts: writes put a command into the store's inbox "
+                "exactly as the CLI does, and the daemon consumes it at its next cycle. "
+                "Authentication: `Authorization: Bearer <token>` (named tokens from the "
+                "server's token file), or a trusted reverse proxy's user header. Roles: "
+                "viewer (reads), operator (reads and writes). Errors are RFC 9457 problem "
+                "objects."),
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                **_body_schemas(),
+                "Problem": {"type": "object", "required": ["title", "status", "detail", "kind"],
+                            "properties": {
+                                "type": {"type": "string"}, "title": {"type": "string"},
+                                "status": {"type": "integer"},
+                                "detail": {"type": "string",
+                                           "description": "What went wrong, for a person"},
+                                "kind": {"type": "string",
+                                         "description": "The error class (NotFound, ...)"},
+                                "errors": {"type": "array", "items": {
+                                    "type": "object", "properties": {
+                                        "field": {"type": "string"},
+                                        "message": {"type": "string"}}}}}},
+                "Queued": {"type": "object", "required": ["queued", "message"], "properties": {
+                    "queued": {"type": ["object", "null"],
+                               "description": "The inbox command as stored"},
+                    "message": {"type": "string"},
+                    "note": {"type": ["string", "null"]},
+                    "replayed": {"type": "boolean",
+                                 "description": "true when this is a kept answer"}}},
+                "WhoAmI": {"type": "object", "required": ["name", "role", "via"],
+                           "properties": {"name": {"type": "string"},
+                                          "role": {"enum": ["viewer", "operator"]},
+                                          "via": {"enum": ["token", "proxy"]}}},
+            },
+            "responses": {
+                "BadRequest": _problem("Malformed: not JSON, a bad Idempotency-Key"),
+                "Unauthorized": _problem("No valid credentials"),
+                "Forbidden": _problem("The viewer role may only look"),
+                "NotFound": _problem("No such node, remediation, or nothing open to decide"),
+                "TooLarge": _problem("Body over 64 KiB"),
+                "NotJson": _problem("The body is not application/json"),
+                "BadInput": _problem("Invalid input; `errors` names each field"),
+                "Upstream": _problem("Slurm did not answer or failed"),
+                "StoreUnavailable": _problem(
+                    "The store is locked, corrupt, or no controller reads it"),
+            },
+        },
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(json.dumps(document(), indent=1, sort_keys=True))  # noqa: T201

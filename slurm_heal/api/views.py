@@ -1,0 +1,291 @@
+"""What the API's endpoints and the console's pages show, as JSON-able dicts built on
+the admin CLI's own code (`slurm_heal.operations`, `commands.status`): the same facts,
+whichever way a person looks (SPEC O5, I4, D7, P4).
+
+`overview` is the one call behind ``GET /api/v1/overview`` and the console's first
+page: what ``slurm-heal status`` gathers plus the store's summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from slurm_heal import operations
+from slurm_heal.errors import HealError, NotFound
+from slurm_heal.location import Location
+from slurm_heal.models import Command, Phase, Remediation, State
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import Alert
+
+# A controller heartbeat older than this is shown as stale (the daemon writes one every
+# cycle; the CLI warns at the same age).
+STALE_HEARTBEAT = timedelta(minutes=10)
+
+
+@dataclass
+class Sources:
+    """Where the facts come from: the store found as every command finds it, and Slurm."""
+
+    loc: Location
+    slurm: Callable[[], SlurmClient]  # may raise HealError (SlurmError, ...)
+
+    def state(self) -> State:
+        from slurm_heal.store import Store
+
+        return Store(self.loc.state_dir).load()
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(timezone.utc).isoformat() if value else None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --------------------------------------------------------------------------- overview
+
+
+def controller_info(loc: Location, now: datetime) -> dict[str, Any]:
+    beat = loc.last_heartbeat()
+    return {"last_heartbeat": _iso(beat), "heartbeat_file": str(loc.heartbeat_file),
+            "stale": beat is None or now - beat > STALE_HEARTBEAT}
+
+
+def pause_info(state: State) -> dict[str, Any]:
+    """Paused or not, and who said so and why when the record shows it (SPEC O2)."""
+    from slurm_heal.store import decisions
+
+    last = next((d for d in reversed(decisions(state)) if d.rule == "pause"), None)
+    pending = [c.model_dump(mode="json") for c in state.inbox if c.kind in ("pause", "unpause")]
+    return {"paused": state.paused, "last": last.model_dump(mode="json") if last else None,
+            "pending": pending}
+
+
+def overview(src: Sources) -> dict[str, Any]:
+    """The cluster at a glance: what ``slurm-heal status`` gathers (each node's state,
+    reason, alerts) and the store's summary (controller heartbeat, breaker, pause,
+    counts, approvals waiting). Slurm not answering is said, not an error."""
+    from slurm_heal.commands.status import node_status
+
+    now = _now()
+    state = src.state()
+    nodes: list[dict[str, Any]] = []
+    slurm_error: str | None = None
+    try:
+        client = src.slurm()
+        nodes = [node_status(n, now) for n in sorted(client.nodes(), key=lambda n: n.name)]
+    except HealError as exc:
+        slurm_error = str(exc)
+    open_rems = [r for r in state.remediations if not r.phase.terminal]
+    waiting = [r for r in open_rems if waits_for_person(r)]
+    return {
+        "at": now.isoformat(),
+        "store": src.loc.as_json(),
+        "controller": controller_info(src.loc, now),
+        "breaker": state.breaker.model_dump(mode="json"),
+        "pause": pause_info(state),
+        "counts": {
+            "nodes": len(nodes),
+            "nodes_with_alerts": sum(1 for n in nodes if n["alerts"]),
+            "foreign_drains": sum(1 for n in nodes
+                                  if (n["reason"] or {}).get("kind") == "foreign"),
+            "open_remediations": len(open_rems),
+            "in_progress": sum(1 for r in open_rems if r.phase.disruptive),
+            "waiting_for_approval": len(waiting),
+            "pending_commands": len(state.inbox),
+        },
+        "approvals_waiting": [r.id for r in waiting],
+        "open_remediations": [summary(r) for r in open_rems],
+        "slurm": {"reachable": slurm_error is None, "error": slurm_error},
+        "nodes": nodes,
+    }
+
+
+def summary(rem: Remediation) -> dict[str, Any]:
+    """One line of a remediation for lists."""
+    return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
+            "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
+            "why": rem.steps[-1].why if rem.steps else ""}
+
+
+# --------------------------------------------------------------------------- remediations
+
+
+def waits_for_person(rem: Remediation) -> bool:
+    """Proposed, and the approval rule that decided says a person approves (SPEC P2)."""
+    return rem.phase is Phase.PROPOSED and bool(rem.data.approval_pending)
+
+
+def machine_history(state: State, rem: Remediation) -> list[dict[str, Any]]:
+    """Earlier remediations on the same machine (by host identity when known, else the
+    node), oldest first: what escalation (E1) counts, for a person to judge."""
+    def same(r: Remediation) -> bool:
+        if r.id == rem.id:
+            return False
+        return r.host == rem.host if rem.host else r.node == rem.node
+
+    out = []
+    for r in sorted(filter(same, state.remediations), key=lambda r: r.created):
+        end = r.phase_times.get(r.phase.value) if r.phase.terminal else None
+        out.append({**summary(r), "created": _iso(r.created), "ended": _iso(end),
+                    "host": r.host, "escalated_from":
+                    r.escalated_from.value if r.escalated_from else None,
+                    "action_rule": r.action_rule})
+    return out
+
+
+def pending_for(state: State, rem: Remediation) -> list[dict[str, Any]]:
+    """Commands in the inbox that name this remediation (a decision on its way)."""
+    return [c.model_dump(mode="json") for c in state.inbox
+            if c.remediation == rem.id or (c.remediation is None and c.node == rem.node
+                                           and c.kind != "request")]
+
+
+def remediation_detail(state: State, rem: Remediation) -> dict[str, Any]:
+    from slurm_heal.commands.admin import approval, requester
+
+    return {"remediation": operations.rem_json(rem), "requester": requester(rem),
+            "approval": approval(rem), "waiting_for_approval": waits_for_person(rem),
+            "machine_history": machine_history(state, rem),
+            "pending_commands": pending_for(state, rem)}
+
+
+def remediation(src: Sources, rid: str) -> dict[str, Any]:
+    state = src.state()
+    rem = state.get(rid)
+    if rem is None:
+        raise NotFound(f"no remediation {rid!r} in the store (finished ones are kept 14 days)")
+    out = remediation_detail(state, rem)
+    out["store"] = src.loc.as_json()
+    return out
+
+
+def remediations(src: Sources, show_all: bool, node: str | None) -> dict[str, Any]:
+    """What ``slurm-heal remediations --json`` prints."""
+    state = src.state()
+    rems = [r for r in state.remediations
+            if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
+    pending = [c for c in state.inbox if node is None or c.node == node]
+    return {"remediations": [operations.rem_json(r) for r in rems],
+            "pending_commands": [c.model_dump(mode="json") for c in pending],
+            "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused,
+            "store": src.loc.as_json()}
+
+
+def history(src: Sources, node: str) -> dict[str, Any]:
+    """What ``slurm-heal history NODE --json`` prints."""
+    state = src.state()
+    rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
+    if not rems:
+        try:
+            src.slurm().node(node)
+        except NotFound:
+            raise NotFound(f"Slurm does not know a node {node!r} and the store has no record "
+                           "of it") from None
+        except HealError:
+            pass  # a Slurm that does not answer proves nothing
+    return {"node": node, "remediations": [operations.rem_json(r) for r in rems],
+            "store": src.loc.as_json()}
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+def _alerts_by_node(src: Sources, nodes: set[str]) -> tuple[dict[str, list[Alert]], str | None]:
+    if not nodes:
+        return {}, None
+    try:
+        client = src.slurm()
+        found = operations.alerts_of(client, None)
+    except HealError as exc:
+        return {}, str(exc)
+    out: dict[str, list[Alert]] = {}
+    for a in found:
+        if a.node in nodes:
+            out.setdefault(a.node, []).append(a)
+    return out, None
+
+
+def approvals(src: Sources) -> dict[str, Any]:
+    """The approvals queue (SPEC P2, D7, P4): each proposal waiting for a person, with
+    the alert's plain text and evidence as the node check published it, the action, the
+    rule that chose it, the rule that asks for a person, and the machine's earlier
+    remediations (escalation history, E1)."""
+    state = src.state()
+    waiting = sorted((r for r in state.remediations if waits_for_person(r)),
+                     key=lambda r: r.created)
+    alerts, slurm_error = _alerts_by_node(src, {r.node for r in waiting})
+    items = []
+    for rem in waiting:
+        item = remediation_detail(state, rem)
+        related = [a for a in alerts.get(rem.node, []) if a.fault == rem.fault]
+        item["alerts"] = [operations.alert_json(a) for a in
+                          (related or alerts.get(rem.node, []))]
+        item["explanation"] = _explanation(rem.fault)
+        items.append(item)
+    return {"approvals": items, "slurm": {"reachable": slurm_error is None,
+                                          "error": slurm_error},
+            "store": src.loc.as_json()}
+
+
+def _explanation(fault: str) -> str | None:
+    from slurm_heal import catalog
+
+    try:
+        return catalog.load().get(fault).explanation
+    except HealError:
+        return None
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def node(src: Sources, name: str) -> dict[str, Any]:
+    """What ``slurm-heal explain NODE --json`` prints, plus the node's whole history."""
+    got = operations.explain(name, src.slurm, src.state)
+    out = got.as_json()
+    out["history"] = [operations.rem_json(r) for r in sorted(
+        (r for r in got.state.remediations if r.node == name), key=lambda r: r.created)]
+    out["store"] = src.loc.as_json()
+    return out
+
+
+def nodes(src: Sources) -> dict[str, Any]:
+    """What ``slurm-heal status --json`` prints."""
+    from slurm_heal.commands.status import node_status
+
+    now = _now()
+    client = src.slurm()
+    return {"nodes": [node_status(n, now) for n in sorted(client.nodes(), key=lambda n: n.name)]}
+
+
+def alerts(src: Sources, node: str | None) -> dict[str, Any]:
+    """What ``slurm-heal alerts --json`` prints."""
+    found = operations.alerts_of(src.slurm(), node)
+    return {"alerts": [operations.alert_json(a) for a in found]}
+
+
+def breaker(src: Sources) -> dict[str, Any]:
+    """What ``slurm-heal breaker --json`` prints."""
+    state = src.state()
+    return {"breaker": state.breaker.model_dump(mode="json"), "paused": state.paused,
+            "reset_pending": any(c.kind == "reset_breaker" for c in state.inbox),
+            "store": src.loc.as_json()}
+
+
+def pause(src: Sources) -> dict[str, Any]:
+    state = src.state()
+    return {**pause_info(state), "store": src.loc.as_json()}
+
+
+def queued(cmd: Command, state: State | None) -> dict[str, Any]:
+    """The answer to a write: the command as queued, and what a person must still know."""
+    rem = state.get(cmd.remediation) if state is not None and cmd.remediation else None
+    return {"queued": cmd.model_dump(mode="json"),
+            "note": operations.detector_drain_note(rem, cmd.kind),
+            "message": f"{cmd.kind} queued by {cmd.by}; the controller acts on it at its "
+                       "next cycle"}

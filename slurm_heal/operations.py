@@ -1,0 +1,224 @@
+"""What the admin CLI and the HTTP API (`slurm-heal serve`) show and do, in one place
+(SPEC I4, O5, Q1, P2, P4).
+
+Both front ends call these functions, so a person's word reaches the controller the same
+way whichever one they use: a write is a `models.Command` put into the store's inbox
+(`queue`), refused when no controller reads that store; a read returns the JSON shapes
+the CLI's ``--json`` prints. Nothing here decides or acts: the daemon consumes the inbox
+at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
+
+No click here: the CLI maps `HealError` to exit statuses (`slurm_heal.cli`), the API to
+problem objects (`slurm_heal.api.app`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from slurm_heal.errors import HealError, NotFound, SlurmError
+from slurm_heal.location import Location, slurm_conf_path
+from slurm_heal.models import Command, Decision, Remediation, State
+from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.types import Action, Alert
+
+CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
+                      "unpause"]
+# What a person may ask for by request (SPEC Q2: remove is queued for the record and
+# refused by the controller; slurm-heal never removes a node).
+REQUEST_ACTIONS = (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+# --------------------------------------------------------------------------- writes
+
+
+def new_command(kind: CommandKind, by: str, *, node: str | None = None,
+                remediation: str | None = None, action: Action | None = None,
+                detector: str | None = None, request_id: str | None = None,
+                reason: str = "", command_id: str | None = None,
+                at: datetime | None = None) -> Command:
+    """An inbox command. ``command_id`` is given by callers that must never make two of
+    the same (the API derives it from the idempotency key); otherwise a fresh one."""
+    return Command(id=command_id or f"c-{uuid.uuid4().hex[:12]}", at=at or now(), kind=kind,
+                   by=by, node=node, remediation=remediation, action=action,
+                   detector=detector, request_id=request_id, reason=reason)
+
+
+def request_problem(action: Action, reason: str, detector: str | None,
+                    request_id: str | None, names: dict[str, str] | None = None) -> str | None:
+    """Why a person's request is malformed (a message for them), or None (SPEC Q2, Q3).
+
+    ``names`` says how the front end calls the fields (the CLI: ``--id``, ``--detector``,
+    ``--reason``). The tokens themselves are checked by `reasons.format_request`
+    (ReasonError names the bad one)."""
+    from slurm_heal.reasons import format_request
+
+    n = {"id": "id", "detector": "detector", "reason": "reason", **(names or {})}
+    if action not in REQUEST_ACTIONS:
+        return (f"{action.value} cannot be requested; ask for one of "
+                + ", ".join(a.value for a in REQUEST_ACTIONS))
+    if action is Action.REMOVE and (detector or request_id):
+        return ("remove is only ever done by a person: a request naming a detector cannot "
+                "ask for it (SPEC Q2)")
+    if request_id and not detector:
+        return f"{n['id']} needs {n['detector']}: together they deduplicate (SPEC Q3)"
+    if not reason.strip():
+        return f"{n['reason']} must say why"
+    format_request(action, detector, request_id)  # ReasonError names the bad token
+    return None
+
+
+def queue(loc: Location, cmd: Command, *, force: bool = False) -> Command:
+    """Put ``cmd`` into the inbox of the store at ``loc``; return it as stored.
+
+    Refused (`location.NoController`) when no controller reads that store, unless
+    ``force``. approve/deny/cancel are resolved to the open remediation they name
+    (`store.Store.add_command`: NotFound when there is none). A command whose id is
+    already in the inbox is not added twice.
+    """
+    from slurm_heal.store import Store
+
+    if not force:
+        loc.check_writable()
+    stored: Command = Store(loc.state_dir).add_command(cmd)
+    return stored
+
+
+def detector_drain_note(rem: Remediation | None, kind: str) -> str | None:
+    """What a person must still do after denying or cancelling a detector's request: its
+    ``heal-request:`` drain is not ours and is never undone by slurm-heal."""
+    if kind in ("deny", "cancel") and rem is not None and rem.origin == "request":
+        return (f"{rem.node} was drained by detector {rem.detector or '?'}'s heal-request "
+                "reason, which slurm-heal never undoes (it is not ours): a person resumes "
+                f"it: scontrol update nodename={rem.node} state=resume")
+    return None
+
+
+# --------------------------------------------------------------------------- Slurm
+
+
+def slurm_client(controller: dict[str, Any]) -> SlurmClient:
+    """A Slurm client for the slurm.conf and backend the daemon uses (``[controller]``
+    section); a missing slurm.conf fails at once with one message."""
+    factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
+    if factory is None:
+        raise SlurmError("no Slurm backend is available in this installation")
+    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(controller.get("slurm_conf")))}
+    if controller.get("slurm_backend"):
+        kwargs["backend"] = controller["slurm_backend"]
+    for key in ("slurm_rest_url", "slurm_rest_token_file"):  # the rest backend (slurmrestd)
+        if controller.get(key):
+            kwargs[key.replace("slurm_rest_", "rest_")] = controller[key]
+    made: SlurmClient = factory(**kwargs)
+    return made
+
+
+# --------------------------------------------------------------------------- reads
+
+
+def rem_json(rem: Remediation) -> dict[str, Any]:
+    """A remediation as the CLI's ``--json`` shows it: the whole record plus ``open``."""
+    out: dict[str, Any] = rem.model_dump(mode="json")
+    out["open"] = not rem.phase.terminal
+    return out
+
+
+def alert_json(alert: Alert) -> dict[str, Any]:
+    """An alert with its evidence unchanged (SPEC D7), the catalog's explanation and
+    default action, and for an Xid NVIDIA's own advice."""
+    from slurm_heal import catalog
+    from slurm_heal.extra import alert_to_json
+
+    out = alert_to_json(alert)
+    out["node"] = alert.node
+    try:
+        fault = catalog.load().get(alert.fault)
+        out["explanation"] = fault.explanation
+        out["default_action"] = fault.action.value
+        if fault.bucket:  # an Xid: NVIDIA's own advice next to ours
+            out["nvidia"] = {"mnemonic": fault.mnemonic, "bucket": fault.bucket,
+                             "investigatory": fault.investigatory}
+    except HealError:
+        out["explanation"] = "(not in the fault catalog)"
+        out["default_action"] = None
+    return out
+
+
+def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
+    """The node checks' alerts from Extra, plus D5: a node DOWN or drained for a reason
+    slurm-heal did not set (what a Slurm exporter would show; never touched by us)."""
+    from slurm_heal import catalog, reasons
+    from slurm_heal.extra import alerts_from_extra
+
+    at = now()
+    nodes = (client.node(node),) if node else client.nodes()
+    out: list[Alert] = []
+    for n in nodes:
+        out.extend(alerts_from_extra(n.name, n.extra, at))
+        if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
+                and not reasons.is_request(n.reason):
+            fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
+            seen = n.reason_time or at
+            out.append(Alert(
+                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
+                summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
+                first_seen=seen, last_seen=seen))
+    return out
+
+
+@dataclass(frozen=True)
+class Explained:
+    """Why a node is where it is (house style 9): what `explain` shows."""
+
+    node: str
+    slurm: dict[str, Any]  # reachable, error, states, reason
+    alerts: list[Alert]
+    state: State
+    open: list[Remediation]
+    recent: list[Remediation]  # the last finished ones (at most 3)
+    decisions: list[Decision]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"node": self.node, "slurm": self.slurm,
+                "alerts": [alert_json(a) for a in self.alerts],
+                "open_remediations": [rem_json(r) for r in self.open],
+                "recent_remediations": [rem_json(r) for r in self.recent],
+                "decisions": [d.model_dump(mode="json") for d in self.decisions],
+                "breaker": self.state.breaker.model_dump(mode="json"),
+                "paused": self.state.paused}
+
+
+def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], State],
+            last_decisions: int = 10) -> Explained:
+    """Slurm's view of the node (degrading to the store alone when Slurm does not
+    answer), its alerts, and the store's record. NotFound when neither knows it."""
+    from slurm_heal.store import decisions
+
+    slurm_info: dict[str, Any] = {"reachable": False, "error": None}
+    found: list[Alert] = []
+    try:
+        client = slurm()
+        info = client.node(node)
+        slurm_info.update(reachable=True, states=sorted(info.states), reason=info.reason)
+        found = alerts_of(client, node)
+    except HealError as exc:  # degrade: the store alone still explains a lot
+        slurm_info["error"] = str(exc)
+        unknown = isinstance(exc, NotFound)
+    else:
+        unknown = False
+    state = load()
+    if unknown and not any(r.node == node for r in state.remediations):
+        raise NotFound(f"Slurm does not know a node {node!r} and the store has no record of it")
+    recent = sorted((r for r in state.remediations if r.node == node and r.phase.terminal),
+                    key=lambda r: r.updated)[-3:]
+    return Explained(node=node, slurm=slurm_info, alerts=found, state=state,
+                     open=list(state.open_for(node)), recent=recent,
+                     decisions=list(decisions(state, node))[-last_decisions:])

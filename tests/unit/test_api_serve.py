@@ -1,0 +1,561 @@
+"""`slurm-heal serve` over real HTTP, as a real process, on a store without Slurm
+(SPEC O5, P2, P4, Q1-Q3, S5, O2): tokens and roles, idempotency keys, bad input as
+problem objects (never a 500), the bind rules, the proxy header, the OpenAPI document.
+
+The whole way through the daemon on the real lab is tests/integration/test_api_lab.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from slurm_heal.api.settings import ApiSettings, check_listen
+from slurm_heal.errors import ConfigError
+from slurm_heal.models import Phase, Remediation, State, Step, Work
+from slurm_heal.store import Store
+from slurm_heal.types import Action, Severity
+from tests.apiserve import Serve, make_tokens
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = datetime.now(timezone.utc) - timedelta(minutes=5)
+
+
+def _proposal(rid: str = "r-0000proposal", node: str = "gpu01") -> Remediation:
+    return Remediation(
+        id=rid, node=node, fault="gpu.xid.119", severity=Severity.CRITICAL,
+        action=Action.REBOOT, phase=Phase.PROPOSED, created=T0, updated=T0,
+        approval_rule="P2:default", action_rule="catalog:gpu.xid.119",
+        phase_times={"proposed": T0}, data=Work(approval_pending="P2:default"),
+        steps=(Step(at=T0, phase="proposed", rule="P2:default",
+                    why="waits for a person: slurm-heal approve gpu01 (or deny)"),))
+
+
+class Site:
+    """A store (with a controller heartbeat), a config with [api], a token file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.state_dir = root / "state"
+        self.state_dir.mkdir(parents=True)
+        self.beat()
+        self.tokens_file = root / "tokens.toml"
+        self.tokens = make_tokens(self.tokens_file)
+        self.config = root / "heal.toml"
+        self.config.write_text(
+            f'[controller]\nstate_dir = "{self.state_dir}"\n'
+            f'slurm_conf = "{root / "no-such-slurm.conf"}"\n'
+            '[api]\ntokens = "tokens.toml"\n')
+        self.store = Store(self.state_dir)
+
+    def beat(self) -> None:
+        (self.state_dir / "heartbeat").write_text(datetime.now(timezone.utc).isoformat())
+
+    def reset(self, *rems: Remediation, breaker_open: bool = False) -> None:
+        from slurm_heal.models import Breaker
+
+        with self.store.transaction() as txn:
+            txn.state = State(remediations=rems, breaker=Breaker(
+                open=breaker_open, why="3 automatic starts in 1h" if breaker_open else ""))
+        for f in self.state_dir.glob("api-idempotency.json"):
+            f.unlink()
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("SLURM_HEAL_STATE_DIR", "SLURM_HEAL_CONFIG")}
+        env["SLURM_CONF"] = str(self.root / "no-such-slurm.conf")
+        return env
+
+    def serve(self, *args: str, name: str = "serve") -> Serve:
+        return Serve(["--config", str(self.config), *args], self.root / f"{name}.log",
+                     env=self.env())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    return Site(tmp_path_factory.mktemp("api"))
+
+
+@pytest.fixture(scope="module")
+def srv(site: Site) -> Iterator[Serve]:
+    with site.serve() as s:
+        yield s
+
+
+@pytest.fixture
+def fresh(site: Site) -> Site:
+    site.beat()
+    site.reset(_proposal())
+    return site
+
+
+def _problem(resp: requests.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["Content-Type"].startswith("application/problem+json")
+    body = resp.json()
+    assert body["status"] == status and isinstance(body["detail"], str) and body["detail"]
+    return dict(body)
+
+
+# --------------------------------------------------------------------------- who
+
+
+def test_an_operator_approval_is_queued_under_the_tokens_name(srv: Serve, fresh: Site) -> None:
+    """SPEC P4, O5: the command the daemon reads says who approved and why."""
+    resp = srv.post("/api/v1/remediations/gpu01/approve", fresh.tokens["alice"],
+                    json={"reason": "GSP hang, reboot is fine"})
+    assert resp.status_code == 202, resp.text
+    assert resp.headers["Location"] == "/api/v1/remediations/r-0000proposal"
+    (cmd,) = fresh.store.load().inbox
+    assert (cmd.kind, cmd.by, cmd.remediation, cmd.reason) == \
+        ("approve", "alice", "r-0000proposal", "GSP hang, reboot is fine")
+    assert resp.json()["queued"]["id"] == cmd.id
+
+
+def test_a_viewer_token_cannot_approve_and_nothing_is_queued(srv: Serve, fresh: Site) -> None:
+    """SPEC O5: roles. A viewer reads everything and changes nothing."""
+    assert srv.get("/api/v1/approvals", fresh.tokens["victor"]).status_code == 200
+    for path, body in (("/api/v1/remediations/gpu01/approve", {}),
+                       ("/api/v1/remediations/gpu01/deny", {}),
+                       ("/api/v1/pause", {"reason": "x"}),
+                       ("/api/v1/requests", {"node": "gpu02", "action": "reboot",
+                                             "reason": "x"})):
+        problem = _problem(srv.post(path, fresh.tokens["victor"], json=body, key="k-" + path),
+                           403)
+        assert "victor has the viewer role" in str(problem["detail"])
+    assert fresh.store.load().inbox == ()
+
+
+def test_no_token_or_an_unknown_token_is_401_and_tokens_never_reach_the_log(
+        srv: Serve, fresh: Site) -> None:
+    problem = _problem(srv.get("/api/v1/overview"), 401)
+    assert "Bearer" in str(problem["detail"])
+    assert srv.get("/api/v1/overview").headers["WWW-Authenticate"].startswith("Bearer")
+    _problem(srv.get("/api/v1/overview", "not-a-token-of-this-server"), 401)
+    _problem(requests.get(srv.url + "/api/v1/overview", timeout=10,
+                          headers={"Authorization": "Basic YWxpY2U6eA=="}), 401)
+    assert srv.get("/api/v1/whoami", fresh.tokens["alice"]).json() == \
+        {"name": "alice", "role": "operator", "via": "token"}
+    log = srv.text()
+    assert "GET /api/v1/whoami 200" in log
+    assert all(token not in log for token in fresh.tokens.values())
+    assert "not-a-token-of-this-server" not in log
+
+
+def test_a_token_removed_from_the_file_stops_working_without_a_restart(
+        tmp_path: Path) -> None:
+    """The token file is read again when it changes: revoking is editing the file."""
+    site = Site(tmp_path)
+    with site.serve() as srv:
+        assert srv.get("/api/v1/whoami", site.tokens["victor"]).status_code == 200
+        text = site.tokens_file.read_text()
+        kept = text[:text.index('[[token]]\nname = "victor"')]
+        site.tokens_file.write_text(kept)
+        _problem(srv.get("/api/v1/whoami", site.tokens["victor"]), 401)
+        assert srv.get("/api/v1/whoami", site.tokens["alice"]).status_code == 200
+
+
+def test_a_token_file_others_may_write_is_refused_at_start(tmp_path: Path) -> None:
+    site = Site(tmp_path)
+    site.tokens_file.chmod(0o666)
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "serve", "--config",
+                           str(site.config), "--bind", "127.0.0.1:0"], env=site.env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "others may write it" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_proxy_user_header_is_believed_only_from_a_trusted_proxy(tmp_path: Path) -> None:
+    """SSO behind a reverse proxy: the header names the person, but only when it comes
+    from a configured proxy address; from anyone else it is ignored."""
+    site = Site(tmp_path)
+    with site.serve("--trusted-proxy", "127.0.0.1") as srv:
+        got = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
+                           timeout=10)
+        assert got.json() == {"name": "bob", "role": "viewer", "via": "proxy"}
+    with site.serve("--trusted-proxy", "192.0.2.10", name="untrusted") as srv:
+        _problem(requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
+                              timeout=10), 401)
+        assert "not a trusted proxy" in srv.text()
+
+
+# --------------------------------------------------------------------------- idempotency
+
+
+def test_a_retried_request_with_the_same_key_makes_one_command_even_after_the_daemon_took_it(
+        srv: Serve, fresh: Site) -> None:
+    """SPEC O5, S6: a create takes an idempotency key; a retry never makes two."""
+    body = {"node": "gpu02", "action": "reboot", "reason": "NCCL hangs", "detector": "nccl",
+            "id": "4711"}
+    first = srv.post("/api/v1/requests", fresh.tokens["alice"], json=body, key="retry-1")
+    assert first.status_code == 202, first.text
+    again = srv.post("/api/v1/requests", fresh.tokens["alice"], json=body, key="retry-1")
+    assert again.status_code == 202 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["queued"] == first.json()["queued"]
+    assert len(fresh.store.load().inbox) == 1
+    # the daemon consumes the command; a late retry still makes no second one
+    with fresh.store.transaction() as txn:
+        txn.state = txn.state.model_copy(update={"inbox": ()})
+    late = srv.post("/api/v1/requests", fresh.tokens["alice"], json=body, key="retry-1")
+    assert late.status_code == 202 and late.json()["queued"] == first.json()["queued"]
+    assert fresh.store.load().inbox == ()
+    # a new key is a new request
+    other = srv.post("/api/v1/requests", fresh.tokens["alice"], json=body, key="retry-2")
+    assert other.status_code == 202 and len(fresh.store.load().inbox) == 1
+
+
+def test_the_same_key_for_a_different_request_is_refused(srv: Serve, fresh: Site) -> None:
+    body = {"node": "gpu02", "action": "reboot", "reason": "NCCL hangs"}
+    assert srv.post("/api/v1/requests", fresh.tokens["alice"], json=body,
+                    key="k1").status_code == 202
+    problem = _problem(srv.post("/api/v1/requests", fresh.tokens["alice"],
+                                json={**body, "action": "rebuild"}, key="k1"), 422)
+    assert problem["kind"] == "IdempotencyKeyReused"
+    assert [c.action for c in fresh.store.load().inbox] == [Action.REBOOT]
+
+
+def test_a_create_without_an_idempotency_key_is_refused(srv: Serve, fresh: Site) -> None:
+    problem = _problem(srv.post("/api/v1/requests", fresh.tokens["alice"],
+                                json={"node": "gpu02", "action": "reboot", "reason": "x"}), 400)
+    assert "Idempotency-Key" in str(problem["detail"])
+    assert fresh.store.load().inbox == ()
+
+
+# --------------------------------------------------------------------------- bad input
+
+BAD = [
+    # (method, path, headers, body bytes, status, words in the detail)
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"}, b"{not json",
+     400, "not valid JSON"),
+    ("POST", "/api/v1/requests", {"Content-Type": "text/plain"}, b"node=gpu01", 415, "JSON"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"}, b"[1, 2]",
+     422, "JSON object"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"},
+     b'{"node": "gpu01", "action": "explode", "reason": "x"}', 422, "action"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"},
+     b'{"node": "gpu01; rm -rf /", "action": "reboot", "reason": "x"}', 422, "node name"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"},
+     b'{"node": "gpu01", "action": "remove", "reason": "x", "detector": "ibmon"}', 422,
+     "only ever done by a person"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"},
+     b'{"node": "gpu01", "action": "reboot", "reason": "x", "id": "7"}', 422,
+     "id needs detector"),
+    ("POST", "/api/v1/requests", {"Content-Type": "application/json"},
+     b'{"node": "gpu01", "action": "reboot", "reason": 5}', 422, "reason"),
+    ("POST", "/api/v1/remediations/gpu01/approve", {"Content-Type": "application/json"},
+     b'{"reason": "x", "by": "mallory"}', 422, "by: unknown field"),
+    ("POST", "/api/v1/remediations/gpu01/approve", {"Content-Type": "application/json"},
+     b'{"reason": "' + b"x" * 70000 + b'"}', 413, "64 KiB"),
+    ("POST", "/api/v1/remediations/gpu01/approve", {"Idempotency-Key": "x" * 300}, b"",
+     400, "Idempotency-Key"),
+    ("POST", "/api/v1/remediations/r-nosuchthing/approve", {}, b"", 404, "r-nosuchthing"),
+    ("POST", "/api/v1/pause", {"Content-Type": "application/json"}, b"{}", 422, "reason"),
+    ("GET", "/api/v1/remediations?all=perhaps", {}, b"", 422, "all must be true or false"),
+    ("GET", "/api/v1/remediations/r-nosuchthing", {}, b"", 404, "r-nosuchthing"),
+    ("GET", "/api/v1/nodes/gpu01%3Brm%20-rf", {}, b"", 422, "not a node name"),
+    ("GET", "/api/v1/nodes/gpu%2F..%2Fetc", {}, b"", 404, "nothing at"),
+    ("GET", "/api/v1/nothing-here", {}, b"", 404, "nothing at"),
+    ("DELETE", "/api/v1/requests", {}, b"", 405, "DELETE is not allowed"),
+    ("GET", "/api/v1/nodes", {}, b"", 502, "slurm.conf not found"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "body", "status", "words"), BAD,
+                         ids=[f"{b[0]} {b[1][:40]} {b[4]}" for b in BAD])
+def test_bad_input_is_a_problem_object_that_says_what_is_wrong_never_a_500(
+        srv: Serve, fresh: Site, method: str, path: str, headers: dict[str, str], body: bytes,
+        status: int, words: str) -> None:
+    resp = requests.request(method, srv.url + path, data=body, timeout=30,
+                            headers={**headers, **srv.bearer(fresh.tokens["alice"])})
+    problem = _problem(resp, status)
+    assert words in str(problem["detail"]), problem
+    assert fresh.store.load().inbox == ()  # nothing half-written
+
+
+def test_a_write_to_a_store_no_controller_reads_is_refused(srv: Serve, fresh: Site) -> None:
+    """As the CLI refuses it (location.check_writable): a word no daemon would read."""
+    (fresh.state_dir / "heartbeat").unlink()
+    try:
+        problem = _problem(srv.post("/api/v1/remediations/gpu01/approve",
+                                    fresh.tokens["alice"]), 503)
+        assert "no controller heartbeat" in str(problem["detail"])
+        assert fresh.store.load().inbox == ()
+    finally:
+        fresh.beat()
+
+
+# --------------------------------------------------------------------------- reads, writes
+
+
+def test_reads_say_what_the_cli_says_and_degrade_without_slurm(srv: Serve, fresh: Site) -> None:
+    token = fresh.tokens["victor"]
+    over = srv.get("/api/v1/overview", token).json()
+    assert over["counts"]["waiting_for_approval"] == 1
+    assert over["approvals_waiting"] == ["r-0000proposal"]
+    assert over["slurm"]["reachable"] is False and "slurm.conf" in over["slurm"]["error"]
+    assert over["controller"]["stale"] is False
+    queue = srv.get("/api/v1/approvals", token).json()
+    (item,) = queue["approvals"]
+    assert item["remediation"]["id"] == "r-0000proposal"
+    assert item["approval"].startswith("waiting for a person's approval (P2:default")
+    assert "GSP" in item["explanation"]
+    node = srv.get("/api/v1/nodes/gpu01", token).json()  # explain works from the store alone
+    assert node["slurm"]["reachable"] is False
+    assert [r["id"] for r in node["open_remediations"]] == ["r-0000proposal"]
+    hist = srv.get("/api/v1/nodes/gpu01/history", token).json()
+    assert [r["id"] for r in hist["remediations"]] == ["r-0000proposal"]
+    rems = srv.get("/api/v1/remediations?all=true", token).json()
+    assert [r["id"] for r in rems["remediations"]] == ["r-0000proposal"]
+    policy = srv.get("/api/v1/policy", token).json()
+    assert policy["policy"]["approvals"]["default"] == "manual"
+
+
+def test_breaker_reset_pause_and_unpause_are_queued_as_the_cli_queues_them(
+        srv: Serve, site: Site) -> None:
+    """SPEC S5, O2: a person's decisions, by name, for the daemon to take."""
+    site.beat()
+    site.reset(breaker_open=True)
+    token = site.tokens["alice"]
+    assert srv.post("/api/v1/breaker/reset", token, json={"reason": "looked at it"}
+                    ).status_code == 202
+    assert srv.post("/api/v1/pause", token, json={"reason": "maintenance window"}
+                    ).status_code == 202
+    assert srv.post("/api/v1/unpause", token).status_code == 202
+    inbox = site.store.load().inbox
+    assert [(c.kind, c.by, c.reason) for c in inbox] == [
+        ("reset_breaker", "alice", "looked at it"), ("pause", "alice", "maintenance window"),
+        ("unpause", "alice", "")]
+    assert srv.get("/api/v1/breaker", token).json()["reset_pending"] is True
+    assert [c["kind"] for c in srv.get("/api/v1/pause", token).json()["pending"]] == \
+        ["pause", "unpause"]
+    site.reset()  # closed: nothing to reset, nothing queued
+    closed = srv.post("/api/v1/breaker/reset", token)
+    assert closed.status_code == 200 and closed.json()["queued"] is None
+    assert site.store.load().inbox == ()
+
+
+# --------------------------------------------------------------------------- binding
+
+
+def test_a_non_loopback_bind_without_tls_or_a_proxy_is_refused(tmp_path: Path) -> None:
+    """Bearer tokens never cross a network in clear text."""
+    site = Site(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "serve", "--config",
+                           str(site.config), "--bind", "0.0.0.0:8250"], env=site.env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "refusing to listen on 0.0.0.0:8250 without TLS" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("settings", "ok"), [
+    (ApiSettings(bind="0.0.0.0:8250", tokens=Path("t")), False),
+    (ApiSettings(bind="[::]:8250", tokens=Path("t")), False),
+    (ApiSettings(bind="gpu-head.example:8250", tokens=Path("t")), False),
+    (ApiSettings(bind="0.0.0.0:8250", tokens=Path("t"), tls_cert=Path("c"), tls_key=Path("k")),
+     True),
+    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",)), True),
+    (ApiSettings(bind="127.0.0.1:8250", tokens=Path("t")), True),
+    (ApiSettings(bind="[::1]:8250", tokens=Path("t")), True),
+    (ApiSettings(bind="127.0.0.1:8250"), False),  # nobody could be told apart
+])
+def test_where_serve_may_listen(settings: ApiSettings, ok: bool) -> None:
+    if ok:
+        check_listen(settings)
+    else:
+        with pytest.raises(ConfigError):
+            check_listen(settings)
+
+
+def test_serve_speaks_tls_when_given_a_certificate(tmp_path: Path) -> None:
+    site = Site(tmp_path)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True,
+                   timeout=60)
+    with site.serve("--tls-cert", str(cert), "--tls-key", str(key)) as srv:
+        assert srv.url.startswith("https://")
+        got = requests.get(srv.url + "/api/v1/whoami", verify=str(cert), timeout=10,
+                           headers=srv.bearer(site.tokens["alice"]))
+        assert got.json()["name"] == "alice"
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+
+def test_the_committed_openapi_document_is_the_served_one_and_names_every_route(
+        srv: Serve) -> None:
+    """docs/api-openapi.json is what serve says about itself, and it leaves nothing out
+    (regenerate: python -m slurm_heal.api.openapi > docs/api-openapi.json)."""
+    from slurm_heal.api.app import ApiApp
+    from slurm_heal.location import Location
+
+    served = srv.get("/api/v1/openapi.json").json()
+    committed = json.loads((REPO / "docs" / "api-openapi.json").read_text())
+    assert served == committed
+    documented = {(path, method.upper()) for path, ops in committed["paths"].items()
+                  for method in ops}
+    app = ApiApp(ApiSettings(), Location(Path("no-store"), "test"))
+    routes = set()
+    for rule in app.url_map.iter_rules():
+        if not (rule.rule.startswith("/api/") or rule.rule == "/healthz"):
+            continue
+        path = rule.rule.replace("<node>", "{node}").replace("<target>", "{target}")
+        for method in rule.methods or ():
+            if method in ("HEAD", "OPTIONS"):
+                continue
+            if "<any(approve, deny, cancel):kind>" in path:
+                for kind in ("approve", "deny", "cancel"):
+                    routes.add((path.replace("<any(approve, deny, cancel):kind>", kind), method))
+            else:
+                routes.add((path, method))
+    assert routes == documented
+
+
+
+# --------------------------------------------------------------------------- console forms
+
+
+def _login(srv: Serve, token: str) -> requests.Session:
+    """Log in to the console as a browser does: the login form's nonce, then the token."""
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text)
+    assert nonce, page.text
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce.group(1), "token": token,
+                                            "next": "/approvals"},
+                  allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/approvals", resp.text
+    return s
+
+
+def _form_fields(html: str, rid: str) -> dict[str, str]:
+    form = html[html.index(f'action="/remediations/{rid}/approve"'):]
+    return {k: re.search(rf'name="{k}" value="([^"]+)"', form).group(1)  # type: ignore[union-attr]
+            for k in ("csrf_token", "idempotency_key")}
+
+
+def test_a_console_form_without_its_csrf_token_is_refused_and_with_it_is_queued_once(
+        srv: Serve, fresh: Site) -> None:
+    """The console's forms carry a CSRF token (a cross-site POST riding the session cookie
+    is refused) and an idempotency key (a double submit is one command)."""
+    s = _login(srv, fresh.tokens["alice"])
+    page = s.get(srv.url + "/approvals", timeout=10)
+    assert "Approve reboot of gpu01" in page.text
+    fields = _form_fields(page.text, "r-0000proposal")
+    url = srv.url + "/remediations/r-0000proposal/approve"
+    for bad in ({}, {"csrf_token": "forged"}):
+        resp = s.post(url, data={"reason": "x", **bad}, allow_redirects=False, timeout=10)
+        assert resp.status_code == 403 and "CSRF token" in resp.text
+    assert requests.post(url, data={"reason": "x", **fields}, allow_redirects=False,
+                         timeout=10).status_code == 303  # no session: to the login page
+    assert fresh.store.load().inbox == ()
+    for _ in range(2):  # the double submit
+        resp = s.post(url, data={"reason": "looks right", **fields}, allow_redirects=False,
+                      timeout=10)
+        assert resp.status_code == 303
+        assert resp.headers["Location"] == "/remediations/r-0000proposal?queued=approve"
+    (cmd,) = fresh.store.load().inbox
+    assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "alice", "looks right")
+
+
+def test_a_viewer_in_the_console_sees_no_forms_and_cannot_post_one(
+        srv: Serve, fresh: Site) -> None:
+    s = _login(srv, fresh.tokens["victor"])
+    page = s.get(srv.url + "/approvals", timeout=10)
+    assert "r-0000proposal" in page.text and "may look but not decide" in page.text
+    assert "/approve" not in page.text
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)  # the logout form's
+    assert csrf
+    resp = s.post(srv.url + "/remediations/r-0000proposal/approve",
+                  data={"csrf_token": csrf.group(1)}, allow_redirects=False, timeout=10)
+    assert resp.status_code == 403 and "viewer role" in resp.text
+    assert fresh.store.load().inbox == ()
+
+
+def test_console_pages_need_a_login_and_never_redirect_off_site(srv: Serve, fresh: Site) -> None:
+    resp = requests.get(srv.url + "/approvals", allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/login?next=/approvals"
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": "//evil.example/"},
+                  allow_redirects=False, timeout=10)
+    assert resp.headers["Location"] == "/"
+    assert "HttpOnly" in resp.headers["Set-Cookie"] and "SameSite=Strict" in \
+        resp.headers["Set-Cookie"]
+
+
+# --------------------------------------------------------------------------- token file
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[[token]]\nname = 'a b'\nrole = 'viewer'\nsha256 = '" + "0" * 64 + "'\n", "name must be"),
+    ("[[token]]\nname = 'a'\nrole = 'admin'\nsha256 = '" + "0" * 64 + "'\n", "role must be"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\nsha256 = 'abc'\n", "64 hex digits"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = 'short'\n", "at least 16"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\n", "exactly one of sha256 or token"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\n"
+     "[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "y" * 20 + "'\n", "named twice"),
+    ("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\nexpires = 1\n",
+     "unknown key"),
+    ("users = 1\n", "[[token]] entries only"),
+    ("[[token]\n", "not valid TOML"),
+])
+def test_a_malformed_token_file_says_which_entry_and_why(text: str, words: str) -> None:
+    from slurm_heal.api.auth import parse_tokens
+
+    with pytest.raises(ConfigError) as err:
+        parse_tokens(text, "tokens.toml")
+    assert words in str(err.value) and str(err.value).startswith("tokens.toml")
+
+
+def test_plain_tokens_in_a_file_anyone_may_read_are_refused(tmp_path: Path) -> None:
+    from slurm_heal.api.auth import TokenFile
+
+    path = tmp_path / "tokens.toml"
+    path.write_text("[[token]]\nname = 'a'\nrole = 'viewer'\ntoken = '" + "x" * 20 + "'\n")
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="anyone may read it"):
+        TokenFile(path)
+    path.chmod(0o600)
+    assert TokenFile(path).check("x" * 20) is not None
+    assert TokenFile(path).check("x" * 19) is None
+
+
+def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
+        tmp_path: Path) -> None:
+    """Single sign-on: the proxy names the person; roles from [api] proxy_users; the
+    console's forms still need their CSRF token (bound to the person)."""
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text()
+                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n')
+    site.reset(_proposal())
+    carol = {"X-Remote-User": "carol"}
+    with site.serve() as srv:
+        page = requests.get(srv.url + "/approvals", headers=carol, timeout=10)
+        assert page.status_code == 200 and "carol" in page.text
+        fields = _form_fields(page.text, "r-0000proposal")
+        url = srv.url + "/remediations/r-0000proposal/approve"
+        forged = requests.post(url, headers=carol, data={"csrf_token": "x" * 64},
+                               allow_redirects=False, timeout=10)
+        assert forged.status_code == 403
+        ok = requests.post(url, headers=carol, data={"reason": "ok", **fields},
+                           allow_redirects=False, timeout=10)
+        assert ok.status_code == 303, ok.text
+        # someone else named by the proxy is a viewer (proxy_default_role)
+        dave = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "dave"},
+                            timeout=10).json()
+        assert dave == {"name": "dave", "role": "viewer", "via": "proxy"}
+    (cmd,) = site.store.load().inbox
+    assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "carol", "ok")
