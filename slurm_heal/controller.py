@@ -43,6 +43,7 @@ from slurm_heal.errors import (
     StoreCorrupt,
     StoreLocked,
 )
+from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
@@ -135,6 +136,9 @@ class Controller:
         self.notifier = notifier or Notifier(None)
         self._decide = decide
         self.stop = threading.Event()
+        # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
+        self.liveness: Heartbeat | None = None
+        self.last_failure: HealError | None = None  # why the last cycle tried failed
 
     def cycle(self) -> CycleReport:
         now = self.clock()
@@ -356,6 +360,27 @@ class LeaderLock:
             self._fd = None
 
 
+def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: float,
+          cycles: int) -> Heartbeat:
+    import os
+
+    from slurm_heal import __version__
+
+    now = controller.clock()
+    last_success = prev.last_success if prev is not None else None
+    failures = prev.failures_since_success if prev is not None else 0
+    if error:
+        failures += 1
+    else:
+        last_success, failures = now, 0
+    return Heartbeat(
+        at=now, last_success=last_success, failures_since_success=failures,
+        last_error=error or (prev.last_error if prev is not None else ""),
+        last_error_at=now if error else (prev.last_error_at if prev is not None else None),
+        pid=os.getpid(), version=__version__, mode=str(getattr(controller.policy, "mode", "")),
+        interval=interval, cycles=cycles)
+
+
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None) -> int:
@@ -396,20 +421,32 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
             standby = False
+        error = ""
+        controller.last_failure = None
         try:
-            controller.cycle()
+            report = controller.cycle()
+            if report.failed_closed:
+                error = f"store corrupt, failing closed: {report.failed_closed}"
+                controller.last_failure = StoreCorrupt(error)
         except SlurmError as exc:
             log.error("cycle skipped, Slurm unavailable: %s", exc)
+            error = f"Slurm unavailable: {exc}"
+            controller.last_failure = exc
         except StoreLocked as exc:
+            controller.last_failure = exc
             # Issue 8 (defect 10): a CLI command or a stuck process holds the store lock
             # past its timeout; the message names the holder. Skip, try next interval.
             log.warning("cycle skipped, the store is busy: %s", exc)
+            error = f"store busy: {exc}"
         cycles += 1
+        # SPEC O1: the heartbeat says when a cycle last succeeded and what failed since; a
+        # cycle that could not read Slurm is not a success (a blind daemon looks blind).
+        controller.liveness = _beat(controller, controller.liveness, error, interval, cycles)
         if heartbeat is not None:
-            heartbeat.parent.mkdir(parents=True, exist_ok=True)
-            tmp = heartbeat.with_suffix(".tmp")
-            tmp.write_text(controller.clock().isoformat() + "\n")
-            tmp.replace(heartbeat)
+            try:
+                controller.liveness.write(heartbeat)
+            except OSError as exc:
+                log.error("could not write the heartbeat %s: %s", heartbeat, exc)
         if max_cycles is not None and cycles >= max_cycles:
             break
         controller.stop.wait(interval)

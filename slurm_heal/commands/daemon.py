@@ -21,7 +21,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
     records what it is about to do, does it, and records the outcome. SIGTERM stops
-    cleanly between steps; a heartbeat file is written after every cycle. The config is
+    cleanly between steps; a heartbeat file is written after every cycle (when a
+    cycle last succeeded, and what failed since: SPEC O1). With --once, a cycle that
+    could not read Slurm exits 3 (the store: 5). The config is
     checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
     effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
@@ -66,3 +68,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                     reload=Reloader(config_path_, controller, settings, state_dir / "provider"))
     finally:
         leader.release()
+    if once and controller.last_failure is not None:
+        # SPEC O1: `--once` from cron says so when its cycle could not read Slurm (exit 3)
+        # or the store (exit 5); a blind cycle is not a success.
+        raise controller.last_failure
