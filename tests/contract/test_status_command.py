@@ -19,14 +19,14 @@ ALERT_EXTRA = json.dumps({"site": "x", "slurm_heal": {"v": 1, "alerts": [{
     "last_seen": "2026-01-05T00:01:00+00:00", "evidence": []}]}})
 
 
-def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab) -> None:
+def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, tmp_path: Path) -> None:
     ours, foreign, alerted = lab.nodes[0], lab.nodes[1], lab.nodes[2]
     lab.scontrol("update", f"nodename={ours}", "state=drain",
                  "reason=heal: gpu.xid.79 rem=r-1 by=controller cordoned")
     lab.scontrol("update", f"nodename={foreign}", "state=drain", "reason=ops: bad fan")
     lab.scontrol("update", f"nodename={alerted}", f"extra={ALERT_EXTRA}")
     result = CliRunner().invoke(cli, ["status", "--json", "--slurm-conf", str(lab.conf),
-                                      "--state-dir", str(lab.root / "heal-status")])
+                                      "--state-dir", str(tmp_path / "state")])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     nodes = {n["name"]: n for n in doc["node_status"]}
@@ -43,10 +43,10 @@ def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab) -> Non
     assert nodes[lab.nodes[3]]["reason"] is None and nodes[lab.nodes[3]]["alerts"] == []
 
 
-def test_status_text_marks_foreign_reasons(lab: Lab) -> None:
+def test_status_text_marks_foreign_reasons(lab: Lab, tmp_path: Path) -> None:
     lab.scontrol("update", f"nodename={lab.nodes[1]}", "state=drain", "reason=ops: bad fan")
     result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(lab.conf),
-                                      "--state-dir", str(lab.root / "heal-status")])
+                                      "--state-dir", str(tmp_path / "state")])
     assert result.exit_code == 0, result.output
     assert f"{lab.nodes[1]} drained by " in result.stdout and ": ops: bad fan" in result.stdout
 
