@@ -1,8 +1,8 @@
 """The operator's policy file (TOML) as a frozen, validated model (SPEC P, Q, E, S).
 
-One TOML file holds the policy knobs (this module) plus two sections owned by other parts
-of slurm-heal that are accepted and passed through untouched: ``[controller]`` and
-``[provider]``. Every knob, its default and why is documented in ``docs/policy.md``.
+One TOML file holds the policy knobs (this module) plus sections owned by other parts of
+slurm-heal that are accepted and passed through untouched: ``[controller]``,
+``[provider]``, ``[notify]`` and ``[metrics]``. Every knob, its default and why is documented in ``docs/policy.md``.
 
 Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` raise
 `ConfigError` naming the file, the dotted key and why, e.g.
@@ -297,6 +297,8 @@ class Policy(_Section):
     pools: Pools = Pools()
     controller: dict[str, Any] = Field(default_factory=dict)  # validated by the controller
     provider: dict[str, Any] = Field(default_factory=dict)  # validated by the provider
+    notify: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.notify
+    metrics: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.metrics
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")

@@ -24,7 +24,8 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,10 +45,10 @@ from slurm_heal.errors import (
     StoreLocked,
 )
 from slurm_heal.heartbeat import Heartbeat
-from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
+from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import NodeInfo
+from slurm_heal.types import ClusterView, NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
 
@@ -89,6 +90,20 @@ class Executed:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class CycleFacts:
+    """What one cycle saw, decided and did, for the observers beside it (notifications,
+    metrics: SPEC O3, O4). Observers only read; one that fails never fails the cycle."""
+
+    at: datetime
+    view: ClusterView
+    before: State  # the store as loaded, before the plan was applied
+    after: State  # the store after the plan was applied (outcomes not yet recorded)
+    plan: Plan
+    executed: tuple[Executed, ...]
+    duration_s: float
+
+
 @dataclass
 class CycleReport:
     at: datetime
@@ -124,7 +139,8 @@ class Controller:
     def __init__(self, *, slurm: SlurmClient, provider: Provider, store: Any, policy: Any,
                  clock: Callable[[], datetime] = utcnow,
                  notifier: Callable[[Effect, datetime], None] | None = None,
-                 decide: Callable[..., Any] | None = None) -> None:
+                 decide: Callable[..., Any] | None = None,
+                 observers: Sequence[Callable[[CycleFacts], None]] = ()) -> None:
         if decide is None:
             from slurm_heal.policy import decide as real_decide
             decide = real_decide
@@ -135,12 +151,14 @@ class Controller:
         self.clock = clock
         self.notifier = notifier or Notifier(None)
         self._decide = decide
+        self.observers = list(observers)
         self.stop = threading.Event()
         # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
         self.liveness: Heartbeat | None = None
         self.last_failure: HealError | None = None  # why the last cycle tried failed
 
     def cycle(self) -> CycleReport:
+        started = time.monotonic()
         now = self.clock()
         view = self.slurm.snapshot()
         try:
@@ -149,6 +167,7 @@ class Controller:
             log.error("store is corrupt, nothing disruptive runs until a person acts: %s", exc)
             return CycleReport(at=now, failed_closed=str(exc))
         plan = self._decide(view, state, now, self.policy)
+        before = state
         state, mine = self.store.apply(plan, now)
         for rec in plan.records:
             log.info("%s phase=%s action=%s why=%s",
@@ -160,6 +179,15 @@ class Controller:
                 log.info("stopping between steps; the rest runs next time")
                 break
             report.executed.append(self._run(effect, state, now))
+        if self.observers:
+            facts = CycleFacts(at=now, view=view, before=before, after=state, plan=plan,
+                               executed=tuple(report.executed),
+                               duration_s=time.monotonic() - started)
+            for observe in self.observers:
+                try:
+                    observe(facts)
+                except Exception:  # SPEC O3: never blocking or failing a cycle
+                    log.exception("observer %r failed; the cycle goes on", observe)
         return report
 
     # -- effects -----------------------------------------------------------------------
@@ -405,6 +433,12 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             signal.signal(signal.SIGHUP, _hup)
     cycles = 0
     standby = False
+    if heartbeat is not None and controller.liveness is None:
+        # SPEC O1: a restarted daemon (or the next `--once` from cron) keeps the last
+        # success its predecessor recorded, so a blind start does not erase it.
+        from slurm_heal.heartbeat import read as read_heartbeat
+
+        controller.liveness = read_heartbeat(heartbeat)
     while not controller.stop.is_set():
         if reload is not None and hup.is_set():
             hup.clear()

@@ -363,3 +363,40 @@ def test_two_daemons_make_one_remediation_and_one_action(lab: Lab, heal: Heal) -
     heal.check(node2)
     heal.wait_phase(node2, Phase.DONE, timeout=120)
     assert len(heal.executed()) == 2 and all(v == 1 for v in heal.executed().values())
+
+
+def test_daemon_once_without_slurmctld_exits_3_and_its_heartbeat_says_why(
+        lab_clean: Lab, tmp_path: Path) -> None:
+    """SPEC O1: a blind cycle is not a success: `daemon --once` exits 3 (Slurm), the
+    heartbeat keeps the last success (also across processes) and names the error, and
+    `status --check` says so on its first line."""
+    from slurm_heal.heartbeat import read as read_heartbeat
+
+    lab = lab_clean
+    state_dir = tmp_path / "state"
+    config = tmp_path / "heal.toml"
+    config.write_text(_policy(state_dir, lab.conf, "http://127.0.0.1:9"))
+
+    def once() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurm_heal.cli", "daemon", "--once",
+                               "--config", str(config)], env=lab.env,
+                              capture_output=True, text=True, timeout=180)
+
+    ok = once()
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    before = read_heartbeat(state_dir / "heartbeat")
+    assert before is not None and before.last_success is not None and not before.failing
+    lab.stop_ctld()
+    try:
+        blind = once()
+        status = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--check",
+                                 "--config", str(config), "--timeout", "5"],
+                                env=lab.env, capture_output=True, text=True, timeout=180)
+    finally:
+        lab.start_ctld()
+    assert blind.returncode == 3, blind.stdout + blind.stderr
+    beat = read_heartbeat(state_dir / "heartbeat")
+    assert beat is not None and beat.failing and beat.last_success == before.last_success
+    assert "Slurm unavailable" in beat.last_error
+    assert status.returncode == 3  # Slurm did not answer: the store's part is still shown
+    assert status.stdout.startswith("CONTROLLER FAILING"), status.stdout + status.stderr
