@@ -400,3 +400,41 @@ def test_daemon_once_without_slurmctld_exits_3_and_its_heartbeat_says_why(
     assert "Slurm unavailable" in beat.last_error
     assert status.returncode == 3  # Slurm did not answer: the store's part is still shown
     assert status.stdout.startswith("CONTROLLER FAILING"), status.stdout + status.stderr
+
+
+def test_daemon_notifies_serves_metrics_and_status_shows_it_running(
+        lab: Lab, heal: Heal) -> None:
+    """SPEC O1, O3, O4, D7 on the lab with the real daemon: Xid 119 remediated end to end;
+    the alert reaches a JSON webhook on 127.0.0.1 through Apprise with the evidence the
+    node check published, unchanged; /metrics (scraped over HTTP) has the repair; status
+    --check says the controller runs."""
+    import urllib.request
+
+    from tests.emulators import free_port
+    from tests.integration.test_notify_metrics import Receiver, _evidence
+
+    receiver = Receiver()
+    port = free_port()
+    try:
+        with heal.config.open("a") as fh:
+            fh.write(f'\n[notify]\nurls = ["{receiver.url}"]\npoll = 0.2\n'
+                     f'\n[metrics]\nenabled = true\nport = {port}\n')
+        heal.kernel_says("gpu01", "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout "
+                                  "after 6s of waiting for RPC response from GPU0 GSP!")
+        heal.check("gpu01")
+        published = (heal.slurm.node("gpu01").extra or {})["slurm_heal"]["alerts"][0]
+        heal.start_daemon()
+        heal.wait_phase("gpu01", Phase.DONE, timeout=120)
+        heal.wait(lambda: any("done" in t for t in receiver.titles()), "the outcome notified")
+        alert = next(b for b in receiver.bodies if "gpu.xid.119 on gpu01" in str(b["title"]))
+        assert _evidence(alert) == published["evidence"]  # D7: unchanged
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert ('slurm_heal_time_to_repair_seconds_count{action="reboot",fault="gpu.xid.119"} '
+                '1.0') in text.decode()
+        status = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--check",
+                                 "--config", str(heal.config)], env=lab.env,
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.startswith("Controller running"), status.stdout
+    finally:
+        receiver.close()
