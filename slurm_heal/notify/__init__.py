@@ -93,9 +93,9 @@ def notify_settings(raw: dict[str, Any], source: str = "config") -> NotifySettin
         raise ConfigError(str(err["msg"]), file=source, key=key) from None
     import apprise
 
+    shortcut = 1 if settings.urls else 0
     for i, route in enumerate(settings.all_routes()):
-        where = "notify.urls" if settings.urls and i == 0 else \
-            f"notify.routes[{i - (1 if settings.urls else 0)}]"
+        where = "notify" if i < shortcut else f"notify.routes[{i - shortcut}]"
         for kind in route.kinds:
             if kind != "*" and kind not in EVENT_KINDS:
                 raise ConfigError(f"unknown event kind {kind!r} (one of {', '.join(EVENT_KINDS)})",
