@@ -346,7 +346,14 @@ def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     nodes = (client.node(node),) if node else client.nodes()
     out: list[Alert] = []
     for n in nodes:
-        out.extend(alerts_from_extra(n.name, n.extra, now))
+        found = alerts_from_extra(n.name, n.extra, now)
+        out.extend(found)
+        if (n.down or n.drained) and n.reason and not found and (
+                reasons.is_ours(n.reason) or reasons.is_request(n.reason)):
+            # Issue 11: what drained the node is shown even when no alert says so (Extra
+            # not writable, the alert cleared while our cordon stays, a detector's request)
+            out.append(_drained_without_alert(n, now))
+            continue
         if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
                 and not reasons.is_request(n.reason):
             fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
@@ -356,6 +363,29 @@ def _alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
                 summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
                 first_seen=seen, last_seen=seen))
     return out
+
+
+def _drained_without_alert(n: Any, now: datetime) -> Alert:
+    """A node out of service under our marker or a request, with no alert in Extra."""
+    from slurm_heal import catalog, reasons
+    from slurm_heal.errors import HealError, ReasonError
+    from slurm_heal.types import Severity
+
+    fault, severity = "request", Severity.WARNING
+    if reasons.is_ours(n.reason):
+        try:
+            fault = reasons.parse_marker(n.reason).fault or fault
+        except ReasonError:
+            pass
+    try:
+        severity = catalog.load().get(fault).severity
+    except HealError:
+        pass
+    seen = n.reason_time or now
+    state = "DOWN" if n.down else "drained"
+    return Alert(node=n.name, fault=fault, severity=severity, detector="slurm",
+                 summary=f"{state} by {n.reason!r} with no alert in Extra",
+                 first_seen=seen, last_seen=seen)
 
 
 @click.command()

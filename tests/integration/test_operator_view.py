@@ -119,3 +119,22 @@ def test_status_shows_controller_breaker_counts_approvals_in_flight_and_foreign_
         res = _cli(rig, "status", "--check")
         assert res.exit_code == 1 and res.stdout.startswith("CONTROLLER STALE")
         assert _cli(rig, "status").exit_code == 0  # without --check it only says so
+
+
+def test_alerts_shows_what_drained_a_node_when_no_alert_says_so(tmp_path: Path) -> None:
+    """Issue 11, D7: our cordon (or a detector's request) with nothing in Extra is still
+    shown by `alerts`, with the reason that drained the node."""
+    with make_rig(tmp_path) as rig:
+        rig.cluster.drain("gpu01", "heal: gpu.xid.79 by=check GPU has fallen off the bus")
+        rig.cluster.drain("gpu02", "heal-request: reboot detector=ibmon id=4711")
+        res = CliRunner().invoke(cli, ["alerts", "--json", "--state-dir",
+                                       str(rig.store.file.parent)],
+                                 obj={"slurm": rig.cluster}, catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        found = {a["node"]: a for a in json.loads(res.stdout)["alerts"]}
+        assert found["gpu01"]["fault"] == "gpu.xid.79"
+        assert found["gpu01"]["severity"] == "critical"
+        assert "heal: gpu.xid.79 by=check" in found["gpu01"]["summary"]
+        assert found["gpu02"]["fault"] == "request"
+        assert "detector=ibmon" in found["gpu02"]["summary"]
+        assert "gpu03" not in found
