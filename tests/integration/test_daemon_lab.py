@@ -438,3 +438,44 @@ def test_daemon_notifies_serves_metrics_and_status_shows_it_running(
         assert status.stdout.startswith("Controller running"), status.stdout
     finally:
         receiver.close()
+
+
+def test_pause_holds_a_waiting_remediation_on_the_lab_without_touching_its_job(
+        lab: Lab, heal: Heal) -> None:
+    """SPEC O2, P3 on the lab with the real daemon: paused while it waits for a job, past
+    the wait limit: the job runs on untouched and nothing is sent; `unpause` lets the
+    remediation finish (the job is requeued at the limit only then)."""
+    heal.config.write_text(_policy(heal.state_dir, lab.conf, heal.sim.url,
+                                   '[waiting]\nmax_wait = "15s"\n'))
+    node = "gpu01"
+    out = lab.run(["sbatch", "--parsable", "--requeue", "-w", node, "-t", "10", "--wrap",
+                   "sleep 600"]).stdout
+    job = out.strip().split(";")[0]
+    lab.wait_for(lambda: job in lab.run(["squeue", "-h", "-o", "%i", "-w", node]).stdout,
+                 timeout=30, what="job running")
+    heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after 6s "
+                           "of waiting for RPC response from GPU0 GSP!")
+    heal.check(node)
+    heal.start_daemon()
+    heal.wait_phase(node, Phase.WAITING, timeout=60)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurm_heal.cli", *args, "--config",
+                               str(heal.config)], env=lab.env, capture_output=True,
+                              text=True, timeout=60)
+
+    paused = cli("pause", "--reason", "firmware rollout", "--by", "alice")
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    heal.wait(lambda: heal.store.load().paused, "the controller takes the pause")
+    time.sleep(25)  # past the 15 s wait limit, several cycles
+    assert heal.rems(node)[-1].phase is Phase.WAITING
+    assert heal.executed() == {}
+    state = lab.run(["squeue", "-h", "-o", "%i %T %r", "-j", job]).stdout
+    assert "RUNNING" in state, state  # not signalled, not requeued
+    status = cli("status")
+    assert "PAUSED by alice" in status.stdout and "firmware rollout" in status.stdout
+
+    assert cli("unpause", "--by", "alice").returncode == 0
+    heal.wait_phase(node, Phase.DONE, timeout=120)
+    assert list(heal.executed().values()) == [1]
+    lab.run(["scancel", job], check=False)
