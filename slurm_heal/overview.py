@@ -244,9 +244,12 @@ def _foreign(node: NodeInfo) -> bool:
 
 
 def classify(node: NodeInfo, state: State, now: datetime,
-             check_stale: timedelta = CHECK_STALE) -> NodeLine:
-    """One node's category and flags (see the module docstring)."""
-    mine = [r for r in state.remediations if r.node == node.name]
+             check_stale: timedelta = CHECK_STALE,
+             mine: Sequence[Remediation] | None = None) -> NodeLine:
+    """One node's category and flags (see the module docstring). ``mine``: the node's
+    remediations, when the caller has them indexed already."""
+    if mine is None:
+        mine = [r for r in state.remediations if r.node == node.name]
     open_ = [r for r in mine if not r.phase.terminal]
     last = max(mine, key=lambda r: r.updated) if mine else None
     alerts = extra.alerts_from_extra(node.name, node.extra, now)
@@ -300,8 +303,11 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     foreign: list[Foreign] = []
     lines: list[NodeLine] = []
     wanted = set(details)
+    by_node: dict[str, list[Remediation]] = {}
+    for r in state.remediations:  # one pass: 1,000 nodes x thousands of records
+        by_node.setdefault(r.node, []).append(r)
     for node in nodes or ():
-        line = classify(node, state, now, check_stale)
+        line = classify(node, state, now, check_stale, by_node.get(node.name, []))
         counts[line.category] += 1
         groups[line.category].append(node.name)
         if line.check_stale:

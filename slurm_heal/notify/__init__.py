@@ -172,18 +172,22 @@ class Notifications:
         with open(self.path.with_name(QUEUE_FILE + ".lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                doc = QueueDoc()
+                doc, raw = QueueDoc(), ""
                 if self.path.exists():
                     try:
-                        doc = QueueDoc.model_validate_json(self.path.read_bytes())
+                        raw = self.path.read_text()
+                        doc = QueueDoc.model_validate_json(raw)
                     except (ValidationError, ValueError) as exc:
                         log.error("notification queue %s unreadable, set aside: %s",
                                   self.path, exc)
                         self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
+                        raw = ""
                 yield doc
-                tmp = self.path.with_name(f"{QUEUE_FILE}.{os.getpid()}.tmp")
-                tmp.write_text(doc.model_dump_json())
-                tmp.replace(self.path)
+                text = doc.model_dump_json()
+                if text != raw:  # written only when it changed
+                    tmp = self.path.with_name(f"{QUEUE_FILE}.{os.getpid()}.tmp")
+                    tmp.write_text(text)
+                    tmp.replace(self.path)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
