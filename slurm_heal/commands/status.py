@@ -84,10 +84,15 @@ def _line(entry: dict[str, Any]) -> str:
     return text
 
 
+def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:  # the CLI's error handler prints errors as JSON too (slurm_heal.cli)
+        ctx.find_root().meta["slurm_heal.json"] = True
+    return value
+
+
 @click.command()
-@click.option("--json", "as_json", is_flag=True, is_eager=True,
-              callback=lambda ctx, _p, v: ctx.find_root().meta.update({"slurm_heal.json": True})
-              or v if v else v, help="Machine-readable output (one JSON object).")
+@click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
+              help="Machine-readable output (one JSON object; errors too).")
 @click.option("--node", "nodes", multiple=True, metavar="NODES",
               help="Details of these nodes (a host list, e.g. gpu[01-04]; repeatable; "
                    "'all' for every node).")
