@@ -213,9 +213,14 @@ def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
     if safety is not None:
         window: timedelta = safety.breaker_window
         threshold, window_s = int(safety.breaker_threshold), window.total_seconds()
-        count = sum(1 for r in state.remediations if r.automatic
+        from slurm_heal.policy.engine import is_automatic
+
+        since = now - window
+        if b.reset_at and b.reset_at > since:
+            since = b.reset_at  # as the engine counts (SPEC S5): a reset starts afresh
+        count = sum(1 for r in state.remediations if is_automatic(r)
                     and (at := r.phase_times.get(Phase.CORDONED.value)) is not None
-                    and now - at <= window)
+                    and at >= since)
     return BreakerView(open=b.open, opened_at=b.opened_at, why=b.why, count_in_window=count,
                        threshold=threshold, window_s=window_s, reset_by=b.reset_by,
                        reset_at=b.reset_at)
