@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "history": "slurm_heal.commands.admin:history",
     "explain": "slurm_heal.commands.admin:explain",
     "breaker": "slurm_heal.commands.admin:breaker",
+    "pause": "slurm_heal.commands.admin:pause",
+    "unpause": "slurm_heal.commands.admin:unpause",
     "policy": "slurm_heal.commands.admin:policy",
     "serve": "slurm_heal.commands.serve:serve",
     "api-token": "slurm_heal.commands.serve:api_token",

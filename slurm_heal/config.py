@@ -1,8 +1,9 @@
 """The operator's policy file (TOML) as a frozen, validated model (SPEC P, Q, E, S).
 
-One TOML file holds the policy knobs (this module) plus sections owned by other parts
-of slurm-heal that are accepted and passed through untouched: ``[controller]``,
-``[provider]`` and ``[api]`` (`slurm-heal serve`). Every knob, its default and why is documented in ``docs/policy.md``.
+One TOML file holds the policy knobs (this module) plus sections owned by other parts of
+slurm-heal that are accepted and passed through untouched: ``[controller]``,
+``[provider]``, ``[api]`` (`slurm-heal serve`), ``[notify]`` and ``[metrics]``. Every knob,
+its default and why is documented in ``docs/policy.md``.
 
 Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` raise
 `ConfigError` naming the file, the dotted key and why, e.g.
@@ -338,6 +339,8 @@ class Policy(_Section):
     controller: dict[str, Any] = Field(default_factory=dict)  # validated by the controller
     provider: dict[str, Any] = Field(default_factory=dict)  # validated by the provider
     api: dict[str, Any] = Field(default_factory=dict)  # validated by `serve` (api/settings.py)
+    notify: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.notify
+    metrics: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.metrics
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")

@@ -101,6 +101,11 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     source = str(path)
     policy = load_policy(path)
     settings = controller_settings(dict(policy.controller), source=source)
+    from slurm_heal.metrics import metrics_settings
+    from slurm_heal.notify import notify_settings
+
+    notify_settings(dict(policy.notify), source)  # SPEC O3: a bad URL or kind: exit 2
+    metrics_settings(dict(policy.metrics), source)  # SPEC O4
     kind = (dry_provider(dict(policy.provider), source) if build_provider
             else str(policy.provider.get("type")))
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)

@@ -24,7 +24,8 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,10 +45,11 @@ from slurm_heal.errors import (
     StoreError,
     StoreLocked,
 )
-from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, State
+from slurm_heal.heartbeat import Heartbeat
+from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import NodeInfo
+from slurm_heal.types import ClusterView, NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
 
@@ -91,6 +93,20 @@ class Executed:
     detail: str = ""
 
 
+@dataclass(frozen=True)
+class CycleFacts:
+    """What one cycle saw, decided and did, for the observers beside it (notifications,
+    metrics: SPEC O3, O4). Observers only read; one that fails never fails the cycle."""
+
+    at: datetime
+    view: ClusterView
+    before: State  # the store as loaded, before the plan was applied
+    after: State  # the store after the plan was applied (outcomes not yet recorded)
+    plan: Plan
+    executed: tuple[Executed, ...]
+    duration_s: float
+
+
 @dataclass
 class CycleReport:
     at: datetime
@@ -126,7 +142,8 @@ class Controller:
     def __init__(self, *, slurm: SlurmClient, provider: Provider, store: Any, policy: Any,
                  clock: Callable[[], datetime] = utcnow,
                  notifier: Callable[[Effect, datetime], None] | None = None,
-                 decide: Callable[..., Any] | None = None) -> None:
+                 decide: Callable[..., Any] | None = None,
+                 observers: Sequence[Callable[[CycleFacts], None]] = ()) -> None:
         if decide is None:
             from slurm_heal.policy import decide as real_decide
             decide = real_decide
@@ -137,9 +154,14 @@ class Controller:
         self.clock = clock
         self.notifier = notifier or Notifier(None)
         self._decide = decide
+        self.observers = list(observers)
         self.stop = threading.Event()
+        # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
+        self.liveness: Heartbeat | None = None
+        self.last_failure: HealError | None = None  # why the last cycle tried failed
 
     def cycle(self) -> CycleReport:
+        started = time.monotonic()
         now = self.clock()
         view = self.slurm.snapshot()
         try:
@@ -148,6 +170,7 @@ class Controller:
             log.error("store is corrupt, nothing disruptive runs until a person acts: %s", exc)
             return CycleReport(at=now, failed_closed=str(exc))
         plan = self._decide(view, state, now, self.policy)
+        before = state
         state, mine = self.store.apply(plan, now)
         for rec in plan.records:
             log.info("%s phase=%s action=%s why=%s",
@@ -159,6 +182,15 @@ class Controller:
                 log.info("stopping between steps; the rest runs next time")
                 break
             report.executed.append(self._run(effect, state, now))
+        if self.observers:
+            facts = CycleFacts(at=now, view=view, before=before, after=state, plan=plan,
+                               executed=tuple(report.executed),
+                               duration_s=time.monotonic() - started)
+            for observe in self.observers:
+                try:
+                    observe(facts)
+                except Exception:  # SPEC O3: never blocking or failing a cycle
+                    log.exception("observer %r failed; the cycle goes on", observe)
         return report
 
     # -- effects -----------------------------------------------------------------------
@@ -362,6 +394,27 @@ class LeaderLock:
             self._fd = None
 
 
+def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: float,
+          cycles: int) -> Heartbeat:
+    import os
+
+    from slurm_heal import __version__
+
+    now = controller.clock()
+    last_success = prev.last_success if prev is not None else None
+    failures = prev.failures_since_success if prev is not None else 0
+    if error:
+        failures += 1
+    else:
+        last_success, failures = now, 0
+    return Heartbeat(
+        at=now, last_success=last_success, failures_since_success=failures,
+        last_error=error or (prev.last_error if prev is not None else ""),
+        last_error_at=now if error else (prev.last_error_at if prev is not None else None),
+        pid=os.getpid(), version=__version__, mode=str(getattr(controller.policy, "mode", "")),
+        interval=interval, cycles=cycles)
+
+
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None) -> int:
@@ -386,6 +439,12 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             signal.signal(signal.SIGHUP, _hup)
     cycles = 0
     standby = False
+    if heartbeat is not None and controller.liveness is None:
+        # SPEC O1: a restarted daemon (or the next `--once` from cron) keeps the last
+        # success its predecessor recorded, so a blind start does not erase it.
+        from slurm_heal.heartbeat import read as read_heartbeat
+
+        controller.liveness = read_heartbeat(heartbeat)
     while not controller.stop.is_set():
         if reload is not None and hup.is_set():
             hup.clear()
@@ -402,27 +461,38 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
             standby = False
+        error = ""
+        controller.last_failure = None
         try:
-            controller.cycle()
+            report = controller.cycle()
+            if report.failed_closed:
+                error = f"store corrupt, failing closed: {report.failed_closed}"
+                controller.last_failure = StoreCorrupt(error)
         except SlurmError as exc:
             log.error("cycle skipped, Slurm unavailable: %s", exc)
+            error = f"Slurm unavailable: {exc}"
+            controller.last_failure = exc
         except StoreLocked as exc:
+            controller.last_failure = exc
             # Issue 8 (defect 10): a CLI command or a stuck process holds the store lock
             # past its timeout; the message names the holder. Skip, try next interval.
             log.warning("cycle skipped, the store is busy: %s", exc)
+            error = f"store busy: {exc}"
         except StoreError as exc:
+            controller.last_failure = exc
             # A full disk, a newer store: nothing was written (the store's writes are
             # atomic); skip the cycle and try again, never a crash loop under systemd.
             log.error("cycle skipped, the store cannot be used: %s", exc)
+            error = f"store cannot be used: {exc}"
         cycles += 1
+        # SPEC O1: the heartbeat says when a cycle last succeeded and what failed since; a
+        # cycle that could not read Slurm is not a success (a blind daemon looks blind).
+        controller.liveness = _beat(controller, controller.liveness, error, interval, cycles)
         if heartbeat is not None:
             try:
-                heartbeat.parent.mkdir(parents=True, exist_ok=True)
-                tmp = heartbeat.with_suffix(".tmp")
-                tmp.write_text(controller.clock().isoformat() + "\n")
-                tmp.replace(heartbeat)
+                controller.liveness.write(heartbeat)
             except OSError as exc:  # a full disk must not stop the daemon either
-                log.error("cannot write the heartbeat %s: %s", heartbeat, exc)
+                log.error("could not write the heartbeat %s: %s", heartbeat, exc)
         if max_cycles is not None and cycles >= max_cycles:
             break
         controller.stop.wait(interval)

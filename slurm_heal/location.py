@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import SlurmError, StoreError
+from slurm_heal.heartbeat import Heartbeat
+from slurm_heal.heartbeat import read as read_heartbeat
 
 ENV_CONFIG = "SLURM_HEAL_CONFIG"
 ENV_STATE_DIR = "SLURM_HEAL_STATE_DIR"
@@ -87,18 +89,13 @@ class Location:
                 "config": str(self.config) if self.config else None}
 
     def last_heartbeat(self) -> datetime | None:
-        """When a controller last finished a cycle on this store (None: never)."""
-        try:
-            text = self.heartbeat_file.read_text().strip()
-        except OSError:
-            return None
-        try:
-            at = datetime.fromisoformat(text.splitlines()[0]) if text else None
-        except ValueError:
-            at = None
-        if at is None:  # unreadable content: the file's time is still a heartbeat
-            at = datetime.fromtimestamp(self.heartbeat_file.stat().st_mtime, timezone.utc)
-        return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+        """When a controller last tried a cycle on this store (None: never)."""
+        beat = self.heartbeat_record()
+        return beat.at if beat is not None else None
+
+    def heartbeat_record(self) -> Heartbeat | None:
+        """The controller's whole heartbeat (`slurm_heal.heartbeat`), or None."""
+        return read_heartbeat(self.heartbeat_file)
 
     def check_writable(self) -> None:
         """Refuse (NoController) a write no controller would read."""
@@ -111,7 +108,8 @@ class Location:
                                "(or --force to write anyway)")
 
 
-def locate(state_dir: str | Path | None = None, config: str | Path | None = None) -> Location:
+def locate(state_dir: str | Path | None = None, config: str | Path | None = None,
+           slurm_conf: str | Path | None = None) -> Location:
     """Find the store the same way the daemon does (see the module docstring)."""
     from slurm_heal.config import load_policy
 
@@ -128,7 +126,7 @@ def locate(state_dir: str | Path | None = None, config: str | Path | None = None
                         cfg, heartbeat, section)
     from slurm_heal.store import FALLBACK_STATE_DIR, default_state_dir
 
-    conf = slurm_conf_path(section.get("slurm_conf"))
+    conf = slurm_conf_path(section.get("slurm_conf") or slurm_conf)
     found = default_state_dir(conf)
     source = (f"fallback: scontrol show config (SLURM_CONF={conf}) named no StateSaveLocation"
               if found == FALLBACK_STATE_DIR else f"beside StateSaveLocation of {conf}")

@@ -239,6 +239,15 @@ class Breaker(Stored):
     reset_at: datetime | None = None
 
 
+class Pause(Stored):
+    """Who last paused or unpaused all automation, when and why (SPEC O2)."""
+
+    paused: bool
+    by: str
+    at: datetime
+    reason: str = ""
+
+
 class State(Stored):
     """The store's whole document (SPEC I5)."""
 
@@ -248,6 +257,7 @@ class State(Stored):
     inbox: tuple[Command, ...] = ()
     breaker: Breaker = Breaker()
     paused: bool = False  # global kill switch: nothing disruptive runs while set
+    pause: Pause | None = None  # who set or cleared ``paused`` last, when and why (O2)
     data: dict[str, Any] = Field(default_factory=dict)
 
     def open_for(self, node: str) -> tuple[Remediation, ...]:
@@ -313,6 +323,7 @@ class Plan(Frozen):
     breaker: Breaker | None = None  # new breaker state, when it changed
     next_wake: datetime | None = None
     paused: bool | None = None  # new State.paused, when a pause/unpause command changed it
+    pause: Pause | None = None  # new State.pause (who, when, why), with ``paused``
     data: dict[str, Any] | None = None  # new State.data (engine bookkeeping), when changed
 
 

@@ -24,7 +24,7 @@ from slurm_heal.errors import HealError, NotFound, SlurmError
 from slurm_heal.location import Location, slurm_conf_path
 from slurm_heal.models import Command, Decision, Remediation, State
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import Action, Alert
+from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
                       "unpause"]
@@ -162,7 +162,14 @@ def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     nodes = (client.node(node),) if node else client.nodes()
     out: list[Alert] = []
     for n in nodes:
-        out.extend(alerts_from_extra(n.name, n.extra, at))
+        found = alerts_from_extra(n.name, n.extra, at)
+        out.extend(found)
+        if (n.down or n.drained) and n.reason and not found and (
+                reasons.is_ours(n.reason) or reasons.is_request(n.reason)):
+            # Issue 11: what drained the node is shown even when no alert says so (Extra
+            # not writable, the alert cleared while our cordon stays, a detector's request)
+            out.append(_drained_without_alert(n, at))
+            continue
         if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
                 and not reasons.is_request(n.reason):
             fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
@@ -172,6 +179,33 @@ def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
                 summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
                 first_seen=seen, last_seen=seen))
     return out
+
+
+def _drained_without_alert(n: NodeInfo, at: datetime) -> Alert:
+    """A node out of service under our marker or a request, with no alert in Extra."""
+    from slurm_heal import catalog, reasons
+    from slurm_heal.errors import ReasonError
+
+    fault, severity = "request", Severity.WARNING
+    if reasons.is_ours(n.reason):
+        try:
+            fault = reasons.parse_marker(n.reason).fault or fault
+        except ReasonError:
+            pass
+    try:
+        severity = catalog.load().get(fault).severity
+    except HealError:
+        pass
+    seen = n.reason_time or at
+    state = "DOWN" if n.down else "drained"
+    return Alert(node=n.name, fault=fault, severity=severity, detector="slurm",
+                 summary=f"{state} by {n.reason!r} with no alert in Extra",
+                 first_seen=seen, last_seen=seen)
+
+
+def pause_json(state: State) -> dict[str, Any] | None:
+    """Who paused or unpaused all automation last, when and why (SPEC O2)."""
+    return state.pause.model_dump(mode="json") if state.pause is not None else None
 
 
 @dataclass(frozen=True)
@@ -193,7 +227,7 @@ class Explained:
                 "recent_remediations": [rem_json(r) for r in self.recent],
                 "decisions": [d.model_dump(mode="json") for d in self.decisions],
                 "breaker": self.state.breaker.model_dump(mode="json"),
-                "paused": self.state.paused}
+                "paused": self.state.paused, "pause": pause_json(self.state)}
 
 
 def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], State],

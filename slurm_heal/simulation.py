@@ -468,6 +468,8 @@ class Simulation:
             update["breaker"] = plan.breaker
         if plan.paused is not None:
             update["paused"] = plan.paused
+        if plan.pause is not None:
+            update["pause"] = plan.pause
         if plan.data is not None:
             update["data"] = plan.data
         self.records.extend(plan.records)

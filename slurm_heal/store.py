@@ -503,6 +503,7 @@ class Store:
                 "inbox": tuple(c for c in state.inbox if c.id not in consumed),
                 "breaker": plan.breaker if plan.breaker is not None else state.breaker,
                 "paused": plan.paused if plan.paused is not None else state.paused,
+                "pause": plan.pause if plan.pause is not None else state.pause,
                 "data": data,
             })
             txn.state = new

@@ -18,7 +18,7 @@ from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import Location
 from slurm_heal.models import Command, Phase, Remediation, State
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import Alert
+from slurm_heal.types import Alert, NodeInfo
 
 # A controller heartbeat older than this is shown as stale (the daemon writes one every
 # cycle; the CLI warns at the same age).
@@ -69,17 +69,23 @@ def overview(src: Sources) -> dict[str, Any]:
     """The cluster at a glance: what ``slurm-heal status`` gathers (each node's state,
     reason, alerts) and the store's summary (controller heartbeat, breaker, pause,
     counts, approvals waiting). Slurm not answering is said, not an error."""
+    from slurm_heal import overview as status_overview
     from slurm_heal.commands.status import node_status
 
     now = _now()
     state = src.state()
     nodes: list[dict[str, Any]] = []
+    infos: list[NodeInfo] | None = None
     slurm_error: str | None = None
     try:
         client = src.slurm()
-        nodes = [node_status(n, now) for n in sorted(client.nodes(), key=lambda n: n.name)]
+        infos = sorted(client.nodes(), key=lambda n: n.name)
+        nodes = [node_status(n, now) for n in infos]
     except HealError as exc:
         slurm_error = str(exc)
+    # The same overview `slurm-heal status --json` prints (one gathering for both, I4/O5).
+    status = status_overview.gather(state, infos, now, heartbeat=src.loc.heartbeat_record(),
+                                    store=src.loc.describe(), slurm_error=slurm_error)
     open_rems = [r for r in state.remediations if not r.phase.terminal]
     waiting = [r for r in open_rems if waits_for_person(r)]
     return {
@@ -102,6 +108,7 @@ def overview(src: Sources) -> dict[str, Any]:
         "open_remediations": [summary(r) for r in open_rems],
         "slurm": {"reachable": slurm_error is None, "error": slurm_error},
         "nodes": nodes,
+        "status": status.model_dump(mode="json"),
     }
 
 

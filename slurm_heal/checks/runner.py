@@ -48,6 +48,11 @@ EXIT_USAGE = 2
 EXIT_SLURM = 3
 EXIT_DETECTOR_FAILED = 10
 
+# The fault a failing detector is published as (SPEC O1; record only, never an action).
+DETECTOR_ERROR = "check.detector_error"
+# Modes whose every run writes checked_at into Extra (SPEC O1), even on a healthy node.
+REFRESH_MODES = frozenset({"healthcheck"})
+
 
 @dataclass(frozen=True, slots=True)
 class DetectorStatus:
@@ -340,6 +345,19 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
     return found, [statuses[d] for d in REGISTRY], updates
 
 
+def detector_errors(statuses: list[DetectorStatus], node_name: str,
+                    now: datetime) -> list[Finding]:
+    """One ``check.detector_error`` finding per detector that failed or timed out, with
+    the error as evidence (SPEC O1, D7)."""
+    return [Finding(fault=DETECTOR_ERROR, severity=Severity.WARNING,
+                    summary=f"detector {s.name} could not run ({s.status}): {s.message}",
+                    detector=s.name, node=node_name,
+                    evidence=(Evidence(source=f"detector {s.name}", text=s.message,
+                                       at=now.isoformat(),
+                                       data={"detector": s.name, "status": s.status}),))
+            for s in statuses if s.status in ("error", "timeout")]
+
+
 def _previous(st: dict[str, Any], det: str, name: str) -> list[Finding]:
     out = []
     for raw in (st.get("findings") or {}).get(det, []):
@@ -393,7 +411,8 @@ def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
 
 
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
-             st: dict[str, Any], existed: bool, now: datetime, result: CheckResult) -> None:
+             st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
+             refresh: bool = False) -> None:
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
@@ -406,7 +425,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             if not pub.get("extra"):
                 result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
             pub["extra"] = True
-        elif pub.get("extra") or not existed or pub.get("boot") != st.get("boot_id"):
+        elif pub.get("extra") or not existed or pub.get("boot") != st.get("boot_id") or refresh:
             # Healthy: keep our key with no alerts and the time of this check, so the
             # controller sees the health check ran after its action (SPEC L5). Written
             # once per boot (and when alerts clear), not on every healthy run.
@@ -478,20 +497,27 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             saved[s.name] = [f.to_json() for f in det_findings]
             all_findings.extend(det_findings)
         st["findings"] = saved
+        # SPEC O1: a detector that failed says so centrally, never "healthy": a record-only
+        # warning with its error as evidence (not saved as the detector's findings, so it
+        # goes away by itself the first run the detector works again).
+        all_findings.extend(detector_errors(statuses, node_name, now))
         alerts = to_alerts(all_findings, st.get("alerts") or {}, now)
         st["alerts"] = {a.fault: a.first_seen.isoformat() for a in alerts}
         result = CheckResult(node=node_name, mode=mode, findings=all_findings, alerts=alerts,
                              statuses=statuses)
         try:
             pub = st.get("published") or {}
+            # SPEC O1: the periodic health check refreshes checked_at in Extra every run
+            # (the controller and `status` see a check gone quiet); prolog and epilog
+            # stay free of Slurm calls on a healthy node.
             needs_slurm = bool(alerts) or bool(pub.get("extra")) or bool(pub.get("drained")) \
-                or not existed or pub.get("boot") != st.get("boot_id")
+                or not existed or pub.get("boot") != st.get("boot_id") or mode in REFRESH_MODES
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()
                 try:
                     _publish(client, node_name, alerts, all_findings, st, existed, now,
-                             result)
+                             result, refresh=mode in REFRESH_MODES)
                 except SlurmError as exc:
                     if mode != "prolog" or not any(cordons(f) for f in all_findings):
                         raise
@@ -514,7 +540,7 @@ def exit_code(result: CheckResult) -> int:
         return EXIT_HEALTHY
     if result.mode == "prolog":
         return EXIT_FINDINGS if any(cordons(f) for f in result.findings) else EXIT_HEALTHY
-    if result.findings:
+    if any(f.fault != DETECTOR_ERROR for f in result.findings):
         return EXIT_FINDINGS
     if any(s.status in ("error", "timeout") for s in result.statuses):
         return EXIT_DETECTOR_FAILED

@@ -1,5 +1,5 @@
 """The operator's admin commands (SPEC I4): alerts, remediations, approve, deny, request,
-cancel, history, explain, breaker, policy. Every command has ``--json`` (one JSON
+cancel, history, explain, breaker, pause, unpause, policy. Every command has ``--json`` (one JSON
 object on stdout); plain output is for people.
 
 Commands that change something (approve, deny, cancel, request, breaker reset) never act
@@ -167,6 +167,18 @@ def by_option(func: F) -> F:
                         help="Who is asking (default: $SUDO_USER, else $USER).")(func)
 
 
+def paused_line(state: State) -> str:
+    """The words for a paused controller: who paused it, when and why (SPEC O2)."""
+    p = state.pause
+    who = (f" by {p.by} at {_ts(p.at)}" + (f" ({p.reason})" if p.reason else "")
+           if p is not None and p.paused else "")
+    return f"PAUSED{who}: nothing disruptive runs until `slurm-heal unpause`."
+
+
+def _pause_json(state: State) -> dict[str, Any] | None:
+    return operations.pause_json(state)
+
+
 def _last_why(rem: Remediation) -> str:
     return rem.steps[-1].why if rem.steps else ""
 
@@ -189,13 +201,13 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
     if as_json:
         _emit_json({"remediations": [_rem_json(r) for r in rems],
                     "pending_commands": [c.model_dump(mode="json") for c in pending],
-                    "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused})
+                    "breaker": state.breaker.model_dump(mode="json"), "paused": state.paused, "pause": _pause_json(state)})
         return
     if state.breaker.open:
         click.echo(f"Breaker OPEN since {_ts(state.breaker.opened_at)}: {state.breaker.why} "
                    "(automatic remediation stopped, SPEC S5)")
     if state.paused:
-        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+        click.echo(paused_line(state))
     if not rems:
         click.echo("No open remediations." if not show_all else "No remediations recorded.")
     else:
@@ -349,7 +361,7 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
     if state.breaker.open:
         click.echo(f"Breaker OPEN: {state.breaker.why}")
     if state.paused:
-        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+        click.echo(paused_line(state))
     if open_rems:
         click.echo("Open remediation:")
         for rem in open_rems:
@@ -495,7 +507,7 @@ def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str 
         return
     if as_json:
         _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,
-                    "reset_pending": bool(pending)})
+                    "pause": _pause_json(state), "reset_pending": bool(pending)})
         return
     if b.open:
         click.echo(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}")
@@ -506,7 +518,47 @@ def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str 
         last = f" (last reset by {b.reset_by} at {_ts(b.reset_at)})" if b.reset_by else ""
         click.echo(f"Breaker closed: automatic remediation allowed{last}.")
     if state.paused:
-        click.echo("PAUSED: nothing disruptive runs until unpaused.")
+        click.echo(paused_line(state))
+
+
+# --------------------------------------------------------------------------- pause
+
+
+def _pause_command(kind: Literal["pause", "unpause"], reason: str, by: str | None,
+                   force: bool, state_dir: str | None, config: str | None,
+                   as_json: bool) -> None:
+    cmd = operations.new_command(kind, by or _default_by(), reason=reason.strip())
+    _queue(state_dir, config, cmd, as_json, force)
+
+
+@click.command()
+@click.option("--reason", required=True, help="Why (shown by status and explain, kept in "
+                                              "the audit record).")
+@by_option
+@force_option
+@state_options
+@json_option
+def pause(reason: str, by: str | None, force: bool, state_dir: str | None,
+          config: str | None, as_json: bool) -> None:
+    """Stop all automation (SPEC O2): nothing new starts; started remediations hold
+    before their next disruptive step (no cordon, no signal, no requeue, no action)
+    until `slurm-heal unpause`. Who and why are recorded and shown by status and explain."""
+    if not reason.strip():
+        raise click.UsageError("--reason must say why")
+    _pause_command("pause", reason, by, force, state_dir, config, as_json)
+
+
+@click.command()
+@click.option("--reason", default="", help="Why (kept in the audit record).")
+@by_option
+@force_option
+@state_options
+@json_option
+def unpause(reason: str, by: str | None, force: bool, state_dir: str | None,
+            config: str | None, as_json: bool) -> None:
+    """Let automation run again after `slurm-heal pause` (SPEC O2): held remediations go
+    on from the step they were held before."""
+    _pause_command("unpause", reason, by, force, state_dir, config, as_json)
 
 
 # --------------------------------------------------------------------------- policy

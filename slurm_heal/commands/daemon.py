@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,7 +22,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
     records what it is about to do, does it, and records the outcome. SIGTERM stops
-    cleanly between steps; a heartbeat file is written after every cycle. The config is
+    cleanly between steps; a heartbeat file is written after every cycle (when a
+    cycle last succeeded, and what failed since: SPEC O1). With --once, a cycle that
+    could not read Slurm exits 3 (the store: 5). The config is
     checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
     effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
@@ -55,16 +58,51 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")
     notify = Path(settings.notify_file) if settings.notify_file else state_dir / "notifications.jsonl"
+    # SPEC O3: notifications through Apprise, queued beside the cycle (slurm_heal.notify)
+    from slurm_heal.notify import Notifications, notify_settings
+
+    notifications = Notifications(notify_settings(dict(policy.notify), config_path_),
+                                  state_dir)
+    observers: list[Any] = [notifications]
+    # SPEC O4: Prometheus metrics, off unless [metrics] enabled (slurm_heal.metrics)
+    from slurm_heal.metrics import Metrics, metrics_settings
+
+    msettings = metrics_settings(dict(policy.metrics), config_path_)
+    metrics: Metrics | None = None
+    holder: list[Controller] = []
+    if msettings.enabled:
+        metrics = Metrics(store=store, notifications=notifications, policy=policy,
+                          liveness=lambda: holder[0].liveness if holder else None)
+        observers.append(metrics.observe)
+        slurm, provider = metrics.timed(slurm, "slurm"), metrics.timed(provider, "provider")
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
-                            notifier=Notifier(notify))
+                            notifier=Notifier(notify), observers=observers)
+    holder.append(controller)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     logging.getLogger("slurm_heal").info(
         "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir,
         getattr(provider, "name", "?"), settings.interval)
     leader = LeaderLock(state_dir)
+    if notifications.routes:
+        notifications.start()
+    if metrics is not None:
+        metrics.serve(msettings.address, msettings.port)
+        if once:
+            logging.getLogger("slurm_heal").info("metrics on %s:%d (while the cycle runs)",
+                                                 msettings.address, msettings.port)
     try:
         run_forever(controller, settings.interval, heartbeat,
                     max_cycles=1 if once else cycles, leader=leader,
                     reload=Reloader(config_path_, controller, settings, state_dir / "provider"))
     finally:
         leader.release()
+        if notifications.routes:
+            if once:  # one delivery try before exit; the rest waits in the queue
+                notifications.deliver_due()
+            notifications.close()
+        if metrics is not None:
+            metrics.close()
+    if once and controller.last_failure is not None:
+        # SPEC O1: `--once` from cron says so when its cycle could not read Slurm (exit 3)
+        # or the store (exit 5); a blind cycle is not a success.
+        raise controller.last_failure

@@ -1,6 +1,7 @@
-"""`slurm-heal status [--json]`: the nodes as slurm-heal sees them (SPEC I4, I2, D5).
+"""`slurm-heal status [--json] [--node NODES] [--check]`: the cluster at a glance (SPEC
+I4, O1, O2, S5, D5); gathering is `slurm_heal.overview.gather`, rendering `overview.render`.
 
-For each node: Slurm's state flags; the reason, classified as ours (our cordon marker,
+``--json`` also carries ``node_status``, for each node: Slurm's state flags; the reason, classified as ours (our cordon marker,
 parsed), a request (``heal-request:``), or foreign (someone else's, shown as such); and
 the active alerts the node side published in ``Extra``. With no cluster reachable the
 Slurm adapter raises SlurmUnreachable and `slurm_heal.cli` prints one line and exits 3.
@@ -83,8 +84,21 @@ def _line(entry: dict[str, Any]) -> str:
     return text
 
 
+def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    if value:  # the CLI's error handler prints errors as JSON too (slurm_heal.cli)
+        ctx.find_root().meta["slurm_heal.json"] = True
+    return value
+
+
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
+              help="Machine-readable output (one JSON object; errors too).")
+@click.option("--node", "nodes", multiple=True, metavar="NODES",
+              help="Details of these nodes (a host list, e.g. gpu[01-04]; repeatable; "
+                   "'all' for every node).")
+@click.option("--check", "check_only", is_flag=True,
+              help="Exit 1 when the controller is not seen, stale or failing (for cron and "
+                   "monitoring); the first line says why.")
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
               envvar="SLURM_CONF", help="The cluster's slurm.conf (default: $SLURM_CONF).")
 @click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm", "rest"]),
@@ -93,15 +107,66 @@ def _line(entry: dict[str, Any]) -> str:
                    "SLURM_HEAL_REST_TOKEN_FILE.")
 @click.option("--timeout", type=float, default=20.0, show_default=True,
               help="Seconds to wait for Slurm.")
-def status(as_json: bool, slurm_conf: str | None, backend: str, timeout: float) -> None:
-    """Show the nodes as slurm-heal sees them: state, our reason, alerts."""
+@click.option("--config", "config", type=click.Path(dir_okay=False), default=None,
+              help="The controller's TOML config (its [controller] state_dir; default: "
+                   "$SLURM_HEAL_CONFIG, else /etc/slurm-heal/heal.toml when it exists).")
+@click.option("--state-dir", "state_dir", type=click.Path(file_okay=False), default=None,
+              help="The store directory (default: $SLURM_HEAL_STATE_DIR, else beside "
+                   "slurmctld's StateSaveLocation).")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only: bool,
+           slurm_conf: str | None, backend: str, timeout: float, config: str | None,
+           state_dir: str | None) -> None:
+    """The cluster at a glance (SPEC I4, O1, O2, S5): the controller (running, failing,
+    stale or not seen; paused by whom and why), the breaker, node counts by category
+    with folded host lists, approvals waiting, remediations in flight, and nodes out of
+    service for reasons not ours, oldest first. Exit 3 when Slurm does not answer (the
+    store's part is still shown); with --check, 1 when the controller is not healthy."""
+    from slurm_heal import overview
+    from slurm_heal.config import load_policy
+    from slurm_heal.errors import SlurmError
+    from slurm_heal.location import config_path, locate
     from slurm_heal.slurm import make_client
+    from slurm_heal.store import Store
 
-    client = make_client(backend=backend, slurm_conf=slurm_conf, timeout=timeout)
+    obj = ctx.find_object(dict)  # embedding/tests: {"slurm": client}, as the admin commands
+    client = (obj or {}).get("slurm") or make_client(backend=backend, slurm_conf=slurm_conf,
+                                                     timeout=timeout)
+    loc = locate(state_dir, config, slurm_conf)
+    cfg = config_path(config)
+    policy = load_policy(cfg) if cfg is not None else None
+    state = Store(loc.state_dir).load()
     now = datetime.now(timezone.utc)
-    entries = [node_status(n, now) for n in sorted(client.nodes(), key=lambda n: n.name)]
+    infos: list[NodeInfo] | None
+    slurm_error = None
+    try:
+        infos = sorted(client.nodes(), key=lambda n: n.name)
+    except SlurmError as exc:
+        infos, slurm_error = None, str(exc)
+    wanted = _expand(nodes)
+    ov = overview.gather(state, infos, now, heartbeat=loc.heartbeat_record(),
+                         store=loc.describe(), policy=policy, slurm_error=slurm_error,
+                         details=wanted, all_details="all" in nodes)
     if as_json:
-        click.echo(json.dumps({"nodes": entries}, indent=2))
-        return
-    for entry in entries:
-        click.echo(_line(entry))
+        out = ov.model_dump(mode="json")
+        # each node as the node checks and Slurm show it (the shape before the overview)
+        out["node_status"] = [node_status(n, now) for n in infos or ()]
+        click.echo(json.dumps(out, indent=2))
+    else:
+        click.echo(f"slurm-heal: store {loc.describe()}", err=True)
+        for line in overview.render(ov):
+            click.echo(line)
+    if slurm_error is not None:
+        ctx.exit(3)
+    if check_only and not ov.ok:
+        ctx.exit(1)
+
+
+def _expand(specs: tuple[str, ...]) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet
+
+    out: list[str] = []
+    for spec in specs:
+        if spec != "all":
+            out.extend(NodeSet(spec))
+    return out

@@ -45,6 +45,7 @@ from slurm_heal.models import (
     Decision,
     Effect,
     EffectKind,
+    Pause,
     Phase,
     Plan,
     Remediation,
@@ -140,6 +141,7 @@ class _Decider:
         self.breaker_changed = False
         self.paused = state.paused
         self.paused_changed = False
+        self.pause: Pause | None = None  # O2: who paused/unpaused, when, why
         self.known = frozenset(r.id for r in state.remediations)  # on record before this call
         self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
         self.noted: dict[str, Any] = {}
@@ -303,9 +305,11 @@ class _Decider:
         if cmd.kind in ("pause", "unpause"):
             self.paused = cmd.kind == "pause"
             self.paused_changed = True
+            self.pause = Pause(paused=self.paused, by=cmd.by, at=self.now, reason=cmd.reason)
             self.record(node, "blocked" if self.paused else "approved", "pause",
-                        f"{cmd.kind}d by {cmd.by}: " + ("nothing disruptive starts"
-                                                          if self.paused else "work resumes"))
+                        f"{cmd.kind}d by {cmd.by}" + (f" ({cmd.reason})" if cmd.reason else "")
+                        + ": " + ("nothing disruptive starts" if self.paused
+                                  else "work resumes"))
             return
         if cmd.kind == "request":
             waits = self.request(cmd.node or "", cmd.action or Action.NONE, cmd.detector,
@@ -1280,6 +1284,7 @@ class _Decider:
             breaker=self.breaker if self.breaker_changed else None,
             next_wake=min(self.wakes) if self.wakes else None,
             paused=self.paused if self.paused_changed else None,
+            pause=self.pause,
             data=data,
         )
 

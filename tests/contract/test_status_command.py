@@ -28,7 +28,8 @@ def _backend_args(lab: Lab, backend: str) -> tuple[list[str], dict[str, str]]:
     return ["--backend", backend], env
 
 
-def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, backend: str) -> None:
+def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, backend: str,
+                                                                tmp_path: Path) -> None:
     """Through every backend: the 25.11 bug was `{"nodes": []}` with exit 0."""
     ours, foreign, alerted = lab.nodes[0], lab.nodes[1], lab.nodes[2]
     lab.scontrol("update", f"nodename={ours}", "state=drain",
@@ -36,10 +37,13 @@ def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, backen
     lab.scontrol("update", f"nodename={foreign}", "state=drain", "reason=ops: bad fan")
     lab.scontrol("update", f"nodename={alerted}", f"extra={ALERT_EXTRA}")
     args, env = _backend_args(lab, backend)
-    result = CliRunner().invoke(cli, ["status", "--json", "--slurm-conf", str(lab.conf), *args],
-                                env=env)
+    result = CliRunner().invoke(cli, ["status", "--json", "--slurm-conf", str(lab.conf),
+                                      "--state-dir", str(tmp_path / "state"), *args], env=env)
     assert result.exit_code == 0, result.output
-    nodes = {n["name"]: n for n in json.loads(result.output)["nodes"]}
+    doc = json.loads(result.stdout)
+    nodes = {n["name"]: n for n in doc["node_status"]}
+    assert doc["groups"]["drained_by_others"] == foreign  # D5: the overview too
+    assert doc["counts"]["cordoned"] == 1 and doc["counts"]["alerting"] == 1
     assert sorted(nodes) == lab.nodes
     assert nodes[ours]["states"] == ["IDLE", "DRAIN"]
     assert nodes[ours]["reason"]["kind"] == "ours"
@@ -51,12 +55,13 @@ def test_status_json_lists_nodes_with_states_reasons_and_alerts(lab: Lab, backen
     assert nodes[lab.nodes[3]]["reason"] is None and nodes[lab.nodes[3]]["alerts"] == []
 
 
-def test_status_text_marks_foreign_reasons(lab: Lab, backend: str) -> None:
+def test_status_text_marks_foreign_reasons(lab: Lab, backend: str, tmp_path: Path) -> None:
     lab.scontrol("update", f"nodename={lab.nodes[1]}", "state=drain", "reason=ops: bad fan")
     args, env = _backend_args(lab, backend)
-    result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(lab.conf), *args], env=env)
+    result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(lab.conf),
+                                      "--state-dir", str(tmp_path / "state"), *args], env=env)
     assert result.exit_code == 0, result.output
-    assert "[foreign] ops: bad fan" in result.output
+    assert f"{lab.nodes[1]} drained by " in result.stdout and ": ops: bad fan" in result.stdout
 
 
 def test_status_without_a_reachable_cluster_says_so_in_one_line(lab: Lab, tmp_path: Path) -> None:
@@ -64,7 +69,10 @@ def test_status_without_a_reachable_cluster_says_so_in_one_line(lab: Lab, tmp_pa
     conf.write_text(lab.conf.read_text().replace(
         f"SlurmctldPort={lab.base_port}", f"SlurmctldPort={lab.base_port + len(lab.nodes) + 1}"))
     result = CliRunner().invoke(cli, ["status", "--slurm-conf", str(conf), "--timeout", "2",
-                                      "--backend", "cli"])
+                                      "--backend", "cli", "--state-dir", str(tmp_path / "s")])
     assert result.exit_code == 3
-    lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "no Slurm controller answered" in lines[0]
+    lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
+    # the store's part is still shown; the nodes are said to be unknown, in one line
+    assert lines[0].startswith("NO CONTROLLER")
+    (nodes,) = [ln for ln in lines if ln.startswith("Nodes:")]
+    assert "Slurm did not answer" in nodes and "no Slurm controller answered" in nodes

@@ -374,3 +374,119 @@ def test_two_daemons_make_one_remediation_and_one_action(lab: Lab, heal: Heal) -
     heal.check(node2)
     heal.wait_phase(node2, Phase.DONE, timeout=120)
     assert len(heal.executed()) == 2 and all(v == 1 for v in heal.executed().values())
+
+
+def test_daemon_once_without_slurmctld_exits_3_and_its_heartbeat_says_why(
+        lab_clean: Lab, tmp_path: Path) -> None:
+    """SPEC O1: a blind cycle is not a success: `daemon --once` exits 3 (Slurm), the
+    heartbeat keeps the last success (also across processes) and names the error, and
+    `status --check` says so on its first line."""
+    from slurm_heal.heartbeat import read as read_heartbeat
+
+    lab = lab_clean
+    state_dir = tmp_path / "state"
+    config = tmp_path / "heal.toml"
+    config.write_text(_policy(state_dir, lab.conf, "http://127.0.0.1:9"))
+
+    def once() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurm_heal.cli", "daemon", "--once",
+                               "--config", str(config)], env=lab.env,
+                              capture_output=True, text=True, timeout=180)
+
+    ok = once()
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    before = read_heartbeat(state_dir / "heartbeat")
+    assert before is not None and before.last_success is not None and not before.failing
+    lab.stop_ctld()
+    try:
+        blind = once()
+        status = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--check",
+                                 "--config", str(config), "--timeout", "5"],
+                                env=lab.env, capture_output=True, text=True, timeout=180)
+    finally:
+        lab.start_ctld()
+    assert blind.returncode == 3, blind.stdout + blind.stderr
+    beat = read_heartbeat(state_dir / "heartbeat")
+    assert beat is not None and beat.failing and beat.last_success == before.last_success
+    assert "Slurm unavailable" in beat.last_error
+    assert status.returncode == 3  # Slurm did not answer: the store's part is still shown
+    assert status.stdout.startswith("CONTROLLER FAILING"), status.stdout + status.stderr
+
+
+def test_daemon_notifies_serves_metrics_and_status_shows_it_running(
+        lab: Lab, heal: Heal) -> None:
+    """SPEC O1, O3, O4, D7 on the lab with the real daemon: Xid 119 remediated end to end;
+    the alert reaches a JSON webhook on 127.0.0.1 through Apprise with the evidence the
+    node check published, unchanged; /metrics (scraped over HTTP) has the repair; status
+    --check says the controller runs."""
+    import urllib.request
+
+    from tests.emulators import free_port
+    from tests.integration.test_notify_metrics import Receiver, _evidence
+
+    receiver = Receiver()
+    port = free_port()
+    try:
+        with heal.config.open("a") as fh:
+            fh.write(f'\n[notify]\nurls = ["{receiver.url}"]\npoll = 0.2\n'
+                     f'\n[metrics]\nenabled = true\nport = {port}\n')
+        heal.kernel_says("gpu01", "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout "
+                                  "after 6s of waiting for RPC response from GPU0 GSP!")
+        heal.check("gpu01")
+        published = (heal.slurm.node("gpu01").extra or {})["slurm_heal"]["alerts"][0]
+        heal.start_daemon()
+        heal.wait_phase("gpu01", Phase.DONE, timeout=120)
+        heal.wait(lambda: any("done" in t for t in receiver.titles()), "the outcome notified")
+        alert = next(b for b in receiver.bodies if "gpu.xid.119 on gpu01" in str(b["title"]))
+        assert _evidence(alert) == published["evidence"]  # D7: unchanged
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        assert ('slurm_heal_time_to_repair_seconds_count{action="reboot",fault="gpu.xid.119"} '
+                '1.0') in text.decode()
+        status = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--check",
+                                 "--config", str(heal.config)], env=lab.env,
+                                capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert status.stdout.startswith("Controller running"), status.stdout
+    finally:
+        receiver.close()
+
+
+def test_pause_holds_a_waiting_remediation_on_the_lab_without_touching_its_job(
+        lab: Lab, heal: Heal) -> None:
+    """SPEC O2, P3 on the lab with the real daemon: paused while it waits for a job, past
+    the wait limit: the job runs on untouched and nothing is sent; `unpause` lets the
+    remediation finish (the job is requeued at the limit only then)."""
+    heal.config.write_text(_policy(heal.state_dir, lab.conf, heal.sim.url,
+                                   '[waiting]\nmax_wait = "15s"\n'))
+    node = "gpu01"
+    out = lab.run(["sbatch", "--parsable", "--requeue", "-w", node, "-t", "10", "--wrap",
+                   "sleep 600"]).stdout
+    job = out.strip().split(";")[0]
+    lab.wait_for(lambda: job in lab.run(["squeue", "-h", "-o", "%i", "-w", node]).stdout,
+                 timeout=30, what="job running")
+    heal.kernel_says(node, "NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after 6s "
+                           "of waiting for RPC response from GPU0 GSP!")
+    heal.check(node)
+    heal.start_daemon()
+    heal.wait_phase(node, Phase.WAITING, timeout=60)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "slurm_heal.cli", *args, "--config",
+                               str(heal.config)], env=lab.env, capture_output=True,
+                              text=True, timeout=60)
+
+    paused = cli("pause", "--reason", "firmware rollout", "--by", "alice")
+    assert paused.returncode == 0, paused.stdout + paused.stderr
+    heal.wait(lambda: heal.store.load().paused, "the controller takes the pause")
+    time.sleep(25)  # past the 15 s wait limit, several cycles
+    assert heal.rems(node)[-1].phase is Phase.WAITING
+    assert heal.executed() == {}
+    state = lab.run(["squeue", "-h", "-o", "%i %T %r", "-j", job]).stdout
+    assert "RUNNING" in state, state  # not signalled, not requeued
+    status = cli("status")
+    assert "PAUSED by alice" in status.stdout and "firmware rollout" in status.stdout
+
+    assert cli("unpause", "--by", "alice").returncode == 0
+    heal.wait_phase(node, Phase.DONE, timeout=120)
+    assert list(heal.executed().values()) == [1]
+    lab.run(["scancel", job], check=False)

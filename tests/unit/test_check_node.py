@@ -142,12 +142,15 @@ def test_fewer_gpus_than_configured_is_gpu_missing(tmp_path: Path,
     for i in range(7):
         (root / f"proc/driver/nvidia/gpus/0000:{i + 16:02x}:00.0").mkdir(parents=True)
     monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
-    cfg = config.parse_config({"gpus": {"expected": 8}, "kernel_log": {"enabled": False}})
+    # The driver is "loaded" here without nvidia-smi: the nvidia detector would report
+    # check.detector_error (SPEC O1); it is off, this test is about the GPU count (D2).
+    off = {"kernel_log": {"enabled": False}, "nvidia": {"enabled": False}}
+    cfg = config.parse_config({"gpus": {"expected": 8}, **off})
     result = runner.run_check(cfg, node_name="n1", dry_run=True, now=T0)
     (finding,) = result.findings
     assert finding.fault == "gpu.missing" and finding.summary.startswith("7 of 8 GPUs")
     assert runner.cordons(finding)
-    plain = runner.run_check(config.parse_config({"kernel_log": {"enabled": False}}),
+    plain = runner.run_check(config.parse_config(off),
                              node_name="n1", dry_run=True, now=T0)
     assert plain.findings == []
     assert [s.status for s in plain.statuses if s.name == "gpus"] == ["unsupported"]

@@ -209,9 +209,9 @@ def test_a_healthy_node_with_nothing_published_does_not_call_slurm(node: Node) -
         return MemorySlurm([("gpu01", "gpu")], clock=lambda: T0)
 
     check(None, factory=factory)  # first run reconciles with Slurm once
-    check(None, factory=factory)
     check(None, mode="epilog", factory=factory)
-    assert calls == [1]
+    check(None, mode="prolog", factory=factory)
+    assert calls == [1]  # (each health-check run refreshes checked_at: SPEC O1)
 
 
 def test_a_warning_is_published_but_does_not_drain(node: Node, slurm: MemorySlurm) -> None:
@@ -231,7 +231,7 @@ def test_a_failing_detector_keeps_the_alert_and_the_drain(node: Node,
     (node.root / "dev/kmsg").unlink()
     result = check(slurm, now=T0 + timedelta(minutes=5))
     assert [s.status for s in result.statuses if s.name == "kernel_log"] == ["error"]
-    assert [a.fault for a in result.alerts] == ["gpu.xid.79"]
+    assert [a.fault for a in result.alerts] == ["gpu.xid.79", runner.DETECTOR_ERROR]  # O1
     assert slurm.node("gpu01").drained
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -15,4 +16,7 @@ def test_status_with_missing_slurm_conf_fails_in_one_line(tmp_path: Path) -> Non
                                       "--slurm-conf", str(missing)])
     assert result.exit_code == 3
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
-    assert lines == [f"slurm-heal: error: slurm.conf not found: {missing}"]
+    # --json: the error is one JSON object too (docs/cli.md)
+    (line,) = lines
+    assert json.loads(line)["error"]["message"] == f"slurm.conf not found: {missing}"
+    assert json.loads(line)["error"]["exit"] == 3

@@ -1,0 +1,284 @@
+"""Prometheus metrics of the controller (SPEC O4), with prometheus-client.
+
+Off by default. The ``[metrics]`` section of the config file::
+
+    [metrics]
+    enabled = true
+    address = "127.0.0.1"     # the default: only this host; "0.0.0.0" to let Prometheus in
+    port = 9810
+
+The daemon serves ``/metrics`` over HTTP from a thread. Gauges are set after every cycle
+from what the cycle saw (an observer of the cycle, like the notifications), counters and
+histograms are updated as things happen; the store size and the notification queue are
+read at scrape time. Every name is in `METRIC_NAMES` (the Grafana dashboard in
+``contrib/grafana/`` is built on exactly these; a test checks it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slurm_heal.errors import ConfigError, HealError
+from slurm_heal.models import Phase, Remediation, State
+
+if TYPE_CHECKING:
+    from slurm_heal.controller import CycleFacts
+    from slurm_heal.heartbeat import Heartbeat
+    from slurm_heal.notify import Notifications
+
+P = "slurm_heal_"
+# Every metric the daemon serves (the names Prometheus shows; counters end in _total).
+METRIC_NAMES: tuple[str, ...] = (
+    P + "alerts", P + "nodes", P + "node_checks", P + "remediations",
+    P + "approvals_pending", P + "approval_oldest_age_seconds", P + "breaker_open",
+    P + "breaker_count", P + "cycle_duration_seconds", P + "cycles_total",
+    P + "cycle_failures_since_success", P + "last_success_timestamp_seconds",
+    P + "slurm_call_duration_seconds", P + "slurm_call_errors_total",
+    P + "provider_call_duration_seconds", P + "provider_call_errors_total",
+    P + "notify_queue_depth", P + "notify_sent_total", P + "notify_errors_total",
+    P + "notify_failures_total", P + "store_bytes", P + "time_to_repair_seconds",
+    P + "repeat_failures", P + "paused",
+)
+# Histogram buckets for time to repair: minutes to a day.
+REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
+
+
+class MetricsSettings(BaseModel):
+    """The ``[metrics]`` section."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = False
+    address: str = "127.0.0.1"
+    port: int = Field(default=9810, ge=0, le=65535)
+
+
+def metrics_settings(raw: dict[str, Any], source: str = "config") -> MetricsSettings:
+    try:
+        return MetricsSettings.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = "metrics." + ".".join(str(p) for p in err["loc"])
+        raise ConfigError(str(err["msg"]), file=source, key=key) from None
+
+
+class _Live:
+    """What is read at scrape time: the store file's size, the notification queue."""
+
+    def __init__(self, store: Any, notifications: Notifications | None,
+                 liveness: Callable[[], Heartbeat | None]) -> None:
+        self.store = store
+        self.notifications = notifications
+        self.liveness = liveness
+
+    def collect(self) -> Iterable[Metric]:
+        beat = self.liveness()
+        last = GaugeMetricFamily(P + "last_success_timestamp_seconds",
+                                 "Unix time of the last successful cycle (SPEC O1).")
+        last.add_metric([], beat.last_success.timestamp()
+                        if beat is not None and beat.last_success else 0.0)
+        yield last
+        failing = GaugeMetricFamily(P + "cycle_failures_since_success",
+                                    "Cycles in a row that could not read Slurm or the store.")
+        failing.add_metric([], float(beat.failures_since_success if beat is not None else 0))
+        yield failing
+        size = GaugeMetricFamily(P + "store_bytes", "Size of the state store file in bytes.")
+        try:
+            size.add_metric([], float(self.store.file.stat().st_size))
+        except (OSError, AttributeError):
+            size.add_metric([], 0.0)
+        yield size
+        n = self.notifications
+        depth = GaugeMetricFamily(P + "notify_queue_depth",
+                                  "Notifications waiting in the persisted queue.")
+        depth.add_metric([], float(n.depth() if n is not None else 0))
+        yield depth
+        for name, doc, value in (
+                ("notify_sent", "Notifications delivered.", n.sent if n else 0),
+                ("notify_errors", "Notification delivery attempts that failed.",
+                 n.errors if n else 0),
+                ("notify_failures", "Notifications given up on after max_attempts.",
+                 n.failed if n else 0)):
+            c = CounterMetricFamily(P + name, doc)
+            c.add_metric([], float(value))
+            yield c
+
+
+class Metrics:
+    """The registry, its HTTP server, and the cycle observer that sets it."""
+
+    def __init__(self, store: Any = None, notifications: Notifications | None = None,
+                 policy: Any = None,
+                 liveness: Callable[[], Heartbeat | None] = lambda: None) -> None:
+        self.policy = policy
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.alerts = Gauge(P + "alerts", "Active alerts by fault and severity.",
+                            ["fault", "severity"], registry=r)
+        self.nodes = Gauge(P + "nodes", "Nodes by slurm-heal state (status categories).",
+                           ["state"], registry=r)
+        self.node_checks = Gauge(P + "node_checks", "Nodes whose node check is stale or "
+                                 "erroring.", ["state"], registry=r)
+        self.remediations = Gauge(P + "remediations", "Remediations in the store by phase "
+                                  "and action.", ["phase", "action"], registry=r)
+        self.approvals = Gauge(P + "approvals_pending", "Remediations waiting for a "
+                               "person's approval.", registry=r)
+        self.approval_age = Gauge(P + "approval_oldest_age_seconds", "Age of the oldest "
+                                  "approval waiting (0 when none).", registry=r)
+        self.breaker_open = Gauge(P + "breaker_open", "1 when the circuit breaker is open.",
+                                  registry=r)
+        self.breaker_count = Gauge(P + "breaker_count", "Automatic remediations started in "
+                                   "the breaker window.", registry=r)
+        self.paused = Gauge(P + "paused", "1 when a person paused automation.", registry=r)
+        self.cycle = Histogram(P + "cycle_duration_seconds", "Duration of controller cycles.",
+                               registry=r)
+        self.cycles = Counter(P + "cycles", "Controller cycles that read Slurm and decided.",
+                              registry=r)
+        self.slurm_calls = Histogram(P + "slurm_call_duration_seconds", "Slurm calls by "
+                                     "operation.", ["call"], registry=r)
+        self.slurm_errors = Counter(P + "slurm_call_errors", "Slurm calls that failed.",
+                                    ["call"], registry=r)
+        self.provider_calls = Histogram(P + "provider_call_duration_seconds", "Provider "
+                                        "calls by operation.", ["call"], registry=r)
+        self.provider_errors = Counter(P + "provider_call_errors", "Provider calls that "
+                                       "failed.", ["call"], registry=r)
+        self.repair = Histogram(P + "time_to_repair_seconds", "Fault first seen to node "
+                                "resumed, by fault and action.", ["fault", "action"],
+                                buckets=REPAIR_BUCKETS, registry=r)
+        self.repeat = Gauge(P + "repeat_failures", "Remediations of the same machine within "
+                            "the escalation window (machines with two or more).",
+                            ["machine"], registry=r)
+        r.register(_Live(store, notifications, liveness))
+        self._server: Any = None
+
+    # -- serving -----------------------------------------------------------------------
+    def serve(self, address: str = "127.0.0.1", port: int = 9810) -> int:
+        """Serve /metrics from a thread; returns the port (0 picks a free one)."""
+        from prometheus_client import start_http_server
+
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        self._server = server
+        return int(server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # -- the cycle's observer ----------------------------------------------------------
+    def observe(self, facts: CycleFacts) -> None:
+        from slurm_heal import overview
+        from slurm_heal.extra import alerts_from_extra
+
+        now = facts.at
+        self.cycle.observe(facts.duration_s)
+        self.cycles.inc()
+        self.alerts.clear()
+        counts: dict[tuple[str, str], int] = {}
+        for node in facts.view.nodes:
+            for a in alerts_from_extra(node.name, node.extra, now):
+                counts[(a.fault, a.severity.value)] = counts.get((a.fault, a.severity.value),
+                                                                 0) + 1
+        for (fault, sev), n in counts.items():
+            self.alerts.labels(fault, sev).set(n)
+        ov = overview.gather(facts.after, facts.view.nodes, now, heartbeat=None,
+                             policy=self.policy)
+        for cat in overview.CATEGORIES:
+            self.nodes.labels(cat).set(ov.counts.get(cat, 0))
+        self.node_checks.labels("stale").set(_count(ov.check_stale))
+        self.node_checks.labels("erroring").set(_count(ov.check_erroring))
+        self.approvals.set(len(ov.approvals))
+        self.approval_age.set(max((w.age_s for w in ov.approvals), default=0.0))
+        self.breaker_open.set(1 if ov.breaker.open else 0)
+        self.breaker_count.set(ov.breaker.count_in_window or 0)
+        self.paused.set(1 if facts.after.paused else 0)
+        self._remediations(facts.after)
+        self._repairs(facts.before, facts.plan.updates)
+        self._repeats(facts.after, now)
+
+    def _remediations(self, state: State) -> None:
+        self.remediations.clear()
+        counts: dict[tuple[str, str], int] = {}
+        for r in state.remediations:
+            key = (r.phase.value, r.action.value)
+            counts[key] = counts.get(key, 0) + 1
+        for (phase, action), n in counts.items():
+            self.remediations.labels(phase, action).set(n)
+
+    def _repairs(self, before: State, updates: Iterable[Remediation]) -> None:
+        old = {r.id: r for r in before.remediations}
+        for r in updates:
+            prev = old.get(r.id)
+            if r.phase is not Phase.DONE or (prev is not None and prev.phase is Phase.DONE):
+                continue
+            start = r.alert_first_seen or r.created
+            end = r.phase_times.get(Phase.DONE.value) or r.updated
+            self.repair.labels(r.fault, r.action.value).observe(
+                max(0.0, (end - start).total_seconds()))
+
+    def _repeats(self, state: State, now: datetime) -> None:
+        window = getattr(getattr(self.policy, "escalation", None), "window",
+                         timedelta(days=7))
+        per: dict[str, int] = {}
+        for r in state.remediations:
+            if r.phase in (Phase.CANCELLED, Phase.WITHDRAWN, Phase.DENIED):
+                continue  # E2: not counted
+            if now - r.created <= window:
+                machine = r.host or r.node
+                per[machine] = per.get(machine, 0) + 1
+        self.repeat.clear()
+        for machine, n in per.items():
+            if n >= 2:
+                self.repeat.labels(machine).set(n)
+
+    # -- timing the ports --------------------------------------------------------------
+    def timed(self, target: Any, kind: str) -> Any:
+        """``target`` (the Slurm client or the provider) with every public method call
+        timed and its errors counted under ``call`` = the method's name."""
+        hist, errors = ((self.slurm_calls, self.slurm_errors) if kind == "slurm"
+                        else (self.provider_calls, self.provider_errors))
+        return _Timed(target, hist, errors)
+
+
+def _count(folded: str) -> int:
+    if not folded:
+        return 0
+    from ClusterShell.NodeSet import NodeSet
+
+    return len(NodeSet(folded))
+
+
+class _Timed:
+    """A transparent proxy that times method calls (the controller sees the same port)."""
+
+    def __init__(self, target: Any, hist: Histogram, errors: Counter) -> None:
+        self._target = target
+        self._hist = hist
+        self._errors = errors
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        hist, errors = self._hist, self._errors
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return attr(*args, **kwargs)
+            except HealError:
+                errors.labels(name).inc()
+                raise
+            finally:
+                hist.labels(name).observe(time.monotonic() - started)
+
+        return call
+

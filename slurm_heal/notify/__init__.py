@@ -1,0 +1,302 @@
+"""Notifications through Apprise (SPEC O3, D7, D8): Slack, Microsoft Teams, email,
+PagerDuty, Mattermost, ntfy, generic JSON webhooks and the rest, each by URL.
+
+The ``[notify]`` section of the config file::
+
+    [notify]
+    urls = ["slack://T000/B000/XXXX"]          # a route for every kind and severity
+    [[notify.routes]]
+    urls = ["pagerduty://KEY@ROUTING"]
+    kinds = ["alert", "breaker"]               # see slurm_heal.notify.events
+    min_severity = "critical"
+
+After every cycle the controller hands its facts to `Notifications` (an observer of the
+cycle): the events (`events.py`) are routed and appended to a queue persisted in the
+state directory (``notify-queue.json``). A thread beside the cycle delivers what is due,
+retrying with exponential backoff; a delivery that keeps failing is dropped after
+``max_attempts``, logged. Nothing here blocks or fails a cycle: queueing is a small
+local file write, and any error is logged and counted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from slurm_heal.errors import ConfigError
+from slurm_heal.notify.events import (
+    EVENT_KINDS,
+    SEVERITIES,
+    Event,
+    alert_events,
+    cycle_events,
+    view_alerts,
+)
+
+if TYPE_CHECKING:
+    from slurm_heal.controller import CycleFacts
+
+log = logging.getLogger("slurm_heal.notify")
+
+QUEUE_FILE = "notify-queue.json"
+
+
+class Route(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    urls: list[str] = Field(min_length=1)
+    kinds: list[str] = Field(default_factory=lambda: ["*"])
+    min_severity: Literal["info", "warning", "critical"] = "info"
+
+    def wants(self, event: Event) -> bool:
+        return (("*" in self.kinds or event.kind in self.kinds)
+                and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
+
+
+class NotifySettings(BaseModel):
+    """The ``[notify]`` section."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    urls: list[str] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+    max_attempts: int = Field(default=8, ge=1, le=100)
+    backoff: float = Field(default=30.0, gt=0, le=3600)  # seconds, doubled per attempt
+    max_backoff: float = Field(default=3600.0, gt=0)
+    poll: float = Field(default=2.0, gt=0, le=600)  # how often the sender looks at the queue
+
+    def all_routes(self) -> list[Route]:
+        out = list(self.routes)
+        if self.urls:
+            out.insert(0, Route(urls=list(self.urls)))
+        return out
+
+
+def notify_settings(raw: dict[str, Any], source: str = "config") -> NotifySettings:
+    """Validate ``[notify]``; an unknown kind, a bad severity or a URL Apprise does not
+    understand is a ConfigError naming the key."""
+    try:
+        settings = NotifySettings.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = "notify." + ".".join(str(p) for p in err["loc"])
+        raise ConfigError(str(err["msg"]), file=source, key=key) from None
+    import apprise
+
+    shortcut = 1 if settings.urls else 0
+    for i, route in enumerate(settings.all_routes()):
+        where = "notify" if i < shortcut else f"notify.routes[{i - shortcut}]"
+        for kind in route.kinds:
+            if kind != "*" and kind not in EVENT_KINDS:
+                raise ConfigError(f"unknown event kind {kind!r} (one of {', '.join(EVENT_KINDS)})",
+                                  file=source, key=f"{where}.kinds")
+        for url in route.urls:
+            if apprise.Apprise.instantiate(url) is None:
+                raise ConfigError(f"Apprise does not understand this URL: {_redact(url)}",
+                                  file=source, key=f"{where}.urls")
+    return settings
+
+
+def _redact(url: str) -> str:
+    scheme, sep, _rest = url.partition("://")
+    return f"{scheme}://..." if sep else "(not a URL)"
+
+
+class Delivery(BaseModel):
+    """One event to one route, waiting in the queue."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    event: Event
+    route: int
+    attempts: int = 0
+    next_try: datetime
+    last_error: str = ""
+
+
+class QueueDoc(BaseModel):
+    pending: list[Delivery] = Field(default_factory=list)
+    seen_alerts: list[str] = Field(default_factory=list)  # alert keys already told
+
+
+Sender = Callable[[list[str], Event], bool]
+
+
+def apprise_send(urls: list[str], event: Event) -> bool:
+    """Send one event through Apprise to ``urls``; True when every URL took it."""
+    import apprise
+
+    ap = apprise.Apprise()
+    for url in urls:
+        ap.add(url)
+    kind = {"info": apprise.NotifyType.INFO, "warning": apprise.NotifyType.WARNING,
+            "critical": apprise.NotifyType.FAILURE}[event.severity]
+    return bool(ap.notify(title=f"slurm-heal: {event.title}", body=event.body(),
+                          notify_type=kind, body_format=apprise.NotifyFormat.TEXT))
+
+
+class Notifications:
+    """The queue (persisted), the observer that fills it, the sender that drains it."""
+
+    def __init__(self, settings: NotifySettings, state_dir: Path,
+                 send: Sender = apprise_send,
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+        self.settings = settings
+        self.routes = settings.all_routes()
+        self.path = state_dir / QUEUE_FILE
+        self.send = send
+        self.clock = clock
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        # counters for the metrics (this process)
+        self.sent = 0
+        self.failed = 0
+        self.errors = 0
+
+    # -- the queue file ----------------------------------------------------------------
+    @contextmanager
+    def _doc(self) -> Iterator[QueueDoc]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(QUEUE_FILE + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                doc, raw = QueueDoc(), ""
+                if self.path.exists():
+                    try:
+                        raw = self.path.read_text()
+                        doc = QueueDoc.model_validate_json(raw)
+                    except (ValidationError, ValueError) as exc:
+                        log.error("notification queue %s unreadable, set aside: %s",
+                                  self.path, exc)
+                        self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
+                        raw = ""
+                yield doc
+                text = doc.model_dump_json()
+                if text != raw:  # written only when it changed
+                    tmp = self.path.with_name(f"{QUEUE_FILE}.{os.getpid()}.tmp")
+                    tmp.write_text(text)
+                    tmp.replace(self.path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def depth(self) -> int:
+        """Deliveries waiting (for the metrics)."""
+        try:
+            return len(QueueDoc.model_validate_json(self.path.read_bytes()).pending)
+        except (OSError, ValidationError, ValueError):
+            return 0
+
+    # -- filling it (the cycle's observer) ---------------------------------------------
+    def __call__(self, facts: CycleFacts) -> None:
+        """Queue what this cycle is worth telling (never raises into the cycle: the
+        controller logs an observer's error and goes on)."""
+        if not self.routes:
+            return
+        now = facts.at
+        alerts = view_alerts(facts.view, now)
+        with self._doc() as doc:
+            new_alerts, active = alert_events(alerts, set(doc.seen_alerts), now)
+            doc.seen_alerts = sorted(active)
+            events = new_alerts + cycle_events(
+                facts.before, facts.after, facts.plan,
+                [e.effect for e in facts.executed if e.outcome == "ok"], alerts, now)
+            known = {d.id for d in doc.pending}
+            for event in events:
+                for i, route in enumerate(self.routes):
+                    did = f"{event.id}->{i}"
+                    if route.wants(event) and did not in known:
+                        doc.pending.append(Delivery(id=did, event=event, route=i,
+                                                    next_try=self.clock()))
+                        known.add(did)
+        if events:
+            self.wake.set()
+
+    def enqueue(self, event: Event) -> None:
+        """Queue one event by hand (tests, tools)."""
+        with self._doc() as doc:
+            for i, route in enumerate(self.routes):
+                if route.wants(event):
+                    doc.pending.append(Delivery(id=f"{event.id}->{i}", event=event, route=i,
+                                                next_try=self.clock()))
+        self.wake.set()
+
+    # -- draining it -------------------------------------------------------------------
+    def deliver_due(self) -> int:
+        """Send every delivery that is due; returns how many were sent. Sending happens
+        outside the queue lock (a slow receiver never holds the cycle's observer)."""
+        now = self.clock()
+        with self._doc() as doc:
+            due = [d for d in doc.pending if d.next_try <= now]
+        done: dict[str, Delivery | None] = {}
+        for d in due:
+            if d.route >= len(self.routes):
+                done[d.id] = None  # the route is gone from the config
+                continue
+            try:
+                ok, error = self.send(self.routes[d.route].urls, d.event), "not accepted"
+            except Exception as exc:  # a sender bug must not stop the thread
+                ok, error = False, f"{type(exc).__name__}: {exc}"
+            if ok:
+                done[d.id] = None
+                self.sent += 1
+                continue
+            self.errors += 1
+            attempts = d.attempts + 1
+            if attempts >= self.settings.max_attempts:
+                log.error("notification %s given up after %d attempts: %s", d.id, attempts,
+                          error)
+                self.failed += 1
+                done[d.id] = None
+                continue
+            wait = min(self.settings.max_backoff, self.settings.backoff * 2 ** (attempts - 1))
+            log.warning("notification %s not delivered (attempt %d, next in %gs): %s", d.id,
+                        attempts, wait, error)
+            done[d.id] = d.model_copy(update={"attempts": attempts, "last_error": error,
+                                              "next_try": now + timedelta(seconds=wait)})
+        if done:
+            with self._doc() as doc:
+                kept: list[Delivery] = []
+                for d in doc.pending:
+                    if d.id not in done:
+                        kept.append(d)
+                    elif (upd := done[d.id]) is not None:
+                        kept.append(upd)
+                doc.pending = kept
+        return sum(1 for d in due if d.id in done and done[d.id] is None)
+
+    def start(self) -> None:
+        """The sender thread beside the cycle."""
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    self.deliver_due()
+                except Exception:
+                    log.exception("notification sender failed; it goes on")
+                self.wake.wait(self.settings.poll)
+                self.wake.clear()
+
+        self._thread = threading.Thread(target=loop, name="notify", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def describe(event: Event) -> str:
+    """One line for a log."""
+    return json.dumps({"kind": event.kind, "severity": event.severity, "title": event.title})

@@ -1,0 +1,167 @@
+"""What is worth telling people after a cycle (SPEC O3, D7, D8, P2, S5, O2): events
+derived from the cycle's facts. Pure: no I/O here (the queue and delivery are in
+`slurm_heal.notify`).
+
+Kinds:
+
+* ``alert``: an alert raised on a node (first seen by the controller), with its
+  plain-language explanation and its evidence, unchanged (D7);
+* ``approval``: a remediation waits for a person's approval, with the command that
+  approves it (P2);
+* ``outcome``: a remediation ended: done, failed, cancelled, withdrawn, denied;
+* ``person``: a node is handed to a person (E1), or a notice the engine sends a person;
+* ``support``: an alert whose fault has no action (D8), with its evidence;
+* ``breaker``: the circuit breaker opened (S5);
+* ``pause``: a person paused or unpaused automation (O2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from slurm_heal.models import Effect, Phase, Plan, Remediation, State
+from slurm_heal.types import Alert, ClusterView
+
+EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause"]
+EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
+                                "breaker", "pause")
+SEVERITIES = ("info", "warning", "critical")
+EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
+
+
+class Event(BaseModel):
+    """One thing to tell people."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # stable: the same event is queued once
+    kind: EventKind
+    severity: Literal["info", "warning", "critical"]
+    at: datetime
+    title: str
+    text: str  # plain language
+    node: str | None = None
+    remediation: str | None = None
+    fault: str | None = None
+    evidence: tuple[dict[str, Any], ...] = ()  # the alert's evidence, unchanged (D7)
+
+    def body(self) -> str:
+        """The message body: the text, then the evidence as JSON (unchanged, D7)."""
+        if not self.evidence:
+            return self.text
+        return f"{self.text}\n\n{EVIDENCE_MARK}\n{json.dumps(list(self.evidence), indent=1)}"
+
+
+def alert_key(alert: Alert) -> str:
+    return f"{alert.node}|{alert.fault}|{alert.first_seen.isoformat()}"
+
+
+def _explain(fault: str) -> str:
+    from slurm_heal import catalog
+    from slurm_heal.errors import HealError
+
+    try:
+        return catalog.load().get(fault).explanation
+    except HealError:
+        return ""
+
+
+def alert_events(alerts: Mapping[str, Iterable[Alert]], seen: set[str],
+                 now: datetime) -> tuple[list[Event], set[str]]:
+    """Alerts not seen before (by node, fault and first seen); the keys active now."""
+    from slurm_heal.extra import alert_to_json
+
+    out: list[Event] = []
+    active: set[str] = set()
+    for node, node_alerts in alerts.items():
+        for a in node_alerts:
+            key = alert_key(a)
+            active.add(key)
+            if key in seen:
+                continue
+            doc = alert_to_json(a)
+            explain = _explain(a.fault)
+            out.append(Event(
+                id=f"alert:{key}", kind="alert", severity=a.severity.value, at=now,
+                title=f"{a.fault} on {node} ({a.severity.value})",
+                text=f"{node}: {a.summary}" + (f"\nWhat it means: {explain}" if explain else ""),
+                node=node, fault=a.fault, evidence=tuple(doc.get("evidence") or ())))
+    return out, active
+
+
+def _rems(state: State) -> dict[str, Remediation]:
+    return {r.id: r for r in state.remediations}
+
+
+def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Effect],
+                 alerts: Mapping[str, Iterable[Alert]], now: datetime) -> list[Event]:
+    """Approvals needed, outcomes, hand-offs, support notices, breaker, pause."""
+    out: list[Event] = []
+    old = _rems(before)
+    for rem in plan.updates:
+        prev = old.get(rem.id)
+        if (rem.phase is Phase.PROPOSED and rem.data.approval_pending
+                and (prev is None or not prev.data.approval_pending)):
+            out.append(Event(
+                id=f"approval:{rem.id}", kind="approval", severity="warning", at=now,
+                title=f"approval needed: {rem.action.value} {rem.node} ({rem.fault})",
+                text=(f"{rem.node}: {rem.fault} -> {rem.action.value} waits for a person "
+                      f"({rem.approval_rule}). Approve: slurm-heal approve {rem.id}  "
+                      f"Deny: slurm-heal deny {rem.id}"),
+                node=rem.node, remediation=rem.id, fault=rem.fault))
+        if rem.phase.terminal and (prev is None or not prev.phase.terminal):
+            why = rem.steps[-1].why if rem.steps else ""
+            sev = "info" if rem.phase in (Phase.DONE, Phase.WITHDRAWN) else "warning"
+            out.append(Event(
+                id=f"outcome:{rem.id}:{rem.phase.value}", kind="outcome", severity=sev,
+                at=now, title=f"{rem.action.value} of {rem.node} {rem.phase.value}",
+                text=f"{rem.node}: {rem.action.value} for {rem.fault} {rem.phase.value}: {why}",
+                node=rem.node, remediation=rem.id, fault=rem.fault))
+    for eff in executed:
+        if eff.kind != "notify":
+            continue
+        kind: EventKind = "support" if eff.rule == "D8" else "person"
+        evidence: tuple[dict[str, Any], ...] = ()
+        fault = None
+        if kind == "support":
+            from slurm_heal.extra import alert_to_json
+
+            for a in alerts.get(eff.node, ()):
+                if eff.reason.startswith(f"d8:{eff.node}:{a.fault}:"):
+                    fault = a.fault
+                    evidence = tuple(alert_to_json(a).get("evidence") or ())
+        out.append(Event(
+            id=f"{kind}:{eff.key or eff.reason or eff.node}:{eff.why[:80]}", kind=kind,
+            severity="warning", at=now,
+            title=(f"support: {fault} on {eff.node}" if kind == "support"
+                   else f"{eff.node} needs a person ({eff.rule})"),
+            text=f"{eff.node}: {eff.why}", node=eff.node, remediation=eff.remediation,
+            fault=fault, evidence=evidence))
+    if plan.breaker is not None and plan.breaker.open and not before.breaker.open:
+        out.append(Event(
+            id=f"breaker:{now.isoformat()}", kind="breaker", severity="critical", at=now,
+            title="circuit breaker OPEN: automatic remediation stopped",
+            text=f"{plan.breaker.why}. Manual requests still run; reset with "
+                 "`slurm-heal breaker reset` once you have looked (SPEC S5)."))
+    if plan.pause is not None:
+        p = plan.pause
+        word = "paused" if p.paused else "unpaused"
+        out.append(Event(
+            id=f"pause:{p.at.isoformat()}:{word}", kind="pause", severity="warning", at=now,
+            title=f"slurm-heal {word} by {p.by}",
+            text=f"{word} by {p.by}" + (f": {p.reason}" if p.reason else "")
+                 + ("; nothing disruptive runs until `slurm-heal unpause`" if p.paused
+                    else "; automation runs again")))
+    return out
+
+
+def view_alerts(view: ClusterView, now: datetime) -> dict[str, list[Alert]]:
+    """The node checks' alerts in the snapshot, by node."""
+    from slurm_heal.extra import alerts_from_extra
+
+    return {n.name: alerts_from_extra(n.name, n.extra, now) for n in view.nodes}

@@ -1,0 +1,397 @@
+"""The cluster at a glance (SPEC I4, O1, O2, S5, P2, D5): what `slurm-heal status` shows,
+gathered in one function (`gather`) that returns one typed model (`Overview`); the text
+rendering (`render`) is separate, so the HTTP API serves the same model.
+
+What it reads: the store (remediations, the breaker, the pause), the controller's
+heartbeat (`slurm_heal.heartbeat`) and, when Slurm answers, the nodes (their reasons and
+the node checks' Extra). It only reads; nothing here changes the cluster or the store.
+
+Node categories (each node is in exactly one, first match wins):
+
+* ``handed_to_person``: its last remediation ended handed to a person (E1) and the node
+  is still out of service;
+* ``remediating``: it has an open remediation (any phase before the end);
+* ``drained_by_others``: DOWN or drained for a reason slurm-heal did not set (D5);
+* ``cordoned``: drained with our reason and no open remediation (the node check's own
+  drain, waiting for the controller);
+* ``alerting``: in service with active alerts in Extra;
+* ``healthy``: the rest.
+
+Besides: ``check_stale`` (the node check's ``checked_at`` is older than the limit, or it
+never published) and ``check_erroring`` (a ``check.detector_error`` alert, O1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from slurm_heal import extra, reasons
+from slurm_heal.heartbeat import Heartbeat
+from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.types import NodeInfo
+
+# A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
+STALE_INTERVALS = 5
+STALE_MIN = timedelta(minutes=2)
+# A node check that has not published for this long is stale (HealthCheckInterval is
+# typically 5 minutes; three missed runs and some slack).
+CHECK_STALE = timedelta(minutes=20)
+DETECTOR_ERROR = "check.detector_error"  # the same id as slurm_heal.checks.runner's
+CATEGORIES = ("healthy", "alerting", "cordoned", "remediating", "handed_to_person",
+              "drained_by_others")
+
+ControllerState = Literal["running", "failing", "stale", "not seen"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ControllerView(_M):
+    state: ControllerState
+    words: str  # the first line of `status`: said in words
+    heartbeat_at: datetime | None = None
+    age_s: float | None = None
+    last_success: datetime | None = None
+    last_error: str = ""
+    last_error_at: datetime | None = None
+    version: str = ""
+    mode: str = ""
+    paused: bool = False
+    pause: Pause | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return self.state == "running"
+
+
+class BreakerView(_M):
+    open: bool
+    opened_at: datetime | None = None
+    why: str = ""
+    count_in_window: int | None = None  # automatic remediations started in the window
+    threshold: int | None = None
+    window_s: float | None = None
+    reset_by: str | None = None
+    reset_at: datetime | None = None
+
+
+class Waiting(_M):
+    """A remediation waiting for a person's approval (P2)."""
+
+    remediation: str
+    node: str
+    fault: str
+    action: str
+    since: datetime
+    age_s: float
+    rule: str | None = None
+    approve: str  # the command that approves it
+
+
+class InFlight(_M):
+    remediation: str
+    node: str
+    fault: str
+    action: str
+    phase: str
+    since: datetime  # when it entered the phase
+    for_s: float
+
+
+class Foreign(_M):
+    """A node out of service for a reason not ours (D5)."""
+
+    node: str
+    state: Literal["down", "drained"]
+    reason: str
+    user: str = ""
+    since: datetime | None = None
+
+
+class NodeLine(_M):
+    """One node's line behind `status --node`."""
+
+    name: str
+    category: str
+    states: tuple[str, ...]
+    reason: str = ""
+    alerts: tuple[str, ...] = ()
+    checked_at: datetime | None = None
+    check_stale: bool = False
+    check_erroring: bool = False
+    remediation: str | None = None
+    phase: str | None = None
+
+
+class Overview(_M):
+    at: datetime
+    store: str
+    controller: ControllerView
+    breaker: BreakerView
+    slurm_error: str | None = None  # Slurm did not answer: node figures are unknown
+    counts: dict[str, int]
+    groups: dict[str, str]  # category -> folded host list (ClusterShell)
+    check_stale: str = ""  # folded host list
+    check_erroring: str = ""
+    approvals: tuple[Waiting, ...] = ()
+    in_flight: tuple[InFlight, ...] = ()
+    foreign: tuple[Foreign, ...] = ()  # oldest first
+    nodes: tuple[NodeLine, ...] = ()  # only with details (``--node``)
+
+    @property
+    def ok(self) -> bool:
+        """For `status --check`: a controller that runs and succeeds."""
+        return self.controller.healthy
+
+
+def fold(names: Iterable[str]) -> str:
+    """``gpu[01-03,07]``: ClusterShell's folding of a host list."""
+    from ClusterShell.NodeSet import NodeSet
+
+    ns = NodeSet()
+    for n in names:
+        ns.update(n)
+    return str(ns)
+
+
+def _age(now: datetime, then: datetime) -> float:
+    return max(0.0, (now - then).total_seconds())
+
+
+def controller_view(beat: Heartbeat | None, state: State | None, now: datetime,
+                    interval: float | None = None) -> ControllerView:
+    """The controller's state in words (O1), the pause (O2)."""
+    paused = bool(state and state.paused)
+    pause = state.pause if state is not None else None
+    if beat is None:
+        return ControllerView(state="not seen", paused=paused, pause=pause,
+                              words="NO CONTROLLER: no heartbeat in the store; no daemon "
+                                    "runs on it (nothing is remediated)")
+    every = beat.interval or interval or 30.0
+    limit = max(STALE_MIN, timedelta(seconds=every * STALE_INTERVALS))
+    age = _age(now, beat.at)
+    common: dict[str, Any] = dict(
+        heartbeat_at=beat.at, age_s=age, last_success=beat.last_success,
+        last_error=beat.last_error, last_error_at=beat.last_error_at, version=beat.version,
+        mode=beat.mode, paused=paused, pause=pause)
+    if now - beat.at > limit:
+        return ControllerView(state="stale", words=(
+            f"CONTROLLER STALE: last heartbeat {_dur(age)} ago (expected every {every:g}s); "
+            "is the daemon running?"), **common)
+    if beat.failing:
+        since = (f"last success {_dur(_age(now, beat.last_success))} ago"
+                 if beat.last_success else "no cycle has succeeded yet")
+        return ControllerView(state="failing", words=(
+            f"CONTROLLER FAILING: {beat.failures_since_success} cycle(s) in a row failed "
+            f"({beat.last_error}); {since}"), **common)
+    mode = f", mode {beat.mode}" if beat.mode else ""
+    return ControllerView(state="running", words=(
+        f"Controller running: last cycle {_dur(age)} ago{mode}"
+        + (f", version {beat.version}" if beat.version else "")), **common)
+
+
+def _dur(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
+    b = state.breaker
+    count = threshold = window_s = None
+    safety = getattr(policy, "safety", None)
+    if safety is not None:
+        window: timedelta = safety.breaker_window
+        threshold, window_s = int(safety.breaker_threshold), window.total_seconds()
+        from slurm_heal.policy.engine import is_automatic
+
+        since = now - window
+        if b.reset_at and b.reset_at > since:
+            since = b.reset_at  # as the engine counts (SPEC S5): a reset starts afresh
+        count = sum(1 for r in state.remediations if is_automatic(r)
+                    and (at := r.phase_times.get(Phase.CORDONED.value)) is not None
+                    and at >= since)
+    return BreakerView(open=b.open, opened_at=b.opened_at, why=b.why, count_in_window=count,
+                       threshold=threshold, window_s=window_s, reset_by=b.reset_by,
+                       reset_at=b.reset_at)
+
+
+def _phase_since(rem: Remediation) -> datetime:
+    return rem.phase_times.get(rem.phase.value) or rem.updated
+
+
+def _checked_at(node: NodeInfo) -> datetime | None:
+    section = (node.extra or {}).get(extra.KEY)
+    raw = section.get("checked_at") if isinstance(section, dict) else None
+    if not isinstance(raw, str):
+        return None
+    try:
+        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
+def _foreign(node: NodeInfo) -> bool:
+    return bool((node.drained or node.down) and node.reason and not (
+        reasons.is_ours(node.reason) or reasons.is_request(node.reason)
+        or reasons.is_slurm_reboot(node.reason)))
+
+
+def classify(node: NodeInfo, state: State, now: datetime,
+             check_stale: timedelta = CHECK_STALE,
+             mine: Sequence[Remediation] | None = None) -> NodeLine:
+    """One node's category and flags (see the module docstring). ``mine``: the node's
+    remediations, when the caller has them indexed already."""
+    if mine is None:
+        mine = [r for r in state.remediations if r.node == node.name]
+    open_ = [r for r in mine if not r.phase.terminal]
+    last = max(mine, key=lambda r: r.updated) if mine else None
+    alerts = extra.alerts_from_extra(node.name, node.extra, now)
+    out_of_service = node.drained or node.down
+    if last is not None and last.data.handed_to_person and not open_ and out_of_service:
+        category = "handed_to_person"
+    elif open_:
+        category = "remediating"
+    elif _foreign(node):
+        category = "drained_by_others"
+    elif out_of_service and reasons.is_ours(node.reason):
+        category = "cordoned"
+    elif alerts:
+        category = "alerting"
+    else:
+        category = "healthy"
+    checked = _checked_at(node)
+    rem = open_[0] if open_ else None
+    return NodeLine(
+        name=node.name, category=category, states=tuple(sorted(node.states)),
+        reason=node.reason, alerts=tuple(a.fault for a in alerts), checked_at=checked,
+        check_stale=checked is None or now - checked > check_stale,
+        check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
+        remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
+
+
+def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
+           heartbeat: Heartbeat | None, store: str = "", policy: Any = None,
+           slurm_error: str | None = None, details: Iterable[str] = (),
+           all_details: bool = False, check_stale: timedelta = CHECK_STALE) -> Overview:
+    """The whole overview. ``nodes`` is None when Slurm did not answer (``slurm_error``
+    says why); the store's part is shown anyway. ``details`` names the nodes whose lines
+    are included (``status --node``)."""
+    interval = getattr(getattr(policy, "controller", None), "get", lambda *_: None)("interval")
+    ctl = controller_view(heartbeat, state, now, float(interval) if interval else None)
+    waiting = tuple(sorted((
+        Waiting(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
+                since=r.created, age_s=_age(now, r.created), rule=r.approval_rule,
+                approve=f"slurm-heal approve {r.id}")
+        for r in state.remediations if r.phase is Phase.PROPOSED and r.data.approval_pending),
+        key=lambda w: w.since))
+    flying = tuple(sorted((
+        InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
+                 phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)))
+        for r in state.remediations if not r.phase.terminal and r.phase is not Phase.PROPOSED),
+        key=lambda f: f.since))
+    counts = {c: 0 for c in CATEGORIES}
+    groups: dict[str, list[str]] = {c: [] for c in CATEGORIES}
+    stale: list[str] = []
+    erroring: list[str] = []
+    foreign: list[Foreign] = []
+    lines: list[NodeLine] = []
+    wanted = set(details)
+    by_node: dict[str, list[Remediation]] = {}
+    for r in state.remediations:  # one pass: 1,000 nodes x thousands of records
+        by_node.setdefault(r.node, []).append(r)
+    for node in nodes or ():
+        line = classify(node, state, now, check_stale, by_node.get(node.name, []))
+        counts[line.category] += 1
+        groups[line.category].append(node.name)
+        if line.check_stale:
+            stale.append(node.name)
+        if line.check_erroring:
+            erroring.append(node.name)
+        if line.category == "drained_by_others":
+            foreign.append(Foreign(node=node.name, state="down" if node.down else "drained",
+                                   reason=node.reason, user=node.reason_user,
+                                   since=node.reason_time))
+        if all_details or node.name in wanted:
+            lines.append(line)
+    far_past = datetime.min.replace(tzinfo=timezone.utc)
+    foreign.sort(key=lambda f: (f.since or far_past, f.node))
+    return Overview(
+        at=now, store=store, controller=ctl, breaker=_breaker(state, now, policy),
+        slurm_error=slurm_error,
+        counts=counts if nodes is not None else {},
+        groups={c: fold(v) for c, v in groups.items() if v},
+        check_stale=fold(stale), check_erroring=fold(erroring),
+        approvals=waiting, in_flight=flying, foreign=tuple(foreign), nodes=tuple(lines))
+
+
+def _ts(value: datetime | None) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
+
+
+def render(ov: Overview) -> list[str]:
+    """`status` for a person: the controller in words first, one screen for 1,000 nodes."""
+    c = ov.controller
+    out = [c.words]
+    if c.state != "not seen" and c.last_error and c.state == "running":
+        out.append(f"  last error {_ts(c.last_error_at)}: {c.last_error}")
+    if c.paused:
+        p = c.pause
+        who = (f" by {p.by} at {_ts(p.at)}" + (f": {p.reason}" if p.reason else "")
+               if p is not None and p.paused else "")
+        out.append(f"PAUSED{who} (nothing disruptive runs until `slurm-heal unpause`)")
+    b = ov.breaker
+    window = (f", {b.count_in_window} of {b.threshold} automatic starts in the window"
+              if b.count_in_window is not None else "")
+    if b.open:
+        out.append(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}{window} "
+                   "(`slurm-heal breaker reset` once you have looked)")
+    else:
+        last = f", last reset by {b.reset_by} at {_ts(b.reset_at)}" if b.reset_by else ""
+        out.append(f"Breaker closed{window}{last}")
+    if ov.slurm_error:
+        out.append(f"Nodes: unknown, Slurm did not answer ({ov.slurm_error})")
+    else:
+        total = sum(ov.counts.values())
+        out.append(f"Nodes: {total}: " + ", ".join(
+            f"{n} {cat.replace('_', ' ')}" for cat, n in ov.counts.items()))
+        for cat in CATEGORIES[1:]:
+            if ov.groups.get(cat):
+                out.append(f"  {cat.replace('_', ' ')}: {ov.groups[cat]}")
+        if ov.check_erroring:
+            out.append(f"  node check erroring (a detector cannot run): {ov.check_erroring}")
+        if ov.check_stale:
+            out.append(f"  node check stale or never published: {ov.check_stale}")
+    if ov.approvals:
+        out.append(f"Waiting for approval: {len(ov.approvals)}")
+        for w in ov.approvals:
+            out.append(f"  {w.node} {w.fault} -> {w.action}, waiting {_dur(w.age_s)} "
+                       f"({w.approve})")
+    if ov.in_flight:
+        out.append(f"Remediations in flight: {len(ov.in_flight)}")
+        for f in ov.in_flight:
+            out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
+                       f"[{f.remediation}]")
+    if ov.foreign:
+        out.append(f"Out of service for reasons not ours (oldest first): {len(ov.foreign)}")
+        for fn in ov.foreign:
+            who = f" by {fn.user}" if fn.user else ""
+            out.append(f"  {fn.node} {fn.state}{who} since {_ts(fn.since)}: {fn.reason}")
+    for n in ov.nodes:
+        extra_ = f" {n.phase} [{n.remediation}]" if n.remediation else ""
+        out.append(f"{n.name}: {n.category.replace('_', ' ')}{extra_}; "
+                   f"{'+'.join(n.states)}" + (f"; reason: {n.reason}" if n.reason else "")
+                   + (f"; alerts: {', '.join(n.alerts)}" if n.alerts else "")
+                   + f"; checked {_ts(n.checked_at)}" + (" (stale)" if n.check_stale else ""))
+    return out
