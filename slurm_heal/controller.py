@@ -26,13 +26,15 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slurm_heal import reasons
+from slurm_heal import store as store_mod
+from slurm_heal.config import parse_duration
 from slurm_heal.errors import (
     ConfigError,
     HealError,
@@ -49,6 +51,8 @@ from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
+
+RETAIN_EVERY = timedelta(hours=1)
 
 Outcome = Literal["ok", "failed", "running"]
 
@@ -69,6 +73,16 @@ class ControllerSettings(BaseModel):
     slurm_conf: str | None = None
     heartbeat: str | None = None  # default: <state_dir>/heartbeat
     notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
+    # P4: how long a closed remediation's audit record stays in the store before the
+    # daemon's retention moves it to the audit archive (docs/store.md).
+    audit_retention: str = "90d"
+
+    @field_validator("audit_retention")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= timedelta(0):
+            raise ValueError("audit_retention must be a positive duration, e.g. 90d")
+        return value
 
 
 def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:
@@ -123,7 +137,8 @@ class Controller:
     def __init__(self, *, slurm: SlurmClient, provider: Provider, store: Any, policy: Any,
                  clock: Callable[[], datetime] = utcnow,
                  notifier: Callable[[Effect, datetime], None] | None = None,
-                 decide: Callable[..., Any] | None = None) -> None:
+                 decide: Callable[..., Any] | None = None,
+                 audit_retention: timedelta | None = None) -> None:
         if decide is None:
             from slurm_heal.policy import decide as real_decide
             decide = real_decide
@@ -135,6 +150,9 @@ class Controller:
         self.notifier = notifier or Notifier(None)
         self._decide = decide
         self.stop = threading.Event()
+        # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
+        self.audit_retention = audit_retention
+        self._retained_at: datetime | None = None
 
     def cycle(self) -> CycleReport:
         now = self.clock()
@@ -156,7 +174,24 @@ class Controller:
                 log.info("stopping between steps; the rest runs next time")
                 break
             report.executed.append(self._run(effect, state, now))
+        self._retain(now)
         return report
+
+    def _retain(self, now: datetime) -> None:
+        """The store's retention (docs/store.md): keep what E1-E3 need and the audit
+        retention, archive the rest (P4). Never fails the cycle."""
+        if self.audit_retention is None or (
+                self._retained_at is not None and now - self._retained_at < RETAIN_EVERY):
+            return
+        esc = self.policy.escalation
+        keep = max(self.audit_retention, esc.window, esc.migrate_evidence_window,
+                   store_mod.DEFAULT_KEEP)
+        try:
+            self.store.prune(now, keep=keep, archive=True)
+        except HealError as exc:
+            log.error("store retention skipped: %s", exc)
+            return
+        self._retained_at = now
 
     # -- effects -----------------------------------------------------------------------
     def _run(self, effect: Effect, state: State, now: datetime) -> Executed:
