@@ -2,8 +2,11 @@
 
 * `sinfo_json(n, seed, now)`: a ``sinfo --json`` document (22.05, OpenAPI v0.0.38) of
   ``n`` nodes in pools of 64 (``gpu-NNN`` partitions), 2 % of them alerting (a critical
-  ``gpu.xid.79`` in their Extra, first seen an hour ago), half of them running a job;
-* `squeue_json(n, seed, now)`: the jobs on those nodes;
+  ``gpu.xid.79`` in their Extra, first seen an hour ago), half of them running a job.
+  Each node is the lab's real 22.05 record (tests/data/slurm/sinfo.json) with its name,
+  state, partition and Extra changed, so the parser reads what a real cluster prints;
+* `squeue_json(n, seed, now)`: one job on every other node, each the real 22.05 record
+  of tests/data/slurm/squeue.json renamed;
 * `history(n, seed, now)`: the store of one year of that cluster's life: 20 closed
   remediations per 100 nodes (done, failed, withdrawn, denied), each with the steps and
   attempts a real one carries, spread over the year.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from slurm_heal.models import Attempt, Phase, Remediation, State, Step
@@ -26,6 +30,7 @@ POOL_SIZE = 64
 ALERTING = 0.02
 HISTORY_PER_100 = 20
 SEED = 13
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "data" / "slurm"
 
 
 def node_name(i: int) -> str:
@@ -42,6 +47,7 @@ def sinfo_json(n: int, seed: int = SEED, now: datetime = NOW) -> str:
     first = (now - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     checked = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     epoch = int((now - timedelta(days=3)).timestamp())
+    template = json.loads((GOLDEN / "sinfo.json").read_text())["nodes"][0]
     nodes = []
     for i in range(n):
         name = node_name(i)
@@ -55,26 +61,30 @@ def sinfo_json(n: int, seed: int = SEED, now: datetime = NOW) -> str:
                               "pid=1234, name=python3, GPU has fallen off the bus.",
                               "at": first}],
             }]
-        nodes.append({
+        node = dict(template)
+        node.update({
             "name": name, "hostname": name, "address": name,
             "state": "allocated" if i % 2 else "idle", "state_flags": [],
-            "reason": "", "reason_set_by_user": "", "reason_changed_at": 0,
+            "reason": "", "reason_set_by_user": None, "reason_changed_at": 0,
             "extra": json.dumps({"slurm_heal": ours}, separators=(",", ":")),
             "partitions": [f"gpu-{i // POOL_SIZE:04d}"], "features": "h100,ib",
-            "boot_time": epoch, "slurmd_start_time": epoch,
-            "cpus": 192, "real_memory": 2000000, "gres": "gpu:h100:8",
-            "architecture": "x86_64", "operating_system": "Linux 5.15.0",
+            "active_features": "h100,ib", "boot_time": epoch, "slurmd_start_time": epoch,
         })
+        nodes.append(node)
     return json.dumps({"meta": {"Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}}},
                        "errors": [], "nodes": nodes})
 
 
 def squeue_json(n: int, seed: int = SEED, now: datetime = NOW) -> str:
     start = int((now - timedelta(hours=2)).timestamp())
-    jobs = [{"job_id": 1000 + i, "user_name": "alice", "job_state": "RUNNING",
-             "nodes": node_name(i), "name": f"train-{i}", "start_time": start,
-             "end_time": start + 86400, "time_limit": 1440}
-            for i in range(1, n, 2)]
+    template = json.loads((GOLDEN / "squeue.json").read_text())["jobs"][0]
+    jobs = []
+    for i in range(1, n, 2):
+        job = dict(template)
+        job.update({"job_id": 1000 + i, "nodes": node_name(i), "name": f"train-{i}",
+                    "job_state": "RUNNING", "start_time": start, "end_time": start + 86400,
+                    "time_limit": 1440})
+        jobs.append(job)
     return json.dumps({"errors": [], "jobs": jobs})
 
 

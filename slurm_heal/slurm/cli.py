@@ -106,11 +106,16 @@ def state_flags(state: str, flags: Iterable[str] = ()) -> frozenset[str]:
     return frozenset(out)
 
 
+_ONE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
 def _names(hostlist: str) -> tuple[str, ...]:
     """Expand a Slurm host list (``gpu[01-04]``) with ClusterShell; never by hand."""
     hostlist = (hostlist or "").strip()
     if hostlist in _EMPTY:
         return ()
+    if _ONE_NAME.match(hostlist):
+        return (hostlist,)  # one plain name (most jobs): no NodeSet needed (issue 13)
     return tuple(NodeSet(hostlist))
 
 
