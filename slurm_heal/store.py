@@ -420,18 +420,25 @@ class Store:
             state = txn.state
             records = list(state.remediations)
             index = {r.id: i for i, r in enumerate(records)}
+            # Open records by dedup key, built once (a scan per new record made a cycle
+            # that creates thousands quadratic in the store, issue 13).
+            opened: dict[tuple[str, str, str, str], Remediation] = {}
+            for r in records:
+                if not r.phase.terminal:
+                    opened.setdefault(r.dedup_key, r)  # the first, as a scan would find
             stale: set[str] = set()
             for rem in plan.updates:
                 i = index.get(rem.id)
                 if i is None:
-                    dup = next((r for r in records if not r.phase.terminal
-                                and r.dedup_key == rem.dedup_key), None)
+                    dup = opened.get(rem.dedup_key)
                     if dup is not None:
                         log.info("node=%s remediation=%s not created: %s is already open for "
                                  "the same fault/request (S6)", rem.node, rem.id, dup.id)
                         continue
                     index[rem.id] = len(records)
                     records.append(rem)
+                    if not rem.phase.terminal:
+                        opened.setdefault(rem.dedup_key, rem)
                     continue
                 stored = records[i]
                 if stored.phase.terminal and not rem.phase.terminal:

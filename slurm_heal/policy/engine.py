@@ -38,6 +38,7 @@ from slurm_heal import reasons
 from slurm_heal.config import Policy, format_duration
 from slurm_heal.errors import CatalogError, ReasonError
 from slurm_heal.models import (
+    DISRUPTIVE_PHASES,
     NOT_SENT,
     TERMINAL_PHASES,
     Attempt,
@@ -159,6 +160,7 @@ class _Decider:
         self.open_by_node: dict[str, dict[str, None]] = {}
         self.started_since = now - policy.safety.breaker_window
         self.recent_starts: dict[str, None] = {}  # automatic, cordoned within the S5 window
+        self.started_ids: dict[str, None] = {}  # open, in a disruptive phase (S3, S4, E5)
         self.touched = 0  # remediations the rules looked at (exposed for tests: `decide_counted`)
         unsettled: list[str] = []
         # `index` inlined for the store's records: this one pass is the only work of a
@@ -179,6 +181,8 @@ class _Decider:
                 by_host.setdefault(r.host, []).append(rid)
             if r.phase not in TERMINAL_PHASES:
                 self.open_by_node.setdefault(r.node, {})[rid] = None
+                if r.phase in DISRUPTIVE_PHASES:
+                    self.started_ids[rid] = None
             t = r.phase_times.get("cordoned")
             if t is not None and t >= since and is_automatic(r):
                 self.recent_starts[rid] = None
@@ -228,6 +232,10 @@ class _Decider:
             opened.pop(rem.id, None)
         else:
             opened[rem.id] = None
+        if rem.phase in DISRUPTIVE_PHASES:
+            self.started_ids[rem.id] = None
+        else:
+            self.started_ids.pop(rem.id, None)
         t = rem.phase_times.get("cordoned")
         if is_automatic(rem) and t is not None and t >= self.started_since:
             self.recent_starts[rem.id] = None
@@ -856,7 +864,9 @@ class _Decider:
             if ev is not None and rem.data.evidence_fault is None and not enough:
                 rem = self.put(rem.model_copy(update={
                     "data": rem.data.but(evidence_fault=ev.fault)}))
-        started = [r for r in self.open_rems() if r.phase.disruptive and r.id != rem.id]
+        started = [self.rems[i] for i in sorted(self.started_ids, key=self.pos.__getitem__)
+                   if i != rem.id]
+        self.touched += len(started)
         spares = pol.escalation.migrate_spares
         if rem.action is Action.MIGRATE and spares is not None:
             moving = sum(1 for r in started if r.action is Action.MIGRATE)
