@@ -197,7 +197,7 @@ class _Decider:
             for name in j.nodes:
                 self.jobs_by_node.setdefault(name, []).append(j)
         self._pools: dict[str, list[NodeInfo]] | None = None
-        self.changed: list[str] = []
+        self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
         self.effects: list[Effect] = []
         self.records: list[Decision] = []
         self.consumed: list[str] = []
@@ -244,8 +244,7 @@ class _Decider:
 
     def put(self, rem: Remediation) -> Remediation:
         self.index(rem)
-        if rem.id not in self.changed:
-            self.changed.append(rem.id)
+        self.changed.setdefault(rem.id, None)
         return rem
 
     def of_node(self, name: str) -> list[Remediation]:
