@@ -13,8 +13,8 @@ shows the node drained with our reason (``heal: gpu.xid.79 by=check``). Then the
   checks at once. On a replayed file the follower looks every 0.2 s; on a real
   /dev/kmsg it wakes on poll() at once, so the lab figure is the upper one.
 * HealthCheckProgram (the node check run by slurmd every HealthCheckInterval): the
-  fault waits for the next run, so the figure is about interval/2 (p50) to interval
-  (p99) plus one check; measured at each interval given.
+  fault waits for slurmd's next run, so the figure grows with the interval (up to the
+  interval plus one check); measured at each interval given.
 
 The polling of `scontrol` (every 20 ms, each call itself taking ~10-30 ms on a shared
 machine) is part of every figure.
@@ -160,7 +160,7 @@ def hcp_row(base: Path, interval: int, injections: int) -> Row:
     return (f"fault to drained, HealthCheckProgram, HealthCheckInterval={interval}",
             f"p50 {statistics.median(xs):.1f} s", "report",
             f"p99 {pct(xs, 0.99):.1f} s, min {min(xs):.1f} s over {len(xs)} injections: "
-            f"waits for slurmd's next run (about interval/2 on average, up to the interval)")
+            f"waits for slurmd's next run, so it grows with HealthCheckInterval (faults injected at a uniform phase within it)")
 
 
 def rows(injections: int = 50, intervals: tuple[int, ...] = (5, 10),
