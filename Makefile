@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test lint unit bench reliability lab-up lab-down clean
+.PHONY: setup demo test lint unit bench bench-lab reliability lab-up lab-down clean
 
 setup: $(VENV)/.installed
 
@@ -46,8 +46,13 @@ reliability: setup
 	contrib/lab/lab install
 	SLURM_HEAL_RELIABILITY=long $(BIN)/pytest -m reliability -s
 
+# Every benchmark, one table (README "Performance"); bench-lab adds fault-to-drain on a
+# private Slurm lab (slow).
 bench: setup
 	$(BIN)/python benchmarks/run.py
+
+bench-lab: setup
+	$(BIN)/python benchmarks/run.py --lab
 
 # A lab of your own on 127.0.0.1 (state in .lab/): `eval "$$(contrib/lab/lab env)"` then
 # `slurm-heal status` talks to it. The test suite starts a private one of its own.

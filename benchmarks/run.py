@@ -1,6 +1,9 @@
-"""Node check benchmarks (`make bench`): what the performance targets are measured with.
+"""Every benchmark (`make bench`): what the performance targets are measured with; one table.
 
-    python benchmarks/run.py [--runs N] [--size-mb MB]
+    python benchmarks/run.py [--runs N] [--size-mb MB] [--quick] [--lab] [--markdown]
+                             [--skip-node-check] [--skip-controller]
+
+Node side:
 
 1. full ``slurm-heal check --dry-run`` on a healthy replayed node, interpreter start
    included (median of N runs; the fast entry and the console script);
@@ -16,7 +19,14 @@
 
 Targets (docs/checks.md): full check <= 100 ms median (also with every detector on),
 scanning >= 500 MB/s.
-Benchmarks are never run by the test suite.
+
+Controller side (benchmarks/controller.py, issue 13): decide() at 1k/10k/100k nodes, the
+whole cycle at 10k (Slurm JSON parsed, load, decide, store write), peak memory at 100k,
+`simulate` of a 10k-node day, the store's write. With ``--lab`` (slow: it starts a
+private Slurm lab), fault to drain on the lab (benchmarks/fault_to_drain.py).
+
+Benchmarks are never run by the test suite. ``--markdown`` prints the table as the
+README carries it.
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from slurm_heal.checks import kernlog, sources  # noqa: E402
 
@@ -184,14 +195,15 @@ def nvml_row(runs: int) -> tuple[str, str, str]:
             f"{statistics.median(times):.1f} ms", f"median of {runs}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=21)
-    ap.add_argument("--size-mb", type=int, default=200)
-    args = ap.parse_args()
+def met(value: float, limit: float, text: str, higher: bool = False) -> str:
+    ok = value >= limit if higher else value <= limit
+    return f"{text}: {'met' if ok else 'MISSED'}"
+
+
+def node_check_rows(args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
     py = sys.executable
     console = shutil.which("slurm-heal", path=str(Path(py).parent)) or "slurm-heal"
-    rows: list[tuple[str, str, str]] = []
+    rows: list[tuple[str, ...]] = []  # (name, result, notes) or (name, result, target, notes)
     with tempfile.TemporaryDirectory(prefix="slurm-heal-bench-") as tmp:
         base = Path(tmp)
         root = healthy_root(base / "healthy")
@@ -211,7 +223,7 @@ def main() -> int:
         med, p90, cpu = median_ms([py, "-m", "slurm_heal.checks", "--dry-run", "--node", "n1"],
                                   env, args.runs)
         rows.append(("full check --dry-run, healthy (python -m slurm_heal.checks)", f"{med:.0f} ms",
-                     f"p90 {p90:.0f} ms, cpu {cpu:.0f} ms; target <= 100 ms"))
+                     met(med, 100, "<= 100 ms"), f"p90 {p90:.0f} ms, cpu {cpu:.0f} ms"))
         med, p90, cpu = median_ms([console, "check", "--dry-run", "--node", "n1"], env, args.runs)
         rows.append(("full check --dry-run, healthy (slurm-heal check, via click)", f"{med:.0f} ms",
                      f"p90 {p90:.0f} ms, cpu {cpu:.0f} ms"))
@@ -229,7 +241,8 @@ def main() -> int:
             best = max(best, size / dt / 1e6)
         assert len(res.events) == faults, (len(res.events), faults)
         rows.append((f"kernel log scan, {size / 1e6:.0f} MB file (read + scan, best of 3)",
-                     f"{best:.0f} MB/s", f"{faults} Xid lines found; target >= 500 MB/s"))
+                     f"{best:.0f} MB/s", met(best, 500, ">= 500 MB/s", higher=True),
+                     f"{faults} Xid lines found"))
         data = big.read_bytes()
         t = time.perf_counter()
         kernlog.scan(data)
@@ -275,7 +288,8 @@ def main() -> int:
                 raise SystemExit("the all-detectors replay is not healthy; fix it first")
             med, p90, cpu = median_ms(argv, e, args.runs)
             rows.append(("full check --dry-run, healthy 8-GPU node, every detector on",
-                         f"{med:.0f} ms", f"p90 {p90:.0f} ms, cpu {cpu:.0f} ms; target <= 100 ms"))
+                         f"{med:.0f} ms", met(med, 100, "<= 100 ms"),
+                         f"p90 {p90:.0f} ms, cpu {cpu:.0f} ms"))
             # In process: the check's own work without the interpreter's start-up (imports
             # of the first run included: a fresh process pays them on every check).
             code = ("import os,sys,time,statistics;from slurm_heal.checks import config,runner;"
@@ -308,11 +322,61 @@ def main() -> int:
             rows.append(("LBNL NHC", "n/a", "not installed: Debian 12 has no lbnl-nhc package "
                          "(apt-cache policy lbnl-nhc: no candidate); NHC ships as RPMs/tarballs"))
     rows.append(nvml_row(args.runs))
+    return [(r[0], r[1], r[2], r[3]) if len(r) == 4 else (r[0], r[1], "", r[2]) for r in rows]
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()
+    return (f"{os.cpu_count()} cores ({model or 'unknown CPU'}), Python "
+            f"{sys.version.split()[0]}, load average {load[0]:.1f} at the start")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--size-mb", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    ap.add_argument("--lab", action="store_true",
+                    help="also fault-to-drain on a private Slurm lab (slow, needs Slurm)")
+    ap.add_argument("--injections", type=int, default=50)
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--skip-node-check", action="store_true")
+    ap.add_argument("--skip-controller", action="store_true")
+    args = ap.parse_args()
+    header = f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}"
+    rows: list[tuple[str, str, str, str]] = []
+    if not args.skip_node_check:
+        rows += node_check_rows(args)
+    if not args.skip_controller:
+        import controller
+
+        rows += controller.rows(quick=args.quick)
+    if args.lab:
+        import fault_to_drain
+
+        rows += fault_to_drain.rows(args.injections)
+    else:
+        rows.append(("fault to drained (lab)", "not run", "", "run with --lab "
+                     "(`make bench-lab`): starts a private Slurm lab, takes minutes"))
+    print(header)
+    if args.markdown:
+        print("\n| benchmark | result | target | notes |\n| --- | --- | --- | --- |")
+        for r in rows:
+            print("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
+        return 0
     width = max(len(r[0]) for r in rows)
-    print(f"{'benchmark':<{width}}  {'result':>10}  notes")
-    print("-" * (width + 40))
-    for name, value, note in rows:
-        print(f"{name:<{width}}  {value:>10}  {note}")
+    print(f"{'benchmark':<{width}}  {'result':>10}  {'target':<22}  notes")
+    print("-" * (width + 60))
+    for name, value, target, note in rows:
+        print(f"{name:<{width}}  {value:>10}  {target:<22}  {note}")
     return 0
 
 

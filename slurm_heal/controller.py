@@ -27,13 +27,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from slurm_heal import reasons
+from slurm_heal import store as store_mod
+from slurm_heal.config import parse_duration
 from slurm_heal.errors import (
     ConfigError,
     HealError,
@@ -52,6 +54,8 @@ from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import ClusterView, NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
+
+RETAIN_EVERY = timedelta(hours=1)
 
 Outcome = Literal["ok", "failed", "running"]
 
@@ -74,6 +78,16 @@ class ControllerSettings(BaseModel):
     slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
     heartbeat: str | None = None  # default: <state_dir>/heartbeat
     notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
+    # P4: how long a closed remediation's audit record stays in the store before the
+    # daemon's retention moves it to the audit archive (docs/store.md).
+    audit_retention: str = "90d"
+
+    @field_validator("audit_retention")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= timedelta(0):
+            raise ValueError("audit_retention must be a positive duration, e.g. 90d")
+        return value
 
 
 def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:
@@ -143,7 +157,8 @@ class Controller:
                  clock: Callable[[], datetime] = utcnow,
                  notifier: Callable[[Effect, datetime], None] | None = None,
                  decide: Callable[..., Any] | None = None,
-                 observers: Sequence[Callable[[CycleFacts], None]] = ()) -> None:
+                 observers: Sequence[Callable[[CycleFacts], None]] = (),
+                 audit_retention: timedelta | None = None) -> None:
         if decide is None:
             from slurm_heal.policy import decide as real_decide
             decide = real_decide
@@ -159,6 +174,9 @@ class Controller:
         # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
         self.liveness: Heartbeat | None = None
         self.last_failure: HealError | None = None  # why the last cycle tried failed
+        # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
+        self.audit_retention = audit_retention
+        self._retained_at: datetime | None = None
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
@@ -191,7 +209,24 @@ class Controller:
                     observe(facts)
                 except Exception:  # SPEC O3: never blocking or failing a cycle
                     log.exception("observer %r failed; the cycle goes on", observe)
+        self._retain(now)
         return report
+
+    def _retain(self, now: datetime) -> None:
+        """The store's retention (docs/store.md): keep what E1-E3 need and the audit
+        retention, archive the rest (P4). Never fails the cycle."""
+        if self.audit_retention is None or (
+                self._retained_at is not None and now - self._retained_at < RETAIN_EVERY):
+            return
+        esc = self.policy.escalation
+        keep = max(self.audit_retention, esc.window, esc.migrate_evidence_window,
+                   store_mod.DEFAULT_KEEP)
+        try:
+            self.store.prune(now, keep=keep, archive=True)
+        except HealError as exc:
+            log.error("store retention skipped: %s", exc)
+            return
+        self._retained_at = now
 
     # -- effects -----------------------------------------------------------------------
     def _run(self, effect: Effect, state: State, now: datetime) -> Executed:

@@ -172,7 +172,9 @@ class Work(BaseModel):
     def but(self, **changes: Any) -> Work:
         """A copy with ``changes`` applied, validated (a wrong type is an error here,
         never a surprise in a later cycle)."""
-        return Work.model_validate({**self.model_dump(), **changes})
+        # The field values themselves, not a model_dump round trip: a dump serializes
+        # every field, which made this the costliest line of decide() (issue 13).
+        return Work.model_validate({**self.__dict__, **changes})
 
 
 class Remediation(Stored):

@@ -358,6 +358,14 @@ class Simulation:
         self.cmd_seq = 0
         self.cat = catalog_mod.load()
         self.faults_fired: dict[str, int] = {}
+        # Issue 13: the view is built incrementally. A node is "live" while something
+        # goes on with it (an alert, a reason, a job, an action, a state other than idle,
+        # an open remediation): its health check re-runs and its NodeInfo is built again
+        # every cycle. A quiet node keeps the NodeInfo (and the checked_at) of its last
+        # live cycle; decide() reads checked_at only for a node under remediation (L5),
+        # which is always live. A 10k-node day then costs what its busy nodes cost.
+        self.live: set[str] = set(self.nodes)
+        self._infos: dict[str, NodeInfo] = {}
 
     # -------------------------------------------------------------- the world
     def _command(self, at: datetime, kind: str, e: dict[str, Any]) -> None:
@@ -373,6 +381,8 @@ class Simulation:
     def _event(self, ev: Event) -> None:
         e, t = ev.raw, ev.at
         n = self.nodes.get(str(e.get("node", "")))
+        if n is not None:
+            self.live.add(n.name)
         if ev.type == "alert" and n is not None:
             fault = str(e["fault"])
             sev = Severity(e["severity"]) if "severity" in e else self.cat.get(fault).severity
@@ -412,13 +422,16 @@ class Simulation:
             self._command(t, ev.type, e)
 
     def _advance_world(self, t: datetime) -> None:
-        for jid, (_node, ends) in list(self.jobs.items()):
+        for jid, (node, ends) in list(self.jobs.items()):
             if ends <= t:
                 del self.jobs[jid]
+                self.live.add(node)
+        self.live.update(r.node for r in self.state.remediations if not r.phase.terminal)
         for op in self.ops.values():
             if op.done or op.silent or op.ends > t:
                 continue
             op.done = True
+            self.live.add(op.node)
             n = self.nodes[op.node]
             n.states.discard("DOWN")
             if not op.fails:
@@ -427,7 +440,8 @@ class Simulation:
                 if op.action in (Action.MIGRATE,):
                     n.moves += 1
                     n.host = f"{n.name}~{n.moves}"  # new hardware: a new machine identity
-        for n in self.nodes.values():
+        for name in self.live:
+            n = self.nodes[name]
             if "DOWN" not in n.states:
                 n.checked_at = t  # the node's health check re-runs
                 for f, a in n.alerts.items():
@@ -436,23 +450,30 @@ class Simulation:
                                         evidence=a.evidence, detector=a.detector)
 
     def view(self) -> ClusterView:
-        nodes = []
-        for n in self.nodes.values():
-            states = set(n.states)
-            if not any(j[0] == n.name for j in self.jobs.values()) and "DOWN" not in states:
-                states.add("IDLE")
-            elif "DOWN" not in states:
-                states.discard("IDLE")
-                states.add("ALLOCATED")
-            extra: dict[str, Any] = {"slurm_heal": {"v": 1, "host": n.host}}
-            if n.checked_at is not None:
-                extra["slurm_heal"]["checked_at"] = n.checked_at.isoformat()
-            nodes.append(NodeInfo(name=n.name, states=frozenset(states), reason=n.reason,
-                                  reason_time=n.reason_time, extra=extra, partitions=(n.pool,),
-                                  features=n.features, boot_time=n.boot_time))
+        busy = {node for node, _ in self.jobs.values()}
+        for name in self.live:
+            self._infos[name] = self._info(self.nodes[name], busy)
+        # Quiet from now on: nothing left that changes this node's view by itself.
+        self.live = {name for name in self.live if self.nodes[name].alerts or name in busy
+                     or self.nodes[name].reason or self.nodes[name].states - {"IDLE"}}
         jobs = tuple(JobInfo(job_id=j, user="sim", state="RUNNING", nodes=(node,), end_time=end)
                      for j, (node, end) in sorted(self.jobs.items()))
-        return ClusterView(nodes=tuple(nodes), jobs=jobs)
+        return ClusterView(nodes=tuple(self._infos[name] for name in self.nodes), jobs=jobs)
+
+    def _info(self, n: _Node, busy: set[str]) -> NodeInfo:
+        """The node as Slurm would show it now."""
+        states = set(n.states)
+        if n.name not in busy and "DOWN" not in states:
+            states.add("IDLE")
+        elif "DOWN" not in states:
+            states.discard("IDLE")
+            states.add("ALLOCATED")
+        extra: dict[str, Any] = {"slurm_heal": {"v": 1, "host": n.host}}
+        if n.checked_at is not None:
+            extra["slurm_heal"]["checked_at"] = n.checked_at.isoformat()
+        return NodeInfo(name=n.name, states=frozenset(states), reason=n.reason,
+                        reason_time=n.reason_time, extra=extra, partitions=(n.pool,),
+                        features=n.features, boot_time=n.boot_time)
 
     # -------------------------------------------------------------- applying a plan
     def _apply(self, plan: Plan, t: datetime) -> None:
@@ -548,6 +569,7 @@ class Simulation:
     def _world(self, eff: Effect, t: datetime, silent: bool = False
                ) -> tuple[Any, str | None, datetime | None]:
         n = self.nodes[eff.node]
+        self.live.add(n.name)
         if eff.kind == "cordon":
             n.states.add("DRAIN")
             n.reason, n.reason_time = eff.reason, t
@@ -595,7 +617,8 @@ class Simulation:
                 self._event(pending.pop(0))
             self._advance_world(t)
             view = self.view()
-            alerts = {n.name: list(n.alerts.values()) for n in self.nodes.values()}
+            alerts = {name: list(self.nodes[name].alerts.values()) for name in self.live
+                      if self.nodes[name].alerts}
             before = self.state
             plan = decide(view, before, t, sc.policy, alerts)
             if self.on_cycle is not None:

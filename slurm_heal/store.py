@@ -23,8 +23,15 @@ One JSON document (`models.State`) in a state directory next to slurmctld. The r
   id nor (for an open one) its ``dedup_key`` is already there, and records an effect's
   intent (an `Attempt` with its idempotency key) before anyone acts on it: of two
   replicas applying the same plan, exactly one is told to execute each effect.
-* **Pruned.** `Store.prune` drops what no rule can count any more (E1/E2 count one week,
-  E3 looks back ten days: terminal records older than 14 days go).
+* **Written only when something changed.** `Store.apply` of a plan that changes
+  nothing (the steady state of a healthy cluster) leaves the file alone: no rewrite, no
+  fsync (issue 13).
+* **Pruned, with an audit archive.** `Store.prune` drops what no rule can count any
+  more and whose audit time is over: the daemon runs it (at most hourly) keeping
+  terminal records for the audit retention (``[controller] audit_retention``, default
+  90 days, never less than the E1/E2 window, E3's evidence window or 14 days). What it
+  drops is first appended to ``audit.jsonl`` beside the store (JSON lines, one
+  remediation each, fsynced), so the P4 record outlives the store. See docs/store.md.
 
 The daemon's cycle (ARCHITECTURE "the flow")::
 
@@ -73,6 +80,10 @@ from slurm_heal.models import (
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+AUDIT_ARCHIVE = "audit.jsonl"
+# P4: the audit record of a closed remediation stays in the store this long by default
+# (then it lives on in the audit archive).
+DEFAULT_AUDIT_RETENTION = timedelta(days=90)
 FALLBACK_STATE_DIR = Path("/var/lib/slurm-heal")
 # E1/E2 count attempts of the last 7 days, E3 looks 10 days back for evidence: a
 # terminal remediation older than 14 days can no longer change any decision.
@@ -200,6 +211,7 @@ class Store:
         self.file = p if p.suffix == ".json" else p / STATE_FILE
         self.dir = self.file.parent
         self.lock_file = self.file.with_name(self.file.name + ".lock")
+        self.archive_file = self.file.with_name(AUDIT_ARCHIVE)
         self.lock_timeout = lock_timeout
 
     def __repr__(self) -> str:
@@ -431,18 +443,25 @@ class Store:
             state = txn.state
             records = list(state.remediations)
             index = {r.id: i for i, r in enumerate(records)}
+            # Open records by dedup key, built once (a scan per new record made a cycle
+            # that creates thousands quadratic in the store, issue 13).
+            opened: dict[tuple[str, str, str, str], Remediation] = {}
+            for r in records:
+                if not r.phase.terminal:
+                    opened.setdefault(r.dedup_key, r)  # the first, as a scan would find
             stale: set[str] = set()
             for rem in plan.updates:
                 i = index.get(rem.id)
                 if i is None:
-                    dup = next((r for r in records if not r.phase.terminal
-                                and r.dedup_key == rem.dedup_key), None)
+                    dup = opened.get(rem.dedup_key)
                     if dup is not None:
                         log.info("node=%s remediation=%s not created: %s is already open for "
                                  "the same fault/request (S6)", rem.node, rem.id, dup.id)
                         continue
                     index[rem.id] = len(records)
                     records.append(rem)
+                    if not rem.phase.terminal:
+                        opened.setdefault(rem.dedup_key, rem)
                     continue
                 stored = records[i]
                 if stored.phase.terminal and not rem.phase.terminal:
@@ -506,7 +525,10 @@ class Store:
                 "pause": plan.pause if plan.pause is not None else state.pause,
                 "data": data,
             })
-            txn.state = new
+            # Issue 13: a plan that changes nothing writes nothing (records that did not
+            # change are the very same objects, so this comparison is cheap).
+            if new != state:
+                txn.state = new
         return new, tuple(execute)
 
     def record_outcome(self, remediation_id: str, key: str, outcome: OutcomeKind,
@@ -564,7 +586,7 @@ class Store:
         return cmd
 
     def prune(self, now: datetime, keep: timedelta = DEFAULT_KEEP,
-              command_ttl: timedelta = DEFAULT_COMMAND_TTL) -> State:
+              command_ttl: timedelta = DEFAULT_COMMAND_TTL, archive: bool = False) -> State:
         """Retention: drop what no rule can count any more; return the new state.
 
         Terminal remediations last updated more than ``keep`` ago (default 14 days:
@@ -572,6 +594,12 @@ class Store:
         ``command_ttl`` go. Open remediations are never pruned, however old, and neither
         is a node's latest remediation when it handed the node to a person (SPEC E1:
         nothing automatic until a person acts; dropping it would restart the ladder).
+
+        With ``archive`` (the daemon's retention, P4), the remediations dropped are first
+        appended to the audit archive (`archive_file`, JSON lines, fsynced) under the
+        lock; if that fails nothing is dropped (StoreError). A crash between the archive
+        and the store write archives them again on the next run: a reader keeps the last
+        line of an id.
         """
         now = _utc(now)
         with self.transaction() as txn:
@@ -587,11 +615,50 @@ class Store:
                          if not r.phase.terminal or _utc(r.updated) >= now - keep
                          or r.id in held)
             inbox = tuple(c for c in state.inbox if _utc(c.at) >= now - command_ttl)
+            if archive and len(kept) != len(state.remediations):
+                ids = {r.id for r in kept}
+                self._archive([r for r in state.remediations if r.id not in ids], now)
             if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox):
                 log.info("store prune: %d remediation(s), %d command(s) dropped",
                          len(state.remediations) - len(kept), len(state.inbox) - len(inbox))
                 txn.state = state.model_copy(update={"remediations": kept, "inbox": inbox})
         return txn.state
+
+
+    def _archive(self, dropped: list[Remediation], now: datetime) -> None:
+        """Append remediations to the audit archive; the caller holds the lock."""
+        lines = b"".join(
+            json.dumps({"archived_at": now.isoformat(), "remediation": r.model_dump(mode="json")},
+                       separators=(",", ":")).encode("utf-8") + b"\n"
+            for r in dropped)
+        try:
+            with self.archive_file.open("ab") as fh:
+                fh.write(lines)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise StoreError(f"cannot append to the audit archive {self.archive_file}: {exc}; "
+                             "nothing was pruned") from exc
+
+
+def archived(path: Path | str) -> list[Remediation]:
+    """The remediations of an audit archive, the last line of each id winning, oldest
+    first. A malformed line (a torn last write) is skipped."""
+    out: dict[str, Remediation] = {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreError(f"cannot read the audit archive {path}: {exc}") from exc
+    for line in text.splitlines():
+        try:
+            rem = Remediation.model_validate(json.loads(line)["remediation"])
+        except (ValueError, KeyError, TypeError, ValidationError):
+            continue
+        out.pop(rem.id, None)
+        out[rem.id] = rem
+    return list(out.values())
 
 
 # --------------------------------------------------------------------------- helpers

@@ -28,6 +28,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
     effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
+    from slurm_heal.config import parse_duration
     from slurm_heal.configcheck import Reloader, check_config
     from slurm_heal.controller import Controller, LeaderLock, Notifier, run_forever
     from slurm_heal.errors import ConfigError
@@ -76,7 +77,8 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         observers.append(metrics.observe)
         slurm, provider = metrics.timed(slurm, "slurm"), metrics.timed(provider, "provider")
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
-                            notifier=Notifier(notify), observers=observers)
+                            notifier=Notifier(notify), observers=observers,
+                            audit_retention=parse_duration(settings.audit_retention))
     holder.append(controller)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     logging.getLogger("slurm_heal").info(

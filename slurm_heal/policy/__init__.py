@@ -4,6 +4,6 @@
     plan = decide(view, state, now, policy)
 """
 
-from slurm_heal.policy.engine import decide, host_of, is_automatic
+from slurm_heal.policy.engine import decide, decide_counted, host_of, is_automatic
 
-__all__ = ["decide", "host_of", "is_automatic"]
+__all__ = ["decide", "decide_counted", "host_of", "is_automatic"]

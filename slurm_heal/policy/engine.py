@@ -38,7 +38,9 @@ from slurm_heal import reasons
 from slurm_heal.config import Policy, format_duration
 from slurm_heal.errors import CatalogError, ReasonError
 from slurm_heal.models import (
+    DISRUPTIVE_PHASES,
     NOT_SENT,
+    TERMINAL_PHASES,
     Attempt,
     Breaker,
     Command,
@@ -55,7 +57,15 @@ from slurm_heal.models import (
     idempotency_key,
     remediation_id,
 )
-from slurm_heal.types import REQUESTABLE_ACTIONS, Action, Alert, ClusterView, NodeInfo, Severity
+from slurm_heal.types import (
+    REQUESTABLE_ACTIONS,
+    Action,
+    Alert,
+    ClusterView,
+    JobInfo,
+    NodeInfo,
+    Severity,
+)
 
 # How soon to look again while an action runs (the daemon's own interval may be shorter).
 POLL_EVERY = timedelta(minutes=1)
@@ -131,9 +141,55 @@ class _Decider:
         self.now = now
         self.policy = policy
         self.catalog = catalog_mod.load()
-        self.rems: dict[str, Remediation] = {r.id: r for r in state.remediations}
-        self.order: list[str] = [r.id for r in state.remediations]
-        self.changed: list[str] = []
+        self.rems: dict[str, Remediation] = {}
+        self.order: list[str] = []
+        # The working set, indexed once per call (issue 13): rules look up a node's or a
+        # machine's remediations instead of scanning the whole store, so a cycle's work
+        # grows with the cluster and the open work, not with closed history.
+        self.pos: dict[str, int] = {}
+        self.by_node: dict[str, list[str]] = {}
+        self.by_host: dict[str, list[str]] = {}
+        self.open_by_node: dict[str, dict[str, None]] = {}
+        self.started_since = now - policy.safety.breaker_window
+        self.recent_starts: dict[str, None] = {}  # automatic, cordoned within the S5 window
+        self.started_ids: dict[str, None] = {}  # open, in a disruptive phase (S3, S4, E5)
+        self.touched = 0  # remediations the rules looked at (exposed for tests: `decide_counted`)
+        unsettled: list[str] = []
+        # `index` inlined for the store's records: this one pass is the only work of a
+        # call that is linear in the store (docs/store.md bounds the store).
+        rems, pos, order, by_node, by_host = (self.rems, self.pos, self.order, self.by_node,
+                                              self.by_host)
+        since = self.started_since
+        for r in state.remediations:
+            rid = r.id
+            if rid in rems:  # a duplicate id: the general path keeps the last record
+                self.index(r)
+                continue
+            rems[rid] = r
+            pos[rid] = len(order)
+            order.append(rid)
+            by_node.setdefault(r.node, []).append(rid)
+            if r.host is not None:
+                by_host.setdefault(r.host, []).append(rid)
+            if r.phase not in TERMINAL_PHASES:
+                self.open_by_node.setdefault(r.node, {})[rid] = None
+                if r.phase in DISRUPTIVE_PHASES:
+                    self.started_ids[rid] = None
+            t = r.phase_times.get("cordoned")
+            if t is not None and t >= since and is_automatic(r):
+                self.recent_starts[rid] = None
+            for a in r.attempts:
+                if a.outcome is None:
+                    unsettled.append(rid)
+                    break
+        self.unsettled = tuple(unsettled)
+        self.nodes_by_name = {n.name: n for n in view.nodes}
+        self.jobs_by_node: dict[str, list[JobInfo]] = {}
+        for j in view.jobs:
+            for name in j.nodes:
+                self.jobs_by_node.setdefault(name, []).append(j)
+        self._pools: dict[str, list[NodeInfo]] | None = None
+        self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
         self.effects: list[Effect] = []
         self.records: list[Decision] = []
         self.consumed: list[str] = []
@@ -154,17 +210,57 @@ class _Decider:
             data = extra_mod.read_check_data(node.name, node.extra, now)
             self.check_data[node.name] = data
             raw = alerts.get(node.name, ()) if alerts is not None else data.alerts
-            self.alerts[node.name] = sorted((a for a in raw if a.active),
-                                            key=lambda a: (a.fault, a.first_seen))
+            if raw:  # most nodes have none: keep the map to the nodes that do
+                self.alerts[node.name] = sorted((a for a in raw if a.active),
+                                                key=lambda a: (a.fault, a.first_seen))
 
     # ---------------------------------------------------------------- bookkeeping
-    def put(self, rem: Remediation) -> Remediation:
+    def index(self, rem: Remediation) -> None:
+        """Keep the working set's indexes true for ``rem`` (new or updated)."""
         if rem.id not in self.rems:
+            self.pos[rem.id] = len(self.order)
             self.order.append(rem.id)
+            self.by_node.setdefault(rem.node, []).append(rem.id)
+            if rem.host is not None:
+                self.by_host.setdefault(rem.host, []).append(rem.id)
         self.rems[rem.id] = rem
-        if rem.id not in self.changed:
-            self.changed.append(rem.id)
+        opened = self.open_by_node.setdefault(rem.node, {})
+        if rem.phase.terminal:
+            opened.pop(rem.id, None)
+        else:
+            opened[rem.id] = None
+        if rem.phase in DISRUPTIVE_PHASES:
+            self.started_ids[rem.id] = None
+        else:
+            self.started_ids.pop(rem.id, None)
+        t = rem.phase_times.get("cordoned")
+        if is_automatic(rem) and t is not None and t >= self.started_since:
+            self.recent_starts[rem.id] = None
+        else:
+            self.recent_starts.pop(rem.id, None)
+
+    def put(self, rem: Remediation) -> Remediation:
+        self.index(rem)
+        self.changed.setdefault(rem.id, None)
         return rem
+
+    def of_node(self, name: str) -> list[Remediation]:
+        """Every remediation of a node on record (open and closed), oldest first."""
+        ids = self.by_node.get(name, ())
+        self.touched += len(ids)
+        return [self.rems[i] for i in ids]
+
+    def of_host(self, host: str) -> list[Remediation]:
+        """Every remediation of a machine on record (E1, E3), oldest first."""
+        ids = self.by_host.get(host, ())
+        self.touched += len(ids)
+        return [self.rems[i] for i in ids]
+
+    def open_on(self, name: str) -> list[Remediation]:
+        """The node's open remediations, in store order."""
+        ids = sorted(self.open_by_node.get(name, ()), key=self.pos.__getitem__)
+        self.touched += len(ids)
+        return [self.rems[i] for i in ids]
 
     def record(self, node: str, phase: str, rule: str, why: str,
                rem: Remediation | None = None, action: Action | None = None) -> None:
@@ -214,7 +310,16 @@ class _Decider:
 
     # ---------------------------------------------------------------- views of the world
     def node(self, name: str) -> NodeInfo | None:
-        return self.view.node(name)
+        return self.nodes_by_name.get(name)
+
+    def pool_members(self, pool: str) -> list[NodeInfo]:
+        """The nodes of a pool (computed once per call, on first use)."""
+        if self._pools is None:
+            self._pools = {}
+            for n in self.view.nodes:
+                self._pools.setdefault(self.policy.pool_of(n.partitions, n.features),
+                                       []).append(n)
+        return self._pools.get(pool, [])
 
     def pool(self, name: str) -> str:
         n = self.node(name)
@@ -277,18 +382,21 @@ class _Decider:
                     and not reasons.is_request(node.reason))
 
     def jobs(self, node: str) -> list[int]:
-        return sorted(j.job_id for j in self.view.jobs_on(node)
+        return sorted(j.job_id for j in self.jobs_by_node.get(node, ())
                       if j.state.upper() in BUSY_JOB_STATES)
 
     def open_rems(self) -> list[Remediation]:
-        return [self.rems[i] for i in self.order if not self.rems[i].phase.terminal]
+        ids = sorted((i for opened in self.open_by_node.values() for i in opened),
+                     key=self.pos.__getitem__)
+        self.touched += len(ids)
+        return [self.rems[i] for i in ids]
 
     # ---------------------------------------------------------------- commands
     def target(self, cmd: Command) -> Remediation | None:
         if cmd.remediation:
             return self.rems.get(cmd.remediation)
         if cmd.node:
-            opened = [r for r in self.open_rems() if r.node == cmd.node]
+            opened = self.open_on(cmd.node)
             return opened[0] if opened else None
         return None
 
@@ -377,15 +485,15 @@ class _Decider:
         sig = f"{node_name}:{detector}:{request_id}:{action.value}"
         if request_id is not None:
             # SPEC Q3: detector + id = one remediation, whenever it was.
-            same = [r for r in self.rems.values() if r.node == node_name
-                    and r.detector == detector and r.request_id == request_id]
+            same = [r for r in self.of_node(node_name)
+                    if r.detector == detector and r.request_id == request_id]
             if same:
                 if self.once(f"q3:{sig}", same[0].id):
                     self.record(node_name, "blocked", "Q3", f"request for {action.value} from "
                                 f"{who} (id={request_id}) dropped: {same[0].id} already handles "
                                 "that detector and request id", action=action)
                 return False
-        opened = [r for r in self.open_rems() if r.node == node_name]
+        opened = self.open_on(node_name)
         if opened:
             # Without an id, a request is a duplicate only of the open remediation it
             # made itself (same detector); anything else waits for the open one (L3).
@@ -436,7 +544,7 @@ class _Decider:
         while True:
             since = self.now - esc.window
             count = 0
-            for r in self.rems.values():
+            for r in self.of_host(host):
                 acted = _acted_at(r)
                 # E2: only executed attempts in the window; cancelled/withdrawn/denied
                 # (incl. faults that cleared on their own) never reach an act.
@@ -462,8 +570,8 @@ class _Decider:
         if any(a.severity is Severity.CRITICAL for a in self.active(node)):
             return action, rule, why
         since = self.now - self.policy.escalation.migrate_evidence_window
-        for r in self.rems.values():
-            if r.host == host and r.severity is Severity.CRITICAL and r.created >= since:
+        for r in self.of_host(host):
+            if r.severity is Severity.CRITICAL and r.created >= since:
                 return action, rule, why
         return Action.REBUILD, "E3", (
             f"{why}; migrate needs evidence (a critical alert now or on {host} in the last "
@@ -472,7 +580,7 @@ class _Decider:
 
     def create_from_alerts(self, node: NodeInfo) -> None:
         name = node.name
-        if any(r.node == name for r in self.open_rems()):
+        if self.open_by_node.get(name):
             return  # SPEC L3: one remediation at a time per node
         if self.unknown_marker(node) is not None:
             self.unrecorded(node)  # I5: ours, but with no record: a person's to look at
@@ -541,7 +649,7 @@ class _Decider:
         """SPEC E1: the node's latest remediation handed it to a person: nothing automatic
         (an alert or a detector's request) starts on it until a person acts. Recorded
         once while it holds."""
-        past = [r for r in self.rems.values() if r.node == name and r.phase.terminal]
+        past = [r for r in self.of_node(name) if r.phase.terminal]
         last = max(past, key=lambda r: (_ended_at(r) or r.updated, r.id), default=None)
         if last is None or not last.data.handed_to_person:
             return False
@@ -592,8 +700,8 @@ class _Decider:
     def observe(self, node: NodeInfo) -> None:
         name = node.name
         ours_rebooting = reasons.is_slurm_reboot(node.reason) and any(
-            r.node == name and r.phase in (Phase.ACTING, Phase.RETURNING)
-            for r in self.rems.values())  # Slurm's reason for the reboot we caused
+            r.phase in (Phase.ACTING, Phase.RETURNING)
+            for r in self.of_node(name))  # Slurm's reason for the reboot we caused
         if self.foreign(node) and not ours_rebooting:
             fault = "slurm.node_down" if node.down else "slurm.node_drain"
             if self.once(f"d5:{name}", f"{fault}:{node.reason}"):
@@ -631,7 +739,7 @@ class _Decider:
         if marker.by != "controller":
             return  # the node check's own drain clears itself (checks/)
         name = node.name
-        if any(r.node == name for r in self.open_rems()):
+        if self.open_by_node.get(name):
             return
         if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
             return  # released by a command in this very call
@@ -741,7 +849,7 @@ class _Decider:
                                 "cordon over it; it waits until that person resumes the node")
         if is_automatic(rem) and self.breaker_gate(rem):
             return True
-        ends = [t for r in self.rems.values() if r.node == rem.node and r.phase.terminal
+        ends = [t for r in self.of_node(rem.node) if r.phase.terminal
                 and _act_attempts(r) and (t := _ended_at(r)) is not None]
         last_end = max(ends, default=None)
         if last_end is not None and self.now < last_end + pol.safety.cooldown:
@@ -759,7 +867,9 @@ class _Decider:
             if ev is not None and rem.data.evidence_fault is None and not enough:
                 rem = self.put(rem.model_copy(update={
                     "data": rem.data.but(evidence_fault=ev.fault)}))
-        started = [r for r in self.open_rems() if r.phase.disruptive and r.id != rem.id]
+        started = [self.rems[i] for i in sorted(self.started_ids, key=self.pos.__getitem__)
+                   if i != rem.id]
+        self.touched += len(started)
         spares = pol.escalation.migrate_spares
         if rem.action is Action.MIGRATE and spares is not None:
             moving = sum(1 for r in started if r.action is Action.MIGRATE)
@@ -776,8 +886,7 @@ class _Decider:
             if same:
                 return self.hold(rem, "S4", f"pool {pool} already has {same[0].id} on "
                                     f"{same[0].node}: one at a time per pool")
-        members = [n for n in self.view.nodes
-                   if self.policy.pool_of(n.partitions, n.features) == pool and n.name != rem.node]
+        members = [n for n in self.pool_members(pool) if n.name != rem.node]
         if members:
             busy = {r.node for r in started}
             up = [n for n in members if not (n.down or n.drained) and n.name not in busy]
@@ -794,8 +903,10 @@ class _Decider:
             since = self.now - pol.breaker_window
             if self.breaker.reset_at and self.breaker.reset_at > since:
                 since = self.breaker.reset_at  # a reset starts a fresh count
-            starts = sum(1 for r in self.rems.values() if is_automatic(r) and r.id != rem.id
-                         and (t := r.phase_times.get("cordoned")) is not None and t >= since)
+            self.touched += len(self.recent_starts)
+            starts = sum(1 for i in self.recent_starts if i != rem.id
+                         and (t := self.rems[i].phase_times.get("cordoned")) is not None
+                         and t >= since)
             if starts >= pol.breaker_threshold:
                 why = (f"{starts} automatic remediations started within "
                        f"{format_duration(pol.breaker_window)} (threshold "
@@ -1257,8 +1368,15 @@ class _Decider:
     def run(self) -> Plan:
         for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
             self.command(cmd)
-        nodes = sorted(self.view.nodes, key=lambda n: n.name)
-        for rid in list(self.order):
+        # Only a node with an alert, a reason, or out of service has anything to observe
+        # or start (every rule below returns at once for the others): a healthy node of a
+        # 100k-node cluster costs one look here, nothing more (issue 13).
+        # Check data that cannot be read is recorded too (I2).
+        nodes = sorted((n for n in self.view.nodes
+                        if n.reason or n.down or n.drained or self.alerts.get(n.name)
+                        or self.check_data[n.name].problem),
+                       key=lambda n: n.name)
+        for rid in self.unsettled:
             if any(a.outcome is None for a in self.rems[rid].attempts):
                 self.settle(self.rems[rid])
         for node in nodes:
@@ -1297,3 +1415,18 @@ def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
     own). The same arguments always give the same Plan, ids and keys (SPEC S6).
     """
     return _Decider(view, state, now, policy, alerts).run()
+
+
+def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,
+                   alerts: Mapping[str, Sequence[Alert]] | None = None) -> tuple[Plan, int]:
+    """`decide`, plus how many stored remediations its rules looked at (issue 13).
+
+    The count is what a cycle's work is made of beyond the one pass that indexes the
+    store: the open remediations, and the history of the nodes and machines a rule asks
+    about (E1, E3, S2, L3). It must not grow with closed history elsewhere in the store;
+    the tests hold it to that. (The indexing pass itself is linear in the store, whose
+    size the daemon's retention bounds: docs/store.md.)
+    """
+    d = _Decider(view, state, now, policy, alerts)
+    plan = d.run()
+    return plan, d.touched

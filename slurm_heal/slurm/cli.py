@@ -147,6 +147,7 @@ def live_reason(states: frozenset[str], reason: str, user: str,
     if not reason or not states & _REASON_STATES:
         return "", "", None
     return reason, user, when
+_ONE_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def _names(hostlist: str) -> tuple[str, ...]:
@@ -154,6 +155,8 @@ def _names(hostlist: str) -> tuple[str, ...]:
     hostlist = (hostlist or "").strip()
     if hostlist in _EMPTY:
         return ()
+    if _ONE_NAME.match(hostlist):
+        return (hostlist,)  # one plain name (most jobs): no NodeSet needed (issue 13)
     return tuple(NodeSet(hostlist))
 
 

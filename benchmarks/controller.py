@@ -1,0 +1,301 @@
+"""Controller-side benchmarks (issue 13): decide() at 1k/10k/100k nodes, the whole cycle,
+`simulate` of a 10k-node day, the store's write. Called by benchmarks/run.py; alone:
+
+    python benchmarks/controller.py [--quick]
+    python benchmarks/controller.py --cycle-once DIR   (one cycle in this process on a
+                                                        cluster `prepare` wrote; prints JSON
+                                                        with its times and peak RSS)
+
+Every figure is the median of several runs, wall and CPU time both: the machine these
+ran on is shared, so the wall time carries other people's work and the CPU time (this
+process's user + system) is the steadier of the two. Sizes and seeds are fixed
+(benchmarks/scale.py). Nothing here is run by the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import scale  # noqa: E402
+
+from slurm_heal.config import policy_from_dict  # noqa: E402
+from slurm_heal.models import Plan, Remediation, State  # noqa: E402
+from slurm_heal.policy import decide, decide_counted  # noqa: E402
+from slurm_heal.simulation import Simulation, parse_scenario  # noqa: E402
+from slurm_heal.slurm.cli import CliSlurm, parse_sinfo_json, parse_squeue_json  # noqa: E402
+from slurm_heal.store import DEFAULT_AUDIT_RETENTION, Store  # noqa: E402
+from slurm_heal.types import ClusterView  # noqa: E402
+
+POLICY = policy_from_dict({"approvals": {"default": "auto"}})
+Row = tuple[str, str, str, str]  # benchmark, result, target (met / MISSED), notes
+
+
+def timed(fn: Callable[[], Any], runs: int) -> tuple[float, float, Any]:
+    """Median wall and median CPU time of ``runs`` calls, in ms, and the last result."""
+    wall, cpu = [], []
+    out = None
+    for _ in range(runs):
+        c, t = time.process_time(), time.perf_counter()
+        out = fn()
+        wall.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.process_time() - c) * 1000)
+    return statistics.median(wall), statistics.median(cpu), out
+
+
+def verdict(cpu_ms: float, limit_ms: float, what: str) -> str:
+    return f"{what}: {'met' if cpu_ms <= limit_ms else 'MISSED'}"
+
+
+def retained(state: State, days: timedelta = DEFAULT_AUDIT_RETENTION) -> State:
+    """What the daemon's retention keeps of a year (closed records of the last 90 days)."""
+    since = scale.NOW - days
+    return state.model_copy(update={"remediations": tuple(
+        r for r in state.remediations if r.updated >= since)})
+
+
+def view_of(n: int) -> ClusterView:
+    return ClusterView(nodes=parse_sinfo_json(scale.sinfo_json(n)),
+                       jobs=parse_squeue_json(scale.squeue_json(n)))
+
+
+def decide_rows(sizes: tuple[int, ...], quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    for n in sizes:
+        runs = 3 if n >= 100_000 else (5 if quick else (11 if n >= 10_000 else 21))
+        view = view_of(n)
+        year = scale.history(n)
+        wall, cpu, plan = timed(partial(decide, view, year, scale.NOW, POLICY), runs)
+        limit = 50.0 if n <= 10_000 else 500.0
+        rows.append((f"decide(), {n:,} nodes, 2% alerting (new), 1 year history "
+                     f"({len(year.remediations):,} closed)",
+                     f"{cpu:.0f} ms", verdict(cpu, limit, f"<= {limit:.0f} ms"),
+                     f"CPU median of {runs}; wall {wall:.0f} ms; {len(plan.updates)} created"))
+        later = year.model_copy(update={"remediations": year.remediations + plan.updates,
+                                        "data": plan.data or year.data})
+        now = scale.NOW + timedelta(seconds=30)
+        wall, cpu, _ = timed(partial(decide, view, later, now, POLICY), runs)
+        rows.append((f"decide(), {n:,} nodes, the next cycle ({len(plan.updates)} open)",
+                     f"{cpu:.0f} ms", verdict(cpu, limit, f"<= {limit:.0f} ms"),
+                     f"CPU median of {runs}; wall {wall:.0f} ms"))
+        if n == 10_000:
+            _, touched_year = decide_counted(view, year, scale.NOW, POLICY)
+            _, touched_none = decide_counted(view, State(), scale.NOW, POLICY)
+            empty = State()
+            _, cpu0, _ = timed(partial(decide, view, empty, scale.NOW, POLICY), runs)
+            rows.append((f"decide(), {n:,} nodes, no history at all",
+                         f"{cpu0:.0f} ms", "",
+                         f"remediations the rules looked at: {touched_none} without history, "
+                         f"{touched_year} with a year of it (the rest is the one index pass)"))
+    return rows
+
+
+def prepare(n: int, base: Path) -> Path:
+    """A cluster of ``n`` nodes as the daemon meets it: ``sinfo``/``squeue`` on PATH that
+    print the generated 22.05 JSON (stand-ins for Slurm's own commands, so the cycle
+    runs the real cli backend: subprocess, capture, parse), and the store the daemon's
+    retention keeps (90 days of the year's history)."""
+    bin_dir = base / "bin"
+    bin_dir.mkdir(parents=True)
+    for cmd, text in (("sinfo", scale.sinfo_json(n)), ("squeue", scale.squeue_json(n))):
+        (base / f"{cmd}.json").write_text(text)
+        script = bin_dir / cmd
+        script.write_text(f'#!/bin/sh\nexec cat "{base / (cmd + ".json")}"\n')
+        script.chmod(0o755)
+    seed_store(base / "seed", n)
+    return base
+
+
+def one_cycle(base: Path, state_dir: Path) -> dict[str, float]:
+    """One controller cycle as the daemon runs it: snapshot (sinfo --json, squeue --json
+    through the cli backend), load, decide, apply (the store write), each part timed."""
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{base / 'bin'}:{old_path}"
+    try:
+        t0 = time.perf_counter()
+        view = CliSlurm(timeout=300).snapshot()
+    finally:
+        os.environ["PATH"] = old_path
+    t1 = time.perf_counter()
+    store = Store(state_dir)
+    state = store.load()
+    t2 = time.perf_counter()
+    plan = decide(view, state, scale.NOW, POLICY)
+    t3 = time.perf_counter()
+    store.apply(plan, scale.NOW)
+    t4 = time.perf_counter()
+    return {"parse": (t1 - t0) * 1000, "load": (t2 - t1) * 1000, "decide": (t3 - t2) * 1000,
+            "write": (t4 - t3) * 1000, "total": (t4 - t0) * 1000,
+            "store_mb": store.file.stat().st_size / 1e6, "created": len(plan.updates),
+            "json_mb": sum((base / f).stat().st_size for f in ("sinfo.json", "squeue.json"))
+            / 1e6}
+
+
+def seed_store(path: Path, n: int) -> None:
+    store = Store(path)
+    state = retained(scale.history(n))
+    store.apply(Plan(updates=state.remediations), scale.NOW - timedelta(minutes=1))
+
+
+def cycle_rows(quick: bool) -> list[Row]:
+    n = 10_000
+    runs = 3 if quick else 7
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="slurm-heal-bench-") as tmp:
+        base = prepare(n, Path(tmp))
+        parts: list[dict[str, float]] = []
+        cpu = []
+        for i in range(runs):
+            d = Path(tmp) / f"run{i}"
+            shutil.copytree(base / "seed", d)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            c = time.process_time()
+            parts.append(one_cycle(base, d))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append((time.process_time() - c + after.ru_utime - before.ru_utime
+                        + after.ru_stime - before.ru_stime) * 1000)
+        med = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+        cpu_med = statistics.median(cpu)
+        rows.append((f"whole cycle, {n:,} nodes (sinfo+squeue --json, {med['json_mb']:.0f} MB, "
+                     "parsed; load, decide, store write)",
+                     f"{cpu_med:.0f} ms", verdict(cpu_med, 1000, "<= 1 s"),
+                     f"CPU median of {runs} (cat included); wall {med['total']:.0f} ms = "
+                     f"snapshot {med['parse']:.0f} + load {med['load']:.0f} + decide "
+                     f"{med['decide']:.0f} + write {med['write']:.0f}; {med['created']:.0f} "
+                     f"created; store {med['store_mb']:.1f} MB (90 days kept)"))
+    # Peak memory at 100k: the files are made here, the cycle runs in a fresh process.
+    with tempfile.TemporaryDirectory(prefix="slurm-heal-bench-") as tmp:
+        prepare(100_000, Path(tmp))
+        out = subprocess.run([sys.executable, __file__, "--cycle-once", tmp], check=True,
+                             capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    rows.append(("whole cycle, 100,000 nodes, peak memory (fresh process, max RSS)",
+                 f"{got['rss_mb']:.0f} MB", "<= 300 MB: " + ("met" if got["rss_mb"] <= 300
+                                                            else "MISSED"),
+                 f"wall {got['total'] / 1000:.1f} s (snapshot {got['parse'] / 1000:.1f} s, "
+                 f"decide {got['decide']:.0f} ms, write {got['write']:.0f} ms); Slurm's JSON "
+                 f"is {got['json_mb']:.0f} MB; {got.get('why', '')}"))
+    return rows
+
+
+def cycle_once(base: Path) -> dict[str, Any]:
+    """One cycle in this (fresh) process, its peak RSS, and where the memory went."""
+    import tracemalloc
+
+    state_dir = base / "run"
+    shutil.copytree(base / "seed", state_dir)
+    got: dict[str, Any] = dict(one_cycle(base, state_dir))
+    got["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # Where it goes (a second, traced snapshot): the text Slurm printed vs the objects.
+    tracemalloc.start()
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{base / 'bin'}:{old_path}"
+    try:
+        view = CliSlurm(timeout=300).snapshot()
+    finally:
+        os.environ["PATH"] = old_path
+    _, peak = tracemalloc.get_traced_memory()
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    got["why"] = (f"traced: the snapshot peaks at {peak / 1e6:.0f} MB while parsing and keeps "
+                  f"{held / 1e6:.0f} MB of NodeInfo/JobInfo for {len(view.nodes):,} nodes and "
+                  f"{len(view.jobs):,} jobs")
+    return got
+
+
+def day_scenario(n: int = 10_000, alerts: int = 200, seed: int = scale.SEED) -> dict[str, Any]:
+    """The 10k-node day: ``alerts`` Xid alerts at random times (fixed seed), auto-approved
+    reboots (Xid 119/95 and 48/63/64 mixed), in pools of 64."""
+    rng = random.Random(seed)
+    faults = ["gpu.xid.119", "gpu.xid.95", "gpu.xid.48", "gpu.xid.63", "gpu.xid.94"]
+    events = []
+    for k in range(alerts):
+        node = scale.node_name(rng.randrange(n))
+        events.append({"at": f"+{rng.randrange(86_000)}s", "type": "alert", "node": node,
+                       "fault": faults[k % len(faults)]})
+    return {"start": "2026-06-01T00:00:00Z", "until": "+1d",
+            "config": {"approvals": {"default": "auto"}},
+            "nodes": [{"name": scale.node_name(i), "pool": f"gpu-{i // scale.POOL_SIZE:04d}"}
+                      for i in range(n)],
+            "events": events}
+
+
+def simulate_rows(quick: bool) -> list[Row]:
+    doc = day_scenario()
+    runs = 1 if quick else 3
+
+    def run() -> int:
+        result = Simulation(parse_scenario(doc, "bench")).run()
+        return len(result.state.remediations)
+
+    wall, cpu, rems = timed(run, runs)
+    wall_p, cpu_p, _ = timed(lambda: parse_scenario(doc, "bench"), runs)
+    return [("simulate, 10,000 nodes, 200 alerts, one virtual day", f"{cpu / 1000:.1f} s",
+             verdict(cpu, 10_000, "<= 10 s"),
+             f"CPU median of {runs}; wall {wall / 1000:.1f} s; {rems} remediations; reading "
+             f"the scenario {cpu_p:.0f} ms")]
+
+
+def write_one(store: Store, rem: Remediation) -> None:
+    """One changed record: the whole document is rewritten (temp file, fsync, rename)."""
+    store.apply(Plan(updates=(rem.model_copy(update={"updated": datetime.now(timezone.utc)}),)),
+                scale.NOW)
+
+
+def store_rows(quick: bool) -> list[Row]:
+    rows: list[Row] = []
+    runs = 5 if quick else 11
+    for n, label in ((10_000, "90 days kept"), (100_000, "90 days kept")):
+        with tempfile.TemporaryDirectory(prefix="slurm-heal-bench-") as tmp:
+            store = Store(Path(tmp))
+            state = retained(scale.history(n))
+            store.apply(Plan(updates=state.remediations), scale.NOW)
+            size = store.file.stat().st_size
+            wall, cpu, _ = timed(partial(write_one, store, state.remediations[-1]), runs)
+            wall_n, cpu_n, _ = timed(partial(store.apply, Plan(), scale.NOW), runs)
+            wall_l, cpu_l, _ = timed(store.load, runs)
+            per = size / max(1, len(state.remediations))
+            rows.append((f"store write, {n:,}-node cluster, {label} "
+                         f"({len(state.remediations):,} records)", f"{wall:.0f} ms", "",
+                         f"{size / 1e6:.1f} MB ({per / 1000:.1f} KB a record); CPU {cpu:.0f} ms; "
+                         f"load {wall_l:.0f} ms; a cycle that changes nothing: "
+                         f"{wall_n:.0f} ms, no write"))
+    return rows
+
+
+def rows(quick: bool = False, sizes: tuple[int, ...] = (1_000, 10_000, 100_000)) -> list[Row]:
+    out: list[Row] = []
+    for part in (lambda: decide_rows(sizes, quick), lambda: cycle_rows(quick),
+                 lambda: simulate_rows(quick), lambda: store_rows(quick)):
+        out.extend(part())
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--cycle-once":
+        print(json.dumps(cycle_once(Path(sys.argv[2]))))
+        return 0
+    for r in rows(quick="--quick" in sys.argv):
+        print(" | ".join(r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
