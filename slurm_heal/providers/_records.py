@@ -115,3 +115,48 @@ class KeyRecords:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+class SteppedOperations:
+    """Shared by the providers whose operation is a recorded sequence of platform calls,
+    advanced one step per ``status`` poll (aws, gcp, redfish): the same key answers with
+    the same operation, the intent is recorded before anything is sent, and a replica
+    that recorded the key first wins (SPEC S6)."""
+
+    records: KeyRecords
+
+    def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
+        raise NotImplementedError
+
+    def status(self, key: str) -> Operation | None:
+        """Where the operation of ``key`` stands (advanced by one poll when running)."""
+        rec = self.records.get(key)
+        if rec is None:
+            return None
+        if rec["status"] in ("succeeded", "failed"):
+            return operation(key, rec)
+        return self._advance(key, rec)
+
+    def _known(self, key: str, node: str, action: Action) -> Operation | None:
+        """The operation already recorded under ``key`` (a repeat submit), or None. A key
+        used for another node or action is an error."""
+        if not key:
+            raise ProviderError("an idempotency key is required")
+        rec = self.records.get(key)
+        if rec is None:
+            return None
+        if rec["node"] != node or rec["action"] != action.value:
+            raise ProviderError(f"idempotency key {key!r} was used for "
+                                f"{rec['action']} on {rec['node']}")
+        op = self.status(key)
+        assert op is not None
+        return op
+
+    def _begin(self, key: str, rec: dict[str, Any]) -> Operation:
+        """Record the intent under ``key``, then take the first step."""
+        with self.records.locked() as records:
+            if key in records:  # another replica recorded it first
+                return operation(key, records[key])
+            records[key] = rec  # intent first: never send the same key twice
+        return self._advance(key, rec)
+

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -77,7 +77,7 @@ class _Capacity(ProviderError):
     """EC2 has no capacity for the instance type right now."""
 
 
-class AwsProvider:
+class AwsProvider(SteppedOperations):
     """EC2 client for reboot / rebuild / migrate / power_cycle."""
 
     name = "aws"
@@ -129,11 +129,9 @@ class AwsProvider:
         if not self.supports(action):
             raise ProviderRefused(f"aws provider: action {action.value!r} is not available "
                                   f"(enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
-        existing = self.records.get(key)
-        if existing is not None:
-            return self._same_key(key, existing, node, action)
+        known = self._known(key, node, action)
+        if known is not None:
+            return known
         instance_id = self.instance_id(node)
         info = self._describe(instance_id)
         if action in (Action.MIGRATE, Action.POWER_CYCLE) and \
@@ -155,20 +153,7 @@ class AwsProvider:
                                "submitted": _now(), "status": "running", "step": step,
                                "image": image or "", "token": client_token(key),
                                "sent": False, "detail": ""}
-        with self.records.locked() as records:
-            if key in records:  # another replica recorded it first
-                return operation(key, records[key])
-            records[key] = rec  # intent first: never send the same key twice
-        return self._advance(key, rec)
-
-    def status(self, key: str) -> Operation | None:
-        """Where the operation of ``key`` stands, advancing stop -> start as EC2 allows."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
-        if rec["status"] in ("succeeded", "failed"):
-            return operation(key, rec)
-        return self._advance(key, rec)
+        return self._begin(key, rec)
 
     def instance_id(self, node: str) -> str:
         """The EC2 instance id of ``node``: Slurm's InstanceId, else the config map."""
@@ -185,14 +170,6 @@ class AwsProvider:
                               f"InstanceId for it; map it in [provider] instances")
 
     # --- the steps ----------------------------------------------------------------------
-    def _same_key(self, key: str, rec: dict[str, Any], node: str, action: Action) -> Operation:
-        if rec["node"] != node or rec["action"] != action.value:
-            raise ProviderError(f"idempotency key {key!r} was used for "
-                                f"{rec['action']} on {rec['node']}")
-        op = self.status(key)
-        assert op is not None
-        return op
-
     def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
         """Run or check the current step of ``rec``; record and return where it stands.
 

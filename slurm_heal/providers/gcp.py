@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -45,7 +45,7 @@ def request_id(key: str, step: str) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{key}/{step}"))
 
 
-class GcpProvider:
+class GcpProvider(SteppedOperations):
     """Compute Engine client for reboot / migrate / power_cycle / rebuild."""
 
     name = "gcp"
@@ -100,16 +100,9 @@ class GcpProvider:
         if not self.supports(action):
             raise ProviderRefused(f"gcp provider: action {action.value!r} is not available "
                                   f"(enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
-        existing = self.records.get(key)
-        if existing is not None:
-            if existing["node"] != node or existing["action"] != action.value:
-                raise ProviderError(f"idempotency key {key!r} was used for "
-                                    f"{existing['action']} on {existing['node']}")
-            op = self.status(key)
-            assert op is not None
-            return op
+        known = self._known(key, node, action)
+        if known is not None:
+            return known
         zone, instance = self._instance(node)
         steps = {Action.REBOOT: ["reset"], Action.MIGRATE: ["reportHostAsFaulty"],
                  Action.POWER_CYCLE: ["stop", "start"], Action.REBUILD: ["recreate"]}[action]
@@ -118,20 +111,7 @@ class GcpProvider:
                                "steps": steps, "step": 0, "operation": "",
                                "status": "running", "detail": "",
                                "submitted": datetime.now(timezone.utc).isoformat()}
-        with self.records.locked() as records:
-            if key in records:
-                return operation(key, records[key])
-            records[key] = rec
-        return self._advance(key, rec)
-
-    def status(self, key: str) -> Operation | None:
-        """Where the operation of ``key`` stands (zoneOperations.get)."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
-        if rec["status"] in ("succeeded", "failed"):
-            return operation(key, rec)
-        return self._advance(key, rec)
+        return self._begin(key, rec)
 
     # --- the steps ----------------------------------------------------------------------
     def _advance(self, key: str, rec: dict[str, Any]) -> Operation:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -54,7 +54,7 @@ class _Unknown(ProviderError):
     """The reset was sent and its answer lost."""
 
 
-class RedfishProvider:
+class RedfishProvider(SteppedOperations):
     """ComputerSystem.Reset through each node's BMC."""
 
     name = "redfish"
@@ -94,16 +94,9 @@ class RedfishProvider:
         if not self.supports(action):
             raise ProviderRefused(f"redfish provider cannot {action.value} a node (a BMC "
                                   f"can: {', '.join(sorted(a.value for a in self.actions))})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
-        existing = self.records.get(key)
-        if existing is not None:
-            if existing["node"] != node or existing["action"] != action.value:
-                raise ProviderError(f"idempotency key {key!r} was used for "
-                                    f"{existing['action']} on {existing['node']}")
-            op = self.status(key)
-            assert op is not None
-            return op
+        known = self._known(key, node, action)
+        if known is not None:
+            return known
         bmc = self._bmc(node)
         system = self._system(node, bmc)
         allowed = {str(getattr(v, "value", v)) for v in system.get_allowed_reset_system_values()}
@@ -127,20 +120,7 @@ class RedfishProvider:
                                "target": target, "steps": steps, "step": 0,
                                "sent": False, "status": "running", "detail": "",
                                "submitted": datetime.now(timezone.utc).isoformat()}
-        with self.records.locked() as records:
-            if key in records:  # another replica recorded it first
-                return operation(key, records[key])
-            records[key] = rec  # intent first: a reset is never posted twice for a key
-        return self._advance(key, rec)
-
-    def status(self, key: str) -> Operation | None:
-        """Where the reset(s) of ``key`` stand."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
-        if rec["status"] in ("succeeded", "failed"):
-            return operation(key, rec)
-        return self._advance(key, rec)
+        return self._begin(key, rec)  # intent first: a reset is never posted twice for a key
 
     # --- the steps ----------------------------------------------------------------------
     def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
