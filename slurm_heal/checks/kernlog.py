@@ -49,6 +49,11 @@ NEEDLES: tuple[bytes, ...] = (
     # CPU", "detected stalls on CPUs/tasks", and "detected expedited stalls on
     # CPUs/tasks", which "detected stall" missed. One needle for all, ending in a rare byte.
     b"INFO: rcu_",
+    # amdgpu (SPEC D9): RAS "N [new ]uncorrectable hardware errors detected in [total in]
+    # BLOCK block" (and the fatal "uncorrectable hardware error(ERREVENT_...) detected!"),
+    # and the driver's "GPU reset begin!" (drivers/gpu/drm/amd/amdgpu).
+    b"uncorrectable hardware error",
+    b"GPU reset begin!",
 )
 
 _PCI = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
@@ -86,6 +91,9 @@ _NVL5 = _Lazy(r"^([A-Za-z0-9_/]+)\s+(Fatal|Non-?fatal|Non_fatal)\s+XC\s*(\d{1,3}
               r"(?:\s+(0x[0-9a-fA-F]{1,16}))?", re.IGNORECASE)
 _XFS = _Lazy(r"XFS \(([^)]+)\):.*(?:Shutting down filesystem|shut down due to)")
 _HUNG = _Lazy(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
+_AMD_DEV = _Lazy(r"amdgpu (" + _PCI + r"):")
+_AMD_RAS = _Lazy(r"(\d+) (?:new )?uncorrectable hardware errors? detected in (?:total in )?"
+                 r"(\w+) block")
 _SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?")
 _RCU = _Lazy(r"rcu.*detected (?:expedited )?stall")
 
@@ -287,7 +295,29 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
         return None
     if _RCU.search(msg):
         return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
+    if "uncorrectable hardware error" in msg or "GPU reset begin!" in msg:
+        return _amdgpu(line, msg)
     return None
+
+
+def _amdgpu(line: Line, msg: str) -> Event | None:
+    """amdgpu's RAS and reset messages (SPEC D9): uncorrectable errors in the memory
+    (umc) block are the double-bit ECC fault NVIDIA's GPUs report too; in another block
+    they are recorded as a GPU health problem; a GPU reset is recorded (jobs on it died)."""
+    dev = _AMD_DEV.search(msg)
+    pci = norm_pci(dev.group(1)) if dev else None
+    if "GPU reset begin!" in msg:
+        return Event(fault="gpu.reset", key=pci or "", line=line, pci=pci, detail=msg)
+    m = _AMD_RAS.search(msg)
+    if m is None:  # "uncorrectable hardware error(ERREVENT_...) detected!": fatal, no block
+        return Event(fault="gpu.health", key=f"{pci or ''}:ras", line=line, pci=pci,
+                     detail=msg, data={"vendor": "amd"})
+    count, block = _num(m.group(1)), m.group(2).lower()
+    if count == 0:
+        return None
+    fault = "gpu.ecc.dbe" if block == "umc" else "gpu.health"
+    return Event(fault=fault, key=f"{pci or ''}:{block}", line=line, pci=pci, detail=msg,
+                 data={"vendor": "amd", "block": block, "uncorrectable": count})
 
 
 def nvlink5(text: str) -> dict[str, Any]:
@@ -398,6 +428,8 @@ def _summary(ev: Event, gpus: GpuMap, explanation: str, count: int) -> str:
         return f"{gpus.describe(ev.pci)} reported Xid {ev.xid}{who}: {detail}{times}"
     if ev.fault == "gpu.off_bus":
         return f"{gpus.describe(ev.pci)} has fallen off the bus{times}"
+    if ev.data.get("vendor") == "amd" or ev.fault == "gpu.reset":
+        return f"{gpus.describe(ev.pci)}: {ev.detail[:160]}{times}"
     if ev.fault == "fs.xfs_shutdown":
         return f"XFS on {ev.key} shut down: {ev.detail[:160]}{times}"
     if ev.fault == "kernel.hung_task":
