@@ -2,7 +2,8 @@
 
 One TOML file holds the policy knobs (this module) plus sections owned by other parts of
 slurm-heal that are accepted and passed through untouched: ``[controller]``,
-``[provider]``, ``[api]`` (`slurm-heal serve`), ``[notify]`` and ``[metrics]``. Every knob,
+``[provider]``, ``[api]`` (`slurm-heal serve`), ``[notify]``, ``[metrics]`` and
+``[validation]``. Every knob,
 its default and why is documented in ``docs/policy.md``.
 
 Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` raise
@@ -341,6 +342,7 @@ class Policy(_Section):
     api: dict[str, Any] = Field(default_factory=dict)  # validated by `serve` (api/settings.py)
     notify: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.notify
     metrics: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.metrics
+    validation: dict[str, Any] = Field(default_factory=dict)  # slurm_heal.validation.suite
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")

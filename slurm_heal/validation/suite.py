@@ -1,0 +1,158 @@
+"""The validation suite: steps, their pass/fail criteria and results (SPEC V1, V3).
+
+The suites live in the ``[validation]`` section of the policy file, one list of steps per
+vendor (V3). A step is a command (argv) run on the machine under test with a timeout; its
+output is kept and judged against the step's ``criteria`` by `evaluate`:
+
+- ``pass``: the tool ran and every criterion holds;
+- ``fail``: a clear failure, the tool ran and a criterion does not hold (ticket, V2);
+- ``error``: nothing can be concluded (the tool is missing, timed out, its output cannot be
+  read): the machine is restored as it was, never ticketed on a guess (V2).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from slurm_heal.errors import ConfigError
+
+Kind = Literal["dcgm", "amd", "nccl", "ib", "fio", "mounts", "command"]
+Outcome = Literal["pass", "fail", "error"]
+# Placeholders a step's argv may use; the runner fills them in (unknown ones are refused).
+PLACEHOLDERS = ("node", "peer", "gpus", "scratch", "level", "out")
+
+
+def _duration(value: Any) -> timedelta:
+    from slurm_heal.config import parse_duration_knob  # config imports nothing of ours here
+    return parse_duration_knob(value)
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Step(_Model):
+    """One test of the suite: what runs, for how long, and what counts as a pass."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Kind = "command"
+    command: tuple[str, ...] = Field(min_length=1)  # argv; "{node}", "{peer}", ... filled in
+    timeout: Duration = timedelta(minutes=30)
+    peer: bool = False  # needs a known-healthy peer (NCCL across nodes, ib_write_bw)
+    criteria: dict[str, Any] = Field(default_factory=dict)  # per kind, see docs/validation.md
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import string
+        for arg in value:
+            for _, field, _, _ in string.Formatter().parse(arg):
+                if field is not None and field not in PLACEHOLDERS:
+                    raise ValueError(f"{arg!r} names {{{field}}}; the placeholders are "
+                                     + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+        return value
+
+
+class StepResult(_Model):
+    """What one step did and how it was judged (kept in results.json and the ticket)."""
+
+    name: str
+    kind: Kind
+    outcome: Outcome
+    reason: str = ""  # why, in words: "busbw 120.5 GB/s < 300 GB/s expected"
+    measured: dict[str, Any] = Field(default_factory=dict)
+    expected: dict[str, Any] = Field(default_factory=dict)
+    rc: int | None = None
+    timed_out: bool = False
+    duration_s: float = 0.0
+    log: str = ""  # file name of the step's output, relative to the results directory
+
+
+class SuiteResult(_Model):
+    """The whole run on one machine: every step's result and the verdict."""
+
+    node: str
+    peer: str = ""
+    vendor: str
+    outcome: Outcome
+    steps: tuple[StepResult, ...] = ()
+    started: str = ""
+    finished: str = ""
+
+
+def verdict(steps: tuple[StepResult, ...] | list[StepResult]) -> Outcome:
+    """The suite's outcome: any clear failure fails; else any error is an error; else pass.
+
+    A suite with no steps concludes nothing: it is an ``error``, never a pass.
+    """
+    if any(s.outcome == "fail" for s in steps):
+        return "fail"
+    if not steps or any(s.outcome == "error" for s in steps):
+        return "error"
+    return "pass"
+
+
+def evaluate(step: Step, rc: int | None, output: str, *, timed_out: bool = False,
+             duration_s: float = 0.0, log: str = "") -> StepResult:
+    """Judge one step from its exit status and output (SPEC V3)."""
+    base: dict[str, Any] = {"name": step.name, "kind": step.kind, "rc": rc,
+                            "timed_out": timed_out, "duration_s": duration_s, "log": log}
+    if timed_out:
+        return StepResult(**base, outcome="error",
+                          reason=f"timed out after {step.timeout.total_seconds():g}s")
+    if rc is None:
+        return StepResult(**base, outcome="error", reason="did not run")
+    if rc == 127:
+        return StepResult(**base, outcome="error", reason=f"{step.command[0]}: not found")
+    if step.kind == "command":
+        if rc == 0:
+            return StepResult(**base, outcome="pass")
+        return StepResult(**base, outcome="fail", reason=f"exit status {rc}")
+    # The tool-specific judges (parsers + criteria) are in `judges`.
+    from slurm_heal.validation import judges
+    return judges.judge(step, rc, output, base)
+
+
+class Validation(_Model):
+    """The ``[validation]`` section of the policy file (SPEC V1–V3)."""
+
+    enabled: bool = True
+    suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
+    tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
+
+    @field_validator("suites")
+    @classmethod
+    def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+        for vendor, steps in value.items():
+            names = [s.name for s in steps]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
+        return value
+
+    def suite_for(self, vendor: str) -> tuple[Step, ...]:
+        """The steps for ``vendor``, else the ``default`` suite, else none."""
+        return self.suites.get(vendor, self.suites.get("default", ()))
+
+
+def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Validation:
+    """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
+    from pydantic import ValidationError
+    try:
+        return Validation.model_validate(data or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = "validation." + ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(msg, file=source, key=key) from None
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
