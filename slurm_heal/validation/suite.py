@@ -16,7 +16,14 @@ import math
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from slurm_heal.errors import ConfigError
 
@@ -57,6 +64,17 @@ class Step(_Model):
                 if field is not None and field not in PLACEHOLDERS:
                     raise ValueError(f"{arg!r} names {{{field}}}; the placeholders are "
                                      + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+        return value
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Checked against the kind's model when the policy file is loaded, so a typo in a
+        # criterion is refused at start, not when a machine is tested (V3).
+        from slurm_heal.validation import criteria
+        kind = info.data.get("kind")
+        if kind is not None:  # a bad kind is reported on its own
+            criteria.parse(kind, value)
         return value
 
 
