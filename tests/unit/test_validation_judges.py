@@ -32,7 +32,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 def step(kind: str, criteria: dict[str, Any] | None = None, name: str = "t") -> Step:
     return Step(name=name, kind=kind, command=[kind], criteria=DEFAULTS[kind]
-                if criteria is None else criteria)  # type: ignore[arg-type]
+                if criteria is None else criteria)
 
 
 def judged(kind: str, golden: str, criteria: dict[str, Any] | None = None,
