@@ -270,3 +270,32 @@ def test_v3_a_bad_criterion_is_refused_when_the_policy_is_loaded_naming_the_key(
                                   "criteria": criteria}]}}
     with pytest.raises(ConfigError, match=r"validation\.suites\.nvidia\.0\.criteria: " + words):
         validation_from(raw, "policy.toml")
+
+
+def _doc_toml() -> list[dict[str, Any]]:
+    """Every ```toml block of docs/validation.md, parsed."""
+    import re
+    import sys
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "validation.md").read_text()
+    return [tomllib.loads(block) for block in re.findall(r"```toml\n(.*?)```", doc, re.S)]
+
+
+def test_v3_the_documented_suites_and_ticket_sinks_load() -> None:
+    from slurm_heal.validation.tickets import sinks_from
+    blocks = _doc_toml()
+    suites = [b["validation"]["suites"] for b in blocks if "suites" in b.get("validation", {})]
+    assert suites, "docs/validation.md has no example suite"
+    for raw in suites:
+        loaded = validation_from({"suites": raw}, "docs/validation.md")
+        assert {s.kind for s in loaded.suite_for("nvidia")} == {
+            "dcgm", "nccl", "ib", "fio", "mounts"}
+        assert [s.kind for s in loaded.suite_for("amd")] == ["amd", "command"]
+    sinks = [t for b in blocks for t in b.get("validation", {}).get("tickets", [])]
+    assert {t["kind"] for t in sinks} == {"directory", "webhook", "github", "jira"}
+    for item in sinks:
+        item.pop("template", None)  # a path on the operator's machine
+        sinks_from([item], "docs/validation.md")
