@@ -7,7 +7,9 @@ from, are listed in docs/validation.md:
 
 - ``dcgm``: ``dcgmi diag -r N -j`` JSON, DCGM 3.x ("DCGM GPU Diagnostic", ``gpu_id``)
   and 4.x ("DCGM Diagnostic", ``entity_group``/``entity_id``, ``test_summary``);
-- ``amd``: ``amd-smi metric --ecc --json`` (ECC counts per GPU);
+- ``amd``: RVS ``[RESULT]`` verdict lines (gst's "Met target stress ... PASS" /
+  "Couldnt meet target stress ... FAIL", older "met:/pass: TRUE|FALSE") or
+  ``amd-smi metric --ecc --json`` (ECC counts per GPU);
 - ``nccl``: nccl-tests ``all_reduce_perf`` text (the size table, "# Out of bounds
   values", "# Avg bus bandwidth");
 - ``ib``: perftest ``ib_write_bw`` client output (Gb/sec or MB/sec table) and/or port
@@ -186,8 +188,42 @@ _AMD_KEYS = {
 }
 
 
+# RVS result lines: "[RESULT] [ 1234.567890] [action_1] gst 28851 Gflops 1.2e+05 Met target
+# stress : 1.1e+05 PASS" (RVS 6.x gst), older modules end in "met: TRUE" / "pass: FALSE".
+_RVS_RESULT = re.compile(r"^\s*\[RESULT\s*\]\s*(?:\[\s*[\d.]+\s*\]\s*)?(.*)$")
+_RVS_FAIL = re.compile(r"\b(?:met|pass):\s*FALSE\b|\bFAIL\s*$|Couldn'?t meet", re.I)
+_RVS_PASS = re.compile(r"\b(?:met|pass):\s*TRUE\b|\bPASS\s*$", re.I)
+_RVS_WHO = re.compile(r"^(?:\[([^\]]+)\]\s*)?(\w+)\s+(\d+)\b")
+
+
+def _judge_rvs(output: str) -> Verdict:
+    passed, failed = [], []
+    for line in output.splitlines():
+        m = _RVS_RESULT.match(line)
+        if not m:
+            continue
+        text = m.group(1).strip()
+        if _RVS_FAIL.search(text):
+            failed.append(text)
+        elif _RVS_PASS.search(text):
+            passed.append(text)
+    if not passed and not failed:
+        raise Unreadable("no RVS [RESULT] line with a verdict (PASS/FAIL, met:/pass: TRUE/FALSE)")
+    measured: dict[str, Any] = {"passed": len(passed), "failed": len(failed)}
+    if failed:
+        who = []
+        for text in failed:
+            w = _RVS_WHO.match(text)
+            who.append(f"{w.group(2)} GPU {w.group(3)}" if w else text[:80])
+        measured["failures"] = failed[:20]
+        return "fail", "rvs: " + "; ".join(dict.fromkeys(who)) + f": {failed[0]}", measured, {}
+    return "pass", f"rvs: {len(passed)} result(s) passed", measured, {}
+
+
 def judge_amd(step: Step, output: str) -> Verdict:
     c: crit.AmdCriteria = crit.parse("amd", step.criteria)
+    if "[RESULT" in output:  # RVS; amd-smi's JSON never holds it
+        return _judge_rvs(output)
     doc = _json_object(output, "amd-smi")
     gpus = doc if isinstance(doc, list) else [doc]
     measured: dict[str, Any] = {}

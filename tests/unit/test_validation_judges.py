@@ -96,6 +96,18 @@ def test_v3_amd_smi_ecc_counts_pass_under_the_limits_and_fail_on_uncorrectable()
     assert strict.outcome == "fail" and "GPU 2 correctable ECC 14 > 10" in strict.reason
 
 
+def test_v3_rvs_gst_result_lines_pass_and_a_gpu_below_its_target_fails() -> None:
+    ok = judged("amd", "rvs-gst-mi300x-pass.txt")
+    assert ok.outcome == "pass" and ok.measured == {"passed": 2, "failed": 0}
+    bad = judged("amd", "rvs-gst-mi300x-fail.txt", rc=1)
+    assert bad.outcome == "fail"
+    assert bad.reason.startswith("rvs: gst GPU 50599: [action_1] gst 50599 Gflops 61207.440019 "
+                                 "Couldnt meet target stress")
+    # Only progress lines, no verdict yet (the run was cut): nothing concluded.
+    cut = "\n".join((DATA / "rvs-gst-mi300x-pass.txt").read_text().splitlines()[:8])
+    assert evaluate(step("amd"), 0, cut).outcome == "error"
+
+
 # ------------------------------------------------------------------ nccl
 
 def test_v3_all_reduce_perf_busbw_at_the_largest_size_against_the_expected_value() -> None:
@@ -225,7 +237,7 @@ def test_v2_a_tool_that_exits_non_zero_with_a_passing_output_concludes_nothing()
 
 
 GOLDEN = sorted(p.name for p in DATA.iterdir() if p.suffix in (".json", ".txt"))
-KIND_OF = {"dcgm": "dcgm", "amd-smi": "amd", "nccl": "nccl", "ib-write": "ib", "ibstat": "ib",
+KIND_OF = {"dcgm": "dcgm", "amd-smi": "amd", "rvs": "amd", "nccl": "nccl", "ib-write": "ib", "ibstat": "ib",
            "fio": "fio", "findmnt": "mounts"}
 
 
@@ -293,7 +305,7 @@ def test_v3_the_documented_suites_and_ticket_sinks_load() -> None:
         loaded = validation_from({"suites": raw}, "docs/validation.md")
         assert {s.kind for s in loaded.suite_for("nvidia")} == {
             "dcgm", "nccl", "ib", "fio", "mounts"}
-        assert [s.kind for s in loaded.suite_for("amd")] == ["amd", "command"]
+        assert [s.kind for s in loaded.suite_for("amd")] == ["amd", "amd"]
     sinks = [t for b in blocks for t in b.get("validation", {}).get("tickets", [])]
     assert {t["kind"] for t in sinks} == {"directory", "webhook", "github", "jira"}
     for item in sinks:
