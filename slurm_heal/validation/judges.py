@@ -127,6 +127,8 @@ def judge_dcgm(step: Step, output: str) -> Verdict:
         raise Unreadable("the dcgmi diag JSON is not an object")
     body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
     if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
+        if doc.get("runtime_error"):  # the diagnostic could not run at all
+            raise Unreadable(f"dcgmi diag did not run: {doc['runtime_error']}")
         raise Unreadable("no 'DCGM Diagnostic' / 'DCGM GPU Diagnostic' test_categories")
     failing = c.failing()
     ran: dict[str, str] = {}  # test -> worst status seen
@@ -558,14 +560,19 @@ def judge(step: Step, rc: int, output: str, base: dict[str, Any]) -> StepResult:
     if fn is None:
         return StepResult(**base, outcome="error", reason=f"no judge for kind {step.kind!r}")
     try:
+        crit.parse(step.kind, step.criteria)
+    except ValueError as exc:  # checked at load; only a hand-built Step gets here
+        return StepResult(**base, outcome="error", reason=f"criteria: {exc}")
+    try:
         outcome, reason, measured, expected = fn(step, output)
     except Unreadable as exc:
         why = f"{step.command[0]}: {exc}"
         if rc:
             why += f" (exit status {rc})"
         return StepResult(**base, outcome="error", reason=why)
-    except ValueError as exc:  # criteria that were never checked (a hand-built Step)
-        return StepResult(**base, outcome="error", reason=f"criteria: {exc}")
+    except Exception as exc:  # a judge's bug must not lose the other steps' results
+        return StepResult(**base, outcome="error",
+                          reason=f"the {step.kind} judge failed: {type(exc).__name__}: {exc}")
     if outcome == "pass" and rc != 0:
         return StepResult(**base, outcome="error", measured=measured, expected=expected,
                           reason=f"exit status {rc} though the output shows no failure "

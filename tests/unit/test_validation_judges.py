@@ -5,6 +5,7 @@ checked when the policy is loaded."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slurm_heal.errors import ConfigError
+from slurm_heal.validation import judges
 from slurm_heal.validation.suite import Step, StepResult, evaluate, validation_from
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
@@ -245,11 +247,19 @@ def _kind(name: str) -> str:
     return next(k for prefix, k in KIND_OF.items() if name.startswith(prefix))
 
 
+def _parse(kind: str, text: str) -> str:
+    """The judge itself (not `evaluate`, whose safety net turns any exception into an
+    error): only `Unreadable` may come out of it."""
+    try:
+        return judges.JUDGES[kind](step(kind), text)[0]
+    except judges.Unreadable:
+        return "error"
+
+
 @settings(max_examples=150, deadline=None)
 @given(kind=st.sampled_from(sorted(DEFAULTS)), text=st.text(max_size=400))
 def test_v2_no_judge_raises_on_arbitrary_text_it_is_an_error(kind: str, text: str) -> None:
-    r = evaluate(step(kind), 0, text)
-    assert r.outcome == "error"
+    assert _parse(kind, text) == "error"
 
 
 @settings(max_examples=150, deadline=None)
@@ -259,8 +269,16 @@ def test_v2_no_judge_raises_on_a_cut_or_spliced_real_output(golden: str, cut: in
                                                             junk: str) -> None:
     text = (DATA / golden).read_text()
     cut = min(cut, len(text))
-    r = evaluate(step(_kind(golden)), 0, text[:cut] + junk + text[cut:][: len(text) // 3])
-    assert r.outcome in ("pass", "fail", "error")
+    spliced = text[:cut] + junk + text[cut:][: len(text) // 3]
+    assert _parse(_kind(golden), spliced) in ("pass", "fail", "error")
+
+
+def test_v2_dcgm_that_could_not_run_says_why() -> None:
+    r = evaluate(step("dcgm"), 226, json.dumps(
+        {"runtime_error": "Error: unable to establish a connection to the host engine"}))
+    assert r.outcome == "error"
+    assert r.reason == ("dcgm: dcgmi diag did not run: Error: unable to establish a "
+                        "connection to the host engine (exit status 226)")
 
 
 # ------------------------------------------------------------------ criteria at load time
