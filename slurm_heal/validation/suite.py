@@ -164,12 +164,16 @@ def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Vali
     """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
     from pydantic import ValidationError
     try:
-        return Validation.model_validate(data or {})
+        result = Validation.model_validate(data or {})
     except ValidationError as exc:
         err = exc.errors()[0]
         key = "validation." + ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(msg, file=source, key=key) from None
+    # The ticket sinks too, so a typo there is refused at start, not when a machine fails.
+    from slurm_heal.validation.tickets import sinks_from
+    sinks_from(result.tickets, source)
+    return result
 
 
 def is_number(value: Any) -> bool:

@@ -266,3 +266,13 @@ def test_v2_a_bad_ticket_sink_is_refused_at_load_naming_the_key(
     with pytest.raises(ConfigError, match=words) as err:
         sinks_from([item], "policy.toml")
     assert str(err.value).startswith(f"policy.toml: {key}: "), str(err.value)
+
+
+def test_v2_bad_ticket_sinks_are_refused_when_the_validation_section_loads() -> None:
+    from slurm_heal.validation.suite import validation_from
+    with pytest.raises(ConfigError, match=r"^policy\.toml: validation\.tickets\[1\]\.token: "):
+        validation_from({"tickets": [{"kind": "directory", "path": "/var/lib/slurm-heal/tickets"},
+                                     {"kind": "jira", "url": "https://j", "project": "HW",
+                                      "token": "secret"}]}, "policy.toml")
+    loaded = validation_from({"tickets": [{"kind": "webhook", "url": "https://h/x"}]})
+    assert [s.kind for s in sinks_from(loaded.tickets)] == ["webhook"]
