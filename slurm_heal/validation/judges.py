@@ -54,8 +54,8 @@ def _json_object(output: str, what: str) -> Any:
         try:
             doc, _ = decoder.raw_decode(output, m.start(1))
             return doc
-        except ValueError as exc:
-            first_error = first_error or str(exc)
+        except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested deep
+            first_error = first_error or str(exc) or type(exc).__name__
     if not tries:
         raise Unreadable(f"no {what} JSON in the output")
     raise Unreadable(f"the {what} JSON does not parse: {first_error}")

@@ -273,6 +273,11 @@ def test_v2_no_judge_raises_on_a_cut_or_spliced_real_output(golden: str, cut: in
     assert _parse(_kind(golden), spliced) in ("pass", "fail", "error")
 
 
+def test_v2_json_nested_past_the_recursion_limit_is_unreadable_not_a_crash() -> None:
+    assert _parse("fio", "[" * 100_000) == "error"
+    assert _parse("dcgm", '{"a":' * 50_000) == "error"
+
+
 def test_v2_dcgm_that_could_not_run_says_why() -> None:
     r = evaluate(step("dcgm"), 226, json.dumps(
         {"runtime_error": "Error: unable to establish a connection to the host engine"}))
