@@ -24,6 +24,7 @@ exited non-zero with nothing failing in its output concludes nothing (``error``)
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -62,16 +63,18 @@ def _json_object(output: str, what: str) -> Any:
 
 
 def _num(value: Any) -> float | None:
+    """A finite number from a JSON value or a string, else None (JSON may hold NaN)."""
     if isinstance(value, bool):
         return None
+    number: float | None = None
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
+        number = float(value)
+    elif isinstance(value, str):
         try:
-            return float(value.strip())
+            number = float(value.strip())
         except ValueError:
             return None
-    return None
+    return number if number is not None and math.isfinite(number) else None
 
 
 def _fmt(value: float) -> str:
@@ -256,12 +259,14 @@ def judge_amd(step: Step, output: str) -> Verdict:
 
 # ---------------------------------------------------------------------- nccl
 
+# A decimal number float() takes ("1.2.3" or "." would pass "[\d.]+" and raise).
+NUM = r"(?:\d+(?:\.\d*)?|\.\d+)"
 # "  8589934592  2147483648  float  sum  -1  36245  236.99  414.73  0  36195 ..."
 _NCCL_ROW = re.compile(
-    r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
-    r"\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)"
-    r"(?:\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+))?\s*$")
-_NCCL_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.]+)", re.M)
+    rf"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
+    rf"\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+)"
+    rf"(?:\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+))?\s*$")
+_NCCL_AVG = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({NUM})(?![\d.])", re.M)
 _NCCL_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.M)
 _NCCL_DEV = re.compile(r"^#\s+Rank\s+\d+.*?device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
 
@@ -328,7 +333,7 @@ def judge_nccl(step: Step, output: str) -> Verdict:
 # ---------------------------------------------------------------------- ib
 
 _IB_HEAD = re.compile(r"#bytes\s+#iterations\s+BW peak\[(Gb|MB)/sec\]\s+BW average\[(?:Gb|MB)/sec\]")
-_IB_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+_IB_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+({NUM})\s+({NUM})\s+({NUM})\s*$")
 _IBSTAT_CA = re.compile(r"^CA '([^']+)'")
 _IBSTAT_PORT = re.compile(r"^\s+Port (\d+):")
 _IBSTAT_KV = re.compile(r"^\s+(State|Physical state|Rate|Link layer):\s*(.+?)\s*$")

@@ -273,6 +273,21 @@ def test_v2_no_judge_raises_on_a_cut_or_spliced_real_output(golden: str, cut: in
     assert _parse(_kind(golden), spliced) in ("pass", "fail", "error")
 
 
+def test_v2_dotted_non_numbers_in_a_table_are_unreadable_not_a_crash() -> None:
+    table = "     8   2   float   sum   -1   1.2.3   .   4..5   0\n# Avg bus bandwidth : 1.2.3\n"
+    assert _parse("nccl", table) == "error"
+    ib = " #bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n 65536 5000 . 1.2.3 0.7\n"
+    assert _parse("ib", ib) == "error"
+
+
+def test_v2_nan_and_infinity_in_json_are_not_numbers() -> None:
+    amd = '[{"gpu": 0, "ecc": {"total_uncorrectable_count": Infinity}}]'
+    assert _parse("amd", amd) == "error"
+    fio = ('{"jobs": [{"jobname": "j", "error": NaN, "read": {"bw": NaN, "iops": 5},'
+           ' "write": {"bw": Infinity, "iops": 5}}]}')
+    assert _parse("fio", fio) == "error"
+
+
 def test_v2_json_nested_past_the_recursion_limit_is_unreadable_not_a_crash() -> None:
     assert _parse("fio", "[" * 100_000) == "error"
     assert _parse("dcgm", '{"a":' * 50_000) == "error"
