@@ -192,7 +192,7 @@ def render(template: str, ticket: Ticket, logs: str) -> str:
         return str(_compile(template, "the template").render(
             ticket=ticket.model_dump(mode="json"),
             results=ticket.results.model_dump(mode="json"), logs=logs))
-    except TemplateError as exc:
+    except (TemplateError, ValueError) as exc:
         raise TicketError(f"ticket {ticket.id}: the template does not render: {exc}") from None
 
 

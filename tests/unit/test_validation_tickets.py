@@ -276,3 +276,20 @@ def test_v2_bad_ticket_sinks_are_refused_when_the_validation_section_loads() -> 
                                       "token": "secret"}]}, "policy.toml")
     loaded = validation_from({"tickets": [{"kind": "webhook", "url": "https://h/x"}]})
     assert [s.kind for s in sinks_from(loaded.tickets)] == ["webhook"]
+
+
+def test_v2_a_template_naming_an_unknown_field_is_a_clear_error_and_the_directory_keeps_it(
+        failed_run: tuple[Ticket, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ticket, out = failed_run
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_test")
+    template = tmp_path / "bad.md.j2"
+    template.write_text("{{ ticket.rack }}\n")  # compiles, but a ticket has no rack
+    sinks = sinks_from([{"kind": "github", "repo": "acme/hw", "api_url": "http://127.0.0.1:9",
+                         "template": str(template), **FAST},
+                        {"kind": "directory", "path": str(tmp_path / "tickets")}])
+    filed = dict(file_all(sinks, ticket, out))
+    assert isinstance(filed["github"], TicketError)
+    assert "the template does not render" in str(filed["github"]) and "rack" in str(
+        filed["github"])
+    assert Path(str(filed["directory"])).is_file()
