@@ -14,6 +14,7 @@
     │   ├── ProviderRefused        the provider cannot do this action (e.g. slurm: rebuild)
     │   └── ProviderTimeout        a call or an operation ran past its deadline
     ├── CheckError                 a node-side detector could not run
+    ├── TicketError                a hardware ticket could not be filed (sink, why)
     └── NotFound                   a node/remediation named by the operator does not exist
 
 Only the CLI entry points turn these into exit codes (`EXIT_CODES`, below); library
@@ -114,6 +115,10 @@ class CheckError(HealError):
 
 class NotFound(HealError):
     """The node or remediation named does not exist."""
+
+
+class TicketError(HealError):
+    """A ticket sink could not file a hardware ticket (SPEC V2); names the sink and why."""
 
 
 # The CLI maps errors to exit codes here and nowhere else.

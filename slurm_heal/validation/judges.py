@@ -1,17 +1,586 @@
 """Per-tool judges: parse a tool's output and hold it against the step's criteria (V3).
 
 Each judge turns the tool's output into ``measured`` figures and compares them with the
-step's ``criteria``; output it cannot read is an ``error`` (nothing concluded), never a
-pass or a fail.
+step's ``criteria`` (models in `criteria`); output it cannot read is an ``error``
+(nothing concluded), never a pass or a fail. The formats read, and where each comes
+from, are listed in docs/validation.md:
+
+- ``dcgm``: ``dcgmi diag -r N -j`` JSON, DCGM 3.x ("DCGM GPU Diagnostic", ``gpu_id``)
+  and 4.x ("DCGM Diagnostic", ``entity_group``/``entity_id``, ``test_summary``);
+- ``amd``: RVS ``[RESULT]`` verdict lines (gst's "Met target stress ... PASS" /
+  "Couldnt meet target stress ... FAIL", older "met:/pass: TRUE|FALSE") or
+  ``amd-smi metric --ecc --json`` (ECC counts per GPU);
+- ``nccl``: nccl-tests ``all_reduce_perf`` text (the size table, "# Out of bounds
+  values", "# Avg bus bandwidth");
+- ``ib``: perftest ``ib_write_bw`` client output (Gb/sec or MB/sec table) and/or port
+  states from ``ibstat`` or ``grep -H . /sys/class/infiniband/*/ports/*/{state,rate}``;
+- ``fio``: ``fio --output-format=json`` (jobs[].read/write bw in KiB/s, iops, error);
+- ``mounts``: ``findmnt -J`` (tree or ``--list``).
+
+A judge that finds a clear failure fails the step whatever the exit status; a tool that
+exited non-zero with nothing failing in its output concludes nothing (``error``).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from collections.abc import Callable
 from typing import Any
 
+from slurm_heal.validation import criteria as crit
 from slurm_heal.validation.suite import Step, StepResult
 
 
+class Unreadable(Exception):
+    """The output does not hold what the judge needs (the message says what is missing)."""
+
+
+# A judge returns (outcome "pass"|"fail", reason, measured, expected); it raises
+# Unreadable when the output cannot be read.
+Verdict = tuple[str, str, dict[str, Any], dict[str, Any]]
+
+
+def _json_object(output: str, what: str) -> Any:
+    """The JSON document in ``output``: the first line that starts one and decodes
+    (tools print a warning line or two around it)."""
+    decoder = json.JSONDecoder()
+    first_error = ""
+    tries = 0
+    for m in re.finditer(r"^[ \t]*([{\[])", output, re.M):
+        tries += 1
+        if tries > 50:
+            break
+        try:
+            doc, _ = decoder.raw_decode(output, m.start(1))
+            return doc
+        except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested deep
+            first_error = first_error or str(exc) or type(exc).__name__
+    if not tries:
+        raise Unreadable(f"no {what} JSON in the output")
+    raise Unreadable(f"the {what} JSON does not parse: {first_error}")
+
+
+def _num(value: Any) -> float | None:
+    """A finite number from a JSON value or a string, else None (JSON may hold NaN)."""
+    if isinstance(value, bool):
+        return None
+    number: float | None = None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+# ---------------------------------------------------------------------- dcgm
+
+def _status(raw: Any) -> str:
+    """DCGM's result words to Pass/Fail/Warn/Skip ("Skipped", "Not Run" -> Skip)."""
+    text = str(raw or "").strip().lower()
+    if text.startswith("pass"):
+        return "Pass"
+    if text.startswith("fail"):
+        return "Fail"
+    if text.startswith("warn"):
+        return "Warn"
+    if text.startswith("skip") or text.startswith("not run") or text == "not_run":
+        return "Skip"
+    return ""
+
+
+def _texts(raw: Any, key: str) -> list[str]:
+    """``info``/``warnings`` are a string, a list of strings or a list of objects."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [raw] if raw.strip() else []
+    if isinstance(raw, dict):
+        return [str(raw.get(key) or raw.get("message") or json.dumps(raw))]
+    if isinstance(raw, list):
+        out: list[str] = []
+        for item in raw:
+            out.extend(_texts(item, key))
+        return out
+    return [str(raw)]
+
+
+def _entity(result: dict[str, Any]) -> str:
+    if "entity_id" in result:
+        group = str(result.get("entity_group") or "GPU")
+        return f"{group} {result['entity_id']}"
+    for key in ("gpu_id", "gpu_ids"):
+        if key in result and str(result[key]).strip() != "":
+            return f"GPU {result[key]}"
+    return ""
+
+
+def judge_dcgm(step: Step, output: str) -> Verdict:
+    c: crit.DcgmCriteria = crit.parse("dcgm", step.criteria)
+    doc = _json_object(output, "dcgmi diag")
+    if not isinstance(doc, dict):
+        raise Unreadable("the dcgmi diag JSON is not an object")
+    body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
+    if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
+        if doc.get("runtime_error"):  # the diagnostic could not run at all
+            raise Unreadable(f"dcgmi diag did not run: {doc['runtime_error']}")
+        raise Unreadable("no 'DCGM Diagnostic' / 'DCGM GPU Diagnostic' test_categories")
+    failing = c.failing()
+    ran: dict[str, str] = {}  # test -> worst status seen
+    bad: list[dict[str, Any]] = []
+    counts = {"Pass": 0, "Fail": 0, "Warn": 0, "Skip": 0}
+    rank = {"": 0, "Skip": 1, "Pass": 2, "Warn": 3, "Fail": 4}
+    for cat in body["test_categories"]:
+        if not isinstance(cat, dict) or not isinstance(cat.get("tests"), list):
+            continue
+        for test in cat["tests"]:
+            if not isinstance(test, dict):
+                continue
+            name = str(test.get("name", ""))
+            results = test.get("results")
+            results = results if isinstance(results, list) else []
+            summary = test.get("test_summary")
+            if not results and isinstance(summary, dict):
+                results = [summary]
+            for res in results:
+                if not isinstance(res, dict):
+                    continue
+                status = _status(res.get("status"))
+                if not status:
+                    continue
+                counts[status] += 1
+                if rank[status] > rank[ran.get(name, "")]:
+                    ran[name] = status
+                if name in c.ignore_tests or status not in failing:
+                    continue
+                bad.append({"test": name, "category": str(cat.get("category", "")),
+                            "entity": _entity(res), "status": status,
+                            "warnings": _texts(res.get("warnings"), "warning"),
+                            "info": _texts(res.get("info"), "info")})
+    if not ran:
+        raise Unreadable("the dcgmi diag JSON lists no test results")
+    measured: dict[str, Any] = {"tests": ran, "results": counts}
+    expected: dict[str, Any] = {"fail_on": sorted(failing)}
+    if bad:
+        measured["failures"] = bad
+        parts = []
+        for b in bad:
+            where = f" on {b['entity']}" if b["entity"] else ""
+            words = "; ".join(b["warnings"] or b["info"])
+            parts.append(f"{b['test']} {b['status']}{where}" + (f": {words}" if words else ""))
+        return "fail", "dcgmi diag: " + " | ".join(parts), measured, expected
+    missing = [t for t in c.require_tests if ran.get(t, "Skip") == "Skip"]
+    if missing:
+        expected["require_tests"] = list(c.require_tests)
+        raise Unreadable(f"required test(s) did not run: {', '.join(missing)}")
+    return "pass", f"{counts['Pass']} result(s) passed", measured, expected
+
+
+# ---------------------------------------------------------------------- amd
+
+_AMD_KEYS = {
+    "uncorrectable": ("total_uncorrectable_count", "total_uncorrectable"),
+    "correctable": ("total_correctable_count", "total_correctable"),
+    "deferred": ("total_deferred_count", "total_deferred"),
+}
+
+
+# RVS result lines: "[RESULT] [ 1234.567890] [action_1] gst 28851 Gflops 1.2e+05 Met target
+# stress : 1.1e+05 PASS" (RVS 6.x gst), older modules end in "met: TRUE" / "pass: FALSE".
+_RVS_RESULT = re.compile(r"^\s*\[RESULT\s*\]\s*(?:\[\s*[\d.]+\s*\]\s*)?(.*)$")
+_RVS_FAIL = re.compile(r"\b(?:met|pass):\s*FALSE\b|\bFAIL\s*$|Couldn'?t meet", re.I)
+_RVS_PASS = re.compile(r"\b(?:met|pass):\s*TRUE\b|\bPASS\s*$", re.I)
+_RVS_WHO = re.compile(r"^(?:\[([^\]]+)\]\s*)?(\w+)\s+(\d+)\b")
+
+
+def _judge_rvs(output: str) -> Verdict:
+    passed, failed = [], []
+    for line in output.splitlines():
+        m = _RVS_RESULT.match(line)
+        if not m:
+            continue
+        text = m.group(1).strip()
+        if _RVS_FAIL.search(text):
+            failed.append(text)
+        elif _RVS_PASS.search(text):
+            passed.append(text)
+    if not passed and not failed:
+        raise Unreadable("no RVS [RESULT] line with a verdict (PASS/FAIL, met:/pass: TRUE/FALSE)")
+    measured: dict[str, Any] = {"passed": len(passed), "failed": len(failed)}
+    if failed:
+        who = []
+        for text in failed:
+            w = _RVS_WHO.match(text)
+            who.append(f"{w.group(2)} GPU {w.group(3)}" if w else text[:80])
+        measured["failures"] = failed[:20]
+        return "fail", "rvs: " + "; ".join(dict.fromkeys(who)) + f": {failed[0]}", measured, {}
+    return "pass", f"rvs: {len(passed)} result(s) passed", measured, {}
+
+
+def judge_amd(step: Step, output: str) -> Verdict:
+    c: crit.AmdCriteria = crit.parse("amd", step.criteria)
+    if "[RESULT" in output:  # RVS; amd-smi's JSON never holds it
+        return _judge_rvs(output)
+    doc = _json_object(output, "amd-smi")
+    gpus = doc if isinstance(doc, list) else [doc]
+    measured: dict[str, Any] = {}
+    for item in gpus:
+        if not isinstance(item, dict) or not isinstance(item.get("ecc"), dict):
+            continue
+        counts: dict[str, int] = {}
+        for what, keys in _AMD_KEYS.items():
+            for key in keys:
+                value = _num(item["ecc"].get(key))
+                if value is not None:
+                    counts[what] = int(value)
+                    break
+        if "uncorrectable" in counts:
+            measured[str(item.get("gpu", len(measured)))] = counts
+    if not measured:
+        raise Unreadable("no GPU with ecc total_uncorrectable_count in the amd-smi JSON")
+    limits = {"uncorrectable": c.max_uncorrectable, "correctable": c.max_correctable,
+              "deferred": c.max_deferred}
+    expected = {f"max_{k}": v for k, v in limits.items() if v is not None}
+    over = [f"GPU {gpu} {what} ECC {n} > {limits[what]}"
+            for gpu, counts in measured.items() for what, n in counts.items()
+            if limits.get(what) is not None and n > int(limits[what] or 0)]
+    if over:
+        return "fail", "amd-smi: " + "; ".join(over), {"gpus": measured}, expected
+    return "pass", f"{len(measured)} GPU(s) within the ECC limits", {"gpus": measured}, expected
+
+
+# ---------------------------------------------------------------------- nccl
+
+# A decimal number float() takes ("1.2.3" or "." would pass "[\d.]+" and raise).
+NUM = r"(?:\d+(?:\.\d*)?|\.\d+)"
+# "  8589934592  2147483648  float  sum  -1  36245  236.99  414.73  0  36195 ..."
+_NCCL_ROW = re.compile(
+    rf"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
+    rf"\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+)"
+    rf"(?:\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+))?\s*$")
+_NCCL_AVG = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({NUM})(?![\d.])", re.M)
+_NCCL_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.M)
+_NCCL_DEV = re.compile(r"^#\s+Rank\s+\d+.*?device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
+
+
+def judge_nccl(step: Step, output: str) -> Verdict:
+    c: crit.NcclCriteria = crit.parse("nccl", step.criteria)
+    rows: list[dict[str, Any]] = []
+    wrong = 0
+    for line in output.splitlines():
+        m = _NCCL_ROW.match(line)
+        if not m:
+            continue
+        busbw = [float(m.group(8))] + ([float(m.group(12))] if m.group(12) else [])
+        for w in (m.group(9), m.group(13)):
+            if w is not None and w.isdigit():
+                wrong += int(w)
+        rows.append({"size": int(m.group(1)), "busbw": min(busbw)})
+    avg = _NCCL_AVG.search(output)
+    if not rows:
+        raise Unreadable("no all_reduce_perf result rows (size count type redop root ...)")
+    if avg is None:
+        raise Unreadable("no '# Avg bus bandwidth' line (the run did not finish)")
+    oob_m = _NCCL_OOB.search(output)
+    oob = int(oob_m.group(1)) if oob_m else 0
+    largest = max(rows, key=lambda r: r["size"])
+    models = [m.group(1) for m in _NCCL_DEV.finditer(output)]
+    measured: dict[str, Any] = {"avg_busbw_gbps": float(avg.group(1)),
+                                "largest_size_bytes": largest["size"],
+                                "busbw_gbps": largest["busbw"], "wrong": wrong,
+                                "out_of_bounds": oob, "gpus": len(models)}
+    if models:
+        measured["model"] = models[0]
+    expected: dict[str, Any] = {}
+    floor = c.min_busbw_gbps
+    if c.expected_by_model:
+        hit = next((k for k in c.expected_by_model if any(k in m for m in models)), None)
+        if hit is not None:
+            floor = c.expected_by_model[hit]
+            expected["model"] = hit
+        elif floor is None and c.min_avg_busbw_gbps is None:
+            raise Unreadable("no GPU model of expected_by_model ("
+                             + ", ".join(c.expected_by_model) + ") in the '# Using devices' "
+                             "lines" + (f" (saw {models[0]!r})" if models else ""))
+    if wrong or oob:
+        return ("fail", f"all_reduce_perf: {wrong} wrong result(s), {oob} out of bounds value(s)",
+                measured, expected)
+    fails: list[str] = []
+    if floor is not None:
+        expected["min_busbw_gbps"] = floor
+        if largest["busbw"] < floor:
+            fails.append(f"busbw {_fmt(largest['busbw'])} GB/s at {largest['size']} B "
+                         f"< {_fmt(floor)} GB/s expected")
+    if c.min_avg_busbw_gbps is not None:
+        expected["min_avg_busbw_gbps"] = c.min_avg_busbw_gbps
+        if measured["avg_busbw_gbps"] < c.min_avg_busbw_gbps:
+            fails.append(f"avg busbw {_fmt(measured['avg_busbw_gbps'])} GB/s "
+                         f"< {_fmt(c.min_avg_busbw_gbps)} GB/s expected")
+    if fails:
+        return "fail", "all_reduce_perf: " + "; ".join(fails), measured, expected
+    return ("pass", f"busbw {_fmt(largest['busbw'])} GB/s at {largest['size']} B",
+            measured, expected)
+
+
+# ---------------------------------------------------------------------- ib
+
+_IB_HEAD = re.compile(r"#bytes\s+#iterations\s+BW peak\[(Gb|MB)/sec\]\s+BW average\[(?:Gb|MB)/sec\]")
+_IB_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+({NUM})\s+({NUM})\s+({NUM})\s*$")
+_IBSTAT_CA = re.compile(r"^CA '([^']+)'")
+_IBSTAT_PORT = re.compile(r"^\s+Port (\d+):")
+_IBSTAT_KV = re.compile(r"^\s+(State|Physical state|Rate|Link layer):\s*(.+?)\s*$")
+# "/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE"
+_SYSFS = re.compile(r"(?:^|/)([^/\s]+)/ports/(\d+)/(state|phys_state|rate|link_layer):(.*)$")
+
+
+def _bw_table(output: str) -> dict[str, Any] | None:
+    unit = ""
+    rows: list[tuple[int, float]] = []
+    for line in output.splitlines():
+        head = _IB_HEAD.search(line)
+        if head:
+            unit = head.group(1)
+            continue
+        m = _IB_ROW.match(line)
+        if unit and m:
+            avg = float(m.group(4))
+            # perftest's MB is 2^20 bytes (its MEGA); Gb is 10^9 bits.
+            gbps = avg if unit == "Gb" else avg * 1048576 * 8 / 1e9
+            rows.append((int(m.group(1)), gbps))
+    if not rows:
+        return None
+    size, gbps = max(rows)
+    return {"bw_avg_gbps": round(gbps, 3), "size_bytes": size, "unit": f"{unit}/sec"}
+
+
+def _ports(output: str) -> dict[str, dict[str, str]]:
+    ports: dict[str, dict[str, str]] = {}
+    ca = port = ""
+    for line in output.splitlines():
+        m = _IBSTAT_CA.match(line)
+        if m:
+            ca, port = m.group(1), ""
+            continue
+        m = _IBSTAT_PORT.match(line)
+        if m and ca:
+            port = f"{ca}/{m.group(1)}"
+            ports[port] = {}
+            continue
+        m = _IBSTAT_KV.match(line)
+        if m and port:
+            key = {"State": "state", "Physical state": "phys_state", "Rate": "rate",
+                   "Link layer": "link_layer"}[m.group(1)]
+            ports[port][key] = m.group(2)
+            continue
+        m = _SYSFS.search(line.strip())
+        if m:
+            ports.setdefault(f"{m.group(1)}/{m.group(2)}", {})[m.group(3)] = m.group(4).strip()
+    return {k: v for k, v in ports.items() if "state" in v}
+
+
+def _word(state: str) -> str:
+    """"4: ACTIVE" (sysfs) and "Active" (ibstat) -> "ACTIVE"."""
+    return state.split(":")[-1].strip().upper()
+
+
+def _rate(rate: str) -> float | None:
+    """"400 Gb/sec (4X NDR)" (sysfs) and "400" (ibstat) -> 400.0."""
+    parts = rate.split()
+    return _num(parts[0]) if parts else None
+
+
+def judge_ib(step: Step, output: str) -> Verdict:
+    c: crit.IbCriteria = crit.parse("ib", step.criteria)
+    table = _bw_table(output)
+    ports = _ports(output)
+    # Ports of another link layer (a RoCE bond on the same adapter) are not judged.
+    ports = {k: v for k, v in ports.items() if v.get("link_layer", "InfiniBand") in c.link_layers}
+    if table is None and not ports:
+        raise Unreadable("no ib_write_bw result table (#bytes #iterations BW peak ...) and "
+                         "no port states (ibstat or sysfs lines)")
+    if c.min_bw_gbps is not None and table is None:
+        raise Unreadable("min_bw_gbps is set but there is no ib_write_bw result table")
+    if c.wants_ports() and not ports:
+        raise Unreadable("port criteria are set but the output lists no port")
+    if c.devices:  # a listed adapter absent from a listing of ports is a failure below
+        ports = {k: v for k, v in ports.items() if k.split("/")[0] in c.devices}
+    measured: dict[str, Any] = {}
+    expected: dict[str, Any] = {}
+    fails: list[str] = []
+    if table is not None:
+        measured.update(table)
+        if c.min_bw_gbps is not None:
+            expected["min_bw_gbps"] = c.min_bw_gbps
+            if table["bw_avg_gbps"] < c.min_bw_gbps:
+                fails.append(f"ib_write_bw {_fmt(table['bw_avg_gbps'])} Gb/s at "
+                             f"{table['size_bytes']} B < {_fmt(c.min_bw_gbps)} Gb/s expected")
+    missing = [d for d in c.devices if not any(k.split("/")[0] == d for k in ports)]
+    if c.devices:
+        expected["devices"] = list(c.devices)
+    if missing:
+        fails.append(f"no port of {', '.join(missing)} in the listing")
+    if ports:
+        want = c.port_state.upper()
+        expected["port_state"] = want
+        active = 0
+        measured["ports"] = {}
+        for name, p in sorted(ports.items()):
+            state, rate = _word(p["state"]), _rate(p.get("rate", ""))
+            measured["ports"][name] = {"state": state, "rate_gbps": rate}
+            if state != want:
+                fails.append(f"{name} is {state}, not {want}")
+                continue
+            active += 1
+            if c.min_rate_gbps is not None and (rate is None or rate < c.min_rate_gbps):
+                fails.append(f"{name} rate {p.get('rate') or '?'} < {_fmt(c.min_rate_gbps)} "
+                             f"Gb/s expected")
+        measured["active_ports"] = active
+        if c.min_rate_gbps is not None:
+            expected["min_rate_gbps"] = c.min_rate_gbps
+        if c.min_active_ports is not None:
+            expected["min_active_ports"] = c.min_active_ports
+            if active < c.min_active_ports:
+                fails.append(f"{active} port(s) {want} < {c.min_active_ports} expected")
+    if fails:
+        return "fail", "; ".join(fails), measured, expected
+    words = []
+    if table is not None:
+        words.append(f"{_fmt(table['bw_avg_gbps'])} Gb/s at {table['size_bytes']} B")
+    if ports:
+        words.append(f"{measured['active_ports']} port(s) {c.port_state.upper()}")
+    return "pass", ", ".join(words), measured, expected
+
+
+# ---------------------------------------------------------------------- fio
+
+def judge_fio(step: Step, output: str) -> Verdict:
+    c: crit.FioCriteria = crit.parse("fio", step.criteria)
+    doc = _json_object(output, "fio")
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list) or not jobs:
+        raise Unreadable("no jobs in the fio JSON")
+    total = {"read_mibps": 0.0, "write_mibps": 0.0, "read_iops": 0.0, "write_iops": 0.0}
+    errors: list[str] = []
+    seen = False
+    for job in jobs:
+        if not isinstance(job, dict):
+            continue
+        name = str(job.get("jobname", "?"))
+        err = _num(job.get("error"))
+        if err:
+            errors.append(f"job {name} error {int(err)}")
+        for rw in ("read", "write"):
+            part = job.get(rw)
+            if not isinstance(part, dict):
+                continue
+            bw, iops = _num(part.get("bw")), _num(part.get("iops"))
+            if bw is None or iops is None:
+                continue
+            seen = True
+            total[f"{rw}_mibps"] += bw / 1024  # fio's bw is KiB/s
+            total[f"{rw}_iops"] += iops
+    if not seen and not errors:
+        raise Unreadable("no read/write bw and iops in the fio jobs")
+    measured: dict[str, Any] = {k: round(v, 3) for k, v in total.items()}
+    expected = {k: v for k, v in {"min_read_mibps": c.min_read_mibps,
+                                  "min_write_mibps": c.min_write_mibps,
+                                  "min_read_iops": c.min_read_iops,
+                                  "min_write_iops": c.min_write_iops}.items() if v is not None}
+    if errors:
+        return "fail", "fio: " + "; ".join(errors), measured, expected
+    fails = []
+    for key, floor in expected.items():
+        have = total[key.removeprefix("min_")]
+        unit = "MiB/s" if key.endswith("mibps") else "IOPS"
+        if have < floor:
+            fails.append(f"{key.removeprefix('min_').split('_')[0]} {_fmt(have)} {unit} "
+                         f"< {_fmt(floor)} {unit} expected")
+    if fails:
+        return "fail", "fio: " + "; ".join(fails), measured, expected
+    return ("pass", f"read {_fmt(total['read_mibps'])} MiB/s, write "
+            f"{_fmt(total['write_mibps'])} MiB/s", measured, expected)
+
+
+# ---------------------------------------------------------------------- mounts
+
+def _filesystems(items: Any, out: dict[str, dict[str, str]]) -> None:
+    if not isinstance(items, list):
+        return
+    for fs in items:
+        if not isinstance(fs, dict):
+            continue
+        target = fs.get("target")
+        if isinstance(target, str):
+            out[target] = {"source": str(fs.get("source", "")),
+                           "fstype": str(fs.get("fstype", "")),
+                           "options": str(fs.get("options", ""))}
+        _filesystems(fs.get("children"), out)
+
+
+def judge_mounts(step: Step, output: str) -> Verdict:
+    c: crit.MountsCriteria = crit.parse("mounts", step.criteria)
+    doc = _json_object(output, "findmnt")
+    if not isinstance(doc, dict) or not isinstance(doc.get("filesystems"), list):
+        raise Unreadable("no 'filesystems' in the findmnt JSON")
+    mounted: dict[str, dict[str, str]] = {}
+    _filesystems(doc["filesystems"], mounted)
+    fails: list[str] = []
+    measured: dict[str, Any] = {}
+    for target in dict.fromkeys([*c.mounts, *c.rw, *c.ro]):
+        fs = mounted.get(target)
+        if fs is None:
+            fails.append(f"{target} is not mounted")
+            measured[target] = None
+            continue
+        options = fs["options"].split(",")
+        measured[target] = {"fstype": fs["fstype"], "source": fs["source"],
+                            "mode": "rw" if "rw" in options else "ro" if "ro" in options else ""}
+        for mode, wanted in (("rw", c.rw), ("ro", c.ro)):
+            if target in wanted and mode not in options:
+                fails.append(f"{target} is not {mode} ({fs['options']})")
+    expected = {"mounts": list(c.mounts), "rw": list(c.rw), "ro": list(c.ro)}
+    if fails:
+        return "fail", "; ".join(fails), {"mounts": measured}, expected
+    return "pass", f"{len(measured)} mount(s) as expected", {"mounts": measured}, expected
+
+
+JUDGES: dict[str, Callable[[Step, str], Verdict]] = {
+    "dcgm": judge_dcgm, "amd": judge_amd, "nccl": judge_nccl, "ib": judge_ib,
+    "fio": judge_fio, "mounts": judge_mounts,
+}
+
+
 def judge(step: Step, rc: int, output: str, base: dict[str, Any]) -> StepResult:
-    """Judge ``step`` by its kind. Kinds without a judge yet conclude nothing."""
-    return StepResult(**base, outcome="error", reason=f"no judge for kind {step.kind!r}")
+    """Judge ``step`` by its kind: a clear failure in the output fails it; unreadable
+    output, or a non-zero exit with nothing failing in the output, is an ``error``."""
+    fn = JUDGES.get(step.kind)
+    if fn is None:
+        return StepResult(**base, outcome="error", reason=f"no judge for kind {step.kind!r}")
+    try:
+        crit.parse(step.kind, step.criteria)
+    except ValueError as exc:  # checked at load; only a hand-built Step gets here
+        return StepResult(**base, outcome="error", reason=f"criteria: {exc}")
+    try:
+        outcome, reason, measured, expected = fn(step, output)
+    except Unreadable as exc:
+        why = f"{step.command[0]}: {exc}"
+        if rc:
+            why += f" (exit status {rc})"
+        return StepResult(**base, outcome="error", reason=why)
+    except Exception as exc:  # a judge's bug must not lose the other steps' results
+        return StepResult(**base, outcome="error",
+                          reason=f"the {step.kind} judge failed: {type(exc).__name__}: {exc}")
+    if outcome == "pass" and rc != 0:
+        return StepResult(**base, outcome="error", measured=measured, expected=expected,
+                          reason=f"exit status {rc} though the output shows no failure "
+                                 f"({reason})")
+    return StepResult(**base, outcome="fail" if outcome == "fail" else "pass",
+                      reason=reason, measured=measured, expected=expected)

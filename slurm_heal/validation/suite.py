@@ -16,7 +16,14 @@ import math
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from slurm_heal.errors import ConfigError
 
@@ -57,6 +64,17 @@ class Step(_Model):
                 if field is not None and field not in PLACEHOLDERS:
                     raise ValueError(f"{arg!r} names {{{field}}}; the placeholders are "
                                      + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
+        return value
+
+    @field_validator("criteria")
+    @classmethod
+    def _criteria(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        # Checked against the kind's model when the policy file is loaded, so a typo in a
+        # criterion is refused at start, not when a machine is tested (V3).
+        from slurm_heal.validation import criteria
+        kind = info.data.get("kind")
+        if kind is not None:  # a bad kind is reported on its own
+            criteria.parse(kind, value)
         return value
 
 
@@ -146,12 +164,16 @@ def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Vali
     """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
     from pydantic import ValidationError
     try:
-        return Validation.model_validate(data or {})
+        result = Validation.model_validate(data or {})
     except ValidationError as exc:
         err = exc.errors()[0]
         key = "validation." + ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(msg, file=source, key=key) from None
+    # The ticket sinks too, so a typo there is refused at start, not when a machine fails.
+    from slurm_heal.validation.tickets import sinks_from
+    sinks_from(result.tickets, source)
+    return result
 
 
 def is_number(value: Any) -> bool:
