@@ -582,6 +582,8 @@ class Store:
                 cmd = cmd.model_copy(update={"remediation": rem.id, "node": rem.node})
             elif cmd.kind == "request" and (not cmd.node or cmd.action is None):
                 raise NotFound("a request needs a node and an action")
+            elif cmd.kind == "validate" and not cmd.node:
+                raise NotFound("a validation needs a node (SPEC V1)")
             txn.state = state.model_copy(update={"inbox": state.inbox + (cmd,)})
         return cmd
 
