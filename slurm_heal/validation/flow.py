@@ -225,12 +225,9 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime) -> Advance:
     if node is None:
         return _restore(run, facts, now, f"{run.node} is gone from Slurm")
     if state and state not in JOB_DONE:
-        if node.down and state in ("RUNNING", "CONFIGURING", "COMPLETING", "PENDING"):
-            run = _with(run, summary=f"{run.node} went DOWN under job {run.job_id} "
-                        f"({node.reason or 'no reason'})")
-            return _enter(run, now, "restoring", "V2", f"interrupted: {run.summary}; the job "
-                          "is cancelled and the machine restored",
-                          [("cancel", ""), *_restore_effects(run, node)])
+        if node.down:
+            return _restore(run, facts, now, f"{run.node} went DOWN under job {run.job_id} "
+                            f"({node.reason or 'no reason'})", cancel=True)
         return Advance(run)  # pending or running: look again next cycle
     res = facts.results
     if state in JOB_JUDGED or (not state and res is not None and res.final):
@@ -266,15 +263,30 @@ def _restore_effects(run: ValidationRun, node: NodeInfo | None
     return out
 
 
-def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str) -> Advance:
+def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,
+             cancel: bool = False) -> Advance:
     prev = run.previous or Previous()
-    run = _with(run, summary=why, restored=(
-        f"reservation {run.reservation} removed"
-        + (f"; drained again ({prev.reason!r})" if prev.drained and prev.reason
-           else "; in service as before")
-        + (f"; still in {', '.join(prev.reservations)}" if prev.reservations else "")))
+    effects = _restore_effects(run, facts.node)
+    if cancel:
+        effects.insert(0, ("cancel", ""))  # the job first: it must not run on
+    kinds = [k for k, _ in effects]
+    words = [f"reservation {run.reservation} removed"] if run.reservation else []
+    node = facts.node
+    if "drain" in kinds:
+        words.append(f"drained again ({prev.reason!r})")
+    elif "resume" in kinds:
+        words.append("resumed: in service as before")
+    elif node is not None and (node.drained or node.down):
+        words.append(f"it is {'DOWN' if node.down else 'drained'} now ({node.reason!r}, not "
+                     "ours): left to Slurm and a person; it was "
+                     + ("drained" if prev.drained else "in service") + " before")
+    else:
+        words.append("in service as before")
+    if prev.reservations:
+        words.append(f"still in {', '.join(prev.reservations)}")
+    run = _with(run, summary=why, restored="; ".join(words))
     return _enter(run, now, "restoring", "V2", f"interrupted: {why}; restoring the previous "
-                  "state", _restore_effects(run, facts.node))
+                  "state", effects)
 
 
 # ------------------------------------------------------------------------- helpers
