@@ -237,7 +237,8 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime) -> Advance:
         run = _with(run, outcome=res.outcome, summary=res.summary)
         if res.outcome == "pass":
             effects: list[tuple[EffectKind, str]] = [("unreserve", "")]
-            if node.drained and _ours(node.reason):
+            if node.drained and _ours(node.reason) and not facts.open_remediation:
+                # (a remediation opened on the node meanwhile keeps its own cordon)
                 effects.append(("resume", node.reason))
             return _enter(run, now, "returning", "V2", f"suite passed ({res.summary}): "
                           "reservation removed, machine back in service", effects)
@@ -251,14 +252,14 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime) -> Advance:
     return _restore(run, facts, now, what)
 
 
-def _restore_effects(run: ValidationRun, node: NodeInfo | None
+def _restore_effects(run: ValidationRun, node: NodeInfo | None, open_remediation: str | None
                      ) -> list[tuple[EffectKind, str]]:
     prev = run.previous or Previous()
     out: list[tuple[EffectKind, str]] = [("unreserve", "")]
     if prev.drained and prev.reason:
         out.append(("drain", prev.reason))  # exactly the old reason
     elif node is not None and (node.drained or node.down) and (
-            not node.reason or _ours(node.reason)):
+            not node.reason or _ours(node.reason)) and not open_remediation:
         out.append(("resume", node.reason))
     return out
 
@@ -266,7 +267,7 @@ def _restore_effects(run: ValidationRun, node: NodeInfo | None
 def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,
              cancel: bool = False) -> Advance:
     prev = run.previous or Previous()
-    effects = _restore_effects(run, facts.node)
+    effects = _restore_effects(run, facts.node, facts.open_remediation)
     if cancel:
         effects.insert(0, ("cancel", ""))  # the job first: it must not run on
     kinds = [k for k, _ in effects]

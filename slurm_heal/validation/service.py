@@ -35,6 +35,7 @@ from slurm_heal.errors import HealError, NotFound
 from slurm_heal.models import Command, State, ValidationRun
 from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.slurm.cli import ACTIVE_JOB_STATES
 from slurm_heal.types import Action, ClusterView, NodeInfo
 from slurm_heal.validation import flow
 from slurm_heal.validation.slurmjobs import SlurmJobs
@@ -235,12 +236,12 @@ class Validator:
         steps = cfg.suite_for(cfg.vendor)
         base: dict[str, Any] = {"node": node, "enabled": cfg.enabled,
                                 "has_steps": bool(steps)}
+        opened = state.open_for(run.node)
+        base["open_remediation"] = opened[0].id if opened else None
         if run.phase == "requested":
-            opened = state.open_for(run.node)
             held = self.jobs(cfg).reservations()
             base["reservations"] = tuple(sorted(
                 name for name, nodes in held.items() if run.node in nodes))
-            base["open_remediation"] = opened[0].id if opened else None
             base["failed_before"] = any(
                 v.phase == "failed" and v.id != run.id and (
                     v.node == run.node or (run.host is not None and v.host == run.host))
@@ -269,7 +270,7 @@ class Validator:
             if (cand.name == node.name or cand.partitions[:1] != pool or cand.drained
                     or cand.down or "IDLE" not in cand.states or cand.name in busy
                     or cand.name in reserved or state.open_for(cand.name)
-                    or view.jobs_on(cand.name)):
+                    or any(j.state in ACTIVE_JOB_STATES for j in view.jobs_on(cand.name))):
                 continue
             return cand.name
         return ""

@@ -41,7 +41,8 @@ exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
 class Val:
     """One test's slurm-heal installation with validation configured."""
 
-    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, extra_toml: str = "") -> None:
+    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, extra_toml: str = "",
+                 extra_steps: str = "") -> None:
         self.lab, self.tmp, self.sim = lab, tmp, sim
         self.state_dir = tmp / "state"
         self.tickets = tmp / "tickets"
@@ -85,6 +86,7 @@ job_time_limit = "10m"
 name = "gpu-diag"
 command = ["dcgmi", "diag", "-r", "{{level}}"]
 timeout = "5m"
+{extra_steps}
 
 [[validation.tickets]]
 kind = "directory"
@@ -172,10 +174,10 @@ def _clear_reservations(lab: Lab) -> None:
 def val(lab_clean: Lab, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Val]:
     lab = lab_clean
     _clear_reservations(lab)
-    extra_toml = getattr(request, "param", "")
+    param = getattr(request, "param", {})
     hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
     with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
-        v = Val(lab, tmp_path, sim, extra_toml)
+        v = Val(lab, tmp_path, sim, param.get("toml", ""), param.get("steps", ""))
         try:
             yield v
         finally:
@@ -309,7 +311,8 @@ def test_node_lost_mid_test_restores_and_records(lab: Lab, val: Val) -> None:
     assert not val.tickets.exists() or not list(val.tickets.iterdir())
 
 
-@pytest.mark.parametrize("val", ['hosts = { "host-gpu01" = "gpu03" }\n'], indirect=True)
+@pytest.mark.parametrize("val", [{"toml": 'hosts = { "host-gpu01" = "gpu03" }\n'}],
+                         indirect=True)
 def test_migrate_validates_the_vacated_host_as_a_job_there(lab: Lab, val: Val) -> None:
     """SPEC V1, L2: a migrate of gpu01 through the provider simulator vacates host-gpu01,
     which is lab node gpu03 (``[validation] hosts``): the daemon validates gpu03 as a
@@ -332,3 +335,36 @@ def test_migrate_validates_the_vacated_host_as_a_job_there(lab: Lab, val: Val) -
     assert done.job_id is not None and "running" in done.phase_times
     assert [h["host"] for h in val.sim.validation()] == ["host-gpu01"]
     assert lab.state("gpu03") == {"IDLE"} and PREFIX not in val.reservations()
+
+
+PEER_STEP = """
+[[validation.suites.default]]
+name = "nccl-pair"
+command = ["dcgmi", "pair", "{node}", "{peer}"]
+timeout = "5m"
+peer = true
+"""
+
+
+@pytest.mark.parametrize("val", [{"steps": PEER_STEP}], indirect=True)
+def test_multi_node_step_pairs_with_an_idle_healthy_peer_held_only_for_the_test(
+        lab: Lab, val: Val) -> None:
+    """SPEC V1: a step across two machines gets a known-healthy peer chosen by the
+    controller from the same pool (idle, not drained, not under remediation); it is in
+    the reservation and the job while the test runs, and free again after."""
+    node = "gpu01"
+    lab.scontrol("update", "nodename=gpu02", "state=drain", "reason=bad DIMM")  # not a peer
+    val.tool(rc=0, sleep=4)
+    val.start_daemon()
+    val.validate(node)
+    running = val.wait_run(node, ("running",), timeout=60)
+    assert running.peer == "gpu03", running.peer
+    res = val.reservations()
+    assert "Nodes=gpu[01,03]" in res or "Nodes=gpu01,gpu03" in res, res
+    done = val.wait_run(node, ("passed", "failed", "interrupted", "skipped"), timeout=90)
+    assert done.phase == "passed", done
+    log = (Path(done.results_dir) / "nccl-pair.log").read_text()
+    assert "dcgmi (stub) pair gpu01 gpu03" in log
+    assert PREFIX not in val.reservations()
+    assert lab.state("gpu01") == lab.state("gpu03") == {"IDLE"}
+    assert "DRAIN" in lab.state("gpu02")  # someone else's drain, untouched

@@ -316,3 +316,55 @@ def test_validations_round_trip_through_the_store(tmp_path: Path) -> None:
     with store.transaction() as txn:
         txn.state = State(validations=(run,))
     assert store.load().validations == (run,)
+
+
+def test_pass_leaves_a_cordon_of_a_remediation_opened_meanwhile() -> None:
+    """House style 2 / L3: an alert during the test opened a remediation that cordoned the
+    node; the pass removes the reservation but does not undo that cordon."""
+    cordon = "heal: gpu.xid.79 rem=r-7 by=controller cordoned for reboot"
+    adv = flow.advance(to_running(), flow.Facts(
+        node=node("gpu01", "IDLE", "DRAIN", reason=cordon), job=done("COMPLETED"),
+        results=passed(), open_remediation="r-7"), T0, KNOBS)
+    assert adv.run.phase == "returning" and kinds(adv) == ["unreserve"]
+
+
+def test_retention_drops_old_finished_validations_and_keeps_open_ones(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state")
+    old = new_run(id="v-old", phase="passed", updated=T0 - timedelta(days=30))
+    held = new_run(id="v-held", phase="running", updated=T0 - timedelta(days=30))
+    recent = new_run(id="v-new", phase="failed", updated=T0)
+    with store.transaction() as txn:
+        txn.state = State(validations=(old, held, recent))
+    kept = store.prune(T0, keep=timedelta(days=14)).validations
+    assert [v.id for v in kept] == ["v-held", "v-new"]
+
+
+def test_policy_check_names_a_bad_validation_key(tmp_path: Path) -> None:
+    """A typo in [validation] is refused when the config is checked (exit 2), naming it."""
+    import pytest
+
+    from slurm_heal.configcheck import check_config
+    from slurm_heal.errors import ConfigError
+
+    conf = tmp_path / "heal.toml"
+    conf.write_text('[provider]\ntype = "simulator"\n[validation]\njob_time_limt = "1h"\n')
+    with pytest.raises(ConfigError) as err:
+        check_config(conf, build_provider=False)
+    assert "validation.job_time_limt" in str(err.value)
+
+
+def test_peer_is_an_idle_healthy_node_of_the_same_pool(tmp_path: Path) -> None:
+    """V1: not drained, not in another pool, running nothing, in no reservation, not under
+    remediation or validation; a job that already ended does not make a node busy."""
+    from slurm_heal.types import ClusterView
+
+    nodes = (node("gpu01"), node("gpu02", "IDLE", "DRAIN", reason="bad DIMM"),
+             node("gpu03", partitions=("cpu",)), node("gpu04", "MIXED"), node("gpu05"),
+             node("gpu06"), node("gpu07"))
+    jobs = (JobInfo(job_id=1, user="u", state="RUNNING", nodes=("gpu04",)),
+            JobInfo(job_id=2, user="u", state="COMPLETED", nodes=("gpu07",)))
+    state = State(validations=(new_run(id="v-9", node="gpu06", phase="running"),))
+    v = Validator(store=None, slurm=None, state_dir=tmp_path)  # type: ignore[arg-type]
+    view = ClusterView(nodes=nodes, jobs=jobs)
+    assert v.peer(nodes[0], view, state, {"site": ("gpu05",)}, None) == "gpu07"  # type: ignore[arg-type]
+    assert v.peer(nodes[0], view, state, {}, None) == "gpu05"  # type: ignore[arg-type]
