@@ -14,6 +14,7 @@
     │   ├── ProviderRefused        the provider cannot do this action (e.g. slurm: rebuild)
     │   └── ProviderTimeout        a call or an operation ran past its deadline
     ├── CheckError                 a node-side detector could not run
+    ├── ValidationFlowError        a step of a machine's validation could not be done
     └── NotFound                   a node/remediation named by the operator does not exist
 
 Only the CLI entry points turn these into exit codes (`EXIT_CODES`, below); library
@@ -110,6 +111,11 @@ class ProviderTimeout(ProviderError):
 
 class CheckError(HealError):
     """A node-side detector could not run."""
+
+
+class ValidationFlowError(HealError):
+    """A step of a machine's validation could not be done (SPEC V1, V2); the validation's
+    record says which and why."""
 
 
 class NotFound(HealError):

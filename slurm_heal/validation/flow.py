@@ -44,7 +44,7 @@ from slurm_heal.models import Attempt, Previous, Step, ValidationRun, VPhase
 from slurm_heal.types import JobInfo, NodeInfo
 
 __all__ = ["TERMINAL", "Advance", "Facts", "Knobs", "Previous", "Results", "VEffect",
-           "ValidationRun", "advance", "run_id"]
+           "ValidationRun", "advance", "run_id", "skip"]
 EffectKind = Literal["reserve", "unreserve", "lift", "submit", "cancel", "resume", "drain",
                      "ticket"]
 # Job states in which the job is over (squeue/scontrol, 22.05 and 25.11).
@@ -305,6 +305,11 @@ def _step(run: ValidationRun, now: datetime, phase: str, rule: str, why: str) ->
     return run.model_copy(update={
         "steps": run.steps + (Step(at=now, phase=phase, rule=rule, why=why),),
         "phase_times": times, "updated": now})
+
+
+def skip(run: ValidationRun, now: datetime, why: str, rule: str = "V1") -> ValidationRun:
+    """The run ends before anything was done to the machine, and says why."""
+    return _finish(run, now, "skipped", rule, why).run
 
 
 def _once(run: ValidationRun, now: datetime, phase: str, rule: str, why: str) -> Advance:

@@ -31,7 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from slurm_heal.errors import HealError, NotFound
+from slurm_heal.errors import HealError, NotFound, ValidationFlowError
 from slurm_heal.models import Command, State, ValidationRun
 from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
@@ -133,9 +133,7 @@ class Validator:
             origin=origin, remediation=remediation, created=now, updated=now,
             reason=f"vacated by {action.value} of {node} ({remediation})")
         if why:
-            run = flow.advance(run, flow.Facts(node=None), now, flow.Knobs()).run
-            run = run.model_copy(update={"steps": run.steps[:-1] + (
-                run.steps[-1].model_copy(update={"why": why}),)})
+            run = flow.skip(run, now, why)
         return self._create(run)
 
     def _create(self, run: ValidationRun) -> ValidationRun:
@@ -169,9 +167,13 @@ class Validator:
 
     # ------------------------------------------------------------------ the cycle
     def cycle(self, view: ClusterView, now: datetime, policy: Any) -> None:
-        cfg = self.settings(policy)
-        self.intake(now)
         state: State = self.store.load()
+        if any(c.kind == "validate" for c in state.inbox):
+            self.intake(now)
+            state = self.store.load()
+        if all(v.terminal for v in state.validations):
+            return  # the steady state: nothing to look at, no Slurm call, no write
+        cfg = self.settings(policy)
         for run in state.validations:
             if run.terminal:
                 continue
@@ -311,7 +313,7 @@ class Validator:
             if not info.drained:
                 return "not drained", None
             if info.reason != effect.reason:
-                raise HealError(f"{run.node}'s reason changed ({info.reason!r}); not lifted")
+                raise ValidationFlowError(f"{run.node}'s reason changed ({info.reason!r}); not lifted")
             self.slurm.resume(run.node)
             return f"drain {effect.reason!r} lifted for the job (the reservation holds it)", None
         if kind == "resume":
@@ -320,7 +322,7 @@ class Validator:
                 return "already in service", None
             from slurm_heal import reasons
             if info.reason and not reasons.is_ours(info.reason):
-                raise HealError(f"{run.node} is out of service for a reason not ours "
+                raise ValidationFlowError(f"{run.node} is out of service for a reason not ours "
                                 f"({info.reason!r}); left alone")
             self.slurm.resume(run.node)
             return "resumed", None
@@ -329,7 +331,7 @@ class Validator:
             return f"drained: {effect.reason}", None
         if kind == "ticket":
             return self._ticket(run, cfg, now, state)
-        raise HealError(f"unknown validation effect {kind}")  # pragma: no cover
+        raise ValidationFlowError(f"unknown validation effect {kind}")  # pragma: no cover
 
     def _submit(self, run: ValidationRun, cfg: Validation,
                 jobs: SlurmJobs) -> tuple[str, str | None]:
@@ -337,6 +339,12 @@ class Validator:
 
         out = self.results_root(cfg) / run.id
         out.mkdir(parents=True, exist_ok=True)
+        if (out / "job.out").exists() and jobs.find_job(run.job_name) is None:
+            # Sent again after a restart, and a job already ran here that Slurm no longer
+            # lists (longer ago than MinJobAge): never a second job; the run is restored.
+            raise ValidationFlowError(
+                f"a validation job already ran in {out} (job.out is there) and Slurm no "
+                "longer lists it; not submitted again")
         steps = cfg.suite_for(cfg.vendor)
         spec = RunSpec(node=run.node, peer=run.peer, vendor=cfg.vendor, steps=steps,
                        values={"level": str(run.level or cfg.level)})
@@ -375,7 +383,7 @@ class Validator:
         try:
             results = SuiteResult.model_validate(json.loads((logs / RESULTS).read_text()))
         except (OSError, ValueError, ValidationError) as exc:
-            raise HealError(f"the results in {logs} cannot be read for the ticket: {exc}") \
+            raise ValidationFlowError(f"the results in {logs} cannot be read for the ticket: {exc}") \
                 from exc
         rems = sorted((r for r in state.remediations
                        if r.node == run.node or (run.host and r.host == run.host)),
