@@ -396,10 +396,7 @@ class Validator:
         except HealError:
             info = None
         if info is not None:
-            if info.instance_id:
-                identity["instance_id"] = info.instance_id
-            if info.hostname:
-                identity.setdefault("hostname", info.hostname)
+            identity.update(_identity(info, now))
         ticket = Ticket(
             id=run.id, node=run.node, identity=identity,
             summary=f"{run.node} failed validation: {run.summary}",
@@ -414,6 +411,27 @@ class Validator:
                     f"logs stay in {logs}"), ""
         refs = [sink.file(ticket, logs) for sink in sinks]
         return f"ticket {run.id} filed: {', '.join(refs)}", ", ".join(refs)
+
+
+def _identity(info: NodeInfo, now: datetime) -> dict[str, str]:
+    """The machine's identity as Slurm and the node check know it: the GPU serials and
+    the machine id the node check published in Extra, Slurm's InstanceId and hostname."""
+    from slurm_heal import extra
+
+    out: dict[str, str] = {}
+    data = extra.read_check_data(info.name, info.extra, now)
+    if data.host:
+        out["machine"] = data.host
+    ours = (info.extra or {}).get(extra.KEY)
+    machine = ours.get("machine") if isinstance(ours, dict) else None
+    serials = machine.get("gpu_serials") if isinstance(machine, dict) else None
+    if isinstance(serials, list) and serials:
+        out["gpu_serials"] = ",".join(str(s) for s in serials)
+    if info.instance_id:
+        out["instance_id"] = info.instance_id
+    if info.hostname and info.hostname != info.name:
+        out["hostname"] = info.hostname
+    return out
 
 
 def _from_command(cmd: Command, now: datetime) -> ValidationRun:

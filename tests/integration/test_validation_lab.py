@@ -292,7 +292,7 @@ def test_node_lost_mid_test_restores_and_records(lab: Lab, val: Val) -> None:
     """SPEC V2: the node's slurmd stops mid-test; Slurm fails the job (NODE_FAIL) or marks
     the node DOWN -> interrupted: the job is ended, the reservation removed, recorded."""
     node = "gpu02"
-    val.tool(rc=0, sleep=300)
+    val.tool(rc=0, sleep=90)  # outlives the NODE_FAIL (~40 s), not the test by much
     val.start_daemon()
     val.validate(node)
     running = val.wait_run(node, ("running",), timeout=60)
