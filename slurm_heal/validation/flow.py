@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from slurm_heal import reasons
@@ -114,6 +114,9 @@ class Knobs:
     prefix: str = "slurm-heal-validate-"
     level: int = 2  # the {level} placeholder's value; level_after_failure once it failed
     level_after_failure: int = 3
+    # A job still PENDING this long after submission never got the machine (Slurm ends
+    # one that runs too long itself: TIMEOUT): cancelled, and the machine restored.
+    pending_limit: timedelta = timedelta(hours=2)
 
 
 def marker(run: ValidationRun, text: str) -> str:
@@ -152,7 +155,7 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
         return Advance(_step(run, now, "running", "V1", f"job {run.job_id} ({run.job_name}) "
                              "is followed through Slurm"))
     if run.phase == "running":
-        return _follow(run, facts, now)
+        return _follow(run, facts, now, knobs)
     if run.phase == "returning":
         return _finish(run, now, "passed", "V2", "passed: back in service, no ticket"
                        + (f" ({'; '.join(a.detail for a in failed)})" if failed else ""))
@@ -217,7 +220,7 @@ def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Adv
                   + f"); level {level}", effects)
 
 
-def _follow(run: ValidationRun, facts: Facts, now: datetime) -> Advance:
+def _follow(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
     job, node = facts.job, facts.node
     state = job.state if job is not None else ""
     if state and state != run.job_state:
@@ -228,6 +231,11 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime) -> Advance:
         if node.down:
             return _restore(run, facts, now, f"{run.node} went DOWN under job {run.job_id} "
                             f"({node.reason or 'no reason'})", cancel=True)
+        since = run.phase_times.get("running", run.updated)
+        if state == "PENDING" and now - since > knobs.pending_limit:
+            return _restore(run, facts, now, f"job {run.job_id} was still PENDING after "
+                            f"{now - since}: the machine never became free for it",
+                            cancel=True)
         return Advance(run)  # pending or running: look again next cycle
     res = facts.results
     if state in JOB_JUDGED or (not state and res is not None and res.final):

@@ -190,7 +190,8 @@ class Validator:
              cfg: Validation) -> ValidationRun:
         facts = self.facts(run, view, state, cfg)
         knobs = flow.Knobs(prefix=cfg.reservation_prefix, level=cfg.level,
-                           level_after_failure=cfg.level_after_failure)
+                           level_after_failure=cfg.level_after_failure,
+                           pending_limit=cfg.job_time_limit)
         adv = flow.advance(run, facts, now, knobs)
         if adv.run != run:
             self._save(adv.run)

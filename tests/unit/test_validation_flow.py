@@ -368,3 +368,13 @@ def test_peer_is_an_idle_healthy_node_of_the_same_pool(tmp_path: Path) -> None:
     view = ClusterView(nodes=nodes, jobs=jobs)
     assert v.peer(nodes[0], view, state, {"site": ("gpu05",)}, None) == "gpu07"  # type: ignore[arg-type]
     assert v.peer(nodes[0], view, state, {}, None) == "gpu05"  # type: ignore[arg-type]
+
+
+def test_a_job_pending_past_the_limit_is_cancelled_and_the_machine_restored() -> None:
+    run = to_running()
+    job = JobInfo(job_id=42, user="root", state="PENDING", nodes=())
+    soon = flow.advance(run, flow.Facts(node=node(), job=job), T0 + timedelta(hours=1), KNOBS)
+    assert soon.run.phase == "running" and not soon.effects
+    late = flow.advance(run, flow.Facts(node=node(), job=job), T0 + timedelta(hours=3), KNOBS)
+    assert late.run.phase == "restoring" and kinds(late) == ["cancel", "unreserve"]
+    assert "PENDING" in late.run.summary
