@@ -255,7 +255,7 @@ class Validator:
         elif run.phase == "running":
             jobs = self.jobs(cfg)
             job = jobs.job(run.job_id) if run.job_id is not None else jobs.find_job(
-                run.job_name)
+                run.job_name, f"slurm-heal validation {run.id}")
             base["job"] = job
             if job is None or job.state in flow.JOB_DONE:
                 base["results"] = read_results(Path(run.results_dir))
@@ -340,7 +340,8 @@ class Validator:
 
         out = self.results_root(cfg) / run.id
         out.mkdir(parents=True, exist_ok=True)
-        if (out / "job.out").exists() and jobs.find_job(run.job_name) is None:
+        comment = f"slurm-heal validation {run.id}"
+        if (out / "job.out").exists() and jobs.find_job(run.job_name, comment) is None:
             # Sent again after a restart, and a job already ran here that Slurm no longer
             # lists (longer ago than MinJobAge): never a second job; the run is restored.
             raise ValidationFlowError(
@@ -366,7 +367,7 @@ class Validator:
         job_id = jobs.submit(name=run.job_name, reservation=run.reservation, nodes=nodes,
                              time_minutes=minutes, output=str(out / "job.out"),
                              chdir=str(out), script=str(script),
-                             comment=f"slurm-heal validation {run.id}")
+                             comment=comment)
         return f"job {job_id} submitted ({run.job_name}, {minutes} min)", str(job_id)
 
     def _set(self, run: ValidationRun, **changes: Any) -> None:

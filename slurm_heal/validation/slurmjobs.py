@@ -85,12 +85,15 @@ class SlurmJobs:
         return f"reservation {name} removed"
 
     # ---------------------------------------------------------------- jobs
-    def find_job(self, name: str) -> JobInfo | None:
-        """The newest job called ``name`` that Slurm still lists (any state)."""
+    def find_job(self, name: str, comment: str = "") -> JobInfo | None:
+        """The newest job called ``name`` that Slurm still lists (any state), and with
+        ``comment``, only one carrying it: a finished job of an earlier validation of the
+        same node is still listed for MinJobAge and must never be taken for this one's."""
         out = self._run(["squeue", "-h", "-t", "all", "-n", name, "-u", self.user,
-                         "-o", "%i|%T|%j|%N"], read=True)
+                         "-o", "%i|%T|%j|%N|%k"], read=True)
         jobs = [j for ln in out.splitlines()
-                if (j := _job_line(ln)) is not None and j.name == name]
+                if (j := _job_line(ln)) is not None and j.name == name
+                and (not comment or ln.rstrip().endswith("|" + comment))]
         return max(jobs, key=lambda j: j.job_id) if jobs else None
 
     def job(self, job_id: int) -> JobInfo | None:
@@ -111,7 +114,7 @@ class SlurmJobs:
     def submit(self, *, name: str, reservation: str, nodes: Sequence[str], time_minutes: int,
                output: str, chdir: str, script: str, comment: str) -> int:
         """``sbatch`` the job script (once: a job of that name still listed is reused)."""
-        found = self.find_job(name)
+        found = self.find_job(name, comment)
         if found is not None:
             return found.job_id
         out = self._run(["sbatch", "--parsable", f"--job-name={name}",

@@ -219,6 +219,28 @@ def test_validate_node_passes_reservation_removed_node_back_no_ticket(lab: Lab,
     assert f"{node} passed job {done.job_id} pass" in status.stdout, status.stdout
 
 
+def test_second_validation_of_a_node_runs_its_own_job(lab: Lab, val: Val) -> None:
+    """SPEC V1, S6: the first validation's job is still listed (MinJobAge) when the node
+    is validated again; the second one submits its own job, never adopts the old one."""
+    node = "gpu02"
+    val.tool(rc=0, sleep=1)
+    val.start_daemon()
+    val.validate(node)
+    first = val.wait_run(node, ("passed", "failed", "interrupted", "skipped"), timeout=90)
+    assert first.phase == "passed", first
+    val.tool(rc=0, sleep=3)
+    proc = val.cli("validate", node, "--by", "bob")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    def second() -> ValidationRun | None:
+        runs = val.runs(node)
+        return runs[-1] if len(runs) == 2 and runs[-1].terminal else None
+    again = val.wait(second, "the second validation ends", timeout=90)
+    assert again.phase == "passed", again
+    assert again.job_id is not None and again.job_id != first.job_id
+    assert (Path(again.results_dir) / "job.out").exists()
+    assert {str(first.job_id), str(again.job_id)} <= set(val.jobs_named(f"{PREFIX}{node}"))
+
+
 def test_clear_failure_files_ticket_with_logs_and_keeps_node_out(lab: Lab, val: Val) -> None:
     """SPEC V2: a step exits 1 -> a hardware ticket in the directory sink with the results
     and a tar of the logs; the node stays drained with a reason naming the ticket."""
