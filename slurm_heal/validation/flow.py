@@ -92,6 +92,7 @@ class Facts:
     job: JobInfo | None = None  # the validation job, when Slurm still lists it
     results: Results | None = None
     open_remediation: str | None = None  # an open remediation on the node
+    open_validation: str | None = None  # an earlier validation still open on the node
     peer: str = ""  # a healthy idle node of the same pool, when a step needs one
     needs_peer: bool = False
     has_steps: bool = True
@@ -186,6 +187,9 @@ def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Adv
     if not facts.has_steps:
         return _finish(run, now, "skipped", "V3", "no validation suite is configured for "
                        "this machine ([validation.suites]): nothing to run")
+    if facts.open_validation:
+        return _once(run, now, "requested", "L3", f"waits: validation "
+                     f"{facts.open_validation} of {run.node} is still open")
     if facts.open_remediation:
         # L3: one thing at a time on a node; the remediation's own return comes first.
         return _once(run, now, "requested", "L3", f"waits: remediation "

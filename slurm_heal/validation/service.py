@@ -242,6 +242,9 @@ class Validator:
         opened = state.open_for(run.node)
         base["open_remediation"] = opened[0].id if opened else None
         if run.phase == "requested":
+            busy = [v.id for v in state.validations if not v.terminal and v.id != run.id
+                    and run.node in (v.node, v.peer) and (v.created, v.id) < (run.created, run.id)]
+            base["open_validation"] = busy[0] if busy else None
             held = self.jobs(cfg).reservations()
             base["reservations"] = tuple(sorted(
                 name for name, nodes in held.items() if run.node in nodes))

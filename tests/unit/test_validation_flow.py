@@ -378,3 +378,10 @@ def test_a_job_pending_past_the_limit_is_cancelled_and_the_machine_restored() ->
     late = flow.advance(run, flow.Facts(node=node(), job=job), T0 + timedelta(hours=3), KNOBS)
     assert late.run.phase == "restoring" and kinds(late) == ["cancel", "unreserve"]
     assert "PENDING" in late.run.summary
+
+
+def test_a_second_validation_of_a_node_waits_for_the_first() -> None:
+    facts = flow.Facts(node=node(), open_validation="v-0")
+    adv = flow.advance(new_run(), facts, T0, KNOBS)
+    assert adv.run.phase == "requested" and not adv.effects
+    assert "v-0" in adv.run.steps[-1].why
