@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "deny": "slurm_heal.commands.admin:deny",
     "request": "slurm_heal.commands.admin:request",
     "cancel": "slurm_heal.commands.admin:cancel",
+    "validate": "slurm_heal.commands.admin:validate",
     "history": "slurm_heal.commands.admin:history",
     "explain": "slurm_heal.commands.admin:explain",
     "breaker": "slurm_heal.commands.admin:breaker",

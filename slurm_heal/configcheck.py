@@ -106,6 +106,11 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
 
     notify_settings(dict(policy.notify), source)  # SPEC O3: a bad URL or kind: exit 2
     metrics_settings(dict(policy.metrics), source)  # SPEC O4
+    from slurm_heal.validation.suite import validation_from
+    from slurm_heal.validation.tickets import sinks_from
+
+    # SPEC V1-V3: the suites, the flow's knobs and the ticket sinks: a typo is exit 2
+    sinks_from(validation_from(dict(policy.validation), source).tickets, source)
     kind = (dry_provider(dict(policy.provider), source) if build_provider
             else str(policy.provider.get("type")))
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)

@@ -51,7 +51,7 @@ from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import ClusterView, NodeInfo
+from slurm_heal.types import Action, ClusterView, NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
 
@@ -158,7 +158,8 @@ class Controller:
                  notifier: Callable[[Effect, datetime], None] | None = None,
                  decide: Callable[..., Any] | None = None,
                  observers: Sequence[Callable[[CycleFacts], None]] = (),
-                 audit_retention: timedelta | None = None) -> None:
+                 audit_retention: timedelta | None = None,
+                 validator: Any | None = None) -> None:
         if decide is None:
             from slurm_heal.policy import decide as real_decide
             decide = real_decide
@@ -177,6 +178,9 @@ class Controller:
         # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
         self.audit_retention = audit_retention
         self._retained_at: datetime | None = None
+        # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
+        # None: vacated machines are not followed (tests of the remediation cycle alone).
+        self.validator = validator
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
@@ -200,6 +204,13 @@ class Controller:
                 log.info("stopping between steps; the rest runs next time")
                 break
             report.executed.append(self._run(effect, state, now))
+        if self.validator is not None and not self.stop.is_set():
+            try:
+                self.validator.cycle(view, now, self.policy)
+            except HealError as exc:  # one subsystem's failure never fails the cycle
+                log.error("validation step skipped this cycle: %s", exc)
+            except Exception:
+                log.exception("validation step failed unexpectedly; the cycle goes on")
         if self.observers:
             facts = CycleFacts(at=now, view=view, before=before, after=state, plan=plan,
                                executed=tuple(report.executed),
@@ -248,6 +259,7 @@ class Controller:
                                 "same key", where, act.key)
                     op = self.provider.submit(effect.node, act.action, act.key)
                 outcome, detail, operation = _op_outcome(op)
+                self._vacated(effect, op, outcome, now)
             elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
                     taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
@@ -256,6 +268,7 @@ class Controller:
             elif effect.kind == "act":
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
+                self._vacated(effect, op, outcome, now)
             elif effect.kind == "cordon":
                 node = self.slurm.node(effect.node)
                 if (node.drained or node.down) and node.reason and not (
@@ -335,6 +348,20 @@ class Controller:
             except Exception:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+    def _vacated(self, effect: Effect, op: Operation, outcome: Outcome, now: datetime) -> None:
+        """SPEC V1, L2: a migrate or remove that succeeded hands its machine to
+        validation, before its outcome is recorded (a crash in between queues the same
+        validation again, never a second one). A failure here never fails the action."""
+        if self.validator is None or outcome != "ok" or not effect.remediation or \
+                op.action not in (Action.MIGRATE, Action.REMOVE):
+            return
+        try:
+            self.validator.vacated(remediation=effect.remediation, node=effect.node,
+                                   action=op.action, op=op, now=now, policy=self.policy)
+        except Exception:
+            log.exception("node=%s remediation=%s the vacated machine could not be queued "
+                          "for validation", effect.node, effect.remediation)
 
     def _taken_over(self, name: str) -> str:
         """The last look before a disruptive step: why the node is someone else's now,

@@ -15,6 +15,7 @@
     │   └── ProviderTimeout        a call or an operation ran past its deadline
     ├── CheckError                 a node-side detector could not run
     ├── TicketError                a hardware ticket could not be filed (sink, why)
+    ├── ValidationFlowError        a step of a machine's validation could not be done
     └── NotFound                   a node/remediation named by the operator does not exist
 
 Only the CLI entry points turn these into exit codes (`EXIT_CODES`, below); library
@@ -111,6 +112,11 @@ class ProviderTimeout(ProviderError):
 
 class CheckError(HealError):
     """A node-side detector could not run."""
+
+
+class ValidationFlowError(HealError):
+    """A step of a machine's validation could not be done (SPEC V1, V2); the validation's
+    record says which and why."""
 
 
 class NotFound(HealError):

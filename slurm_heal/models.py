@@ -221,7 +221,8 @@ class Command(Stored):
 
     id: str
     at: datetime
-    kind: Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause"]
+    kind: Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause",
+                  "validate"]
     by: str
     node: str | None = None
     remediation: str | None = None
@@ -229,6 +230,7 @@ class Command(Stored):
     detector: str | None = None
     request_id: str | None = None
     reason: str = ""
+    level: int | None = None  # validate: the {level} asked for (V1)
 
 
 class Breaker(Stored):
@@ -250,6 +252,66 @@ class Pause(Stored):
     reason: str = ""
 
 
+# The phases of a validation (SPEC V1, V2; slurm_heal.validation.flow).
+VPhase = Literal["requested", "reserving", "submitting", "running", "returning", "ticketing",
+                 "restoring", "passed", "failed", "interrupted", "skipped"]
+VALIDATION_TERMINAL = frozenset({"passed", "failed", "interrupted", "skipped"})
+
+
+class Previous(Stored):
+    """The node as it was when its validation started: what an interruption restores."""
+
+    states: tuple[str, ...] = ()
+    drained: bool = False
+    down: bool = False
+    reason: str = ""
+    reservations: tuple[str, ...] = ()  # the reservations the node was in
+    partitions: tuple[str, ...] = ()
+
+
+class ValidationRun(Stored):
+    """One validation of one machine (SPEC V1, V2), with its audit record (P4)."""
+
+    id: str
+    node: str
+    host: str | None = None  # the machine, when the provider named it (migrate)
+    origin: Literal["migrate", "remove", "request"] = "request"
+    remediation: str | None = None  # the remediation that vacated the machine
+    requested_by: str = "slurm-heal"
+    reason: str = ""
+    level: int | None = None  # the {level} value; None: the policy decides
+    phase: VPhase = "requested"
+    created: datetime
+    updated: datetime
+    phase_times: dict[str, datetime] = Field(default_factory=dict)
+    steps: tuple[Step, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
+    previous: Previous | None = None
+    reservation: str = ""
+    peer: str = ""
+    job_name: str = ""
+    job_id: int | None = None
+    job_state: str = ""
+    results_dir: str = ""
+    outcome: Literal["pass", "fail", "error"] | None = None
+    summary: str = ""  # the suite's verdict in words (failed steps and why)
+    ticket: str = ""  # the ticket's reference(s), when one was filed
+    restored: str = ""  # what an interruption put back, in words
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in VALIDATION_TERMINAL
+
+    def pending(self) -> tuple[Attempt, ...]:
+        """The current phase's attempts that have no outcome yet (in flight)."""
+        prefix = f"{self.id}:{self.phase}:"
+        return tuple(a for a in self.attempts if a.key.startswith(prefix) and a.outcome is None)
+
+    def of_phase(self) -> tuple[Attempt, ...]:
+        prefix = f"{self.id}:{self.phase}:"
+        return tuple(a for a in self.attempts if a.key.startswith(prefix))
+
+
 class State(Stored):
     """The store's whole document (SPEC I5)."""
 
@@ -261,6 +323,7 @@ class State(Stored):
     paused: bool = False  # global kill switch: nothing disruptive runs while set
     pause: Pause | None = None  # who set or cleared ``paused`` last, when and why (O2)
     data: dict[str, Any] = Field(default_factory=dict)
+    validations: tuple[ValidationRun, ...] = ()  # SPEC V1, V2 (slurm_heal.validation.flow)
 
     def open_for(self, node: str) -> tuple[Remediation, ...]:
         return tuple(r for r in self.remediations if r.node == node and not r.phase.terminal)

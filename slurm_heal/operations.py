@@ -27,7 +27,7 @@ from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
-                      "unpause"]
+                      "unpause", "validate"]
 # What a person may ask for by request (SPEC Q2: remove is queued for the record and
 # refused by the controller; slurm-heal never removes a node).
 REQUEST_ACTIONS = (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)
@@ -44,12 +44,12 @@ def new_command(kind: CommandKind, by: str, *, node: str | None = None,
                 remediation: str | None = None, action: Action | None = None,
                 detector: str | None = None, request_id: str | None = None,
                 reason: str = "", command_id: str | None = None,
-                at: datetime | None = None) -> Command:
+                at: datetime | None = None, level: int | None = None) -> Command:
     """An inbox command. ``command_id`` is given by callers that must never make two of
     the same (the API derives it from the idempotency key); otherwise a fresh one."""
     return Command(id=command_id or f"c-{uuid.uuid4().hex[:12]}", at=at or now(), kind=kind,
                    by=by, node=node, remediation=remediation, action=action,
-                   detector=detector, request_id=request_id, reason=reason)
+                   detector=detector, request_id=request_id, reason=reason, level=level)
 
 
 def request_problem(action: Action, reason: str, detector: str | None,

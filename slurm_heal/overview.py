@@ -128,6 +128,20 @@ class NodeLine(_M):
     phase: str | None = None
 
 
+class VLine(_M):
+    """One validation of a vacated machine (SPEC V1, V2): open, or finished lately."""
+
+    validation: str
+    node: str
+    phase: str
+    origin: str
+    job_id: int | None = None
+    outcome: str | None = None
+    ticket: str = ""
+    why: str = ""  # the last audit step, in words
+    since: datetime
+
+
 class Overview(_M):
     at: datetime
     store: str
@@ -142,6 +156,7 @@ class Overview(_M):
     in_flight: tuple[InFlight, ...] = ()
     foreign: tuple[Foreign, ...] = ()  # oldest first
     nodes: tuple[NodeLine, ...] = ()  # only with details (``--node``)
+    validations: tuple[VLine, ...] = ()  # open ones and those finished in the last day
 
     @property
     def ok(self) -> bool:
@@ -333,7 +348,23 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         counts=counts if nodes is not None else {},
         groups={c: fold(v) for c, v in groups.items() if v},
         check_stale=fold(stale), check_erroring=fold(erroring),
-        approvals=waiting, in_flight=flying, foreign=tuple(foreign), nodes=tuple(lines))
+        approvals=waiting, in_flight=flying, foreign=tuple(foreign), nodes=tuple(lines),
+        validations=_validations(state, now))
+
+
+VALIDATIONS_SHOWN = timedelta(days=1)
+
+
+def _validations(state: State, now: datetime) -> tuple[VLine, ...]:
+    out = []
+    for v in state.validations:
+        if v.terminal and _age(now, v.updated) > VALIDATIONS_SHOWN.total_seconds():
+            continue
+        out.append(VLine(validation=v.id, node=v.node, phase=v.phase, origin=v.origin,
+                         job_id=v.job_id, outcome=v.outcome, ticket=v.ticket,
+                         why=v.steps[-1].why if v.steps else v.reason,
+                         since=v.phase_times.get(v.phase, v.created)))
+    return tuple(sorted(out, key=lambda x: (x.since, x.node)))
 
 
 def _ts(value: datetime | None) -> str:
@@ -383,6 +414,14 @@ def render(ov: Overview) -> list[str]:
         for f in ov.in_flight:
             out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
                        f"[{f.remediation}]")
+    if ov.validations:
+        out.append(f"Validations (open, and finished in the last day): {len(ov.validations)}")
+        for v in ov.validations:
+            job = f" job {v.job_id}" if v.job_id is not None else ""
+            end = f" {v.outcome}" if v.outcome else ""
+            ticket = f" ticket {v.ticket}" if v.ticket else ""
+            out.append(f"  {v.node} {v.phase}{job}{end}{ticket} since {_ts(v.since)} "
+                       f"[{v.validation}]: {v.why[:160]}")
     if ov.foreign:
         out.append(f"Out of service for reasons not ours (oldest first): {len(ov.foreign)}")
         for fn in ov.foreign:

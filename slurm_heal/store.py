@@ -582,6 +582,8 @@ class Store:
                 cmd = cmd.model_copy(update={"remediation": rem.id, "node": rem.node})
             elif cmd.kind == "request" and (not cmd.node or cmd.action is None):
                 raise NotFound("a request needs a node and an action")
+            elif cmd.kind == "validate" and not cmd.node:
+                raise NotFound("a validation needs a node (SPEC V1)")
             txn.state = state.model_copy(update={"inbox": state.inbox + (cmd,)})
         return cmd
 
@@ -618,10 +620,17 @@ class Store:
             if archive and len(kept) != len(state.remediations):
                 ids = {r.id for r in kept}
                 self._archive([r for r in state.remediations if r.id not in ids], now)
-            if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox):
-                log.info("store prune: %d remediation(s), %d command(s) dropped",
-                         len(state.remediations) - len(kept), len(state.inbox) - len(inbox))
-                txn.state = state.model_copy(update={"remediations": kept, "inbox": inbox})
+            # SPEC V2: a finished validation is kept as long as a remediation's record; an
+            # open one (the machine is held or under test) is never dropped.
+            vals = tuple(v for v in state.validations
+                         if not v.terminal or _utc(v.updated) >= now - keep)
+            if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox) or \
+                    len(vals) != len(state.validations):
+                log.info("store prune: %d remediation(s), %d command(s), %d validation(s) "
+                         "dropped", len(state.remediations) - len(kept),
+                         len(state.inbox) - len(inbox), len(state.validations) - len(vals))
+                txn.state = state.model_copy(update={"remediations": kept, "inbox": inbox,
+                                                     "validations": vals})
         return txn.state
 
 

@@ -465,6 +465,30 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     _queue(state_dir, config, cmd, as_json, force)
 
 
+@click.command()
+@click.argument("node")
+@click.option("--level", type=click.IntRange(1, 4), default=None,
+              help="The suite's {level} (e.g. dcgmi diag -r LEVEL); default: the policy's "
+              "([validation] level, level_after_failure for a machine that failed before).")
+@click.option("--reason", default="", help="Why (kept in the validation's audit record).")
+@by_option
+@force_option
+@state_options
+@json_option
+def validate(node: str, level: int | None, reason: str, by: str | None, force: bool,
+             state_dir: str | None, config: str | None, as_json: bool) -> None:
+    """Validate NODE's machine now (SPEC V1, V2): the controller holds it in a maintenance
+    reservation, runs the suite there as a Slurm job and follows it. A pass returns it,
+    a clear failure files a hardware ticket and keeps it out, an interruption restores
+    it as it was. `slurm-heal status` shows where it is.
+    """
+    _writable(state_dir, config, force)
+    _check_node(node, config)
+    cmd = operations.new_command("validate", by or _default_by(), node=node,
+                                 reason=reason.strip(), level=level)
+    _queue(state_dir, config, cmd, as_json, force)
+
+
 def _check_node(node: str, config: str | None) -> None:
     """A typo'd node name is caught now when Slurm answers; without Slurm, the request is
     queued and the controller reports it."""

@@ -76,9 +76,14 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                           liveness=lambda: holder[0].liveness if holder else None)
         observers.append(metrics.observe)
         slurm, provider = metrics.timed(slurm, "slurm"), metrics.timed(provider, "provider")
+    from slurm_heal.validation.service import Validator
+
+    # SPEC V1, V2: vacated machines and `slurm-heal validate` requests, each cycle
+    validator = Validator(store=store, slurm=slurm, state_dir=state_dir, slurm_conf=slurm_conf)
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
                             notifier=Notifier(notify), observers=observers,
-                            audit_retention=parse_duration(settings.audit_retention))
+                            audit_retention=parse_duration(settings.audit_retention),
+                            validator=validator)
     holder.append(controller)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     logging.getLogger("slurm_heal").info(

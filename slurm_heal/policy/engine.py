@@ -1367,6 +1367,8 @@ class _Decider:
     # ---------------------------------------------------------------- the fold
     def run(self) -> Plan:
         for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
+            if cmd.kind == "validate":
+                continue  # the validation flow's (slurm_heal.validation.service), SPEC V1
             self.command(cmd)
         # Only a node with an alert, a reason, or out of service has anything to observe
         # or start (every rule below returns at once for the others): a healthy node of a

@@ -26,6 +26,9 @@ class Operation:
     action: Action
     status: OperationStatus
     detail: str = ""  # provider's message / script output excerpt (kept in the audit)
+    # migrate: the host the node left, which goes to validation (SPEC L2, V1); "" when
+    # the provider does not say
+    previous_host: str = ""
 
     @property
     def finished(self) -> bool:

@@ -263,4 +263,5 @@ def _operation(raw: Any, where: str) -> Operation:
         raise ProviderError(f"{where}: malformed operation: unknown action "
                             f"{raw['action']!r}") from exc
     return Operation(id=raw["id"], key=str(raw.get("idempotency_key") or ""), node=raw["node"],
-                     action=action, status=status, detail=str(raw.get("detail") or ""))
+                     action=action, status=status, detail=str(raw.get("detail") or ""),
+                     previous_host=str(raw.get("previous_host") or ""))

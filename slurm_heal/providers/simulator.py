@@ -107,9 +107,12 @@ class SimOperation:
 
     def to_json(self) -> dict[str, Any]:
         """The operation as the HTTP API shows it."""
-        return {"id": self.id, "node": self.node, "action": self.action.value,
-                "status": self.status, "detail": self.detail, "idempotency_key": self.key,
-                "created": self.created, "updated": self.updated}
+        out = {"id": self.id, "node": self.node, "action": self.action.value,
+               "status": self.status, "detail": self.detail, "idempotency_key": self.key,
+               "created": self.created, "updated": self.updated}
+        if self.previous_host:
+            out["previous_host"] = self.previous_host  # migrate: sent to validation (V1)
+        return out
 
 
 ActionHook = Callable[[str, Action, SimOperation], "str | None"]

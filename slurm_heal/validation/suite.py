@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationInfo,
     field_validator,
 )
@@ -38,7 +39,15 @@ def _duration(value: Any) -> timedelta:
     return parse_duration_knob(value)
 
 
-Duration = Annotated[timedelta, BeforeValidator(_duration)]
+def _duration_text(value: timedelta) -> str:
+    from slurm_heal.config import format_duration
+    return format_duration(value)
+
+
+# Written back as "30m" (not ISO "PT30M", which the knob's parser refuses): the run spec
+# the controller writes for the job must read back in the runner.
+Duration = Annotated[timedelta, BeforeValidator(_duration),
+                     PlainSerializer(_duration_text, return_type=str, when_used="json")]
 
 
 class _Model(BaseModel):
@@ -144,6 +153,22 @@ class Validation(_Model):
     enabled: bool = True
     suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
     tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
+    # The flow (`flow`, docs/validation.md "The flow"):
+    vendor: str = "nvidia"  # whose suite runs (V3); "default" is the fallback suite
+    # Where each job writes its results (<results_dir>/<run id>/): on a file system the
+    # node writes and the controller reads (a shared FS, as job output is at real sites).
+    # Default: <state_dir>/validation.
+    results_dir: str | None = None
+    reservation_prefix: str = Field(default="slurm-heal-validate-",
+                                    pattern=r"^[A-Za-z0-9_.-]+$")
+    job_time_limit: Duration = timedelta(hours=2)  # sbatch --time; Slurm ends it (TIMEOUT)
+    python: str | None = None  # the job's Python (default: the controller's own)
+    user: str | None = None  # who the job runs as (default: the controller's user)
+    level: int = Field(default=2, ge=1, le=4)  # the {level} placeholder
+    level_after_failure: int = Field(default=3, ge=1, le=4)  # for a machine that failed before
+    # The host a provider reports as vacated -> the Slurm node that runs on it, where the
+    # host name is not the node name (a host not in Slurm cannot be validated here).
+    hosts: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("suites")
     @classmethod

@@ -1,0 +1,363 @@
+"""The validation flow, pure (SPEC V1, V2): one state machine per machine under test.
+
+A `ValidationRun` lives in the store (``State.validations``) with the same audit fields
+as a remediation (phase times, steps with rule and why, attempts with idempotency keys).
+Each cycle the controller gathers `Facts` about it (Slurm's view of the node, the job,
+the results file) and calls `advance`, which returns the run as it must be persisted and
+the effects to carry out *after* that (record intent, act, record outcome)::
+
+    requested --> reserving --> submitting --> running --+--> returning --> passed
+        |              |              |              |    +--> ticketing --> failed
+        |              +--------------+--------------+----+--> restoring --> interrupted
+        +--> skipped (not a Slurm node, someone else's drain, disabled)
+
+- **reserving**: a MAINT reservation ``<prefix><node>`` (Flags=MAINT,IGNORE_JOBS) holds
+  the machine (and its peer, when a step needs one) so nothing else lands on it; a drain
+  of ours is lifted so the job can start there (the reservation keeps others out).
+- **submitting**: the suite as a Slurm job in that reservation (``sbatch --reservation
+  --nodelist --job-name <prefix><node>``); found again by its name after a restart.
+- **running**: followed through Slurm (``squeue``), never by ssh. A job that ends
+  COMPLETED/FAILED with a final results file is judged: pass -> returning, clear failure
+  -> ticketing, nothing concluded -> restoring. A job cancelled, timed out, failed with
+  its node (NODE_FAIL), gone without results, or a node that went DOWN under it ->
+  restoring (interrupted, V2).
+- **restoring** puts back exactly what was recorded at the start (`Previous`): the
+  reservation is removed, the node drained again with its old reason or left in service
+  as it was.
+
+Every effect is idempotent and keyed ``<run id>:<phase>:<effect>``: an effect whose
+attempt has no outcome (the controller stopped between intent and outcome) is handed out
+again under the same key, and its adapter finds what was already done (the reservation
+by name, the job by name) instead of doing it twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from slurm_heal import reasons
+from slurm_heal.models import VALIDATION_TERMINAL as TERMINAL
+from slurm_heal.models import Attempt, Previous, Step, ValidationRun, VPhase
+from slurm_heal.types import JobInfo, NodeInfo
+
+__all__ = ["TERMINAL", "Advance", "Facts", "Knobs", "Previous", "Results", "VEffect",
+           "ValidationRun", "advance", "run_id", "skip"]
+EffectKind = Literal["reserve", "unreserve", "lift", "submit", "cancel", "resume", "drain",
+                     "ticket"]
+# Job states in which the job is over (squeue/scontrol, 22.05 and 25.11).
+JOB_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL",
+                      "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED",
+                      "SPECIAL_EXIT"})
+# Of those, the ones in which the suite ran to its end and its verdict stands.
+JOB_JUDGED = frozenset({"COMPLETED", "FAILED"})
+MARKER_FAULT = "validation"
+MARKER_BY = "validation"
+
+
+def run_id(node: str, origin: str, ref: str) -> str:
+    """Deterministic id: the same vacated machine (or request) gives the same run (S6)."""
+    raw = "|".join((node, origin, ref))
+    return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class VEffect:
+    """Something the controller does for a validation, after the run is persisted."""
+
+    kind: EffectKind
+    key: str
+    node: str
+    reason: str = ""  # drain: the reason to set
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Results:
+    """What the job left in its results directory (`runner`), as the controller read it."""
+
+    final: bool  # the runner finished (results.json has its end time)
+    outcome: str  # pass / fail / error
+    summary: str
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the controller saw of one run this cycle (gathered by the effects side)."""
+
+    node: NodeInfo | None  # None: Slurm does not know it
+    reservations: tuple[str, ...] = ()  # reservations the node is in now
+    job: JobInfo | None = None  # the validation job, when Slurm still lists it
+    results: Results | None = None
+    open_remediation: str | None = None  # an open remediation on the node
+    open_validation: str | None = None  # an earlier validation still open on the node
+    peer: str = ""  # a healthy idle node of the same pool, when a step needs one
+    needs_peer: bool = False
+    has_steps: bool = True
+    enabled: bool = True
+    failed_before: bool = False  # the machine failed a validation before (level 3)
+
+
+@dataclass
+class Advance:
+    """`advance`'s answer: the run to persist and the effects to run after that."""
+
+    run: ValidationRun
+    effects: list[VEffect] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The policy's knobs the flow needs (from `suite.Validation`)."""
+
+    prefix: str = "slurm-heal-validate-"
+    level: int = 2  # the {level} placeholder's value; level_after_failure once it failed
+    level_after_failure: int = 3
+    # A job still PENDING this long after submission never got the machine (Slurm ends
+    # one that runs too long itself: TIMEOUT): cancelled, and the machine restored.
+    pending_limit: timedelta = timedelta(hours=2)
+
+
+def marker(run: ValidationRun, text: str) -> str:
+    """Our reason on a node the validation keeps out (``by=validation``: the engine's
+    cordon sweep leaves it alone)."""
+    return reasons.format_marker(MARKER_FAULT, run.id, MARKER_BY, text)
+
+
+def _ours(reason: str) -> bool:
+    return reasons.is_ours(reason)
+
+
+def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
+    """The next step of ``run`` given ``facts``. Pure: no I/O, ``now`` is a parameter."""
+    if run.terminal:
+        return Advance(run)
+    pending = run.pending()
+    if pending:
+        # Recorded but never finished (the controller stopped in between): the same
+        # effects again under the same keys; each finds what was already done.
+        return Advance(run, [_again(run, a) for a in pending])
+    failed = [a for a in run.of_phase() if a.outcome == "failed"]
+    if run.phase == "requested":
+        return _start(run, facts, now, knobs)
+    if run.phase == "reserving":
+        if failed:
+            return _restore(run, facts, now, f"could not hold the machine: {failed[0].detail}")
+        return _enter(run, now, "submitting", "V1", f"suite submitted as job {run.job_name} "
+                      f"in reservation {run.reservation}", [("submit", "")])
+    if run.phase == "submitting":
+        if failed:
+            return _restore(run, facts, now, f"the job could not be submitted: "
+                            f"{failed[0].detail}")
+        job_id = _operation(run, "submit")
+        run = _with(run, phase="running", job_id=int(job_id) if job_id.isdigit() else None)
+        return Advance(_step(run, now, "running", "V1", f"job {run.job_id} ({run.job_name}) "
+                             "is followed through Slurm"))
+    if run.phase == "running":
+        return _follow(run, facts, now, knobs)
+    if run.phase == "returning":
+        return _finish(run, now, "passed", "V2", "passed: back in service, no ticket"
+                       + (f" ({'; '.join(a.detail for a in failed)})" if failed else ""))
+    if run.phase == "ticketing":
+        run = _with(run, ticket=_operation(run, "ticket"))
+        return _finish(run, now, "failed", "V2", f"clear failure: {run.summary}; ticket "
+                       f"{run.ticket or '(none filed)'}; the machine stays out"
+                       + (f" ({'; '.join(a.detail for a in failed)})" if failed else ""))
+    if run.phase == "restoring":
+        undone = "; ".join(f"{a.effect}: {a.detail}" for a in failed)
+        restored = run.restored + (f"; not restored: {undone}" if undone else "")
+        return _finish(_with(run, restored=restored), now, "interrupted", "V2",
+                       f"interrupted ({run.summary}); restored: {restored}")
+    return Advance(run)  # pragma: no cover - every phase is handled above
+
+
+# ------------------------------------------------------------------------- phases
+
+
+def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
+    node = facts.node
+    if not facts.enabled:
+        return _finish(run, now, "skipped", "V1", "validation is disabled ([validation] "
+                       "enabled = false): the machine is not tested")
+    if node is None:
+        return _finish(run, now, "skipped", "V1", f"{run.node} is not a Slurm node: "
+                       "validation cannot run there")
+    if not facts.has_steps:
+        return _finish(run, now, "skipped", "V3", "no validation suite is configured for "
+                       "this machine ([validation.suites]): nothing to run")
+    if facts.open_validation:
+        return _once(run, now, "requested", "L3", f"waits: validation "
+                     f"{facts.open_validation} of {run.node} is still open")
+    if facts.open_remediation:
+        # L3: one thing at a time on a node; the remediation's own return comes first.
+        return _once(run, now, "requested", "L3", f"waits: remediation "
+                     f"{facts.open_remediation} is still open on {run.node}")
+    if (node.drained or node.down) and node.reason and not _ours(node.reason):
+        return _finish(run, now, "skipped", "V2", f"{run.node} is "
+                       f"{'DOWN' if node.down else 'drained'} by someone else "
+                       f"({node.reason!r}); never taken over (house style 2)")
+    if node.down:
+        return _finish(run, now, "skipped", "V2", f"{run.node} is DOWN: the machine cannot "
+                       "run the suite")
+    if facts.needs_peer and not facts.peer:
+        return _once(run, now, "requested", "V1", "waits for a healthy idle peer in the same "
+                     "pool (a step tests across two machines)")
+    prev = Previous(states=tuple(sorted(node.states)), drained=node.drained, down=node.down,
+                    reason=node.reason, reservations=facts.reservations,
+                    partitions=node.partitions)
+    level = run.level if run.level is not None else (
+        knobs.level_after_failure if facts.failed_before else knobs.level)
+    name = f"{knobs.prefix}{run.node}"
+    run = _with(run, previous=prev, reservation=name, job_name=name, peer=facts.peer,
+                level=level)
+    effects: list[tuple[EffectKind, str]] = [("reserve", "")]
+    if node.drained and _ours(node.reason):
+        effects.append(("lift", node.reason))  # the reservation keeps others out now
+    held = f"{run.node}" + (f" with peer {facts.peer}" if facts.peer else "")
+    return _enter(run, now, "reserving", "V1",
+                  f"{held} held in maintenance reservation {name} (was "
+                  f"{'+'.join(prev.states) or '?'}"
+                  + (f", reason {prev.reason!r}" if prev.reason else "")
+                  + (f", in {', '.join(prev.reservations)}" if prev.reservations else "")
+                  + f"); level {level}", effects)
+
+
+def _follow(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
+    job, node = facts.job, facts.node
+    state = job.state if job is not None else ""
+    if state and state != run.job_state:
+        run = _with(run, job_state=state)
+    if node is None:
+        return _restore(run, facts, now, f"{run.node} is gone from Slurm")
+    if state and state not in JOB_DONE:
+        if node.down:
+            return _restore(run, facts, now, f"{run.node} went DOWN under job {run.job_id} "
+                            f"({node.reason or 'no reason'})", cancel=True)
+        since = run.phase_times.get("running", run.updated)
+        if state == "PENDING" and now - since > knobs.pending_limit:
+            return _restore(run, facts, now, f"job {run.job_id} was still PENDING after "
+                            f"{now - since}: the machine never became free for it",
+                            cancel=True)
+        return Advance(run)  # pending or running: look again next cycle
+    res = facts.results
+    if state in JOB_JUDGED or (not state and res is not None and res.final):
+        if res is None or not res.final:
+            return _restore(run, facts, now, f"job {run.job_id} ended {state or 'and is gone'} "
+                            "without a final results file")
+        run = _with(run, outcome=res.outcome, summary=res.summary)
+        if res.outcome == "pass":
+            effects: list[tuple[EffectKind, str]] = [("unreserve", "")]
+            if node.drained and _ours(node.reason) and not facts.open_remediation:
+                # (a remediation opened on the node meanwhile keeps its own cordon)
+                effects.append(("resume", node.reason))
+            return _enter(run, now, "returning", "V2", f"suite passed ({res.summary}): "
+                          "reservation removed, machine back in service", effects)
+        if res.outcome == "fail":
+            return _enter(run, now, "ticketing", "V2", f"clear failure: {res.summary}: a "
+                          "hardware ticket with the results and logs; the machine stays out",
+                          [("ticket", ""), ("drain", ""), ("unreserve", "")])
+        return _restore(run, facts, now, f"the suite concluded nothing ({res.summary})")
+    what = f"job {run.job_id} ended {state}" if state else \
+        f"job {run.job_id} is gone from Slurm without a final results file"
+    return _restore(run, facts, now, what)
+
+
+def _restore_effects(run: ValidationRun, node: NodeInfo | None, open_remediation: str | None
+                     ) -> list[tuple[EffectKind, str]]:
+    prev = run.previous or Previous()
+    out: list[tuple[EffectKind, str]] = [("unreserve", "")]
+    if prev.drained and prev.reason:
+        out.append(("drain", prev.reason))  # exactly the old reason
+    elif node is not None and (node.drained or node.down) and (
+            not node.reason or _ours(node.reason)) and not open_remediation:
+        out.append(("resume", node.reason))
+    return out
+
+
+def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,
+             cancel: bool = False) -> Advance:
+    prev = run.previous or Previous()
+    effects = _restore_effects(run, facts.node, facts.open_remediation)
+    if cancel:
+        effects.insert(0, ("cancel", ""))  # the job first: it must not run on
+    kinds = [k for k, _ in effects]
+    words = [f"reservation {run.reservation} removed"] if run.reservation else []
+    node = facts.node
+    if "drain" in kinds:
+        words.append(f"drained again ({prev.reason!r})")
+    elif "resume" in kinds:
+        words.append("resumed: in service as before")
+    elif node is not None and (node.drained or node.down):
+        words.append(f"it is {'DOWN' if node.down else 'drained'} now ({node.reason!r}, not "
+                     "ours): left to Slurm and a person; it was "
+                     + ("drained" if prev.drained else "in service") + " before")
+    else:
+        words.append("in service as before")
+    if prev.reservations:
+        words.append(f"still in {', '.join(prev.reservations)}")
+    run = _with(run, summary=why, restored="; ".join(words))
+    return _enter(run, now, "restoring", "V2", f"interrupted: {why}; restoring the previous "
+                  "state", effects)
+
+
+# ------------------------------------------------------------------------- helpers
+
+
+def _with(run: ValidationRun, *, now: datetime | None = None, **changes: Any) -> ValidationRun:
+    if now is not None:
+        changes["updated"] = now
+    return run.model_copy(update=changes)
+
+
+def _step(run: ValidationRun, now: datetime, phase: str, rule: str, why: str) -> ValidationRun:
+    times = dict(run.phase_times)
+    times.setdefault(phase, now)
+    return run.model_copy(update={
+        "steps": run.steps + (Step(at=now, phase=phase, rule=rule, why=why),),
+        "phase_times": times, "updated": now})
+
+
+def skip(run: ValidationRun, now: datetime, why: str, rule: str = "V1") -> ValidationRun:
+    """The run ends before anything was done to the machine, and says why."""
+    return _finish(run, now, "skipped", rule, why).run
+
+
+def _once(run: ValidationRun, now: datetime, phase: str, rule: str, why: str) -> Advance:
+    """A step recorded once (a wait is not repeated every cycle)."""
+    if run.steps and run.steps[-1].why == why:
+        return Advance(run)
+    return Advance(_step(run, now, phase, rule, why))
+
+
+def _enter(run: ValidationRun, now: datetime, phase: VPhase, rule: str, why: str,
+           effects: list[tuple[EffectKind, str]]) -> Advance:
+    run = _step(run.model_copy(update={"phase": phase}), now, phase, rule, why)
+    out: list[VEffect] = []
+    attempts = list(run.attempts)
+    for kind, reason in effects:
+        key = f"{run.id}:{phase}:{kind}"
+        if kind == "drain" and not reason:
+            reason = marker(run, f"failed validation, ticket {run.id}")
+        out.append(VEffect(kind=kind, key=key, node=run.node, reason=reason, why=why))
+        attempts.append(Attempt(key=key, effect=kind, started=now, detail=reason))
+    return Advance(run.model_copy(update={"attempts": tuple(attempts)}), out)
+
+
+def _finish(run: ValidationRun, now: datetime, phase: VPhase, rule: str,
+            why: str) -> Advance:
+    return Advance(_step(run.model_copy(update={"phase": phase}), now, phase, rule, why))
+
+
+def _operation(run: ValidationRun, effect: str) -> str:
+    """What the current phase's ``effect`` reported (a job id, a ticket reference)."""
+    for a in run.of_phase():
+        if a.effect == effect and a.outcome == "ok":
+            return a.operation or ""
+    return ""
+
+
+def _again(run: ValidationRun, attempt: Attempt) -> VEffect:
+    return VEffect(kind=attempt.effect, key=attempt.key, node=run.node,  # type: ignore[arg-type]
+                   reason=attempt.detail, why="sent again (no outcome was recorded)")
