@@ -5,8 +5,8 @@ check (SPEC L5): the controller resumes it. Slurm cannot re-image or move a node
 rebuild, migrate and power_cycle are refused (ProviderRefused).
 
 The operation succeeds once Slurm reports the node back: its boot time is later than
-it was at submit and no reboot is pending (REBOOT_REQUESTED / REBOOT_ISSUED gone, not
-DOWN). It fails when Slurm gives up on the boot (DOWN, no reboot pending any more, and
+it was at submit, no further reboot requested (REBOOT_REQUESTED gone; a REBOOT_ISSUED
+left beside the new boot time is 22.05's leftover, see `status`) and not DOWN. It fails when Slurm gives up on the boot (DOWN, no reboot pending any more, and
 "reboot timed out" among the reasons Slurm appended) or the node is not back within
 ``timeout`` seconds.
 
@@ -42,7 +42,8 @@ from slurm_heal.reasons import (
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 
-_REBOOT_PENDING = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOT"})
+# A reboot still to come (REBOOT: pyslurm's spelling of the requested flag).
+_REBOOT_REQUESTED = frozenset({"REBOOT_REQUESTED", "REBOOT"})
 
 
 def _utcnow() -> datetime:
@@ -136,11 +137,17 @@ class SlurmRebootProvider:
             boot > before if before is not None
             # Slurm's boot time has one-second resolution.
             else boot >= submitted.replace(microsecond=0))
-        pending = bool(info.states & _REBOOT_PENDING)
-        if booted and not pending and not info.down:
+        requested = bool(info.states & _REBOOT_REQUESTED)
+        issued = "REBOOT_ISSUED" in info.states
+        # REBOOT_ISSUED on a node that answers with a boot after the submit is Slurm's
+        # leftover, not a boot still to come: 22.05 "returns to service" a node whose
+        # slurmd acknowledged the reboot RPC before it went (node_did_resp; 25.11 waits
+        # for the boot), and the new boot's registration then keeps the flag for good,
+        # IDLE+DRAIN+REBOOT_ISSUED with no "reboot timed out" ever (seen on 22.05.8).
+        if booted and not requested and not info.down:
             rec.update(status="succeeded",
                        detail=f"node {node} is back (boot time {info.boot_time:%Y-%m-%dT%H:%M:%S})")
-        elif info.down and not pending and _slurm_timed_out(info.reason):
+        elif info.down and not (requested or issued) and _slurm_timed_out(info.reason):
             rec.update(status="failed", detail=f"Slurm: {info.reason}")
         elif _aware(self.clock()) - submitted > timedelta(seconds=self.timeout):
             rec.update(status="failed", detail=f"node {node} did not come back within "

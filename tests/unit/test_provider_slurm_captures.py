@@ -133,3 +133,29 @@ def test_a_timed_out_reason_left_by_an_earlier_reboot_neither_fails_nor_rides_on
     assert p.status("r-cap:act:2").status == "running"  # type: ignore[union-attr]
     slurm.show("back", reason=stale)
     assert p.status("r-cap:act:2").status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_a_reboot_issued_flag_slurm_22_05_leaves_beside_the_new_boot_does_not_hold_the_reboot(
+        slurm: Slurm2511, tmp_path: Path) -> None:
+    """Seen on 22.05.8 in the lab: a reboot issued while the node's slurmd had just
+    answered left the node IDLE+DRAIN+REBOOT_ISSUED after the new boot, for good (no
+    "reboot timed out" follows). The boot happened; the operation succeeds, the node still
+    drained by us. (The 25.11 'back' capture with 22.05's leftover flag added.)"""
+    slurm.show("drained")
+    p = provider(slurm, tmp_path, submitted_at("drained"))
+    p.submit(NODE, Action.REBOOT, "r-cap:act:3")
+    slurm.show("issued")
+    assert p.status("r-cap:act:3").status == "running"  # type: ignore[union-attr]
+    slurm.show("back", state=["IDLE", "DRAIN", "REBOOT_ISSUED"])
+    done = p.status("r-cap:act:3")
+    assert done is not None and done.status == "succeeded", done
+
+
+def test_a_further_reboot_requested_after_the_boot_keeps_the_operation_running(
+        slurm: Slurm2511, tmp_path: Path) -> None:
+    """REBOOT_REQUESTED beside the new boot time: Slurm has another reboot to do."""
+    slurm.show("drained")
+    p = provider(slurm, tmp_path, submitted_at("drained"))
+    p.submit(NODE, Action.REBOOT, "r-cap:act:4")
+    slurm.show("back", state=["IDLE", "DRAIN", "REBOOT_REQUESTED"])
+    assert p.status("r-cap:act:4").status == "running"  # type: ignore[union-attr]
