@@ -10,12 +10,22 @@ prefix (default ``/opt/slurm-heal``), and the slurmd glue at one path.
   the glue scripts (``slurm_heal/glue/``) with the environment slurmd does not give them
   written in: ``SLURM_CONF`` (slurmd runs HealthCheckProgram without it, and the check then
   fails with "Could not establish a configuration source"), ``SLURM_HEAL_BIN`` (this
-  venv's slurm-heal) and any ``--env NAME=VALUE``. The NHC plugin goes to
+  venv's slurm-heal), ``SLURM_HEAL_SLURM_BIN`` (the directory of the site's Slurm
+  commands, see `slurm_bin_dir`) and any ``--env NAME=VALUE``. The NHC plugin goes to
   ``PREFIX/share/slurm-heal/nhc/``. ``PREFIX/share/slurm-heal/slurm.conf.snippet`` holds
   the exact slurm.conf lines for those paths.
 * Controller role: a starter config at ``/etc/slurm-heal/heal.toml`` (only when there is
   none: the file the daemon and every admin command read, `slurm_heal.location`) and a
-  systemd unit ``PREFIX/share/slurm-heal/slurm-heal.service`` running this venv's daemon.
+  systemd unit ``PREFIX/share/slurm-heal/slurm-heal.service`` running this venv's daemon,
+  with that Slurm command directory first on its PATH.
+
+The Slurm commands: slurm-heal runs `scontrol`, `sinfo` & co. from PATH, and neither slurmd
+(HealthCheckProgram, Prolog, Epilog) nor systemd gives a PATH with a Slurm built into its
+own prefix (``/opt/slurm/bin``). Worse, a host may also have a distribution's older Slurm
+in ``/usr/bin``, whose commands cannot talk to the newer slurmctld (seen with Debian's
+22.05 `scontrol` against a 25.11 slurmctld: "Zero Bytes were transmitted or received").
+So the install writes the directory in: ``--slurm-bin DIR``, else the directory of the
+`scontrol` on the installer's PATH (the Slurm the operator uses).
 
 Nothing here runs on import; every step says what it did (the returned lines).
 """
@@ -42,6 +52,8 @@ _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 # SLURM_HEAL_ROOT=/srv/replay/${SLURMD_NODENAME}); nothing else may escape the quotes.
 _ENV_VALUE = re.compile(r'^(?:[^"\\`$]|\$\{[A-Za-z_][A-Za-z0-9_]*\})*$')
 PIP_TIMEOUT = 900.0
+# The glue's PATH after the Slurm command directory (slurm_heal/glue/*), and the unit's.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 STARTER_CONFIG = """\
 # slurm-heal controller config, written by `slurm-heal install-controller`.
@@ -70,7 +82,7 @@ Wants=network-online.target
 [Service]
 Type=simple
 Environment=SLURM_CONF={slurm_conf}
-ExecStart={prefix}/bin/slurm-heal daemon --config {config}
+{path}ExecStart={prefix}/bin/slurm-heal daemon --config {config}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=10
@@ -88,6 +100,8 @@ class Installed:
     lines: list[str] = field(default_factory=list)
     snippet: Path | None = None
     config: Path | None = None
+
+    slurm_bin: Path | None = None
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -107,6 +121,28 @@ def parse_env(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     return out
 
 
+def slurm_bin_dir(explicit: str | None = None) -> Path | None:
+    """The directory of the site's Slurm commands for the glue and the unit: ``explicit``
+    (``--slurm-bin``), which must hold an executable `scontrol`; else the directory of
+    the `scontrol` on PATH; None when there is none (the glue's system PATH then)."""
+    if explicit:
+        found = Path(explicit)
+        if not found.is_absolute():
+            raise ConfigError(f"--slurm-bin must be an absolute path: {explicit}")
+        if not os.access(found / "scontrol", os.X_OK):
+            raise ConfigError(f"--slurm-bin {explicit}: no executable scontrol there "
+                              "(give the directory of the site's Slurm commands)")
+    else:
+        which = shutil.which("scontrol")
+        if which is None:
+            return None
+        found = Path(which).absolute().parent
+    if not _ENV_VALUE.match(str(found)) or "$" in str(found) or ":" in str(found):
+        raise ConfigError(f"the Slurm command directory {str(found)!r} cannot be written "
+                          "into the glue (it contains \", \\, `, $ or :)")
+    return found
+
+
 def source_checkout() -> Path | None:
     """The source tree this slurm-heal runs from, when it is one (pyproject.toml beside)."""
     root = Path(__file__).resolve().parents[1]
@@ -118,7 +154,8 @@ def glue_text(name: str) -> str:
     return resources.files("slurm_heal").joinpath("glue").joinpath(name).read_text()
 
 
-def wrapper(name: str, prefix: Path, slurm_conf: Path, env: dict[str, str]) -> str:
+def wrapper(name: str, prefix: Path, slurm_conf: Path, env: dict[str, str],
+            slurm_bin: Path | None = None) -> str:
     """The glue script ``name`` with the environment slurmd does not pass written in."""
     text = glue_text(name)
     shebang, _, rest = text.partition("\n")
@@ -126,6 +163,8 @@ def wrapper(name: str, prefix: Path, slurm_conf: Path, env: dict[str, str]) -> s
              "without SLURM_CONF.",
              f'SLURM_CONF="{slurm_conf}"', "export SLURM_CONF",
              f'SLURM_HEAL_BIN="{prefix}/bin/slurm-heal"', "export SLURM_HEAL_BIN"]
+    if slurm_bin is not None:  # the glue puts it first on PATH (see the module)
+        block += [f'SLURM_HEAL_SLURM_BIN="{slurm_bin}"', "export SLURM_HEAL_SLURM_BIN"]
     for key, value in env.items():
         block += [f'{key}="{value}"', f"export {key}"]
     return shebang + "\n" + "\n".join(block) + "\n" + rest
@@ -173,14 +212,17 @@ def make_venv(prefix: Path, source: str | None, out: Installed) -> None:
 
 def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
             source: str | None = None, env: dict[str, str] | None = None,
-            config: Path = DEFAULT_CONFIG, venv: bool = True) -> Installed:
-    """Install the ``role`` ("node" or "controller") under ``prefix``; see the module."""
+            config: Path = DEFAULT_CONFIG, venv: bool = True,
+            slurm_bin: str | None = None) -> Installed:
+    """Install the ``role`` ("node" or "controller") under ``prefix``; see the module.
+    ``slurm_bin``: the site's Slurm command directory (default: `scontrol` on PATH)."""
     if role not in ("node", "controller"):
         raise ConfigError(f"role must be node or controller, not {role!r}")
     if not prefix.is_absolute():
         raise ConfigError(f"--prefix must be an absolute path (slurm.conf names it): {prefix}")
     conf = slurm_conf_path(slurm_conf)  # the slurm.conf carried into the glue, checked now
-    out = Installed(prefix=prefix)
+    bindir = slurm_bin_dir(slurm_bin)  # checked before anything is written
+    out = Installed(prefix=prefix, slurm_bin=bindir)
     if venv:
         make_venv(prefix, source, out)
     share = prefix / "share" / "slurm-heal"
@@ -191,10 +233,11 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
         for name in GLUE:
             target = lib / name
             tmp = target.with_name(f".{name}.tmp")
-            tmp.write_text(wrapper(name, prefix, conf, env or {}))
+            tmp.write_text(wrapper(name, prefix, conf, env or {}, bindir))
             tmp.chmod(0o755)
             os.replace(tmp, target)  # slurmd may be running the old one right now
-            out.say(f"wrote {target} (SLURM_CONF={conf})")
+            out.say(f"wrote {target} (SLURM_CONF={conf}, Slurm commands from "
+                    f"{bindir or 'the system PATH'})")
         (share / "nhc").mkdir(exist_ok=True)
         (share / "nhc" / "slurm_heal.nhc").write_text(glue_text("slurm_heal.nhc"))
         out.say(f"wrote {share / 'nhc' / 'slurm_heal.nhc'} (for sites running NHC)")
@@ -212,7 +255,8 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
             out.say(f"kept the existing config {config}")
         out.config = config
         unit = share / "slurm-heal.service"
-        unit.write_text(UNIT.format(prefix=prefix, config=config, slurm_conf=conf))
+        path = f"Environment=PATH={bindir}:{SYSTEM_PATH}\n" if bindir is not None else ""
+        unit.write_text(UNIT.format(prefix=prefix, config=config, slurm_conf=conf, path=path))
         out.say(f"wrote {unit}: `systemctl link {unit} && systemctl enable --now "
                 "slurm-heal`")
     link = Path("/usr/local/bin/slurm-heal")

@@ -92,6 +92,16 @@ def is_slurm_reboot(reason: str | None) -> bool:
     return all(part.strip() in SLURM_REBOOT_REASONS for part in reason.strip().split(" : "))
 
 
+def without_slurm_reboot_reasons(reason: str) -> str:
+    """``reason`` without the reboot reasons Slurm appended to it (" : reboot issued",
+    " : reboot timed out", ...; 22.05 and 25.11 alike): our marker as we wrote it, so a
+    reason from an earlier reboot is never read as news about the next one."""
+    parts = reason.split(" : ")
+    while len(parts) > 1 and parts[-1].strip() in SLURM_REBOOT_REASONS:
+        parts.pop()
+    return " : ".join(parts)
+
+
 def slurm_rebooting(states: frozenset[str] | set[str]) -> bool:
     """True when the node's state flags say Slurm has a reboot pending or under way."""
     return bool(SLURM_REBOOT_FLAGS & set(states))

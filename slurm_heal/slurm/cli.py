@@ -532,20 +532,25 @@ class CliSlurm:
                              f"({NodeSet.fromlist(listed)}): its JSON is not one slurm-heal "
                              "reads", command=argv)
 
-    def node(self, name: str) -> NodeInfo:
-        if not name or len(NodeSet(name)) != 1:
-            raise NotFound(f"not a single node name: {name!r}")
-        if self.dialect != "v0.0.38":
-            return self._node_json(name)
-        argv = ["scontrol", "show", "node", "-o", name]
+    def _show_node(self, argv: Sequence[str], name: str) -> subprocess.CompletedProcess[str]:
+        """Run a `scontrol show node NAME` read; Slurm's "not found" answer (on stderr or
+        stdout, either version's wording) is NotFound, an unreachable controller stays
+        SlurmUnreachable."""
         try:
-            proc = self._run(argv, read=True)
+            return self._run(argv, read=True)
         except SlurmUnreachable:
             raise
         except SlurmError as exc:
             if any(s in exc.stderr + str(exc) for s in _NOT_FOUND):
                 raise NotFound(f"Slurm does not know node {name!r}") from exc
             raise
+
+    def node(self, name: str) -> NodeInfo:
+        if not name or len(NodeSet(name)) != 1:
+            raise NotFound(f"not a single node name: {name!r}")
+        if self.dialect != "v0.0.38":
+            return self._node_json(name)
+        proc = self._show_node(["scontrol", "show", "node", "-o", name], name)
         if "not found" in proc.stdout and "NodeName=" not in proc.stdout:
             raise NotFound(f"Slurm does not know node {name!r}")
         try:
@@ -558,14 +563,7 @@ class CliSlurm:
 
     def _node_json(self, name: str) -> NodeInfo:
         argv = ["scontrol", "--json", "show", "node", name]
-        try:
-            proc = self._run(argv, read=True)
-        except SlurmUnreachable:
-            raise
-        except SlurmError as exc:
-            if any(s in exc.stderr + str(exc) for s in _NOT_FOUND):
-                raise NotFound(f"Slurm does not know node {name!r}") from exc
-            raise
+        proc = self._show_node(argv, name)
         try:
             found = [n for n in parse_sinfo_json(proc.stdout, argv, proc.stderr,
                                                  what=" ".join(argv)) if n.name == name]

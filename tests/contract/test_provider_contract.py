@@ -8,7 +8,6 @@ lab's RebootProgram) and the simulator in lab mode reboots one from outside."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -159,12 +158,6 @@ def test_slurm_provider_reboot_never_lets_a_waiting_job_land_before_the_health_c
     keeps the node drained with our reason: the job is still pending after the reboot,
     for as long as Slurm would have taken to resume it on its own. With
     `nextstate=RESUME` the job started ~5 s after the boot."""
-    if os.environ.get("LAB_SLURM", "22.05") != "22.05":
-        # Known gap, not yet fixed: on Slurm 25.11 the slurm provider's reboot of a drained node never reports
-        # its operation finished (status stays 'running' until act_timeout).
-        pytest.skip("run live on 22.05 only so far; on 25.11 the slurm provider's reboot status stays 'running' (open work, see the "
-                    "issue note)")
-
     from slurm_heal.reasons import format_marker, is_ours
     from slurm_heal.slurm import make_client
 

@@ -115,3 +115,64 @@ def test_install_controller_writes_a_config_the_daemon_takes_and_keeps_an_existi
     again = CliRunner().invoke(cli, args)
     assert "kept the existing config" in again.output
     assert config.read_text().startswith("# mine")
+
+
+def fake_slurm_bin(directory: Path) -> Path:
+    """A directory of Slurm commands outside the system PATH (a Slurm built into its own
+    prefix, as /opt/slurm/bin)."""
+    directory.mkdir(parents=True)
+    scontrol = directory / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'slurm 25.11.7'\n")
+    scontrol.chmod(0o755)
+    return directory
+
+
+@pytest.mark.parametrize("name", ["slurm-heal-healthcheck", "slurm-heal-prolog",
+                                  "slurm-heal-epilog"])
+def test_the_glue_runs_the_site_s_slurm_commands_not_an_older_one_on_the_system_path(
+        tmp_path: Path, slurm_conf: Path, name: str) -> None:
+    """SPEC I1, I6: slurmd runs the glue without the operator's PATH; the check must run
+    the site's Slurm commands (a 25.11 build in its own prefix), never the distribution's
+    older `scontrol` in /usr/bin ("Zero Bytes were transmitted or received")."""
+    prefix = tmp_path / "p"
+    fake_bin(prefix)
+    slurm_bin = fake_slurm_bin(tmp_path / "slurm" / "bin")
+    install_node(prefix, slurm_conf, "--slurm-bin", str(slurm_bin))
+    proc = subprocess.run([str(prefix / "libexec" / name)], env={}, check=False)
+    assert proc.returncode == 0
+    env = dict(line.split("=", 1) for line in (prefix / "env").read_text().splitlines()
+               if "=" in line)
+    assert env["PATH"].split(":")[0] == str(slurm_bin)
+    assert env["PATH"].split(":")[1:] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".split(":")
+
+
+def test_install_takes_the_slurm_commands_the_operator_runs_from_path_by_default(
+        tmp_path: Path, slurm_conf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed the README way (no --slurm-bin): the `scontrol` first on the installer's
+    PATH names the Slurm the glue and the daemon unit use."""
+    slurm_bin = fake_slurm_bin(tmp_path / "opt" / "slurm" / "bin")
+    monkeypatch.setenv("PATH", f"{slurm_bin}:{os.environ.get('PATH', '')}")
+    prefix = tmp_path / "p"
+    fake_bin(prefix)
+    out = install_node(prefix, slurm_conf)
+    assert f"Slurm commands from {slurm_bin}" in out
+    subprocess.run([str(prefix / "libexec" / "slurm-heal-healthcheck")],
+                   env={"SLURMD_NODENAME": "gpu01"}, check=True)
+    assert f"PATH={slurm_bin}:" in (prefix / "env").read_text()
+    config = tmp_path / "heal.toml"
+    assert CliRunner().invoke(cli, ["install-controller", "--prefix", str(prefix),
+                                    "--no-venv", "--slurm-conf", str(slurm_conf),
+                                    "--config", str(config)]).exit_code == 0
+    unit = (prefix / "share" / "slurm-heal" / "slurm-heal.service").read_text()
+    assert f"Environment=PATH={slurm_bin}:/usr/local/sbin:" in unit
+
+
+def test_a_slurm_bin_without_scontrol_is_refused_before_anything_is_written(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["install-node", "--prefix", str(tmp_path / "p"),
+                                      "--no-venv", "--slurm-conf", str(slurm_conf),
+                                      "--slurm-bin", str(empty)])
+    assert result.exit_code == 2 and "no executable scontrol" in result.output
+    assert not (tmp_path / "p" / "libexec").exists()

@@ -82,6 +82,22 @@ def test_slurms_own_reboot_reasons_are_recognised(reason: str, expected: bool) -
     assert reasons.is_slurm_reboot(reason) is expected
 
 
+@pytest.mark.parametrize("reason, expected", [
+    # 22.05.8 and 25.11.7 alike: Slurm appends its texts to our marker and keeps them
+    ("heal: cordon rem=r-1 gpu.xid.79 : reboot issued", "heal: cordon rem=r-1 gpu.xid.79"),
+    ("heal: gpu.xid.79 rem=r-1 : reboot issued : reboot timed out", "heal: gpu.xid.79 rem=r-1"),
+    ("heal: gpu.xid.79 rem=r-1", "heal: gpu.xid.79 rem=r-1"),
+    # only Slurm's own texts at the end, never a person's words
+    ("heal: gpu.xid.79 : reboot issued : see ticket 7", "heal: gpu.xid.79 : reboot issued : see ticket 7"),
+    ("heal: gpu.xid.79 reboot timed out twice", "heal: gpu.xid.79 reboot timed out twice"),
+    ("reboot timed out", "reboot timed out"),
+])
+def test_the_reboot_texts_slurm_appends_are_taken_off_our_marker(reason: str,
+                                                                 expected: str) -> None:
+    """SPEC L5: the marker as we wrote it, for the next reboot of that node."""
+    assert reasons.without_slurm_reboot_reasons(reason) == expected
+
+
 def test_slurms_reboot_flags_are_recognised() -> None:
     """SPEC L5: REBOOT_REQUESTED / REBOOT_ISSUED say a reboot is pending or under way."""
     assert reasons.slurm_rebooting(frozenset({"DOWN", "REBOOT_ISSUED"}))
