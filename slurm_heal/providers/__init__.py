@@ -348,7 +348,19 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
         "connect_timeout", "read_timeout", "attempts", "call_timeout", "cloud", "clouds_yaml",
-        "application_credential_id", "application_credential_secret_file"}))
+        "application_credential_id", "application_credential_secret_file", "reboot",
+        "soft_reboot_timeout", "backoff", "verify"}))
+    reboot = s.text("reboot", "hard") or "hard"
+    if reboot not in ("hard", "soft"):
+        raise ConfigError(f"must be \"hard\" or \"soft\", not {reboot!r}",
+                          key=f"{SECTION}.reboot")
+    if "connect_timeout" in cfg:
+        s.number("connect_timeout", 3.0, minimum=0.001)
+        log.warning("[provider] connect_timeout is not used by the openstack provider "
+                    "(openstacksdk takes one per-request timeout: read_timeout)")
+    verify = cfg.get("verify", True)
+    if not isinstance(verify, (bool, str)) or verify == "":
+        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
     auth: dict[str, Any] = {}
     cloud = s.text("cloud")
     if cloud is not None:
@@ -396,10 +408,11 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         interface=s.text("interface") or auth.get("interface") or "public",
         region=s.text("region") or auth.get("region_name"),
         image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
+        reboot=reboot, verify=verify,
+        soft_reboot_timeout=s.number("soft_reboot_timeout", 300.0, minimum=1),
         state_dir=state_dir,
-        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4),
+        attempts=s.integer("attempts", 4), backoff=s.number("backoff", 0.5),
         application_credential_id=app_id, application_credential_secret=app_secret,
         call_timeout=s.number("call_timeout", 60.0, minimum=0.001))
 
