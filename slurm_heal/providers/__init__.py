@@ -490,14 +490,15 @@ def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
 
 
-_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password"})
+_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password",
+                       "protocol", "port"})
 
 
 def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                   state_dir: Path | None) -> Provider:
     """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
-    at its top level; only there may a ``password`` be written out)."""
-    _need("sushy", "redfish")
+    at its top level; only there may a ``password`` be written out). A BMC with
+    ``protocol = "ipmi"`` is driven over IPMI (pyghmi) instead of Redfish (sushy)."""
     from slurm_heal.providers.redfish import (
         DEFAULT_REBOOT_TYPES,
         REDFISH_ACTIONS,
@@ -545,10 +546,27 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         if unknown:
             raise ConfigError(f"unknown key {unknown[0]!r}; allowed: "
                               f"{', '.join(sorted(_BMC_KEYS))}", key=where)
+        protocol = entry.get("protocol", "redfish")
+        if protocol not in ("redfish", "ipmi"):
+            raise ConfigError(f"must be \"redfish\" or \"ipmi\", not {protocol!r}",
+                              key=f"{where}.protocol")
         address = entry.get("address")
-        if not isinstance(address, str):
-            raise ConfigError("needs address = \"https://BMC\"", key=where)
-        _check_url(address, f"{where}.address")
+        if protocol == "ipmi":
+            if not isinstance(address, str) or not address or "/" in address:
+                raise ConfigError("needs address = \"BMC host name or IP\" (IPMI: no URL)",
+                                  key=f"{where}.address")
+            if "system" in entry:
+                raise ConfigError("only for Redfish BMCs", key=f"{where}.system")
+        else:
+            if not isinstance(address, str):
+                raise ConfigError("needs address = \"https://BMC\"", key=where)
+            _check_url(address, f"{where}.address")
+            if "port" in entry:
+                raise ConfigError("only for IPMI BMCs (a Redfish port goes in the URL)",
+                                  key=f"{where}.port")
+        port = entry.get("port", 623)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"must be a UDP port number, not {port!r}", key=f"{where}.port")
         user = entry.get("username", default_user)
         password = entry.get("password")
         pw_file = entry.get("password_file", default_pw_file)
@@ -568,7 +586,11 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
             raise ConfigError("must be the system's @odata.id, e.g. /redfish/v1/Systems/1",
                               key=f"{where}.system")
         bmcs[node] = Bmc(address=address, username=user, password=str(password),
-                         system=system)
+                         system=system, protocol=protocol, port=port)
+    if any(b.protocol == "redfish" for b in bmcs.values()):
+        _need("sushy", "redfish")
+    if any(b.protocol == "ipmi" for b in bmcs.values()):
+        _need("pyghmi", "ipmi")
     verify = cfg.get("verify", True)
     if not isinstance(verify, (bool, str)) or verify == "":
         raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
