@@ -424,7 +424,10 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
 
     prefix = f"openstack: {what}"
     if isinstance(exc, RecursionError):
-        return ProviderError(f"{prefix}: the answer is nested too deeply")
+        if read:
+            return ProviderError(f"{prefix}: the answer is nested too deeply")
+        # Nova answered the action (and may have run it) with a body we cannot read.
+        return _Unknown(f"{prefix}: the answer is nested too deeply")
     if isinstance(exc, (sdk.HttpException, ksa.HttpError)):
         code = int(getattr(exc, "status_code", None) or getattr(exc, "http_status", 0) or 0)
         message = _message(exc)
@@ -462,7 +465,8 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
         return _Unknown(f"{prefix}: unexpected answer: {exc.__class__.__name__}: "
                         f"{str(exc)[:300]}")
     if isinstance(exc, Exception):
-        return ProviderError(f"{prefix}: {exc.__class__.__name__}: {str(exc)[:300]}")
+        text = f"{prefix}: {exc.__class__.__name__}: {str(exc)[:300]}"
+        return ProviderError(text) if read else _Unknown(text)
     raise exc  # KeyboardInterrupt, SystemExit: not ours to turn into an error
 
 

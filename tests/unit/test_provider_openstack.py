@@ -311,3 +311,24 @@ def test_refused_action_fails_without_retrying(sim: SimulatorServer, tmp_path: P
     assert op.status == "failed" and "HTTP 409" in op.detail
     assert nova_request_id("r-f1:act:0") not in sim.stats()["executed"]
     assert [c["action"] for c in sim.nova_calls()] == ["migrate"]
+
+
+def test_an_unreadable_answer_to_an_action_is_an_unknown_outcome(sim: SimulatorServer,
+                                                                tmp_path: Path) -> None:
+    """SPEC S6: the rebuild ran and its answer is 100,000 levels deep: never a
+    RecursionError, never posted again; the server says how it ended."""
+    p = _provider(sim, tmp_path)
+    p.submit("gpu08", Action.REBOOT, "r-d0:act:0")  # authenticated and discovered
+    sim.duration = 1.0
+    sim.set_faults(deep_json=1)
+    p.servers["gpu07"] = server_id("gpu07")
+    sim.host_of("gpu07")
+    op = p.submit("gpu07", Action.REBUILD, "r-d1:act:0")
+    assert op.status == "running" and "nested too deeply" in op.detail
+    busy = p.status("r-d1:act:0")
+    assert busy is not None and busy.status == "running"
+    assert sim.wait_idle(5)
+    done = p.status("r-d1:act:0")
+    assert done is not None and done.status == "succeeded", done.detail
+    assert sim.stats()["executed"][nova_request_id("r-d1:act:0")] == 1
+    assert [c["action"] for c in sim.nova_calls()] == ["reboot", "rebuild"]
