@@ -342,6 +342,7 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
 
 def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
+    _need("openstack", "openstack")
     from slurm_heal.providers.openstack import OpenStackProvider
 
     s = _Section(cfg, frozenset({
@@ -358,13 +359,13 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         s.number("connect_timeout", 3.0, minimum=0.001)
         log.warning("[provider] connect_timeout is not used by the openstack provider "
                     "(openstacksdk takes one per-request timeout: read_timeout)")
-    verify = cfg.get("verify", True)
-    if not isinstance(verify, (bool, str)) or verify == "":
-        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
     auth: dict[str, Any] = {}
     cloud = s.text("cloud")
     if cloud is not None:
         auth = _clouds_yaml(cloud, s.text("clouds_yaml"))
+    verify = cfg.get("verify", auth.get("verify", True))
+    if not isinstance(verify, (bool, str)) or verify == "":
+        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
     password = s.text("password")
     password_file = s.text("password_file")
     app_id = s.text("application_credential_id") or auth.get("application_credential_id")
@@ -427,7 +428,8 @@ def _read_secret(path: str, name: str) -> str:
 def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
     """The auth settings of ``cloud`` in clouds.yaml (openstacksdk's loader: the usual
     places, or ``path``), flattened: auth_url, username, password, project_name, domains,
-    application_credential_id/secret, region_name, interface."""
+    application_credential_id/secret, region_name, interface, verify (false or the
+    cacert path)."""
     try:
         from openstack.config import loader
     except ImportError as exc:
@@ -446,6 +448,8 @@ def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
     auth = dict(region.config.get("auth") or {})
     auth["region_name"] = region.get_region_name() or None
     auth["interface"] = region.get_interface() or None
+    verify = region.get_requests_verify_args()[0]  # verify: false, or cacert: PATH
+    auth["verify"] = verify if verify is not True else None
     for generic, specific in (("user_domain_name", "domain_name"),
                               ("project_domain_name", "domain_name")):
         if not auth.get(generic) and auth.get(specific):

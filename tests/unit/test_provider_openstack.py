@@ -205,6 +205,7 @@ def test_clouds_yaml_entries_configure_the_provider(tmp_path: Path) -> None:
       application_credential_secret: s3cret
     region_name: RegionOne
     interface: internal
+    cacert: {tmp_path / "cloud-ca.pem"}
   legacy:
     auth:
       auth_url: {sim.url}
@@ -217,6 +218,8 @@ def test_clouds_yaml_entries_configure_the_provider(tmp_path: Path) -> None:
         p = make_provider({"type": "openstack", "cloud": "hpc", "clouds_yaml": str(clouds)},
                           state_dir=tmp_path / "a")
         assert isinstance(p, OpenStackProvider) and p.interface == "internal"
+        assert p.verify == str(tmp_path / "cloud-ca.pem")  # TLS: the entry's CA bundle
+        p.verify = True  # the simulator speaks plain HTTP
         assert p.submit("gpu07", Action.REBOOT, "r-m5:act:0").status == "running"
         q = make_provider({"type": "openstack", "cloud": "legacy",
                            "clouds_yaml": str(clouds)}, state_dir=tmp_path / "b")
