@@ -4,6 +4,7 @@ S6): real IPMI 2.0 over LAN (RMCP+, UDP) against pyghmi's own BMC server on 127.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,10 +53,11 @@ def test_power_cycle_over_ipmi_waits_for_power_off_before_on(bmc: IpmiBmc,
     """SPEC E4: off, then on only once the BMC reports the power off."""
     p = _provider(tmp_path, bmc.port)
     op = p.submit("gpu01", Action.POWER_CYCLE, "r-i2:act:0")
-    for _ in range(100):
+    for _ in range(400):  # the controller's polls, until the BMC has powered off
         if op.finished:
             break
         assert op.status == "running"
+        time.sleep(0.05)
         op = p.status("r-i2:act:0") or op
     assert op.status == "succeeded", op.detail
     assert bmc.commands() == ["off", "on"]
