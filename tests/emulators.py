@@ -487,7 +487,7 @@ class IpmiBmc:
 
     def __init__(self, log: Path, *, user: str = "admin", password: str = "secret",
                  on_reset: list[str] | None = None, off_delay: float = 0.0,
-                 port: int | None = None) -> None:
+                 port: int | None = None, refuse_reset: bool = False) -> None:
         self.port: int = port or 0
         if not self.port:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -497,6 +497,8 @@ class IpmiBmc:
         self.argv = [sys.executable, "-m", "tests.ipmi_bmc", "--port", str(self.port),
                      "--log", str(log), "--user", user, "--password", password,
                      "--off-delay", str(off_delay)]
+        if refuse_reset:
+            self.argv.append("--refuse-reset")
         if on_reset:
             import json
 

@@ -2,12 +2,14 @@
 pyghmi's own BMC server (`pyghmi.ipmi.bmc.Bmc`), run as its own process::
 
     python -m tests.ipmi_bmc --port P --log FILE --user admin --password secret \
-        [--on-reset ARGV_JSON] [--off-delay S]
+        [--on-reset ARGV_JSON] [--off-delay S] [--refuse-reset]
 
 Every chassis control command it carries out is appended to FILE as one line (``on``,
 ``off``, ``reset``, ``cycle``, ``shutdown``); ``--on-reset`` runs a command (a JSON argv
 list, no shell) after a reset or power on (the lab tests reboot a lab node with it);
-``--off-delay`` makes power off take that long, as on real hardware.
+``--off-delay`` makes power off take that long, as on real hardware;
+``--refuse-reset`` answers a reset with completion code 0xCC (invalid data field), as a
+BMC that does not implement it.
 
 Why RAKP-HMAC-SHA1 only: pyghmi's client (1.6) opens a session asking for cipher suite
 17 (RAKP-HMAC-SHA256) and falls back to suite 3 (SHA-1) only when the BMC refuses that
@@ -53,9 +55,10 @@ class LabBmc(bmc.Bmc):  # type: ignore[misc]
     """A BMC for one machine, powered on."""
 
     def __init__(self, users: dict[str, str], port: int, log: str,
-                 on_reset: list[str] | None, off_delay: float) -> None:
+                 on_reset: list[str] | None, off_delay: float, refuse_reset: bool) -> None:
         super().__init__(users, port=port, address="127.0.0.1")
         self.state, self.log, self.on_reset, self.off_delay = "on", log, on_reset, off_delay
+        self.refuse_reset = refuse_reset
 
     def sessionless_data(self, data: Any, sockaddr: Any) -> Any:
         raw = bytearray(data)
@@ -95,6 +98,8 @@ class LabBmc(bmc.Bmc):  # type: ignore[misc]
         self._started()
 
     def power_reset(self) -> None:
+        if self.refuse_reset:
+            raise NotImplementedError  # pyghmi's Bmc answers 0xCC
         self._record("reset")
         self._started()
 
@@ -114,10 +119,11 @@ def main() -> int:
     parser.add_argument("--password", default="secret")
     parser.add_argument("--on-reset", default="")
     parser.add_argument("--off-delay", type=float, default=0.0)
+    parser.add_argument("--refuse-reset", action="store_true")
     args = parser.parse_args()
     on_reset = json.loads(args.on_reset) if args.on_reset else None
     server = LabBmc({args.user: args.password}, args.port, args.log, on_reset,
-                    args.off_delay)
+                    args.off_delay, args.refuse_reset)
     print(f"ipmi bmc listening on 127.0.0.1:{args.port}", flush=True)
     while True:  # Bmc.listen(), which never returns
         server.listen()

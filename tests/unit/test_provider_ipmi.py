@@ -93,6 +93,18 @@ def test_unreachable_bmc_sends_nothing_and_the_next_poll_tries_again(tmp_path: P
         assert back.commands() == ["reset"]
 
 
+def test_a_reset_the_bmc_refuses_ends_the_operation_failed_with_its_reason(
+        tmp_path: Path) -> None:
+    """An IPMI completion code is an answer: nothing ran, the operation fails with the
+    BMC's reason, and the key is never sent again."""
+    with IpmiBmc(tmp_path / "bmc.log", refuse_reset=True) as bmc:
+        p = _provider(tmp_path, bmc.port)
+        op = p.submit("gpu01", Action.REBOOT, "r-i6:act:0")
+        assert op.status == "failed" and "refused" in op.detail, op.detail
+        assert p.status("r-i6:act:0") == op
+        assert bmc.commands() == []
+
+
 def test_a_bmc_does_not_rebuild_or_migrate(bmc: IpmiBmc, tmp_path: Path) -> None:
     p = _provider(tmp_path, bmc.port)
     with pytest.raises(ProviderRefused, match="cannot rebuild"):
