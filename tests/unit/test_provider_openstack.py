@@ -39,6 +39,8 @@ def test_hard_reboot_through_nova_succeeds_once_active(sim: SimulatorServer,
     assert sim.stats()["executed"] == {nova_request_id("r-1:act:0"): 1}
     (call,) = sim.nova_calls()
     assert (call["action"], call["args"]) == ("reboot", {"type": "HARD"})
+    # The SDK read the simulator's version document: the highest microversion both know.
+    assert call["microversion"] == "2.96"
     # The global request id Nova logs with the action is derived from the key.
     assert call["request_id"] == nova_request_id("r-1:act:0")
 
