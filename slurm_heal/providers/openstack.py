@@ -58,6 +58,7 @@ from slurm_heal.types import Action
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
 REBOOT_MODES = ("hard", "soft")
+LIVE_MIGRATE_MICROVERSION = "2.25"  # block_migration "auto" and host null
 # The request ids Nova accepts as a global request id (others it ignores).
 _NAMESPACE = uuid.UUID("6f1c3d57-4f0e-4f7e-9a55-2f1c0de5a1e0")
 T = TypeVar("T")
@@ -202,7 +203,14 @@ class OpenStackProvider(SteppedOperations):
             compute.rebuild_server(server, str(rec["image"]))
         elif call == "live-migrate":
             # The SDK picks compute microversion 2.30 (2.25 on an older Nova) for
-            # block_migration "auto"; a Nova below 2.25 would want a boolean.
+            # block_migration "auto"; below 2.25 it raises ValueError before sending,
+            # which must read as a refusal, not as an unknown outcome.
+            from openstack import utils
+
+            if not utils.supports_microversion(compute, LIVE_MIGRATE_MICROVERSION):
+                raise _Refused(f"nova: live migration with block_migration \"auto\" needs "
+                               f"compute microversion {LIVE_MIGRATE_MICROVERSION}, which "
+                               "this Nova does not offer; set live = false")
             compute.live_migrate_server(server, host=None, force=False,
                                         block_migration="auto")
         else:
@@ -423,6 +431,8 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
     from openstack import exceptions as sdk
 
     prefix = f"openstack: {what}"
+    if isinstance(exc, ProviderError):  # ours, raised in the call (before sending)
+        return exc
     if isinstance(exc, RecursionError):
         if read:
             return ProviderError(f"{prefix}: the answer is nested too deeply")

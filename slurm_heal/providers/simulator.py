@@ -171,7 +171,8 @@ class SimulatorServer:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  on_action: ActionHook | None = None, duration: float = 1.0,
                  token: str | None = None, os_users: dict[str, str] | None = None,
-                 nodes: tuple[str, ...] = (), volume_backed: tuple[str, ...] = ()):
+                 nodes: tuple[str, ...] = (), volume_backed: tuple[str, ...] = (),
+                 nova_max_microversion: tuple[int, int] | None = None):
         self._host = host
         self.on_action = on_action
         self.duration = duration
@@ -191,6 +192,8 @@ class SimulatorServer:
         self._unconfirmed: set[str] = set()
         # Nova: servers booted from a volume have no image to rebuild from
         self._volume_backed = set(volume_backed)
+        # An older Nova claims less (its version document and its 406 say so).
+        self.nova_max = nova_max_microversion or NOVA_MAX_MICROVERSION
         self._nova_calls: list[dict[str, Any]] = []
         self._started = _now_iso()  # what Nova shows as an untouched server's "updated"
         self._requests = 0
@@ -604,7 +607,7 @@ class SimulatorServer:
                     "links": [{"rel": "self", "href": self.url + "/v3/"}],
                     "media-types": [{"base": "application/json",
                                      "type": "application/vnd.openstack.identity-v3+json"}]}
-        lo, hi = (2, 1), NOVA_MAX_MICROVERSION
+        lo, hi = (2, 1), self.nova_max
         compute = {"id": "v2.1", "status": "CURRENT", "updated": "2013-07-23T11:33:21Z",
                    "version": f"{hi[0]}.{hi[1]}", "min_version": f"{lo[0]}.{lo[1]}",
                    "links": [{"rel": "self", "href": self.url + COMPUTE_PREFIX + "/"}]}
@@ -657,7 +660,7 @@ class SimulatorServer:
             authorised = req.headers.get("X-Auth-Token", "") in self._tokens
         if not authorised:
             raise _error(401, "The request you have made requires authentication.")
-        version = _nova_microversion(req)  # every Nova call: 400/406 for a bad one
+        version = _nova_microversion(req, self.nova_max)  # every call: 400/406 if bad
         if path == "/servers" and method == "GET":
             pattern = (query.get("name") or [""])[0]
             try:
@@ -759,22 +762,24 @@ class SimulatorServer:
 NOVA_MAX_MICROVERSION = (2, 96)
 
 
-def _nova_microversion(req: BaseHTTPRequestHandler) -> tuple[int, int]:
+def _nova_microversion(req: BaseHTTPRequestHandler,
+                       highest: tuple[int, int] = NOVA_MAX_MICROVERSION) -> tuple[int, int]:
     """The compute microversion a request asks for (2.1 when it names none), as Nova
-    reads ``OpenStack-API-Version: compute X.Y`` or ``X-OpenStack-Nova-API-Version``."""
+    reads ``OpenStack-API-Version: compute X.Y`` or ``X-OpenStack-Nova-API-Version``;
+    ``highest`` is the newest this Nova knows."""
     raw = req.headers.get("OpenStack-API-Version", "")
     m = re.fullmatch(r"\s*compute\s+(\S+)\s*", raw) if raw else None
     value = m.group(1) if m else req.headers.get("X-OpenStack-Nova-API-Version", "2.1")
     if value == "latest":
-        return NOVA_MAX_MICROVERSION
+        return highest
     vm = re.fullmatch(r"(\d+)\.(\d+)", value.strip())
     if not vm:
         raise _error(400, f"Invalid API version request string {value!r}")
     version = (int(vm.group(1)), int(vm.group(2)))
-    if not (2, 1) <= version <= NOVA_MAX_MICROVERSION:
+    if not (2, 1) <= version <= highest:
         raise _Reply(406, {"computeFault": {
             "code": 406, "message": f"Version {value} is not supported by the API. Minimum "
-                                    "is 2.1 and maximum is 2.96."}})
+                                    f"is 2.1 and maximum is {highest[0]}.{highest[1]}."}})
     return version
 
 

@@ -337,3 +337,15 @@ def test_an_unreadable_answer_to_an_action_is_an_unknown_outcome(sim: SimulatorS
     assert done is not None and done.status == "succeeded", done.detail
     assert sim.stats()["executed"][nova_request_id("r-d1:act:0")] == 1
     assert [c["action"] for c in sim.nova_calls()] == ["reboot", "rebuild"]
+
+
+def test_an_older_nova_is_spoken_to_at_its_own_microversion(tmp_path: Path) -> None:
+    """A Nova that knows only 2.1 .. 2.20: a reboot goes out at 2.20; a live migration,
+    whose block_migration "auto" needs 2.25, is refused before anything is sent."""
+    with SimulatorServer(port=0, duration=0.05, nova_max_microversion=(2, 20)) as sim:
+        p = _provider(sim, tmp_path, live=True)
+        p.submit("gpu08", Action.REBOOT, "r-v1:act:0")
+        op = p.submit("gpu07", Action.MIGRATE, "r-v2:act:0")
+        assert op.status == "failed" and "needs compute microversion 2.25" in op.detail
+        assert [(c["action"], c["microversion"]) for c in sim.nova_calls()] == [
+            ("reboot", "2.20")]
