@@ -478,3 +478,59 @@ class ComputeEngine:
                 self._reply(200, answer)
 
         return Handler
+
+
+class IpmiBmc:
+    """tests/ipmi_bmc.py (pyghmi's BMC server, IPMI 2.0 over LAN) on 127.0.0.1, in its own
+    process: pyghmi keeps its sessions and sockets in class-wide state, so a client and a
+    server in one process would share them."""
+
+    def __init__(self, log: Path, *, user: str = "admin", password: str = "secret",
+                 on_reset: list[str] | None = None, off_delay: float = 0.0,
+                 port: int | None = None, refuse_reset: bool = False) -> None:
+        self.port: int = port or 0
+        if not self.port:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+        self.log, self.user, self.password = log, user, password
+        self.argv = [sys.executable, "-m", "tests.ipmi_bmc", "--port", str(self.port),
+                     "--log", str(log), "--user", user, "--password", password,
+                     "--off-delay", str(off_delay)]
+        if refuse_reset:
+            self.argv.append("--refuse-reset")
+        if on_reset:
+            import json
+
+            self.argv += ["--on-reset", json.dumps(on_reset)]
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> IpmiBmc:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, text=True,
+                                     stdin=subprocess.DEVNULL,
+                                     cwd=Path(__file__).resolve().parent.parent)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()  # "ipmi bmc listening on ..." once bound
+        if "listening" not in line:
+            self.stop()
+            raise RuntimeError(f"the IPMI BMC did not start: {line!r}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def __enter__(self) -> IpmiBmc:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def commands(self) -> list[str]:
+        """The chassis control commands carried out, oldest first."""
+        return self.log.read_text().split() if self.log.exists() else []

@@ -342,17 +342,30 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
 
 def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
+    _need("openstack", "openstack")
     from slurm_heal.providers.openstack import OpenStackProvider
 
     s = _Section(cfg, frozenset({
         "auth_url", "username", "password", "password_file", "project_name", "user_domain",
         "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
         "connect_timeout", "read_timeout", "attempts", "call_timeout", "cloud", "clouds_yaml",
-        "application_credential_id", "application_credential_secret_file"}))
+        "application_credential_id", "application_credential_secret_file", "reboot",
+        "soft_reboot_timeout", "backoff", "verify"}))
+    reboot = s.text("reboot", "hard") or "hard"
+    if reboot not in ("hard", "soft"):
+        raise ConfigError(f"must be \"hard\" or \"soft\", not {reboot!r}",
+                          key=f"{SECTION}.reboot")
+    if "connect_timeout" in cfg:
+        s.number("connect_timeout", 3.0, minimum=0.001)
+        log.warning("[provider] connect_timeout is not used by the openstack provider "
+                    "(openstacksdk takes one per-request timeout: read_timeout)")
     auth: dict[str, Any] = {}
     cloud = s.text("cloud")
     if cloud is not None:
         auth = _clouds_yaml(cloud, s.text("clouds_yaml"))
+    verify = cfg.get("verify", auth.get("verify", True))
+    if not isinstance(verify, (bool, str)) or verify == "":
+        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
     password = s.text("password")
     password_file = s.text("password_file")
     app_id = s.text("application_credential_id") or auth.get("application_credential_id")
@@ -396,10 +409,11 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         interface=s.text("interface") or auth.get("interface") or "public",
         region=s.text("region") or auth.get("region_name"),
         image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
+        reboot=reboot, verify=verify,
+        soft_reboot_timeout=s.number("soft_reboot_timeout", 300.0, minimum=1),
         state_dir=state_dir,
-        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
         read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4),
+        attempts=s.integer("attempts", 4), backoff=s.number("backoff", 0.5),
         application_credential_id=app_id, application_credential_secret=app_secret,
         call_timeout=s.number("call_timeout", 60.0, minimum=0.001))
 
@@ -414,7 +428,8 @@ def _read_secret(path: str, name: str) -> str:
 def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
     """The auth settings of ``cloud`` in clouds.yaml (openstacksdk's loader: the usual
     places, or ``path``), flattened: auth_url, username, password, project_name, domains,
-    application_credential_id/secret, region_name, interface."""
+    application_credential_id/secret, region_name, interface, verify (false or the
+    cacert path)."""
     try:
         from openstack.config import loader
     except ImportError as exc:
@@ -433,6 +448,8 @@ def _clouds_yaml(cloud: str, path: str | None) -> dict[str, Any]:
     auth = dict(region.config.get("auth") or {})
     auth["region_name"] = region.get_region_name() or None
     auth["interface"] = region.get_interface() or None
+    verify = region.get_requests_verify_args()[0]  # verify: false, or cacert: PATH
+    auth["verify"] = verify if verify is not True else None
     for generic, specific in (("user_domain_name", "domain_name"),
                               ("project_domain_name", "domain_name")):
         if not auth.get(generic) and auth.get(specific):
@@ -477,14 +494,15 @@ def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
 
 
-_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password"})
+_BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password",
+                       "protocol", "port"})
 
 
 def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                   state_dir: Path | None) -> Provider:
     """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
-    at its top level; only there may a ``password`` be written out)."""
-    _need("sushy", "redfish")
+    at its top level; only there may a ``password`` be written out). A BMC with
+    ``protocol = "ipmi"`` is driven over IPMI (pyghmi) instead of Redfish (sushy)."""
     from slurm_heal.providers.redfish import (
         DEFAULT_REBOOT_TYPES,
         REDFISH_ACTIONS,
@@ -532,10 +550,27 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         if unknown:
             raise ConfigError(f"unknown key {unknown[0]!r}; allowed: "
                               f"{', '.join(sorted(_BMC_KEYS))}", key=where)
+        protocol = entry.get("protocol", "redfish")
+        if protocol not in ("redfish", "ipmi"):
+            raise ConfigError(f"must be \"redfish\" or \"ipmi\", not {protocol!r}",
+                              key=f"{where}.protocol")
         address = entry.get("address")
-        if not isinstance(address, str):
-            raise ConfigError("needs address = \"https://BMC\"", key=where)
-        _check_url(address, f"{where}.address")
+        if protocol == "ipmi":
+            if not isinstance(address, str) or not address or "/" in address:
+                raise ConfigError("needs address = \"BMC host name or IP\" (IPMI: no URL)",
+                                  key=f"{where}.address")
+            if "system" in entry:
+                raise ConfigError("only for Redfish BMCs", key=f"{where}.system")
+        else:
+            if not isinstance(address, str):
+                raise ConfigError("needs address = \"https://BMC\"", key=where)
+            _check_url(address, f"{where}.address")
+            if "port" in entry:
+                raise ConfigError("only for IPMI BMCs (a Redfish port goes in the URL)",
+                                  key=f"{where}.port")
+        port = entry.get("port", 623)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"must be a UDP port number, not {port!r}", key=f"{where}.port")
         user = entry.get("username", default_user)
         password = entry.get("password")
         pw_file = entry.get("password_file", default_pw_file)
@@ -555,7 +590,11 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
             raise ConfigError("must be the system's @odata.id, e.g. /redfish/v1/Systems/1",
                               key=f"{where}.system")
         bmcs[node] = Bmc(address=address, username=user, password=str(password),
-                         system=system)
+                         system=system, protocol=protocol, port=port)
+    if any(b.protocol == "redfish" for b in bmcs.values()):
+        _need("sushy", "redfish")
+    if any(b.protocol == "ipmi" for b in bmcs.values()):
+        _need("pyghmi", "ipmi")
     verify = cfg.get("verify", True)
     if not isinstance(verify, (bool, str)) or verify == "":
         raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")

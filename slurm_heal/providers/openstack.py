@@ -1,30 +1,40 @@
-"""The `openstack` provider: Nova server actions with Keystone v3 token auth.
+"""The `openstack` provider: Nova server actions through openstacksdk (SPEC L2, S6).
 
-- auth: ``POST {auth_url}/v3/auth/tokens`` (password method with project scope, or a
-  Keystone application credential; both also from a clouds.yaml entry), token
-  from the ``X-Subject-Token`` header; the compute endpoint from the token's catalog
-  (type ``compute``, the configured interface) unless ``compute_url`` is set. A 401
-  from Nova re-authenticates once.
-- actions: reboot -> ``{"reboot": {"type": "HARD"}}``; rebuild ->
-  ``{"rebuild": {"imageRef": image}}``; migrate -> ``{"migrate": null}``, confirmed
-  with ``{"confirmResize": null}`` once the server reaches ``VERIFY_RESIZE``, or
-  ``{"os-migrateLive": {...}}`` with ``live = true`` (compute microversion 2.25, which
-  ``block_migration: "auto"`` needs). power_cycle is refused.
-- node -> server id: the configured ``servers`` map, else ``GET /servers?name=^NODE$``
+- auth: openstacksdk's Connection (keystoneauth): Keystone v3 password with project scope,
+  or a Keystone application credential; both also from a clouds.yaml entry. The compute
+  endpoint comes from the token's catalog (the configured interface and region) unless
+  ``compute_url`` is set; keystoneauth reads Nova's version document there and the SDK
+  negotiates each call's compute microversion against it. An expired token is renewed by
+  keystoneauth on a 401.
+- actions, each one call of the SDK's compute proxy:
+  reboot -> ``reboot_server(server, "HARD")`` (``reboot = "hard"``, the default), or
+  ``"SOFT"`` first (``reboot = "soft"``) and ``"HARD"`` when the server is still
+  rebooting after ``soft_reboot_timeout``; rebuild -> ``rebuild_server(server, image)``
+  from the server's own image (``image`` overrides it; a server booted from a volume has
+  none: refused); migrate -> ``migrate_server`` (cold), confirmed with
+  ``confirm_server_resize`` once the server reaches ``VERIFY_RESIZE``, or with
+  ``live = true`` ``live_migrate_server(host=None, block_migration="auto")``, which the
+  SDK sends at compute microversion 2.30 (2.25 on an older Nova; below that it is
+  refused). power_cycle is refused.
+- node -> server id: the configured ``servers`` map, else ``servers(name="^NODE$")``
   (exactly one match required).
 - idempotency (SPEC S6): Nova has no idempotency key, so every key is recorded locally
-  (key -> server, action, submitted time) *before* the action is posted, and a recorded
-  key is never posted again. The key is also sent as an ``Idempotency-Key`` header,
-  which Nova ignores and the simulator counts.
-- status: polls the server: ACTIVE with no task state after the submit -> succeeded,
-  ERROR -> failed.
+  (``SteppedOperations``) *before* anything is posted, and a recorded key is never posted
+  again. Each action carries a global request id derived from the key
+  (``X-OpenStack-Request-ID: req-UUID``), which Nova logs with the action: an operator
+  can find the Nova side of a remediation, and the simulator counts executions by it.
 
-Every HTTP call has an overall deadline (``call_timeout``, retries included: a server
-that trickles its answer cannot hold it past that), and an answer that is not what Nova
-or Keystone sends (not JSON, nested too deeply, truncated, the wrong shape) is a
-ProviderError for that call. Retries: connection errors, timeouts, 429 and 5xx are
-retried with backoff for reads and auth; an action POST is never retried (Nova would run it twice) -- a lost answer
-leaves the key recorded, and `status` finds out from the server what happened.
+Timeouts and retries are ours, not the SDK's: the Connection is made with
+``connect_retries = 0``, ``status_code_retries = 0`` and ``api_timeout = read_timeout``,
+because keystoneauth retries a connection failure of any request, a POST included (an
+action whose answer was lost would run twice), and its per-request timeout is per socket
+read (a server that trickles its answer holds it as long as it likes). Each SDK call
+runs in a worker thread the caller waits for at most ``call_timeout`` (retries included).
+Reads and auth are retried on connection errors, timeouts, 429 and 5xx with backoff
+(``Retry-After`` honoured); an action POST is retried only when it certainly did not run
+(429, 503, connection refused, connect timeout). Another 4xx is a refusal (nothing ran:
+the operation fails); a lost answer or another 5xx is an unknown outcome: the operation
+stays running and ``status`` asks the server what happened, never posting again.
 """
 
 from __future__ import annotations
@@ -32,30 +42,54 @@ from __future__ import annotations
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
-from slurm_heal.providers._records import KeyRecords, operation
-from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
+from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
+from slurm_heal.providers._transport import Deadline
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
-# os-migrateLive with block_migration "auto" and host null: compute microversion 2.25+
-LIVE_MIGRATE_MICROVERSION = {"OpenStack-API-Version": "compute 2.25",
-                             "X-OpenStack-Nova-API-Version": "2.25"}
-# Nova status/task state reached after the action: anything else is still running.
-_DONE_STATUS = "ACTIVE"
+REBOOT_MODES = ("hard", "soft")
+LIVE_MIGRATE_MICROVERSION = "2.25"  # block_migration "auto" and host null
+# The request ids Nova accepts as a global request id (others it ignores).
+_NAMESPACE = uuid.UUID("6f1c3d57-4f0e-4f7e-9a55-2f1c0de5a1e0")
+T = TypeVar("T")
 
 
-class OpenStackProvider:
-    """Nova client for reboot / rebuild / migrate."""
+def nova_request_id(key: str, call: str = "") -> str:
+    """The global request id sent with the action of idempotency key ``key`` (and its
+    follow-up ``call``: "hard", "confirm"): ``req-`` + a UUID derived from them."""
+    return "req-" + str(uuid.uuid5(_NAMESPACE, key + (f"#{call}" if call else "")))
+
+
+class _Refused(ProviderError):
+    """Nova answered with a refusal (4xx): nothing ran."""
+
+
+class _Retryable(ProviderError):
+    """Nothing ran and trying again may help: 429/503, refused connection, connect
+    timeout (for a read also any 5xx and a read timeout)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 timed_out: bool = False):
+        super().__init__(message)
+        self.retry_after, self.timed_out = retry_after, timed_out
+
+
+class _Unknown(ProviderError):
+    """The request may have reached Nova and its answer was lost."""
+
+
+class OpenStackProvider(SteppedOperations):
+    """Nova client (openstacksdk) for reboot / rebuild / migrate."""
 
     name = "openstack"
 
@@ -63,20 +97,21 @@ class OpenStackProvider:
                  project_name: str = "", user_domain: str = "Default",
                  project_domain: str = "Default", compute_url: str | None = None,
                  interface: str = "public", region: str | None = None,
-                 image: str | None = None, live: bool = False,
+                 image: str | None = None, live: bool = False, reboot: str = "hard",
+                 soft_reboot_timeout: float = 300.0,
                  servers: Mapping[str, str] | None = None,
                  state_dir: str | os.PathLike[str] | None = None,
-                 connect_timeout: float = 3.0, read_timeout: float = 15.0,
-                 attempts: int = 4, backoff: float = 0.5, call_timeout: float = 60.0,
+                 read_timeout: float = 15.0, attempts: int = 4, backoff: float = 0.5,
+                 call_timeout: float = 60.0, verify: bool | str = True,
                  sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time,
                  application_credential_id: str | None = None,
                  application_credential_secret: str | None = None):
-        import requests  # lazy: the node side never needs it
-
+        if reboot not in REBOOT_MODES:
+            raise ValueError(f"reboot must be one of {', '.join(REBOOT_MODES)}, not {reboot!r}")
         # Keystone application credentials (scoped by Keystone itself) or user + password
         self.app_credential = (application_credential_id, application_credential_secret) \
             if application_credential_id else None
-
         self.auth_url = auth_url.rstrip("/")
         self.username, self.password = username, password
         self.project_name = project_name
@@ -84,276 +119,381 @@ class OpenStackProvider:
         self.compute_url = compute_url.rstrip("/") if compute_url else None
         self.interface, self.region = interface, region
         self.image, self.live = image, live
+        self.reboot, self.soft_reboot_timeout = reboot, soft_reboot_timeout
         self.servers = dict(servers or {})
-        self.timeout = (connect_timeout, read_timeout)
+        self.read_timeout, self.verify = read_timeout, verify
         self.attempts, self.backoff = max(1, attempts), backoff
         self.call_timeout = call_timeout
-        self._sleep = sleep
-        self._token: str | None = None
-        self._session = requests.Session()
-        self._session.headers["Accept"] = "application/json"
+        self._sleep, self._clock = sleep, clock
+        self._conn: Any = None
+        self._conn_lock = threading.Lock()
         self.records = KeyRecords(Path(state_dir) / "openstack-provider.json"
                                   if state_dir is not None else None)
 
     def close(self) -> None:
-        """Close the HTTP session."""
-        self._session.close()
+        """Close the SDK connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def supports(self, action: Action) -> bool:
-        """reboot, migrate; rebuild only with an image configured."""
-        if action == Action.REBUILD:
-            return self.image is not None
+        """reboot, rebuild (from the server's image), migrate."""
         return action in OPENSTACK_ACTIONS
 
+    # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
-        """Post the Nova action for ``node`` once per ``key``."""
+        """Start the Nova action for ``node`` once per ``key``."""
         if action not in OPENSTACK_ACTIONS:
             raise ProviderRefused(f"openstack provider cannot {action.value} a node")
-        if action == Action.REBUILD and not self.image:
-            raise ProviderRefused("openstack provider: rebuild needs [provider] image")
-        if not key:
-            raise ProviderError("an idempotency key is required")
-        existing = self.records.get(key)
-        if existing is not None:
-            if existing["node"] != node or existing["action"] != action.value:
-                raise ProviderError(f"idempotency key {key!r} was used for "
-                                    f"{existing['action']} on {existing['node']}")
-            op = self.status(key)
-            assert op is not None
-            return op
+        known = self._known(key, node, action)
+        if known is not None:
+            return known
         server = self._server_id(node)
-        body: dict[str, Any]
+        image = ""
         if action == Action.REBOOT:
-            body = {"reboot": {"type": "HARD"}}
+            call = "reboot:SOFT" if self.reboot == "soft" else "reboot:HARD"
         elif action == Action.REBUILD:
-            body = {"rebuild": {"imageRef": self.image}}
-        elif self.live:
-            # "auto" needs compute microversion 2.25+ (a 2.1 Nova wants a boolean)
-            body = {"os-migrateLive": {"host": None, "block_migration": "auto"}}
+            call, image = "rebuild", self.image or self._server_image(node, server)
         else:
-            body = {"migrate": None}
+            call = "live-migrate" if self.live else "migrate"
         rec: dict[str, Any] = {"id": "nova-" + uuid.uuid4().hex[:12], "node": node,
-                               "server": server, "action": action.value,
-                               "submitted": datetime.now(timezone.utc).isoformat(),
-                               "status": "running", "detail": ""}
-        with self.records.locked() as records:
-            if key in records:  # another replica recorded it first
-                rec = records[key]
-                return operation(key, rec)
-            records[key] = rec  # intent first: never post the same key twice
+                               "server": server, "action": action.value, "call": call,
+                               "image": image, "sent": False, "sent_at": 0.0,
+                               "unknown": False, "status": "running", "detail": "",
+                               "submitted": datetime.now(timezone.utc).isoformat()}
+        return self._begin(key, rec)  # intent first: never posted twice for a key
+
+    # --- the steps ----------------------------------------------------------------------
+    def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
         try:
-            headers = {"Idempotency-Key": key}
-            if "os-migrateLive" in body:
-                headers.update(LIVE_MIGRATE_MICROVERSION)
-            resp = self._request("POST", f"/servers/{quote(server, safe='')}/action",
-                                 json_body=body, headers=headers, retry=False)
-        except ProviderError as exc:
-            if _answered(exc):
-                # Nova refused it: nothing ran.
-                rec.update(status="failed", detail=str(exc))
-                self.records.put(key, rec)
-                return operation(key, rec)
-            # No answer: it may have run. Keep "running"; status() asks the server.
-            rec["detail"] = f"no answer to the action ({exc}); polling the server"
+            if not rec["sent"]:
+                self._post(key, rec)
+            else:
+                self._poll(key, rec)
+        except ProviderError:
             self.records.put(key, rec)
-            return operation(key, rec)
-        rec["detail"] = f"nova {next(iter(body))} accepted (HTTP {resp.status_code})"
+            raise
         self.records.put(key, rec)
         return operation(key, rec)
 
-    def status(self, key: str) -> Operation | None:
-        """Poll the server of the action recorded for ``key``."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
-        if rec["status"] in ("succeeded", "failed"):
-            return operation(key, rec)
-        server = self._get_json(f"/servers/{quote(str(rec['server']), safe='')}")
-        info = server.get("server") if isinstance(server, dict) else None
-        if not isinstance(info, dict) or not isinstance(info.get("status"), str):
-            raise ProviderError(f"nova: malformed server answer for {rec['server']}: "
-                                f"{str(server)[:200]}")
-        status, task = info["status"], info.get("OS-EXT-STS:task_state")
-        updated = info.get("updated")
+    def _post(self, key: str, rec: dict[str, Any]) -> None:
+        """Send the recorded call once; a refusal fails the operation, a lost answer
+        leaves it to `_poll`. Raises (record unchanged: not sent) when it never ran."""
+        server, call = str(rec["server"]), str(rec["call"])
+        rid = nova_request_id(key, "hard" if call == "reboot:HARD" and
+                              rec.get("escalated") else "")
+        try:
+            self._act(f"{call} of {rec['node']}", rid, lambda c: self._send_call(c, rec))
+        except _Refused as exc:
+            rec.update(status="failed", detail=str(exc))
+            return
+        except _Unknown as exc:
+            rec.update(sent=True, unknown=True, sent_at=self._clock(),
+                       detail=f"{exc}; whether it ran is unknown: polling the server, "
+                              "never posting again (SPEC S6)")
+            return
+        rec.update(sent=True, sent_at=self._clock(),
+                   detail=f"nova {call} of server {server} accepted ({rid})")
+
+    def _send_call(self, conn: Any, rec: dict[str, Any]) -> None:
+        compute, server, call = conn.compute, str(rec["server"]), str(rec["call"])
+        if call.startswith("reboot:"):
+            compute.reboot_server(server, call.split(":", 1)[1])
+        elif call == "rebuild":
+            compute.rebuild_server(server, str(rec["image"]))
+        elif call == "live-migrate":
+            # The SDK picks compute microversion 2.30 (2.25 on an older Nova) for
+            # block_migration "auto"; below 2.25 it raises ValueError before sending,
+            # which must read as a refusal, not as an unknown outcome.
+            from openstack import utils
+
+            if not utils.supports_microversion(compute, LIVE_MIGRATE_MICROVERSION):
+                raise _Refused(f"nova: live migration with block_migration \"auto\" needs "
+                               f"compute microversion {LIVE_MIGRATE_MICROVERSION}, which "
+                               "this Nova does not offer; set live = false")
+            compute.live_migrate_server(server, host=None, force=False,
+                                        block_migration="auto")
+        else:
+            compute.migrate_server(server)
+
+    def _poll(self, key: str, rec: dict[str, Any]) -> None:
+        server_id, node = str(rec["server"]), str(rec["node"])
+        server = self._read(f"GET server {server_id}",
+                            lambda c: c.compute.get_server(server_id))
+        status, task = getattr(server, "status", None), getattr(server, "task_state", None)
+        if not isinstance(status, str):
+            raise ProviderError(f"nova: malformed server answer for {server_id}: "
+                                f"{str(getattr(server, 'to_dict', lambda: server)())[:200]}")
+        updated = getattr(server, "updated_at", None)
+        if status != "ACTIVE" or task is not None:
+            rec["seen_busy"] = True
         # The server must have changed since the submit, or an ACTIVE server simply has
-        # not started the action yet.
-        fresh = not isinstance(updated, str) or updated >= str(rec["submitted"])[:19]
+        # not started the action yet. Nova's "updated" has whole seconds: the submit's
+        # own second counts, except after a lost answer, where only a server seen busy
+        # or updated in a later second proves the action ran.
+        submitted = str(rec["submitted"])[:19]
+        stamp = updated[:19] if isinstance(updated, str) else None
+        if rec.get("unknown"):
+            fresh = bool(rec.get("seen_busy")) or (stamp is not None and stamp > submitted)
+        else:
+            fresh = stamp is None or stamp >= submitted
         if status == "VERIFY_RESIZE" and rec["action"] == Action.MIGRATE.value:
             # A cold migration stops here on a real Nova until it is confirmed.
             self._confirm_resize(key, rec)
-            return operation(key, rec)
-        if status == "ERROR":
-            rec.update(status="failed", detail=f"nova: server {rec['server']} is in ERROR")
-        elif status == _DONE_STATUS and task is None and fresh:
+        elif status == "ERROR":
+            rec.update(status="failed", detail=f"nova: server {server_id} is in ERROR")
+        elif status == "ACTIVE" and task is None and fresh:
             rec.update(status="succeeded",
-                       detail=f"nova: server {rec['server']} ACTIVE after {rec['action']}"
+                       detail=f"nova: server {server_id} ACTIVE after {rec['call']}"
                               + (" (confirmResize)" if rec.get("confirmed") else ""))
-        else:
-            return operation(key, rec)
-        self.records.put(key, rec)
-        return operation(key, rec)
+        elif (rec["call"] == "reboot:SOFT" and status == "REBOOT"
+              and self._clock() - float(rec["sent_at"]) >= self.soft_reboot_timeout):
+            # The guest ignored the ACPI signal: Nova lets a HARD reboot supersede it.
+            # Recorded before it is sent, so it is sent at most once (SPEC S6).
+            rec.update(call="reboot:HARD", sent=False, unknown=False, escalated=True,
+                       detail=f"nova: soft reboot of {node} still running after "
+                              f"{self.soft_reboot_timeout:g}s; rebooting hard")
+            self.records.put(key, rec)
+            self._post(key, rec)
+        elif rec.get("unknown"):
+            rec["detail"] = (f"nova: server {server_id} is {status} (task {task}); the "
+                             f"answer to {rec['call']} was lost, waiting for the server")
 
     def _confirm_resize(self, key: str, rec: dict[str, Any]) -> None:
-        """POST confirmResize for a migrated server in VERIFY_RESIZE. Safe to repeat
-        after a lost answer: a confirmed server answers 409, which is taken as done."""
-        server = quote(str(rec["server"]), safe="")
+        """confirmResize for a migrated server in VERIFY_RESIZE. Safe to repeat after a
+        lost answer: a confirmed server answers 409, which is taken as done."""
+        server = str(rec["server"])
         try:
-            self._request("POST", f"/servers/{server}/action",
-                          json_body={"confirmResize": None}, retry=False)
-        except ProviderError as exc:
-            if not (_answered(exc) and "HTTP 409" in str(exc)):
-                rec["detail"] = f"nova: confirmResize of {rec['server']}: {exc}; again later"
-                self.records.put(key, rec)
+            self._act(f"confirmResize of {server}", nova_request_id(key, "confirm"),
+                      lambda c: c.compute.confirm_server_resize(server))
+        except _Refused as exc:
+            if "HTTP 409" not in str(exc):
+                rec["detail"] = f"nova: confirmResize of {server}: {exc}; again later"
                 return
-        rec["detail"] = f"nova: migration of {rec['server']} confirmed (confirmResize)"
+        except (_Unknown, _Retryable) as exc:
+            rec["detail"] = f"nova: confirmResize of {server}: {exc}; again later"
+            return
+        rec["detail"] = f"nova: migration of {server} confirmed (confirmResize)"
         rec["confirmed"] = True
-        self.records.put(key, rec)
 
     # --- helpers ------------------------------------------------------------------------
     def _server_id(self, node: str) -> str:
         if node in self.servers:
             return self.servers[node]
-        body = self._get_json(f"/servers?name={quote('^' + re.escape(node) + '$')}")
-        servers = body.get("servers") if isinstance(body, dict) else None
-        if not isinstance(servers, list):
-            raise ProviderError(f"nova: malformed server list: {str(body)[:200]}")
-        ids = [s.get("id") for s in servers if isinstance(s, dict) and s.get("name") == node]
+        pattern = "^" + re.escape(node) + "$"  # Nova's name filter is a regular expression
+        found = self._read(f"GET servers named {node}",
+                           lambda c: list(c.compute.servers(details=False, name=pattern)))
+        ids = [getattr(s, "id", None) for s in found if getattr(s, "name", None) == node]
         if len(ids) != 1 or not isinstance(ids[0], str):
             raise ProviderError(f"nova: expected exactly one server named {node!r}, found "
                                 f"{len(ids)}; map it in [provider] servers")
         return ids[0]
 
-    def _authenticate(self) -> None:
-        body: dict[str, Any]
+    def _server_image(self, node: str, server_id: str) -> str:
+        server = self._read(f"GET server {server_id}",
+                            lambda c: c.compute.get_server(server_id))
+        image = getattr(server, "image", None)
+        image_id = image.get("id") if isinstance(image, Mapping) else \
+            getattr(image, "id", None)
+        if not image_id:
+            raise ProviderRefused(f"openstack: server {server_id} of {node} boots from a "
+                                  "volume and has no image to rebuild from; set [provider] "
+                                  "image")
+        return str(image_id)
+
+    def _connection(self) -> Any:
+        with self._conn_lock:
+            if self._conn is None:
+                self._conn = self._connect()
+            return self._conn
+
+    def _connect(self) -> Any:
+        import warnings
+
+        from openstack import connection
+
+        from slurm_heal import __version__
+
         if self.app_credential is not None:
-            # An application credential carries its own project scope: no "scope".
             cred_id, secret = self.app_credential
-            body = {"auth": {"identity": {
-                "methods": ["application_credential"],
-                "application_credential": {"id": cred_id, "secret": secret or ""}}}}
+            auth_type = "v3applicationcredential"
+            auth: dict[str, Any] = {"auth_url": self.auth_url,
+                                    "application_credential_id": cred_id,
+                                    "application_credential_secret": secret or ""}
         else:
-            body = {"auth": {
-                "identity": {"methods": ["password"], "password": {"user": {
-                    "name": self.username, "password": self.password,
-                    "domain": {"name": self.user_domain}}}},
-                "scope": {"project": {"name": self.project_name,
-                                      "domain": {"name": self.project_domain}}},
-            }}
-        url = self.auth_url + ("" if self.auth_url.endswith("/v3") else "/v3") + "/auth/tokens"
-        resp = self._send("POST", url, f"POST {url}", retry=True, json=body)
-        token = resp.headers.get("X-Subject-Token")
-        if not token:
-            raise ProviderError(f"keystone: {url} answered without an X-Subject-Token header")
-        self._token = token
-        if self.compute_url is None:
-            try:
-                catalog = resp.json()["token"]["catalog"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ProviderError(f"keystone: token without a service catalog ({exc}); "
-                                    "set [provider] compute_url") from exc
-            self.compute_url = _compute_endpoint(catalog, self.interface, self.region)
+            auth_type = "password"
+            auth = {"auth_url": self.auth_url, "username": self.username,
+                    "password": self.password, "project_name": self.project_name,
+                    "user_domain_name": self.user_domain,
+                    "project_domain_name": self.project_domain}
+        extra: dict[str, Any] = {}
+        if self.compute_url:
+            extra["compute_endpoint_override"] = self.compute_url
+        with warnings.catch_warnings():  # the SDK warns about optional metrics backends
+            warnings.simplefilter("ignore")
+            return connection.Connection(
+                auth_type=auth_type, auth=auth, interface=self.interface,
+                region_name=self.region, verify=self.verify, app_name="slurm-heal",
+                app_version=__version__,
+                # Ours, not keystoneauth's: see the module docstring.
+                connect_retries=0, status_code_retries=0, api_timeout=self.read_timeout,
+                **extra)
 
-    def _get_json(self, path: str) -> Any:
-        resp = self._request("GET", path, retry=True)
-        try:
-            return resp.json()
-        except ValueError as exc:
-            raise ProviderError(f"nova: GET {path}: answer is not JSON ({exc}): "
-                                f"{resp.text[:200]!r}") from exc
-
-    def _request(self, method: str, path: str, *, json_body: Any = None,
-                 headers: dict[str, str] | None = None, retry: bool) -> Answer:
-        for attempt in (0, 1):
-            if self._token is None:
-                self._authenticate()
-            assert self.compute_url is not None
-            hdrs = dict(headers or {}, **{"X-Auth-Token": self._token or ""})
-            url = self.compute_url + path
-            try:
-                return self._send(method, url, f"{method} {path}", retry=retry,
-                                  json=json_body, headers=hdrs)
-            except _Unauthorized:
-                self._token = None  # expired token: authenticate again, once
-                if attempt == 1:
-                    raise ProviderError(f"nova: {method} {path}: HTTP 401 after a fresh "
-                                        "token; check the credentials") from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _send(self, method: str, url: str, what: str, *, retry: bool,
-              **kwargs: Any) -> Answer:
-        tries = self.attempts if retry else 1
-        last, timed_out = "", False
+    def _read(self, what: str, fn: Callable[[Any], T]) -> T:
+        """A read (or the auth and discovery it needs): retried on anything transient."""
         deadline = Deadline(self.call_timeout)
-        for attempt in range(tries):
-            delay = None
+        last, timed_out = "", False
+        for attempt in range(self.attempts):
             try:
-                resp = exchange(self._session, method, url, deadline=deadline,
-                                timeout=self.timeout, what=f"openstack: {what}", **kwargs)
-            except ProviderTimeout as exc:
-                last, timed_out = str(exc), True
-                if deadline.expired():
-                    break
-            except TransportError as exc:
-                last, timed_out = str(exc), False
-            else:
-                if resp.status_code < 400:
-                    return resp
-                message = _nova_message(resp)
-                if resp.status_code == 401 and "/auth/tokens" not in what:
-                    raise _Unauthorized(message)
-                if resp.status_code == 429 or resp.status_code >= 500:
-                    last, timed_out = f"HTTP {resp.status_code}: {message}", False
-                    ra = resp.headers.get("Retry-After", "")
-                    delay = float(ra) if ra.replace(".", "", 1).isdigit() else None
-                else:
-                    raise _Answered(f"openstack: {what}: HTTP {resp.status_code}: {message}")
-            if attempt + 1 < tries:
-                if delay is None:
-                    delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-                delay = min(delay, 30.0)
-                if delay >= deadline.left():
-                    last, timed_out = last + "; no time left for another try", True
-                    break
-                self._sleep(delay)
+                return self._call(what, lambda: fn(self._connection()), deadline, read=True)
+            except _Retryable as exc:
+                last, timed_out = str(exc), exc.timed_out
+                delay = exc.retry_after
+            except _Refused as exc:
+                raise ProviderError(str(exc)) from None
+            if not self._pause(attempt, delay, deadline):
+                break
         error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"openstack: {what}: gave up after {tries} tries: {last}")
+        raise error(f"openstack: {what}: gave up after {attempt + 1} tries: {last}")
+
+    def _act(self, what: str, request_id: str, fn: Callable[[Any], None]) -> None:
+        """An action POST with global request id ``request_id``: retried only while it
+        certainly did not run; raises _Refused, _Unknown, or ProviderError (never ran)."""
+        deadline = Deadline(self.call_timeout)
+        # Authenticate and discover first (reads, retried), so that the POST's own
+        # failures are about the POST.
+        self._read("authenticate", lambda c: c.compute.get_endpoint_data())
+        last, timed_out = "", False
+        for attempt in range(self.attempts):
+            try:
+                self._call(what, lambda: fn(self._connection().global_request(request_id)),
+                           deadline, read=False)
+                return
+            except _Retryable as exc:
+                last, timed_out = str(exc), exc.timed_out
+                delay = exc.retry_after
+            if not self._pause(attempt, delay, deadline):
+                break
+        error = ProviderTimeout if timed_out else ProviderError
+        raise error(f"openstack: {what}: not sent after {attempt + 1} tries: {last}")
+
+    def _pause(self, attempt: int, delay: float | None, deadline: Deadline) -> bool:
+        """Back off before try ``attempt + 1``; False when there is none left."""
+        if attempt + 1 >= self.attempts:
+            return False
+        if delay is None:
+            delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
+        delay = min(delay, 30.0)
+        if delay >= deadline.left():
+            return False
+        self._sleep(delay)
+        return True
+
+    def _call(self, what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
+        """Run one SDK call in a worker thread, waiting at most until ``deadline``, and
+        map what it raised onto _Refused / _Retryable / _Unknown / ProviderError."""
+        left = deadline.left()
+        if left <= 0:
+            raise _Retryable(f"openstack: {what}: the deadline of {deadline.seconds:g}s "
+                             "is spent", timed_out=True)
+        result: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                result["value"] = fn()
+            except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
+                result["error"] = exc
+
+        worker = threading.Thread(target=work, name="openstack-call", daemon=True)
+        worker.start()
+        worker.join(left)
+        if worker.is_alive():
+            # The worker keeps only its own thread until requests' read timeout ends it,
+            # and the connection it holds: keystoneauth's auth plugin locks while it
+            # fetches a token, so a trickled token answer would block every later call.
+            # The next call builds a fresh connection.
+            with self._conn_lock:
+                self._conn = None
+            message = (f"openstack: {what}: timed out: no complete answer within the "
+                       f"deadline of {deadline.seconds:g}s")
+            if read:
+                raise _Retryable(message, timed_out=True)
+            raise _Unknown(message)
+        if "error" in result:
+            raise _classify(what, result["error"], read=read) from result["error"]
+        value: T = result["value"]
+        return value
 
 
-class _Unauthorized(ProviderError):
-    pass
+def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
+    """What an exception from the SDK (or keystoneauth under it) means for us."""
+    from keystoneauth1 import exceptions as ksa
+    from openstack import exceptions as sdk
+
+    prefix = f"openstack: {what}"
+    if isinstance(exc, ProviderError):  # ours, raised in the call (before sending)
+        return exc
+    if isinstance(exc, RecursionError):
+        if read:
+            return ProviderError(f"{prefix}: the answer is nested too deeply")
+        # Nova answered the action (and may have run it) with a body we cannot read.
+        return _Unknown(f"{prefix}: the answer is nested too deeply")
+    if isinstance(exc, (sdk.HttpException, ksa.HttpError)):
+        code = int(getattr(exc, "status_code", None) or getattr(exc, "http_status", 0) or 0)
+        message = _message(exc)
+        if code in (429, 503) or (read and (code >= 500 or code == 408)):
+            return _Retryable(f"{prefix}: HTTP {code}: {message}",
+                              retry_after=_retry_after(exc))
+        if code == 401:
+            return _Refused(f"{prefix}: HTTP 401 (Keystone refused the credentials): "
+                            f"{message}")
+        if 400 <= code < 500:
+            return _Refused(f"{prefix}: HTTP {code}: {message}")
+        return _Unknown(f"{prefix}: HTTP {code}: {message}")
+    if isinstance(exc, ksa.DiscoveryFailure) and "HTTP 5" in str(exc):
+        return _Retryable(f"{prefix}: {exc}")
+    if isinstance(exc, ksa.SSLError):
+        return _Refused(f"{prefix}: TLS failed ({exc}); set [provider] verify to a CA bundle")
+    if isinstance(exc, ksa.ConnectTimeout):
+        return _Retryable(f"{prefix}: connect timed out: {exc}", timed_out=True)
+    if isinstance(exc, ksa.ConnectFailure) and (read or _never_sent(exc)):
+        return _Retryable(f"{prefix}: connection failed: {exc}")
+    if isinstance(exc, ksa.ConnectionError):
+        # A reset or a read timeout after the request went out.
+        if read:
+            return _Retryable(f"{prefix}: {exc}", timed_out="imed out" in str(exc))
+        return _Unknown(f"{prefix}: no answer ({exc})")
+    if isinstance(exc, (ksa.EndpointNotFound, sdk.EndpointNotFound)):
+        return _Refused(f"{prefix}: no compute endpoint ({exc}); check interface and "
+                        "region, or set [provider] compute_url")
+    if isinstance(exc, (ksa.ClientException, sdk.SDKException, ValueError, KeyError,
+                        TypeError, AttributeError)):
+        # An answer that is not what Nova or Keystone sends (not JSON, the wrong shape).
+        if read:
+            return ProviderError(f"{prefix}: unexpected answer: "
+                                 f"{exc.__class__.__name__}: {str(exc)[:300]}")
+        return _Unknown(f"{prefix}: unexpected answer: {exc.__class__.__name__}: "
+                        f"{str(exc)[:300]}")
+    if isinstance(exc, Exception):
+        text = f"{prefix}: {exc.__class__.__name__}: {str(exc)[:300]}"
+        return ProviderError(text) if read else _Unknown(text)
+    raise exc  # KeyboardInterrupt, SystemExit: not ours to turn into an error
 
 
-class _Answered(ProviderError):
-    """Nova answered with a 4xx: the request was refused, nothing ran."""
+def _message(exc: BaseException) -> str:
+    details = getattr(exc, "details", None) or getattr(exc, "message", None) or str(exc)
+    return str(details).strip()[:300]
 
 
-def _answered(exc: ProviderError) -> bool:
-    return isinstance(exc, _Answered)
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    value = str(headers.get("Retry-After", "") or getattr(exc, "retry_after", "") or "")
+    return float(value) if value.replace(".", "", 1).isdigit() else None
 
 
-def _nova_message(resp: Answer) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text.strip()[:300] or resp.reason
-    if isinstance(body, dict):
-        for value in body.values():  # Nova: {"badRequest": {"message": ..., "code": ...}}
-            if isinstance(value, dict) and value.get("message"):
-                return str(value["message"])
-    return str(body)[:300]
-
-
-def _compute_endpoint(catalog: Any, interface: str, region: str | None) -> str:
-    if isinstance(catalog, list):
-        for service in catalog:
-            if not isinstance(service, dict) or service.get("type") != "compute":
-                continue
-            for ep in service.get("endpoints") or []:
-                if (isinstance(ep, dict) and ep.get("interface") == interface
-                        and (region is None or ep.get("region") == region)
-                        and isinstance(ep.get("url"), str)):
-                    return str(ep["url"]).rstrip("/")
-    raise ProviderError(f"keystone: no compute endpoint with interface {interface!r}"
-                        f"{f' in region {region!r}' if region else ''} in the catalog; "
-                        "set [provider] compute_url")
-
+def _never_sent(exc: BaseException) -> bool:
+    """A connection refused / name not resolved: the request never reached Nova."""
+    text = repr(exc)
+    return any(s in text for s in ("NewConnectionError", "Connection refused",
+                                   "Name or service not known", "NameResolutionError"))

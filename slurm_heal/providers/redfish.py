@@ -6,6 +6,14 @@
   ``On`` once the system reports its power off (two steps, driven by `status`).
 - rebuild and migrate are not things a BMC does: refused.
 
+A BMC without Redfish is driven over IPMI 2.0 (LAN, RMCP+) with pyghmi instead
+(``protocol = "ipmi"`` for that node): reboot -> chassis control ``boot`` (power on when
+off, else a hard reset), power_cycle -> ``off``, then ``on`` once ``get_power()`` reports
+off. pyghmi blocks, so every IPMI exchange runs in a worker thread waited for at most
+``deadline``; a command whose answer is lost after the login is an unknown outcome and
+is never sent again for the key (SPEC S6), a login that fails (unreachable, wrong
+password) sent nothing and is tried again at the next poll.
+
 BMC address and credentials per node come from the config (``[provider.bmcs.NODE]``) or
 a file (``bmcs_file``, TOML); a password is read from a file, never written in the main
 config. TLS certificates are verified unless ``verify = false`` (or a CA bundle path).
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +57,8 @@ class Bmc:
     username: str
     password: str
     system: str | None = None  # the ComputerSystem's @odata.id; None: the only one
+    protocol: str = "redfish"  # or "ipmi": then address is the BMC's host name or IP
+    port: int = 623  # IPMI over LAN (UDP)
 
 
 class _Unknown(ProviderError):
@@ -98,6 +109,12 @@ class RedfishProvider(SteppedOperations):
         if known is not None:
             return known
         bmc = self._bmc(node)
+        if bmc.protocol == "ipmi":
+            return self._begin(key, {
+                "id": "ipmi-" + uuid.uuid4().hex[:12], "node": node, "action": action.value,
+                "protocol": "ipmi", "steps": ["boot"] if action == Action.REBOOT
+                else ["off", "on"], "step": 0, "sent": False, "status": "running",
+                "detail": "", "submitted": datetime.now(timezone.utc).isoformat()})
         system = self._system(node, bmc)
         allowed = {str(getattr(v, "value", v)) for v in system.get_allowed_reset_system_values()}
         if action == Action.REBOOT:
@@ -130,21 +147,25 @@ class RedfishProvider(SteppedOperations):
                 step = rec["steps"][rec["step"]]
                 if rec.get("unknown"):
                     rec.update(status="failed", detail=(
-                        f"redfish: the answer to {step} on {node} was lost, so whether it "
-                        "ran is unknown; not sent again (SPEC S6)"))
+                        f"{_proto(rec)}: the answer to {step} on {node} was lost, so whether "
+                        "it ran is unknown; not sent again (SPEC S6)"))
                     break
                 if not rec["sent"]:
-                    if step == "On" and not self._powered_off(node, rec):
-                        rec["detail"] = f"redfish: waiting for {node} to power off"
+                    if step in ("On", "on") and not self._powered_off(node, rec):
+                        rec["detail"] = f"{_proto(rec)}: waiting for {node} to power off"
                         break
-                    self._reset(node, rec, step)
+                    if rec.get("protocol") == "ipmi":
+                        self._ipmi_power(node, rec, step)
+                    else:
+                        self._reset(node, rec, step)
                 if rec.get("monitor") and not self._task_done(node, rec):
                     break
                 if rec["step"] + 1 < len(rec["steps"]):
                     rec.update(step=rec["step"] + 1, sent=False, monitor="")
                     continue
                 rec.update(status="succeeded",
-                           detail=f"redfish: {' then '.join(rec['steps'])} on {node} accepted")
+                           detail=f"{_proto(rec)}: {' then '.join(rec['steps'])} on {node} "
+                                  "accepted")
         except _Unknown as exc:
             rec.update(sent=True, unknown=True, detail=str(exc))
         except ProviderRefused as exc:
@@ -156,6 +177,9 @@ class RedfishProvider(SteppedOperations):
         return operation(key, rec)
 
     def _powered_off(self, node: str, rec: dict[str, Any]) -> bool:
+        if rec.get("protocol") == "ipmi":
+            answer = self._ipmi(node, "get_power", lambda cmd: cmd.get_power(), read=True)
+            return isinstance(answer, dict) and answer.get("powerstate") == "off"
         system = self._system(node, self._bmc(node))
         system.refresh()
         state = str(getattr(system.power_state, "value", system.power_state) or "")
@@ -213,6 +237,77 @@ class RedfishProvider(SteppedOperations):
         error = ProviderTimeout if timed_out else ProviderError
         raise error(f"redfish: {reset_type} on {node}: gave up after {attempt + 1} tries: "
                     f"{last}")
+
+    # --- IPMI (pyghmi) ------------------------------------------------------------------
+    def _ipmi_power(self, node: str, rec: dict[str, Any], state: str) -> None:
+        """``set_power(state)`` once; a lost answer raises _Unknown (never re-sent)."""
+        answer = self._ipmi(node, f"set_power {state}",
+                            lambda cmd: cmd.set_power(state, wait=False), read=False)
+        rec["sent"] = True
+        rec["detail"] = f"ipmi: power {state} on {node} accepted ({answer})"
+
+    def _ipmi(self, node: str, what: str, fn: Callable[[Any], Any], *, read: bool) -> Any:
+        """Log into the node's BMC and run ``fn(command)`` in a worker thread, waiting at
+        most ``deadline`` seconds (pyghmi blocks, with its own retransmits)."""
+        bmc = self._bmc(node)
+        state: dict[str, Any] = {"logged_in": False, "cancelled": False}
+        gate = threading.Lock()
+
+        def work() -> None:
+            try:
+                from pyghmi.ipmi import command
+
+                # Credentials as bytes: pyghmi (1.6) files a session being set up under
+                # the credentials as given and removes it, once logged in, under their
+                # encoded form; with str they never match, and the next Command for the
+                # same BMC waits forever on that stale entry.
+                for _ in range(2):
+                    cmd = command.Command(bmc=bmc.address, userid=bmc.username.encode(),
+                                          password=bmc.password.encode(), port=bmc.port)
+                    session = cmd.ipmi_session
+                    if not getattr(session, "broken", False) and \
+                            getattr(session, "logged", True):
+                        break
+                    # pyghmi handed back a login abandoned at an earlier deadline that
+                    # has failed since (it is forgotten now): log in afresh, once.
+                else:
+                    raise ConnectionError(getattr(session, "errormsg", None)
+                                          or "the session failed to log in")
+                with gate:
+                    # A login that outlived the caller's deadline must not send: the
+                    # caller has reported the command as not sent (SPEC S6).
+                    if state["cancelled"]:
+                        return
+                    state["logged_in"] = True
+                state["value"] = fn(cmd)
+            except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
+                state["error"] = exc
+
+        worker = threading.Thread(target=work, name="ipmi-call", daemon=True)
+        worker.start()
+        worker.join(self.deadline)
+        where = f"the BMC of {node} at {bmc.address}:{bmc.port}"
+        with gate:
+            alive = worker.is_alive()
+            state["cancelled"] = alive
+        if alive:
+            if state["logged_in"] and not read:
+                raise _Unknown(f"ipmi: {what} on {node}: no answer within {self.deadline:g}s")
+            raise ProviderTimeout(f"ipmi: {what}: no answer from {where} within "
+                                  f"{self.deadline:g}s")
+        error = state.get("error")
+        if error is None:
+            return state.get("value")
+        message = str(error) or error.__class__.__name__
+        if not state["logged_in"]:
+            if "password" in message.lower() or "unauthorized" in message.lower():
+                raise ProviderError(f"ipmi: {where} refused the credentials: {message}")
+            raise ProviderError(f"ipmi: cannot log into {where}: {message}")
+        if read:
+            raise ProviderError(f"ipmi: {what} on {node}: {message}")
+        if "timeout" in message.lower() or "session" in message.lower():
+            raise _Unknown(f"ipmi: {what} on {node}: {message}")
+        raise ProviderRefused(f"ipmi: {what} on {node}: the BMC refused it: {message}")
 
     def _task_done(self, node: str, rec: dict[str, Any]) -> bool:
         import requests
@@ -274,6 +369,10 @@ class RedfishProvider(SteppedOperations):
                                 f"{exc}") from exc
         except sx.SushyError as exc:
             raise ProviderError(f"redfish: the BMC of {node} at {bmc.address}: {exc}") from exc
+
+
+def _proto(rec: dict[str, Any]) -> str:
+    return "ipmi" if rec.get("protocol") == "ipmi" else "redfish"
 
 
 def _reset_target(doc: Any, path: str) -> str:

@@ -41,7 +41,14 @@ control endpoints under ``/_sim/`` are never affected):
   (carried out first, like ``lose_response``);
 - ``truncate``: the next n answers announce their full length, send half of it and
   close the connection (carried out first);
-- ``wrong_shape``: the next n answers are ``{"unexpected": []}`` (carried out first).
+- ``wrong_shape``: the next n answers are ``{"unexpected": []}`` (carried out first);
+- ``ignore_soft_reboot``: the guests of the next n Nova SOFT reboots ignore the ACPI
+  signal: the server stays ``REBOOT`` until a HARD reboot supersedes it.
+
+The Keystone and Nova version discovery documents that openstacksdk (keystoneauth)
+reads before it authenticates or picks a microversion (``GET /``, ``GET /v3``,
+``GET /compute``, ``GET /compute/v2.1``) are served like control endpoints: never
+subject to faults, so a fault hits the API call it was set for.
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ HOST_EXTRA_KEY = extra.HOST_KEY
 COMPUTE_PREFIX = "/compute/v2.1"
 # Nova's server status / task state while an action runs.
 _NOVA_BUSY = {
-    Action.REBOOT: ("HARD_REBOOT", "reboot_started_hard"),
+    Action.REBOOT: ("HARD_REBOOT", "reboot_started_hard"),  # a SOFT one: REBOOT
     Action.POWER_CYCLE: ("HARD_REBOOT", "reboot_started_hard"),
     Action.REBUILD: ("REBUILD", "rebuilding"),
     Action.MIGRATE: ("MIGRATING", "migrating"),
@@ -104,6 +111,8 @@ class SimOperation:
     host: str = ""  # the node's host identity after the action
     previous_host: str = ""  # migrate: the host the node left (sent to validation)
     source: str = "v1"  # "v1" (our API) or "nova"
+    variant: str = ""  # Nova reboot type: "SOFT" or "HARD"
+    superseded: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The operation as the HTTP API shows it."""
@@ -137,6 +146,7 @@ class Faults:
     deep_json: int = 0
     truncate: int = 0
     wrong_shape: int = 0
+    ignore_soft_reboot: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -164,7 +174,8 @@ class SimulatorServer:
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  on_action: ActionHook | None = None, duration: float = 1.0,
                  token: str | None = None, os_users: dict[str, str] | None = None,
-                 nodes: tuple[str, ...] = ()):
+                 nodes: tuple[str, ...] = (), volume_backed: tuple[str, ...] = (),
+                 nova_max_microversion: tuple[int, int] | None = None):
         self._host = host
         self.on_action = on_action
         self.duration = duration
@@ -182,6 +193,12 @@ class SimulatorServer:
         self._tokens: set[str] = set()
         # Nova: servers whose cold migration waits for confirmResize (VERIFY_RESIZE)
         self._unconfirmed: set[str] = set()
+        # Nova: servers booted from a volume have no image to rebuild from
+        self._volume_backed = set(volume_backed)
+        # An older Nova claims less (its version document and its 406 say so).
+        self.nova_max = nova_max_microversion or NOVA_MAX_MICROVERSION
+        self._nova_calls: list[dict[str, Any]] = []
+        self._started = _now_iso()  # what Nova shows as an untouched server's "updated"
         self._requests = 0
         self._workers: list[threading.Thread] = []
         self._thread: threading.Thread | None = None
@@ -248,6 +265,12 @@ class SimulatorServer:
         with self._lock:
             return [op.to_json() for op in self._ops.values()]
 
+    def nova_calls(self) -> list[dict[str, Any]]:
+        """Every Nova server action accepted, oldest first: node, action (the body's
+        key), args, microversion ("2.30") and request_id (X-OpenStack-Request-ID)."""
+        with self._lock:
+            return [dict(c) for c in self._nova_calls]
+
     def validation(self) -> list[dict[str, Any]]:
         """Hosts vacated by migrate, handed to validation (SPEC V1)."""
         with self._lock:
@@ -296,8 +319,8 @@ class SimulatorServer:
                 return True
             return False
 
-    def _start_action(self, node: str, action: Action, key: str, source: str
-                      ) -> tuple[SimOperation, bool]:
+    def _start_action(self, node: str, action: Action, key: str, source: str,
+                      variant: str = "") -> tuple[SimOperation, bool]:
         """The operation for ``key``, created (and its action started) when new.
         Returns (operation, created)."""
         with self._lock:
@@ -309,7 +332,7 @@ class SimulatorServer:
                                       f"on {op.node}; a key names exactly one request")
                 return op, False
             op = SimOperation(id="op-" + uuid.uuid4().hex[:12], key=key, node=node,
-                              action=action, source=source)
+                              action=action, source=source, variant=variant)
             self._ops[op.id] = op
             self._by_key[key] = op.id
             # Counted at dispatch: what S6 forbids is a second execution, and a retry of
@@ -329,6 +352,9 @@ class SimulatorServer:
             hang = self.faults.never_finish > 0
             if hang:
                 self.faults.never_finish -= 1
+            elif variant == "SOFT" and self.faults.ignore_soft_reboot > 0:
+                self.faults.ignore_soft_reboot -= 1
+                hang = True  # until a HARD reboot supersedes it
         worker = threading.Thread(target=self._run, args=(op, fail, hang), daemon=True,
                                   name=f"sim-{op.id}")
         self._workers = [w for w in self._workers if w.is_alive()] + [worker]
@@ -346,7 +372,13 @@ class SimulatorServer:
         started = time.monotonic()
         self._set(op, "running")
         if hang:
-            self._stop.wait()  # never reports an end (an injected never_finish)
+            # Never reports an end (an injected never_finish), unless a HARD reboot
+            # supersedes this soft one.
+            while not self._stop.wait(0.02):
+                if op.superseded.is_set():
+                    self._set(op, "superseded", f"{op.action.value} of {op.node}: "
+                                                "superseded by a HARD reboot")
+                    return
             return
         detail = f"{op.action.value} of {op.node} done"
         ok = True
@@ -373,15 +405,20 @@ class SimulatorServer:
             status, task = "ACTIVE", None
             if latest is not None and latest.status in ("pending", "running"):
                 status, task = _NOVA_BUSY[latest.action]
+                if latest.variant == "SOFT":
+                    status, task = "REBOOT", "reboot_started"
             elif latest is not None and latest.status == "failed":
                 status = "ERROR"
             elif node in self._unconfirmed:
                 # Real Nova: a cold migration ends in VERIFY_RESIZE until confirmResize
                 # (resize_confirm_window is off by default).
                 status = "VERIFY_RESIZE"
+            image: Any = "" if node in self._volume_backed else {
+                "id": image_id(node), "links": []}
             return {"id": server_id(node), "name": node, "status": status,
                     "OS-EXT-STS:task_state": task, "OS-EXT-SRV-ATTR:host": host,
-                    "hostId": host, "updated": latest.updated if latest else None}
+                    "hostId": host, "image": image,
+                    "updated": latest.updated if latest else self._started}
 
     def _known_servers(self) -> list[str]:
         with self._lock:
@@ -469,6 +506,8 @@ class SimulatorServer:
         query = parse_qs(parts.query)
         if path.startswith("/_sim/"):
             self._route_control(method, path, raw)
+        if method == "GET":
+            self._route_discovery(path)
         with self._lock:
             self._requests += 1
             latency = self.faults.latency
@@ -563,6 +602,27 @@ class SimulatorServer:
             return op.to_json()
 
     # --- Keystone v3 + Nova subset ------------------------------------------------------
+    def _route_discovery(self, path: str) -> None:
+        """The version documents keystoneauth reads: Keystone's at ``/`` and ``/v3``,
+        Nova's at ``/compute`` and ``/compute/v2.1`` (which carries the microversion
+        range the SDK negotiates against)."""
+        identity = {"id": "v3.14", "status": "stable", "updated": "2020-04-07T00:00:00Z",
+                    "links": [{"rel": "self", "href": self.url + "/v3/"}],
+                    "media-types": [{"base": "application/json",
+                                     "type": "application/vnd.openstack.identity-v3+json"}]}
+        lo, hi = (2, 1), self.nova_max
+        compute = {"id": "v2.1", "status": "CURRENT", "updated": "2013-07-23T11:33:21Z",
+                   "version": f"{hi[0]}.{hi[1]}", "min_version": f"{lo[0]}.{lo[1]}",
+                   "links": [{"rel": "self", "href": self.url + COMPUTE_PREFIX + "/"}]}
+        if path == "/":
+            raise _Reply(300, {"versions": {"values": [identity]}})
+        if path == "/v3":
+            raise _Reply(200, {"version": identity})
+        if path == "/compute":
+            raise _Reply(200, {"versions": [compute]})
+        if path == COMPUTE_PREFIX:
+            raise _Reply(200, {"version": compute})
+
     def _keystone_auth(self, raw: bytes) -> None:
         body = _json_body(raw)
         try:
@@ -584,14 +644,18 @@ class SimulatorServer:
         token = "gAAAA" + uuid.uuid4().hex
         with self._lock:
             self._tokens.add(token)
-        catalog = [{"type": "compute", "name": "nova", "endpoints": [
-            {"interface": "public", "region": "RegionOne", "url": self.url + COMPUTE_PREFIX},
-            {"interface": "internal", "region": "RegionOne", "url": self.url + COMPUTE_PREFIX},
-        ]}]
-        raise _Reply(201, {"token": {"methods": ["password"], "user": {"name": name},
-                                     "expires_at": "2099-01-01T00:00:00.000000Z",
-                                     "catalog": catalog}},
-                     {"X-Subject-Token": token})
+        catalog = [{"type": "compute", "name": "nova", "id": "nova-svc", "endpoints": [
+            {"id": f"nova-{interface}", "interface": interface, "region": "RegionOne",
+             "region_id": "RegionOne", "url": self.url + COMPUTE_PREFIX}
+            for interface in ("public", "internal")]}]
+        domain = {"id": "default", "name": "Default"}
+        raise _Reply(201, {"token": {
+            "methods": identity["methods"], "user": {"id": "u-" + name, "name": name,
+                                                     "domain": domain},
+            "project": {"id": "p-hpc", "name": "hpc", "domain": domain},
+            "roles": [{"id": "r-member", "name": "member"}],
+            "issued_at": _now_iso(), "expires_at": "2099-01-01T00:00:00.000000Z",
+            "catalog": catalog}}, {"X-Subject-Token": token})
 
     def _route_nova(self, req: BaseHTTPRequestHandler, method: str, path: str,
                     query: dict[str, list[str]], raw: bytes) -> None:
@@ -599,6 +663,7 @@ class SimulatorServer:
             authorised = req.headers.get("X-Auth-Token", "") in self._tokens
         if not authorised:
             raise _error(401, "The request you have made requires authentication.")
+        version = _nova_microversion(req, self.nova_max)  # every call: 400/406 if bad
         if path == "/servers" and method == "GET":
             pattern = (query.get("name") or [""])[0]
             try:
@@ -627,7 +692,6 @@ class SimulatorServer:
         if not isinstance(body, dict) or len(body) != 1:
             raise _error(400, "a server action body has exactly one key")
         (name, args), = body.items()
-        version = _nova_microversion(req)
         if name == "confirmResize":
             with self._lock:
                 busy = any(o.node == node and o.status in ("pending", "running")
@@ -644,21 +708,51 @@ class SimulatorServer:
             # Nova before microversion 2.25 wants a boolean here.
             raise _error(400, "Invalid input for field/attribute block_migration. Value: "
                               "auto. 'auto' is not of type 'boolean'")
+        if name == "os-migrateLive" and isinstance(args, dict) and "force" in args and \
+                not (2, 30) <= version < (2, 68):
+            raise _error(400, "Invalid input for field/attribute os-migrateLive. "
+                              "Additional properties are not allowed ('force' was unexpected)")
+        if name == "migrate" and isinstance(args, dict) and version < (2, 56):
+            raise _error(400, "Invalid input for field/attribute migrate. Value: "
+                              f"{args}. {args} is not of type 'null'")
+        variant = ""
+        if name == "reboot":
+            variant = str(args.get("type", "")).upper() if isinstance(args, dict) else ""
+            if variant not in ("SOFT", "HARD"):
+                raise _error(400, "Invalid input for field/attribute type. Value: "
+                                  f"{variant or None}. It must be one of SOFT, HARD")
         action = {"reboot": Action.REBOOT, "rebuild": Action.REBUILD,
                   "migrate": Action.MIGRATE, "os-migrateLive": Action.MIGRATE}.get(name)
         if action is None:
             raise _error(400, f"unsupported server action {name!r}")
         if action == Action.REBUILD and not (isinstance(args, dict) and args.get("imageRef")):
             raise _error(400, "rebuild needs imageRef")
-        if self._nova_server(node)["OS-EXT-STS:task_state"] is not None:
+        current = self._nova_server(node)
+        busy = current["OS-EXT-STS:task_state"]
+        soft_running: SimOperation | None = None
+        if busy is not None and variant == "HARD" and current["status"] == "REBOOT":
+            # Nova lets a HARD reboot supersede a soft one that the guest ignores.
+            with self._lock:
+                soft_running = next((o for o in self._ops.values() if o.node == node
+                                     and o.variant == "SOFT"
+                                     and o.status in ("pending", "running")), None)
+        elif busy is not None:
             raise _Reply(409, {"conflictingRequest": {
                 "code": 409, "message": f"Cannot '{name}' instance {server_id(node)} while it "
-                                        "is in task_state busy"}})
-        # Nova has no idempotency key; a client may still send one (ignored by real Nova),
-        # which lets the simulator count executions per key (SPEC S6 tests).
-        key = req.headers.get("Idempotency-Key", "").strip() or \
+                                        f"is in task_state {busy}"}})
+        # Nova has no idempotency key. What counts executions per request here (SPEC S6
+        # tests) is the global request id a client sends (X-OpenStack-Request-ID, as
+        # Nova logs it), else an Idempotency-Key header (ignored by a real Nova).
+        key = req.headers.get("X-OpenStack-Request-ID", "").strip() or \
+            req.headers.get("Idempotency-Key", "").strip() or \
             f"nova:{server_id(node)}:{name}:{uuid.uuid4().hex[:8]}"
-        op, created = self._start_action(node, action, key, "nova")
+        if soft_running is not None:
+            soft_running.superseded.set()
+        with self._lock:
+            self._nova_calls.append({"node": node, "action": name, "args": args,
+                                     "microversion": f"{version[0]}.{version[1]}",
+                                     "request_id": req.headers.get("X-OpenStack-Request-ID")})
+        op, created = self._start_action(node, action, key, "nova", variant)
         if created and name == "migrate":
             with self._lock:
                 self._unconfirmed.add(node)
@@ -671,23 +765,30 @@ class SimulatorServer:
 NOVA_MAX_MICROVERSION = (2, 96)
 
 
-def _nova_microversion(req: BaseHTTPRequestHandler) -> tuple[int, int]:
+def _nova_microversion(req: BaseHTTPRequestHandler,
+                       highest: tuple[int, int] = NOVA_MAX_MICROVERSION) -> tuple[int, int]:
     """The compute microversion a request asks for (2.1 when it names none), as Nova
-    reads ``OpenStack-API-Version: compute X.Y`` or ``X-OpenStack-Nova-API-Version``."""
+    reads ``OpenStack-API-Version: compute X.Y`` or ``X-OpenStack-Nova-API-Version``;
+    ``highest`` is the newest this Nova knows."""
     raw = req.headers.get("OpenStack-API-Version", "")
     m = re.fullmatch(r"\s*compute\s+(\S+)\s*", raw) if raw else None
     value = m.group(1) if m else req.headers.get("X-OpenStack-Nova-API-Version", "2.1")
     if value == "latest":
-        return NOVA_MAX_MICROVERSION
+        return highest
     vm = re.fullmatch(r"(\d+)\.(\d+)", value.strip())
     if not vm:
         raise _error(400, f"Invalid API version request string {value!r}")
     version = (int(vm.group(1)), int(vm.group(2)))
-    if not (2, 1) <= version <= NOVA_MAX_MICROVERSION:
+    if not (2, 1) <= version <= highest:
         raise _Reply(406, {"computeFault": {
             "code": 406, "message": f"Version {value} is not supported by the API. Minimum "
-                                    "is 2.1 and maximum is 2.96."}})
+                                    f"is 2.1 and maximum is {highest[0]}.{highest[1]}."}})
     return version
+
+
+def image_id(node: str) -> str:
+    """The simulator's Glance image id that ``node``'s server was booted from."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}.image.slurm-heal-simulator"))
 
 
 def server_id(node: str) -> str:

@@ -1,7 +1,8 @@
 """The Provider contract (slurm_heal/providers/base.py), run through every provider type
 that supports the case: the controller relies on exactly these behaviours (SPEC S6, L2).
 Cloud and BMC providers run against their emulators on 127.0.0.1 (moto's EC2 server,
-sushy-tools' Redfish emulator, a local Compute Engine REST endpoint).
+sushy-tools' Redfish emulator, pyghmi's IPMI BMC server, a local Compute Engine REST
+endpoint).
 
 Plus the lab test: the slurm provider reboots a real lab node through scontrol (the
 lab's RebootProgram) and the simulator in lab mode reboots one from outside."""
@@ -26,7 +27,7 @@ from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.providers.slurm import SlurmRebootProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
-from tests.emulators import ComputeEngine, RecordingProxy, aws_env
+from tests.emulators import ComputeEngine, IpmiBmc, RecordingProxy, aws_env
 from tests.lab import Lab
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
@@ -49,7 +50,7 @@ class Clock:
 
 
 @pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish",
-                        "gcp"])
+                        "ipmi", "gcp"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     kind = request.param
     if kind == "gcp":  # a local Compute Engine endpoint (the client's api_endpoint)
@@ -78,6 +79,17 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
                                       "bmcs": {NODE: {"address": proxy.url}}},
                                      state_dir=tmp_path),
                        lambda: len(proxy.redfish_resets()), lambda: None)
+    elif kind == "ipmi":  # pyghmi's BMC server (IPMI over LAN) behind the redfish provider
+        pytest.importorskip("pyghmi")
+        (tmp_path / "pw").write_text("secret")
+        with IpmiBmc(tmp_path / "bmc.log") as bmc:
+            yield Case(make_provider({"type": "redfish", "username": "admin",
+                                      "password_file": str(tmp_path / "pw"),
+                                      "bmcs": {NODE: {"protocol": "ipmi",
+                                                      "address": "127.0.0.1",
+                                                      "port": bmc.port}}},
+                                     state_dir=tmp_path),
+                       lambda: bmc.commands().count("reset"), lambda: None)
     elif kind in ("http", "openstack"):
         with SimulatorServer(port=0, duration=0.02) as sim:
             p: Provider

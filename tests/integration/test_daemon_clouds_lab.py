@@ -1,6 +1,7 @@
 """The daemon end to end on the real Slurm lab with the cloud and bare-metal providers:
 fault -> cordon -> act -> return -> resume, where the act goes to moto's EC2 server (aws)
-or sushy-tools' Redfish emulator (redfish) over HTTP. A recording proxy in front of the
+or sushy-tools' Redfish emulator (redfish) over HTTP, or to pyghmi's BMC server over IPMI
+(redfish provider, protocol = "ipmi"; that BMC reboots the lab node itself on a reset). A recording proxy in front of the
 emulator plays the hardware: when EC2 is asked to start (or reboot) the node's instance,
 or the BMC to reset its system, the proxy reboots the lab node (slurmd restarted with -b)
 before passing the call on, as the simulator's LabHook does for the http provider.
@@ -21,6 +22,7 @@ from slurm_heal.types import Action
 from tests.emulators import (
     FAKE_AWS_ENV,
     ComputeEngine,
+    IpmiBmc,
     MotoServer,
     RecordingProxy,
     Seen,
@@ -254,6 +256,49 @@ def test_aws_xid119_reboots_through_reboot_instances_once(
     assert rem.action is Action.REBOOT
     assert heal.sim.proxy.ec2_calls("RebootInstances", instances[node]) == 1  # type: ignore[attr-defined]
     assert heal.executed() == {f"{node}:RebootInstances": 1}
+
+
+@pytest.fixture
+def ipmi_lab(lab_clean: Lab, tmp_path: Path) -> Iterator[tuple[Heal, IpmiBmc]]:
+    """A BMC without Redfish: IPMI over LAN on 127.0.0.1 (tests/ipmi_bmc.py), whose reset
+    reboots the lab node."""
+    pytest.importorskip("pyghmi")
+    lab = lab_clean
+    node = "gpu03"
+    (tmp_path / "bmc.pass").write_text("secret\n")
+    with IpmiBmc(tmp_path / "bmc.log",
+                 on_reset=[*lab.reboot_script, node, "--delay", "0.5"]) as bmc:
+        heal = _heal(lab, tmp_path, Platform("", {}), f"""
+[provider]
+type = "redfish"
+username = "admin"
+password_file = "{tmp_path / 'bmc.pass'}"
+[provider.bmcs.{node}]
+protocol = "ipmi"
+address = "127.0.0.1"
+port = {bmc.port}
+""")
+        try:
+            yield heal, bmc
+        finally:
+            heal.close()
+
+
+def test_ipmi_xid119_resets_the_machine_and_the_node_returns(
+        lab: Lab, ipmi_lab: tuple[Heal, IpmiBmc]) -> None:
+    """SPEC L1, L2: a BMC without Redfish: Xid 119 -> reboot (auto) -> IPMI chassis
+    control reset, once (S6) -> the node boots, passes its check and is resumed."""
+    heal, bmc = ipmi_lab
+    node = "gpu03"
+    heal.kernel_says(node, XID119)
+    assert heal.check(node).returncode == 1
+    heal.start_daemon()
+    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    assert rem.action is Action.REBOOT
+    assert bmc.commands() == ["reset"]
+    act = [a for a in rem.attempts if a.effect == "act"][-1]
+    assert act.outcome == "ok" and "ipmi: boot on gpu03 accepted" in act.detail, act
 
 
 def test_redfish_xid119_resets_the_system_and_the_node_returns(

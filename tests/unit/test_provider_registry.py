@@ -52,6 +52,11 @@ def test_registering_a_name_twice_is_refused() -> None:
     ({"type": "slurm"}, "provider.type", "needs a Slurm client"),
     ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p"},
      "provider.password_file", "exactly one of password and password_file"),
+    ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p",
+      "password": "x", "reboot": "gentle"}, "provider.reboot", 'must be "hard" or "soft"'),
+    ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p",
+      "password": "x", "soft_reboot_timeout": 0}, "provider.soft_reboot_timeout",
+     "must be a number >= 1"),
     ({"type": "simulator", "url": "http://x", "duration": 1}, "provider.duration",
      "only applies to an embedded simulator"),
 ])
