@@ -44,7 +44,24 @@ def _now() -> str:
 
 
 def _argv(step: Step, values: dict[str, str]) -> list[str]:
+    """The step's argv with its placeholders filled in; KeyError names one without a value."""
     return [arg.format_map(values) for arg in step.command]
+
+
+def count_gpus(dev: Path = Path("/dev"),
+               environ: dict[str, str] | None = None) -> str:
+    """The {gpus} placeholder when the config does not set it: Slurm's SLURM_GPUS_ON_NODE
+    for the job, else the NVIDIA device files (/dev/nvidia0, 1, ...), else the AMD render
+    nodes the kfd driver made (/dev/dri/renderD*) when /dev/kfd is there, else 0."""
+    env = os.environ if environ is None else environ
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        return env["SLURM_GPUS_ON_NODE"]
+    nvidia = [p for p in dev.glob("nvidia*") if p.name[len("nvidia"):].isdigit()]
+    if nvidia:
+        return str(len(nvidia))
+    if (dev / "kfd").exists():
+        return str(len(list((dev / "dri").glob("renderD*"))))
+    return "0"
 
 
 def _write(out: Path, result: SuiteResult) -> None:
@@ -57,11 +74,17 @@ def run_step(step: Step, values: dict[str, str], out: Path) -> StepResult:
     """Run one step with its timeout; its stdout+stderr go to ``out/<name>.log``."""
     log = f"{step.name}.log"
     start = time.monotonic()
+    try:
+        argv = _argv(step, values)
+    except KeyError as exc:
+        (out / log).write_text(f"placeholder {{{exc.args[0]}}} has no value for this run\n")
+        return StepResult(name=step.name, kind=step.kind, outcome="error", log=log,
+                          reason=f"placeholder {{{exc.args[0]}}} has no value for this run")
     rc: int | None
     timed_out = False
     with open(out / log, "wb") as fh:
         try:
-            proc = subprocess.Popen(_argv(step, values), stdout=fh, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except FileNotFoundError:
             fh.write(f"{step.command[0]}: not found\n".encode())
@@ -94,7 +117,10 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 def run(spec: RunSpec, out: Path) -> SuiteResult:
     """Run every step in order; results.json is rewritten after each one."""
     out.mkdir(parents=True, exist_ok=True)
-    values = {"node": spec.node, "peer": spec.peer, "out": str(out), **spec.values}
+    values = {"node": spec.node, "out": str(out), **spec.values}
+    if spec.peer:
+        values["peer"] = spec.peer
+    values.setdefault("gpus", count_gpus())
     started = _now()
     done: list[StepResult] = []
 

@@ -352,7 +352,8 @@ class Validator:
                 "longer lists it; not submitted again")
         steps = cfg.suite_for(cfg.vendor)
         spec = RunSpec(node=run.node, peer=run.peer, vendor=cfg.vendor, steps=steps,
-                       values={"level": str(run.level or cfg.level)})
+                       values={"level": str(run.level or cfg.level), "scratch": cfg.scratch,
+                               **({"gpus": str(cfg.gpus)} if cfg.gpus else {})})
         (out / "spec.json").write_text(json.dumps(spec.model_dump(mode="json"), indent=1)
                                        + "\n")
         python = cfg.python or sys.executable

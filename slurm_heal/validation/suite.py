@@ -165,6 +165,8 @@ class Validation(_Model):
     python: str | None = None  # the job's Python (default: the controller's own)
     user: str | None = None  # who the job runs as (default: the controller's user)
     level: int = Field(default=2, ge=1, le=4)  # the {level} placeholder
+    scratch: str = "/tmp"  # the {scratch} placeholder: the machine's local scratch directory
+    gpus: int = Field(default=0, ge=0)  # the {gpus} placeholder; 0: counted on the machine
     level_after_failure: int = Field(default=3, ge=1, le=4)  # for a machine that failed before
     # The host a provider reports as vacated -> the Slurm node that runs on it, where the
     # host name is not the node name (a host not in Slurm cannot be validated here).

@@ -98,3 +98,34 @@ def test_v2_directory_sink_writes_the_ticket_and_a_tar_of_the_logs(tmp_path: Pat
         assert member is not None and member.read() == b"broken\n"
     with pytest.raises(ConfigError, match=r"unknown ticket sink kind 'pager'"):
         sinks_from([{"kind": "pager"}])
+
+
+def test_v3_a_placeholder_without_a_value_is_an_error_for_its_step_never_a_crash(
+        tmp_path: Path) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"node": "n1", "vendor": "nvidia", "steps": [
+        {"name": "bw", "command": ["sh", "-c", "echo to {peer}"], "peer": True},
+        {"name": "scratch", "command": ["test", "-d", "{scratch}"]}]}))
+    out = tmp_path / "out"
+    assert runner.main(["--spec", str(spec), "--out", str(out)]) == 2
+    steps = json.loads((out / "results.json").read_text())["steps"]
+    assert [(s["name"], s["outcome"]) for s in steps] == [("bw", "error"), ("scratch", "error")]
+    assert steps[0]["reason"] == "placeholder {peer} has no value for this run"
+    assert "{scratch}" in (out / "scratch.log").read_text()
+
+
+def test_v3_gpus_are_counted_on_the_machine_when_the_config_does_not_say(
+        tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    assert runner.count_gpus(dev, {}) == "0"
+    assert runner.count_gpus(dev, {"SLURM_GPUS_ON_NODE": "4"}) == "4"
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (dev / name).touch()
+    assert runner.count_gpus(dev, {}) == "2"
+    amd = tmp_path / "amd"
+    (amd / "dri").mkdir(parents=True)
+    (amd / "kfd").touch()
+    for name in ("renderD128", "renderD129", "renderD130", "card0"):
+        (amd / "dri" / name).touch()
+    assert runner.count_gpus(amd, {}) == "3"
