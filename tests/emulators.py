@@ -56,6 +56,17 @@ def _wait_http(url: str, proc: subprocess.Popen[bytes], what: str, timeout: floa
     raise RuntimeError(f"{what} did not answer at {url} within {timeout:g}s")
 
 
+def stop_process(proc: subprocess.Popen[Any] | None) -> None:
+    """Terminate ``proc`` if it still runs; kill it when it has not ended in 10 s."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 class _Process:
     """A server process of ours, stopped by its process id."""
 
@@ -79,13 +90,7 @@ class _Process:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
 
 def _tool(name: str) -> str | None:
@@ -517,13 +522,7 @@ class IpmiBmc:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
     def __enter__(self) -> IpmiBmc:
         return self.start()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_heal.models import Phase
+from slurm_heal.models import Phase, Remediation
 from slurm_heal.providers.simulator import LabHook, SimulatorServer, server_id
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.types import Action
@@ -58,6 +58,17 @@ def _heal(lab: Lab, tmp_path: Path, platform: Platform, provider_toml: str) -> H
     heal.baseline()
     heal._watcher.start()
     return heal
+
+
+def _fault_to_done(lab: Lab, heal: Heal, node: str, kernel_line: str) -> Remediation:
+    """The kernel says ``kernel_line`` on ``node``, its check finds it, the daemon starts:
+    the remediation that ends DONE with the node back IDLE in Slurm."""
+    heal.kernel_says(node, kernel_line)
+    assert heal.check(node).returncode == 1
+    heal.start_daemon()
+    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    return rem
 
 
 @pytest.fixture
@@ -153,11 +164,7 @@ def test_openstack_xid79_cold_migrate_is_confirmed_and_the_node_returns(
     the remediation completes: cordon -> act -> return -> resume."""
     heal = openstack_lab
     node = "gpu04"
-    heal.kernel_says(node, XID79)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID79)
     assert rem.action is Action.MIGRATE
     assert list(heal.executed().values()) == [1]
     assert _nova_status(heal.sim, node) == "ACTIVE"  # confirmed, not left in VERIFY_RESIZE
@@ -210,11 +217,7 @@ def test_gcp_xid119_resets_the_vm_and_the_node_returns(
         lab: Lab, gcp_lab: tuple[Heal, ComputeEngine]) -> None:
     heal, gce = gcp_lab
     node = "gpu01"
-    heal.kernel_says(node, XID119)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID119)
     assert rem.action is Action.REBOOT
     assert gce.executed == [("reset", node)]
     assert heal.executed() == {f"{node}:reset": 1}
@@ -227,11 +230,7 @@ def test_aws_xid79_migrates_by_stop_and_start_and_the_node_returns(
     """SPEC L1, L2: Xid 79 -> migrate (auto) -> EC2 stop, then start -> back, resumed."""
     heal, instances = aws_lab
     node = "gpu01"
-    heal.kernel_says(node, XID79)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID79)
     assert rem.action is Action.MIGRATE
     proxy = heal.sim.proxy  # type: ignore[attr-defined]
     iid = instances[node]
@@ -248,11 +247,7 @@ def test_aws_xid119_reboots_through_reboot_instances_once(
         lab: Lab, aws_lab: tuple[Heal, dict[str, str]]) -> None:
     heal, instances = aws_lab
     node = "gpu03"
-    heal.kernel_says(node, XID119)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID119)
     assert rem.action is Action.REBOOT
     assert heal.sim.proxy.ec2_calls("RebootInstances", instances[node]) == 1  # type: ignore[attr-defined]
     assert heal.executed() == {f"{node}:RebootInstances": 1}
@@ -290,11 +285,7 @@ def test_ipmi_xid119_resets_the_machine_and_the_node_returns(
     control reset, once (S6) -> the node boots, passes its check and is resumed."""
     heal, bmc = ipmi_lab
     node = "gpu03"
-    heal.kernel_says(node, XID119)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID119)
     assert rem.action is Action.REBOOT
     assert bmc.commands() == ["reset"]
     act = [a for a in rem.attempts if a.effect == "act"][-1]
@@ -306,11 +297,7 @@ def test_redfish_xid119_resets_the_system_and_the_node_returns(
     """SPEC L1, L2: Xid 119 -> reboot (auto) -> ComputerSystem.Reset ForceRestart."""
     heal = redfish_lab
     node = "gpu02"
-    heal.kernel_says(node, XID119)
-    assert heal.check(node).returncode == 1
-    heal.start_daemon()
-    rem = heal.wait_phase(node, Phase.DONE, timeout=150)
-    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    rem = _fault_to_done(lab, heal, node, XID119)
     assert rem.action is Action.REBOOT
     assert heal.sim.proxy.redfish_resets() == ["ForceRestart"]  # type: ignore[attr-defined]
     assert heal.executed() == {f"{node}:Reset": 1}
