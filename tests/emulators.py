@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -65,6 +66,20 @@ def stop_process(proc: subprocess.Popen[Any] | None) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def stop_daemons(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every daemon still running first (they stop together), then wait for each
+    up to 15 s and kill the ones that did not end."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 class _Process:

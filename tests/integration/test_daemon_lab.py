@@ -24,6 +24,7 @@ from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.store import Store
 from slurm_heal.types import Action, Alert, Evidence, Severity
+from tests.emulators import stop_daemons
 from tests.lab import Lab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -206,14 +207,7 @@ class Heal:
 
     def close(self) -> None:
         self._stop.set()
-        for p in self.daemons:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.daemons:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_daemons(self.daemons)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.store import Store
 from slurm_heal.types import Alert, Evidence, Severity
+from tests.emulators import stop_daemons
 from tests.lab import Lab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -152,15 +153,7 @@ path = "{self.tickets}"
         return out.split()
 
     def close(self) -> None:
-        for p in self.daemons:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.daemons:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_daemons(self.daemons)
 
 
 def _clear_reservations(lab: Lab) -> None:
