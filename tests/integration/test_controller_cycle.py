@@ -5,6 +5,7 @@ a clock the test moves. SPEC L1-L5, P4, Q1-Q3, S5, S6, D5, I5."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ import pytest
 from slurm_heal import reasons
 from slurm_heal.controller import Controller
 from slurm_heal.models import Command, Phase
+from slurm_heal.store import Store
 from slurm_heal.types import Action, Severity
 from tests.fakes import Rig, controller_rig
 
@@ -320,14 +322,53 @@ def test_a_busy_store_lock_skips_the_cycle_and_names_the_holder(
 
 
 def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:
-    """SPEC S6: two replicas working on the same node."""
+    """SPEC S6: two replicas working on the same node, each with its own store on the one
+    state directory, their cycles running at the same time in two threads: each cycle
+    reads the cluster, then waits until the other replica has read it too, so both
+    decide on the same view and race to apply and to act."""
     rig.alert("gpu04", "gpu.xid.119")
+    both_read = threading.Barrier(2, timeout=30)
+    go, ended = threading.Barrier(3, timeout=60), threading.Barrier(3, timeout=60)
+    failures: list[BaseException] = []
+
+    class ReadTogether:
+        """The cluster, where a snapshot returns once both replicas have taken theirs."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rig.cluster, name)
+
+        def snapshot(self) -> Any:
+            view = rig.cluster.snapshot()
+            both_read.wait()
+            return view
+
     a, b = rig.controller(), rig.controller()
+    b.store = Store(rig.store.dir)  # a second replica: its own handle on the state dir
+    for ctl in (a, b):
+        ctl.slurm = ReadTogether()  # type: ignore[assignment]
+
+    def replica(ctl: Controller) -> None:
+        for _ in range(20):
+            go.wait()
+            try:
+                ctl.cycle()
+            except BaseException as exc:  # the test thread reports it
+                failures.append(exc)
+                both_read.abort()
+            finally:
+                ended.wait()
+
+    threads = [threading.Thread(target=replica, args=(ctl,)) for ctl in (a, b)]
+    for t in threads:
+        t.start()
     for _ in range(20):
-        a.cycle()
-        b.cycle()
+        go.wait()  # both cycles start
+        ended.wait()  # both cycles have ended
         rig.sim.wait_idle(5)
         rig.clock.advance(seconds=30)
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
     rems = rig.rems("gpu04")
     assert len(rems) == 1 and rems[0].phase is Phase.DONE
     assert list(rig.sim.stats()["executed"].values()) == [1]
