@@ -4,11 +4,13 @@ This is a product feature, not a test double: `slurm-heal demo` runs the real
 controller against it on a machine with no Slurm at all. It follows the Slurm 22.05
 behaviour the cli backend sees on the lab: a drained node keeps running its jobs
 (ALLOCATED+DRAIN) until they end (IDLE+DRAIN), a reboot takes the node DOWN and brings
-it back with a new boot time, and ``Extra`` is free text we keep JSON in.
+it back with a new boot time, and ``Extra`` is free text we keep JSON in. The Slurm
+backend contract tests run on it as on the real backends (SPEC I3).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from typing import Any
 
 from slurm_heal.errors import NotFound, SlurmError
 from slurm_heal.extra import parse_extra, with_key
+from slurm_heal.slurm.cli import NEXT_STATES
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 # Operations `MemorySlurm.inject_failure` can make fail.
@@ -51,12 +54,14 @@ class MemorySlurm:
 
     def __init__(self, nodes: list[tuple[str, str]], clock: Callable[[], datetime],
                  on_boot: Callable[[str], None] | None = None, user: str = "root",
-                 return_to_service: int = 2) -> None:
+                 return_to_service: int = 2, features: tuple[str, ...] = ()) -> None:
         self._clock = clock
         self._lock = threading.RLock()
         now = clock()
-        self._nodes = {n: _Node(name=n, partitions=(p,), boot_time=now) for n, p in nodes}
+        self._nodes = {n: _Node(name=n, partitions=(p,), features=features, boot_time=now)
+                       for n, p in nodes}
         self._jobs: dict[int, JobInfo] = {}
+        self._job_ends: dict[int, datetime] = {}  # when each job really ends
         self._next_job = 1000
         self._on_boot = on_boot
         self._user = user
@@ -69,16 +74,21 @@ class MemorySlurm:
 
     # -- simulation controls (not part of SlurmClient) --------------------------------
     def submit_job(self, node: str, runtime: timedelta, user: str = "alice",
-                   name: str = "train") -> int:
-        """Start a job on ``node`` that ends after ``runtime``."""
+                   name: str = "train", time_limit: timedelta | None = None) -> int:
+        """Start a job on ``node`` that ends after ``runtime``. Its time limit (whole
+        minutes, as Slurm's) is ``time_limit``, by default ``runtime`` rounded up; like
+        Slurm it shows the expected end, start + time limit, not when the job ends."""
         with self._lock:
             self._node(node)
             self._next_job += 1
             now = self._clock()
+            limit = time_limit if time_limit is not None else runtime
+            minutes = max(1, math.ceil(limit.total_seconds() / 60))
             self._jobs[self._next_job] = JobInfo(
                 job_id=self._next_job, user=user, state="RUNNING", nodes=(node,), name=name,
-                start_time=now, end_time=now + runtime,
-                time_limit_minutes=int(runtime.total_seconds() // 60) + 1)
+                start_time=now, end_time=now + timedelta(minutes=minutes),
+                time_limit_minutes=minutes)
+            self._job_ends[self._next_job] = now + min(runtime, timedelta(minutes=minutes))
             return self._next_job
 
     def simulate_reboot(self, node: str, duration: timedelta, resume: bool = False) -> None:
@@ -133,9 +143,10 @@ class MemorySlurm:
 
     def _advance(self) -> None:
         now = self._clock()
-        for jid, job in list(self._jobs.items()):
-            if job.end_time is not None and job.end_time <= now:
-                del self._jobs[jid]
+        for jid, ends in list(self._job_ends.items()):
+            if ends <= now:  # (or ended before: cancelled, requeued, killed by a reboot)
+                self._jobs.pop(jid, None)
+                del self._job_ends[jid]
         booted = []
         for n in self._nodes.values():
             if n.reboot_done_at is not None and n.reboot_done_at <= now:
@@ -169,7 +180,8 @@ class MemorySlurm:
             name=n.name, states=frozenset(states), reason=n.reason, reason_user=n.reason_user,
             reason_time=n.reason_time, extra_raw=n.extra_raw, extra=parse_extra(n.extra_raw),
             partitions=n.partitions, features=n.features, boot_time=n.boot_time,
-            slurmd_start_time=n.boot_time, hostname=n.name, instance_id=n.instance_id)
+            slurmd_start_time=n.boot_time, hostname=n.name, instance_id=n.instance_id,
+            address=n.name)  # no NodeAddr configured: Slurm's default is the NodeName
 
     # -- SlurmClient ---------------------------------------------------------------------
     def snapshot(self) -> ClusterView:
@@ -215,16 +227,25 @@ class MemorySlurm:
             n.extra_raw = with_key(n.extra_raw, key, value)
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        if nextstate.upper() not in NEXT_STATES:
+            raise SlurmError(f"nextstate must be one of {', '.join(NEXT_STATES)}, not "
+                             f"{nextstate!r}")
         with self._lock:
             self._maybe_fail(node, "reboot")
+            self._node(node)  # NotFound before anything reboots
         if nextstate.upper() == "DRAIN":
             self.drain(node, reason)
         self.simulate_reboot(node, timedelta(seconds=2), resume=nextstate.upper() == "RESUME")
 
     def signal_jobs(self, node: str, signal: str) -> None:
+        """Like `scancel --signal`: each job running on ``node`` gets it; none, nobody."""
         with self._lock:
             self._maybe_fail(node, "signal_jobs")
-            self._node(node).history.append(f"signal:{signal}")
+            n = self._node(node)
+            self._advance()
+            sig = signal.upper().removeprefix("SIG")
+            for jid in [j.job_id for j in self._jobs.values() if node in j.nodes]:
+                n.history.append(f"signal:{sig}:{jid}")
 
     def requeue_jobs(self, node: str) -> None:
         self._end_jobs(node, "requeue")

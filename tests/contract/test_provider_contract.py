@@ -28,6 +28,7 @@ from slurm_heal.providers.slurm import SlurmRebootProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
 from tests.emulators import ComputeEngine, IpmiBmc, RecordingProxy, aws_env
+from tests.fakes import Clock
 from tests.lab import Lab
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
@@ -39,14 +40,6 @@ class Case:
     provider: Provider
     executions: Callable[[], int]  # how often the action really ran, per the backend
     settle: Callable[[], None]  # let a started operation finish
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish",
@@ -115,7 +108,7 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
         yield Case(p, lambda: len(runs.read_text().split()) if runs.exists() else 0,
                    lambda: None)
     else:
-        clock = Clock()
+        clock = Clock(datetime.now(timezone.utc))
         cluster = MemorySlurm([(NODE, "gpu")], clock=clock)
         clock.now += timedelta(seconds=10)
 

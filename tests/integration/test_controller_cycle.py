@@ -5,25 +5,22 @@ a clock the test moves. SPEC L1-L5, P4, Q1-Q3, S5, S6, D5, I5."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from slurm_heal import extra, reasons
-from slurm_heal.config import policy_from_dict
-from slurm_heal.controller import Controller, Notifier
-from slurm_heal.models import Command, Phase, Remediation
-from slurm_heal.providers.http import HttpProvider
-from slurm_heal.providers.simulator import SimulatorServer
-from slurm_heal.slurm.memory import MemorySlurm
+from slurm_heal import reasons
+from slurm_heal.controller import Controller
+from slurm_heal.models import Command, Phase
 from slurm_heal.store import Store
-from slurm_heal.types import Action, Alert, Evidence, Severity
+from slurm_heal.types import Action, Severity
+from tests.fakes import Rig, controller_rig
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 NODES = [("gpu01", "a"), ("gpu02", "a"), ("gpu03", "b"), ("gpu04", "b")]
@@ -36,78 +33,12 @@ POLICY = {"approvals": {"default": "manual", "rules": [
     "capacity": {"min_available_percent": 0}}
 
 
-@dataclass
-class Clock:
-    now: datetime = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
-
-
-@dataclass
-class Rig:
-    clock: Clock
-    cluster: MemorySlurm
-    sim: SimulatorServer
-    store: Store
-    policy: Any
-    notes: Path
-    providers: list[HttpProvider] = field(default_factory=list)
-
-    def controller(self) -> Controller:
-        provider = HttpProvider(self.sim.url, connect_timeout=2, read_timeout=5,
-                                attempts=3, backoff=0.01)
-        self.providers.append(provider)
-        return Controller(slurm=self.cluster, provider=provider, store=self.store,
-                          policy=self.policy, clock=self.clock, notifier=Notifier(self.notes))
-
-    def alert(self, node: str, fault: str, severity: Severity = Severity.CRITICAL) -> None:
-        """What the node check publishes (its own tests prove that part)."""
-        now = self.clock()
-        a = Alert(node=node, fault=fault, severity=severity, summary=f"{fault} seen",
-                  first_seen=now, last_seen=now, detector="kernel_log",
-                  evidence=(Evidence(source="kmsg", text=f"NVRM: Xid ...: {fault}"),))
-        self.cluster.set_extra(node, extra.KEY, extra.our_section([a], now))
-
-    def rems(self, node: str | None = None) -> list[Remediation]:
-        return [r for r in self.store.load().remediations if node is None or r.node == node]
-
-    def run(self, ctl: Controller, cycles: int, step: float = 30.0) -> None:
-        for _ in range(cycles):
-            ctl.cycle()
-            self.sim.wait_idle(5)
-            self.clock.advance(seconds=step)
-
-
 @contextmanager
 def make_rig(tmp_path: Path, return_to_service: int = 2) -> Iterator[Rig]:
     """The simulated cluster whose provider reboots take 3 minutes and whose nodes run
     their health check at boot (a clean log), and the simulator over HTTP."""
-    clock = Clock()
-    holder: dict[str, MemorySlurm] = {}
-
-    def on_boot(node: str) -> None:  # the node's health check at boot: a clean log
-        holder["c"].set_extra(node, extra.KEY, extra.our_section([], clock()))
-
-    cluster = MemorySlurm(NODES, clock=clock, on_boot=on_boot,
-                          return_to_service=return_to_service)
-    holder["c"] = cluster
-
-    def on_action(node: str, action: Action, op: Any) -> str | None:
-        cluster.simulate_reboot(node, timedelta(minutes=3))
-        return None
-
-    with SimulatorServer(port=0, on_action=on_action, duration=0.0) as sim:
-        r = Rig(clock, cluster, sim, Store(tmp_path / "state"),
-                policy_from_dict(POLICY, source="test"), tmp_path / "notes.jsonl")
-        try:
-            yield r
-        finally:
-            for p in r.providers:
-                p.close()
+    with controller_rig(tmp_path, NODES, POLICY, return_to_service=return_to_service) as r:
+        yield r
 
 
 @pytest.fixture
@@ -391,14 +322,53 @@ def test_a_busy_store_lock_skips_the_cycle_and_names_the_holder(
 
 
 def test_two_controllers_on_one_store_make_one_remediation_and_one_action(rig: Rig) -> None:
-    """SPEC S6: two replicas working on the same node."""
+    """SPEC S6: two replicas working on the same node, each with its own store on the one
+    state directory, their cycles running at the same time in two threads: each cycle
+    reads the cluster, then waits until the other replica has read it too, so both
+    decide on the same view and race to apply and to act."""
     rig.alert("gpu04", "gpu.xid.119")
+    both_read = threading.Barrier(2, timeout=30)
+    go, ended = threading.Barrier(3, timeout=60), threading.Barrier(3, timeout=60)
+    failures: list[BaseException] = []
+
+    class ReadTogether:
+        """The cluster, where a snapshot returns once both replicas have taken theirs."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(rig.cluster, name)
+
+        def snapshot(self) -> Any:
+            view = rig.cluster.snapshot()
+            both_read.wait()
+            return view
+
     a, b = rig.controller(), rig.controller()
+    b.store = Store(rig.store.dir)  # a second replica: its own handle on the state dir
+    for ctl in (a, b):
+        ctl.slurm = ReadTogether()  # type: ignore[assignment]
+
+    def replica(ctl: Controller) -> None:
+        for _ in range(20):
+            go.wait()
+            try:
+                ctl.cycle()
+            except BaseException as exc:  # the test thread reports it
+                failures.append(exc)
+                both_read.abort()
+            finally:
+                ended.wait()
+
+    threads = [threading.Thread(target=replica, args=(ctl,)) for ctl in (a, b)]
+    for t in threads:
+        t.start()
     for _ in range(20):
-        a.cycle()
-        b.cycle()
+        go.wait()  # both cycles start
+        ended.wait()  # both cycles have ended
         rig.sim.wait_idle(5)
         rig.clock.advance(seconds=30)
+    for t in threads:
+        t.join(30)
+    assert not failures, failures
     rems = rig.rems("gpu04")
     assert len(rems) == 1 and rems[0].phase is Phase.DONE
     assert list(rig.sim.stats()["executed"].values()) == [1]

@@ -28,7 +28,8 @@ from slurm_heal.notify import Notifications, notify_settings
 from slurm_heal.notify.events import EVIDENCE_MARK
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.types import Alert, Evidence, Severity
-from tests.integration.test_controller_cycle import Rig, make_rig
+from tests.fakes import Rig
+from tests.integration.test_controller_cycle import make_rig
 
 
 class Receiver:

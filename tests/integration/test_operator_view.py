@@ -16,7 +16,8 @@ from click.testing import CliRunner, Result
 from slurm_heal.cli import cli
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Phase
-from tests.integration.test_controller_cycle import Rig, make_rig
+from tests.fakes import Rig
+from tests.integration.test_controller_cycle import make_rig
 
 
 def _cli(rig: Rig, *args: str) -> Result:

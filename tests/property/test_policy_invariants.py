@@ -242,3 +242,51 @@ def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[
     result = Simulation(sc, on_cycle=check).run()
     assert not result.violations, result.violations  # S6: no key handed out twice
     assert not check.problems, check.problems[:5]
+
+
+# Liveness (issue 20): a decide() that never acts passes every safety invariant above, so
+# it must fail here. An automatically approved critical alert on an idle node that nobody
+# else drained, with the controller running and the breaker closed, is cordoned within
+# LIVENESS_CYCLES cycles from the alert's arrival (S1: by default a critical alert needs no
+# persistence; L1: the cordon is the first step, idle or not).
+LIVENESS_CYCLES = 3
+CRITICAL = sorted(f.id for f in CATALOG.faults.values()
+                  if f.severity is Severity.CRITICAL and f.action is not Action.NONE
+                  and not f.record_only and f.id not in SLURM_OR_REQUEST)
+live_policies = st.fixed_dictionaries({
+    "approvals": st.just({"default": "auto"}),
+    "safety": st.fixed_dictionaries({
+        "breaker_threshold": st.integers(1, 4),
+        "concurrency": st.sampled_from([1, 2, 3]),
+        "one_per_pool": st.booleans()}),
+    "waiting": st.fixed_dictionaries({"max_wait": st.sampled_from(["30m", "2h", "never"])}),
+})
+# Elsewhere on the cluster jobs come and go (they make cycles of their own).
+others_busy = st.lists(st.tuples(st.integers(0, 240), st.sampled_from(NODES),
+                                 st.integers(1, 300)), max_size=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(node=st.sampled_from(NODES), fault=st.sampled_from(CRITICAL),
+       minute=st.integers(0, 240), jobs=others_busy, config=live_policies)
+def test_critical_alert_on_an_idle_node_is_cordoned_within_a_few_cycles(
+        node: str, fault: str, minute: int, jobs: list[tuple[int, str, int]],
+        config: dict[str, Any]) -> None:
+    """Liveness: deciding nothing is no safe answer. SPEC P2 (auto), S1, L1."""
+    events: list[tuple[int, dict[str, Any]]] = [
+        (at, {"type": "job", "node": other, "id": i + 1, "ends": ends})
+        for i, (at, other, ends) in enumerate(jobs) if other != node]
+    events.append((minute, {"type": "alert", "node": node, "fault": fault}))
+    sc = parse_scenario(scenario(sorted(events, key=lambda e: e[0]), config))
+    arrived = sc.start + timedelta(minutes=minute)
+    seen: list[tuple[str, list[str]]] = []  # (cycle time, effects on the node)
+
+    def watch(c: Cycle) -> None:
+        if c.at >= arrived:
+            seen.append((c.at.isoformat(), [e.kind for e in c.plan.effects if e.node == node]))
+
+    Simulation(sc, on_cycle=watch).run()
+    cordoned = [i for i, (_, kinds) in enumerate(seen) if "cordon" in kinds]
+    assert cordoned and cordoned[0] < LIVENESS_CYCLES, \
+        f"{fault} on idle {node} at +{minute}m: no cordon within {LIVENESS_CYCLES} " \
+        f"cycles; cycles seen: {seen[:LIVENESS_CYCLES + 2]}"

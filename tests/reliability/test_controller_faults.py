@@ -1,6 +1,6 @@
 """Injected faults at the controller (issue 8): effects that fail, time out or never
 report, with the real controller cycle, engine, store and http provider against the
-simulated cluster and the provider simulator over HTTP (tests/reliability/memrig.py).
+simulated cluster and the provider simulator over HTTP (tests/fakes.py).
 
 SPEC L1, L5, P3, S6, O3; "one bad node never stops the cluster". Tests that show one of
 issue 8's defects are strict xfails naming it (``raises=`` where the defect shows as a
@@ -19,7 +19,7 @@ from slurm_heal.controller import Notifier
 from slurm_heal.errors import NotFound
 from slurm_heal.models import Effect, Phase
 from slurm_heal.types import Severity
-from tests.reliability.memrig import Rig, memory_rig
+from tests.fakes import Rig, controller_rig, wall_now
 
 pytestmark = [pytest.mark.reliability]
 
@@ -34,7 +34,7 @@ POLICY = {"approvals": {"default": "manual", "rules": [
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    with memory_rig(tmp_path, NODES, POLICY) as r:
+    with controller_rig(tmp_path, NODES, POLICY, start=wall_now(), idle_wait=0.5) as r:
         yield r
 
 
@@ -46,7 +46,7 @@ def test_action_that_never_reports_fails_after_act_timeout_and_goes_to_a_person(
     rig.sim.set_faults(never_finish=1)
     rig.idle_wait = 0  # the simulator is never idle again
     rig.alert("gpu01")
-    rig.run(50, seconds=60)
+    rig.run(rig.main, 50, step=60)
     (rem,) = rig.rems("gpu01")
     assert rem.phase is Phase.FAILED and rem.data.handed_to_person, rem.steps
     assert any(s.rule == "L5" and "act_timeout" in s.why for s in rem.steps)
@@ -61,7 +61,7 @@ def test_cordon_failing_for_one_node_does_not_stop_the_others(rig: Rig) -> None:
     rig.cluster.inject_failure("gpu02", "drain", count=100)
     for node in ("gpu01", "gpu02", "gpu03"):
         rig.alert(node)
-    rig.run(20)
+    rig.run(rig.main, 20)
     by_node = {r.node: r for r in rig.rems()}
     assert by_node["gpu01"].phase is Phase.DONE and by_node["gpu03"].phase is Phase.DONE
     bad = by_node["gpu02"]
@@ -76,9 +76,9 @@ def test_act_answer_lost_then_provider_down_a_while_acts_once(rig: Rig) -> None:
     a while. The act stays in flight, is asked about by its key, and runs once."""
     rig.sim.set_faults(lose_response=1)
     rig.alert("gpu01")
-    rig.run(2)
+    rig.run(rig.main, 2)
     rig.sim.set_faults(error_5xx=12)
-    rig.run(20)
+    rig.run(rig.main, 20)
     (rem,) = rig.rems("gpu01")
     assert rem.phase is Phase.DONE, rem.steps
     assert list(rig.sim.stats()["executed"].values()) == [1]
@@ -93,7 +93,7 @@ def test_eviction_that_keeps_failing_is_bounded_and_a_person_is_told(rig: Rig) -
     rig.cluster.inject_failure("gpu01", "requeue_jobs", count=10_000)
     rig.cluster.inject_failure("gpu01", "cancel_jobs", count=10_000)
     rig.alert("gpu01")
-    rig.run(144, seconds=600)  # a day
+    rig.run(rig.main, 144, step=600)  # a day
     (rem,) = rig.rems("gpu01")
     evictions = [a for a in rem.attempts if a.effect in ("requeue_jobs", "cancel_jobs")]
     assert rem.phase.terminal, f"still {rem.phase.value} after {len(evictions)} evictions"
@@ -112,10 +112,11 @@ class FullDisk(Notifier):
 def test_notifier_on_a_full_disk_does_not_abort_the_cycle(tmp_path: Path) -> None:
     """O3: notifications never block or fail a cycle. gpu01's record-only alert is routed
     to support on a full disk; gpu02's reboot in the same cycles still runs."""
-    with memory_rig(tmp_path, NODES, POLICY, notifier=FullDisk(tmp_path / "notes")) as rig:
+    with controller_rig(tmp_path, NODES, POLICY, start=wall_now(), idle_wait=0.5,
+                        notifier=FullDisk(tmp_path / "notes")) as rig:
         rig.alert("gpu01", "disk.low_space", Severity.WARNING)
         rig.alert("gpu02")
-        rig.run(20)
+        rig.run(rig.main, 20)
         (rem,) = rig.rems("gpu02")
         assert rem.phase is Phase.DONE, rem.steps
         assert all(a.outcome is not None for r in rig.rems() for a in r.attempts)
@@ -128,7 +129,7 @@ def test_node_gone_from_slurm_mid_cycle_does_not_abort_the_cycle(rig: Rig) -> No
                                error=NotFound("node gpu01 is not in this cluster"))
     rig.alert("gpu01")
     rig.alert("gpu02")
-    rig.run(20)
+    rig.run(rig.main, 20)
     by_node = {r.node: r for r in rig.rems()}
     assert by_node["gpu02"].phase is Phase.DONE
     assert all(a.outcome is not None for a in by_node["gpu01"].attempts)

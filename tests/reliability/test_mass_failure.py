@@ -23,8 +23,8 @@ import pytest
 from slurm_heal.models import Phase
 from slurm_heal.policy import is_automatic
 from slurm_heal.types import Severity
+from tests.fakes import Rig, controller_rig, wall_now
 from tests.reliability.harness import rng
-from tests.reliability.memrig import Rig, memory_rig
 
 pytestmark = [pytest.mark.reliability]
 
@@ -40,7 +40,7 @@ POLICY = {"approvals": {"default": "manual", "rules": [
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    with memory_rig(tmp_path, NODES, POLICY) as r:
+    with controller_rig(tmp_path, NODES, POLICY, start=wall_now(), idle_wait=0.5) as r:
         yield r
 
 

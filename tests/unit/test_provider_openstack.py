@@ -12,6 +12,7 @@ from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers.openstack import OpenStackProvider, nova_request_id
 from slurm_heal.providers.simulator import SimulatorServer, image_id, server_id
 from slurm_heal.types import Action
+from tests.fakes import Clock
 
 
 @pytest.fixture
@@ -231,14 +232,6 @@ def test_clouds_yaml_entries_configure_the_provider(tmp_path: Path) -> None:
 
 
 # --- reboot by policy, retries and unknown outcomes (issue 16) -------------------------
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_soft_reboot_by_policy_is_a_soft_reboot(sim: SimulatorServer, tmp_path: Path) -> None:
     p = _provider(sim, tmp_path, reboot="soft")
     p.submit("gpu07", Action.REBOOT, "r-s1:act:0")
@@ -252,7 +245,7 @@ def test_ignored_soft_reboot_falls_back_to_hard_after_the_timeout(sim: Simulator
                                                                  tmp_path: Path) -> None:
     """A guest that ignores ACPI keeps the server in REBOOT: after soft_reboot_timeout
     the provider posts a HARD reboot (once), which Nova lets supersede the soft one."""
-    clock = Clock()
+    clock = Clock(1000.0)
     sim.set_faults(ignore_soft_reboot=1)
     p = _provider(sim, tmp_path, reboot="soft", soft_reboot_timeout=120, clock=clock)
     p.submit("gpu07", Action.REBOOT, "r-s2:act:0")

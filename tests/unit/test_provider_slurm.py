@@ -13,28 +13,21 @@ from slurm_heal.errors import ProviderRefused
 from slurm_heal.providers.slurm import SlurmRebootProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
-
-    def __call__(self) -> datetime:
-        return self.now
+from tests.fakes import Clock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> Clock[datetime]:
+    return Clock(datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc))
 
 
 @pytest.fixture
-def cluster(clock: Clock) -> MemorySlurm:
+def cluster(clock: Clock[datetime]) -> MemorySlurm:
     return MemorySlurm([("gpu07", "gpu"), ("gpu08", "gpu")], clock=clock)
 
 
 @pytest.mark.parametrize("action", [Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE])
-def test_slurm_cannot_rebuild_migrate_or_power_cycle(cluster: MemorySlurm, clock: Clock,
+def test_slurm_cannot_rebuild_migrate_or_power_cycle(cluster: MemorySlurm, clock: Clock[datetime],
                                                       action: Action) -> None:
     p = SlurmRebootProvider(cluster, clock=clock)
     assert not p.supports(action)
@@ -43,7 +36,7 @@ def test_slurm_cannot_rebuild_migrate_or_power_cycle(cluster: MemorySlurm, clock
     assert cluster.history("gpu07") == []
 
 
-def test_reboot_succeeds_once_the_node_is_back(cluster: MemorySlurm, clock: Clock,
+def test_reboot_succeeds_once_the_node_is_back(cluster: MemorySlurm, clock: Clock[datetime],
                                                tmp_path: Path) -> None:
     p = SlurmRebootProvider(cluster, clock=clock, state_dir=tmp_path)
     clock.now += timedelta(seconds=30)
@@ -55,7 +48,7 @@ def test_reboot_succeeds_once_the_node_is_back(cluster: MemorySlurm, clock: Cloc
     assert done is not None and done.status == "succeeded" and "is back" in done.detail
 
 
-def test_same_key_reboots_once_even_after_a_restart(cluster: MemorySlurm, clock: Clock,
+def test_same_key_reboots_once_even_after_a_restart(cluster: MemorySlurm, clock: Clock[datetime],
                                                     tmp_path: Path) -> None:
     SlurmRebootProvider(cluster, clock=clock, state_dir=tmp_path).submit(
         "gpu07", Action.REBOOT, "r-3:act:0")
@@ -64,7 +57,8 @@ def test_same_key_reboots_once_even_after_a_restart(cluster: MemorySlurm, clock:
     assert cluster.history("gpu07") == ["reboot"]
 
 
-def test_node_that_never_returns_fails_after_the_timeout(cluster: MemorySlurm, clock: Clock,
+def test_node_that_never_returns_fails_after_the_timeout(cluster: MemorySlurm,
+                                                         clock: Clock[datetime],
                                                          tmp_path: Path) -> None:
     p = SlurmRebootProvider(cluster, clock=clock, state_dir=tmp_path, timeout=60)
     op = p.submit("gpu08", Action.REBOOT, "r-4:act:0")
@@ -75,5 +69,5 @@ def test_node_that_never_returns_fails_after_the_timeout(cluster: MemorySlurm, c
     assert "did not come back within 60s" in failed.detail
 
 
-def test_unknown_key_has_no_status(cluster: MemorySlurm, clock: Clock) -> None:
+def test_unknown_key_has_no_status(cluster: MemorySlurm, clock: Clock[datetime]) -> None:
     assert SlurmRebootProvider(cluster, clock=clock).status("r-x:act:0") is None
