@@ -20,10 +20,8 @@ local file write, and any error is logged and counted.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from slurm_heal import fsio
 from slurm_heal.errors import ConfigError
 from slurm_heal.notify.events import (
     EVENT_KINDS,
@@ -169,27 +168,21 @@ class Notifications:
     @contextmanager
     def _doc(self) -> Iterator[QueueDoc]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(QUEUE_FILE + ".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                doc, raw = QueueDoc(), ""
-                if self.path.exists():
-                    try:
-                        raw = self.path.read_text()
-                        doc = QueueDoc.model_validate_json(raw)
-                    except (ValidationError, ValueError) as exc:
-                        log.error("notification queue %s unreadable, set aside: %s",
-                                  self.path, exc)
-                        self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
-                        raw = ""
-                yield doc
-                text = doc.model_dump_json()
-                if text != raw:  # written only when it changed
-                    tmp = self.path.with_name(f"{QUEUE_FILE}.{os.getpid()}.tmp")
-                    tmp.write_text(text)
-                    tmp.replace(self.path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with fsio.locked(self.path.with_name(QUEUE_FILE + ".lock")):
+            doc, raw = QueueDoc(), ""
+            if self.path.exists():
+                try:
+                    raw = self.path.read_text()
+                    doc = QueueDoc.model_validate_json(raw)
+                except (ValidationError, ValueError) as exc:
+                    log.error("notification queue %s unreadable, set aside: %s",
+                              self.path, exc)
+                    self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
+                    raw = ""
+            yield doc
+            text = doc.model_dump_json()
+            if text != raw:  # written only when it changed
+                fsio.atomic_write(self.path, text, 0o644)
 
     def depth(self) -> int:
         """Deliveries waiting (for the metrics)."""

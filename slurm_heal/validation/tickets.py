@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from slurm_heal import fsio
 from slurm_heal.errors import ConfigError, TicketError
 from slurm_heal.validation.suite import Duration, SuiteResult
 
@@ -214,16 +215,13 @@ class DirectorySink(_Sink):
         try:
             root.mkdir(parents=True, exist_ok=True)
             archive = root / f"{ticket.id}.logs.tar.gz"
-            tmp = root / f".{ticket.id}.logs.tmp"
-            with tarfile.open(tmp, "w:gz") as tar:
+            with fsio.atomic_open(archive, 0o644) as fh, \
+                    tarfile.open(fileobj=fh, mode="w:gz") as tar:
                 if logs.is_dir():
                     tar.add(logs, arcname=ticket.id)
-            os.replace(tmp, archive)
             doc = root / f"{ticket.id}.json"
-            tmp = root / f".{ticket.id}.json.tmp"
-            tmp.write_text(json.dumps({**ticket.model_dump(mode="json"),
-                                       "logs": archive.name}, indent=1) + "\n")
-            os.replace(tmp, doc)
+            fsio.atomic_write(doc, json.dumps({**ticket.model_dump(mode="json"),
+                                               "logs": archive.name}, indent=1) + "\n", 0o644)
         except OSError as exc:
             raise TicketError(f"directory sink {self.path}: {exc}") from None
         return str(doc)
