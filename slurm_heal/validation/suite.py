@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
 )
 
-from slurm_heal.errors import ConfigError
+from slurm_heal.durations import format_duration, parse_duration_knob
 
 Kind = Literal["dcgm", "amd", "nccl", "ib", "fio", "mounts", "command"]
 Outcome = Literal["pass", "fail", "error"]
@@ -34,20 +34,10 @@ Outcome = Literal["pass", "fail", "error"]
 PLACEHOLDERS = ("node", "peer", "gpus", "scratch", "level", "out")
 
 
-def _duration(value: Any) -> timedelta:
-    from slurm_heal.config import parse_duration_knob  # config imports nothing of ours here
-    return parse_duration_knob(value)
-
-
-def _duration_text(value: timedelta) -> str:
-    from slurm_heal.config import format_duration
-    return format_duration(value)
-
-
 # Written back as "30m" (not ISO "PT30M", which the knob's parser refuses): the run spec
 # the controller writes for the job must read back in the runner.
-Duration = Annotated[timedelta, BeforeValidator(_duration),
-                     PlainSerializer(_duration_text, return_type=str, when_used="json")]
+Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob),
+                     PlainSerializer(format_duration, return_type=str, when_used="json")]
 
 
 class _Model(BaseModel):
@@ -189,14 +179,9 @@ class Validation(_Model):
 
 def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Validation:
     """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
-    from pydantic import ValidationError
-    try:
-        result = Validation.model_validate(data or {})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = "validation." + ".".join(str(p) for p in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(msg, file=source, key=key) from None
+    from slurm_heal.config import read_section  # config imports nothing of ours here
+    result = read_section(Validation, data, file=source, key="validation", index=".",
+                          docs="docs/validation.md")
     # The ticket sinks too, so a typo there is refused at start, not when a machine fails.
     from slurm_heal.validation.tickets import sinks_from
     sinks_from(result.tickets, source)
