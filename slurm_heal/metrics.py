@@ -171,8 +171,8 @@ class Metrics:
 
     # -- the cycle's observer ----------------------------------------------------------
     def observe(self, facts: CycleFacts) -> None:
-        from slurm_heal import overview
         from slurm_heal.extra import alerts_from_extra
+        from slurm_heal.readmodel import overview
 
         now = facts.at
         self.cycle.observe(facts.duration_s)

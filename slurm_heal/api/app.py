@@ -524,8 +524,8 @@ class ApiApp:
         if not self.policy_file:
             raise Problem(404, "serve runs without a config file (--config): no policy to show",
                           kind="NotFound")
-        from slurm_heal.commands.admin import _plain
         from slurm_heal.config import load_policy
+        from slurm_heal.readmodel.words import plain as _plain
 
         p = load_policy(self.policy_file)
         return self._json({"file": self.policy_file,
