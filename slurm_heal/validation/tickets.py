@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from slurm_heal import fsio
+from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError, TicketError
 from slurm_heal.validation.steps import Duration, SuiteResult
 
@@ -453,13 +454,8 @@ def sinks_from(items: tuple[dict[str, Any], ...] | list[dict[str, Any]],
             raise ConfigError("a token is never written in the file: name the environment "
                               "variable that holds it in token_env", file=source,
                               key=f"{where}.token")
-        try:
-            out.append(cls.model_validate(item))  # type: ignore[arg-type]
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            key = f"{where}." + ".".join(str(p) for p in err["loc"])
-            raise ConfigError(str(err["msg"]).removeprefix("Value error, "), file=source,
-                              key=key) from None
+        out.append(read_section(cls, item, file=source, key=where,  # type: ignore[arg-type]
+                                docs="docs/validation.md"))
     return out
 
 
