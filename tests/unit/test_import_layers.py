@@ -154,3 +154,19 @@ def test_the_graph_sees_a_cycle_through_a_deferred_import_and_an_upward_import(
     graph = import_graph(pkg)
     assert cycles(graph) == [frozenset({"slurm_heal.a", "slurm_heal.b"})]
     assert list(_upward(graph)) == ["slurm_heal.d imports slurm_heal.commands.status"]
+
+
+def test_the_node_check_path_stays_free_of_pydantic_click_and_requests() -> None:
+    """docs/checks.md: the check path imports neither click, pydantic nor requests (it runs
+    on every node at every HealthCheckInterval). The one duration syntax and the one
+    atomic write it shares with the controller (durations.py, fsio.py) keep to that."""
+    import subprocess
+    import sys
+
+    code = ("import sys, slurm_heal.checks.fastcli, slurm_heal.checks.runner, "
+            "slurm_heal.checks.config, slurm_heal.checks.state, slurm_heal.durations, "
+            "slurm_heal.fsio; print(sorted(m for m in ('pydantic', 'click', 'requests') "
+            "if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent, timeout=60)
+    assert res.stdout.strip() == "[]"
