@@ -20,19 +20,25 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from slurm_heal import jsonsafe
+from slurm_heal.durations import (  # the one duration syntax; re-exported for its importers
+    format_duration as format_duration,
+)
+from slurm_heal.durations import parse_duration as parse_duration
+from slurm_heal.durations import parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
 from slurm_heal.types import Action, Severity
 
@@ -41,59 +47,22 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[smhdw])+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 MAX_WAIT_LIMIT = timedelta(hours=24)  # SPEC P3: more is rejected
 Mode = Literal["auto", "manual", "deny"]
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Parse "30s", "30m", "2h", "7d", "1w", "1d12h" (or seconds) into a timedelta."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    try:
-        if isinstance(value, (int, float)):
-            if math.isnan(value) or value < 0:
-                raise ValueError(f"{value!r} is negative or not a number")
-            return timedelta(seconds=value)
-        if isinstance(value, str) and _DURATION.match(value.strip().replace(" ", "")):
-            return timedelta(seconds=sum(float(n) * _UNIT[u]
-                                         for n, u in _PART.findall(value.replace(" ", ""))))
-    except OverflowError:
-        raise ValueError(f"{value!r} is too long a duration") from None
-    raise ValueError(f"{value!r} is not a duration (use e.g. \"30s\", \"30m\", \"2h\", \"7d\")")
-
-
-def parse_duration_knob(value: Any) -> timedelta:
-    """A duration knob of the file: a string with its unit ("30s", "30m", "2h", "7d").
-
-    A bare number is rejected: ``cooldown = 30`` reads as 30 minutes to a person and was
-    taken as 30 seconds, so the unit must be written.
-    """
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise ValueError(f"{value!r} is a bare number: write the duration with its unit, "
-                         f"e.g. \"{value}s\" or \"{value}m\"")
-    return parse_duration(value)
-
-
-def format_duration(value: timedelta) -> str:
-    """The shortest exact "30m"/"2h"/"7d" form of ``value`` (for records and docs)."""
-    secs = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs and secs % size == 0:
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# A duration knob: "30s", "30m", "2h", "7d" (or seconds) in the file, a timedelta here.
+# A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
+# timedelta here.
 Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
+# A duration setting kept in seconds: "30s", "10m", or bare seconds (see parse_seconds).
+Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+# A section another part of slurm-heal validates (its own model, through `read_section`):
+# kept as the file's table of TOML values here, so `Policy` stays free of those parts.
+Table = dict[str, JsonValue]
 
 
 class ApprovalRule(_Section):
@@ -337,12 +306,12 @@ class Policy(_Section):
     requests: Requests = Requests()
     capacity: Capacity = Capacity()
     pools: Pools = Pools()
-    controller: dict[str, Any] = Field(default_factory=dict)  # validated by the controller
-    provider: dict[str, Any] = Field(default_factory=dict)  # validated by the provider
-    api: dict[str, Any] = Field(default_factory=dict)  # validated by `serve` (api/settings.py)
-    notify: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.notify
-    metrics: dict[str, Any] = Field(default_factory=dict)  # validated by slurm_heal.metrics
-    validation: dict[str, Any] = Field(default_factory=dict)  # slurm_heal.validation.suite
+    controller: Table = Field(default_factory=dict)  # read by the controller
+    provider: Table = Field(default_factory=dict)  # read by the provider
+    api: Table = Field(default_factory=dict)  # read by `serve` (api/settings.py)
+    notify: Table = Field(default_factory=dict)  # read by slurm_heal.notify
+    metrics: Table = Field(default_factory=dict)  # read by slurm_heal.metrics
+    validation: Table = Field(default_factory=dict)  # slurm_heal.validation.suite
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")
@@ -362,14 +331,50 @@ class Policy(_Section):
         return partitions[0] if partitions else "default"
 
 
-def _dotted(loc: tuple[int | str, ...]) -> str:
+def _dotted(loc: tuple[int | str, ...], index: str = "[]") -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and index == "[]":
             out += f"[{part}]"
         else:
             out += ("." if out else "") + str(part)
     return out
+
+
+def _problem(exc: ValidationError, prefix: str | None, index: str = "[]",
+             docs: str = "docs/policy.md") -> tuple[str | None, str]:
+    """The dotted key and the words of a pydantic error: the first problem, with how
+    many more there are; our own ValueError's words without pydantic's prefix."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown key ({msg}; {docs} lists the keys)"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return key, msg + more
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_section(model: type[M], raw: Any, *, file: str, key: str,
+                 index: str = "[]", docs: str = "docs/policy.md") -> M:
+    """The one way to read a config section: validate ``raw`` (the ``[key]`` table of
+    ``file``; None or missing: the defaults) as ``model``. A problem is a ConfigError
+    naming the file, the dotted key (``notify.routes[0].kinds``) and why, never a
+    pydantic traceback. ``index="."`` writes list positions as ``suites.nvidia.0`` (the
+    validation suite's messages say it that way)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a table, got {raw!r}", file=file, key=key)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        where, msg = _problem(exc, key, index, docs)
+        raise ConfigError(msg, file=file, key=where) from None
 
 
 def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
@@ -381,13 +386,8 @@ def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
     try:
         return Policy.model_validate({**data, "source": source})
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = _dotted(tuple(p for p in err["loc"] if not str(p).startswith("function-")))
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (see docs/policy.md for the knobs)"
-        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
-        raise ConfigError(msg + more, file=source, key=key or None) from None
+        key, msg = _problem(exc, None)
+        raise ConfigError(msg, file=source, key=key) from None
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -31,13 +31,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
-from slurm_heal.config import parse_duration
+from slurm_heal.config import Seconds, parse_duration, read_section
 from slurm_heal.errors import (
-    ConfigError,
     HealError,
     NotFound,
     ProviderError,
@@ -71,7 +70,7 @@ class ControllerSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     state_dir: str | None = None  # default: beside slurmctld's StateSaveLocation
-    interval: float = Field(default=30.0, gt=0, le=3600)  # seconds between cycles
+    interval: Seconds = Field(default=30.0, gt=0, le=3600)  # between cycles: "30s" (or 30)
     slurm_backend: Literal["auto", "cli", "pyslurm", "rest"] = "auto"
     slurm_conf: str | None = None
     slurm_rest_url: str | None = None  # rest backend: slurmrestd, e.g. http://ctl:6820
@@ -92,12 +91,7 @@ class ControllerSettings(BaseModel):
 
 def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:
     """Validate the ``[controller]`` section; errors name the key."""
-    try:
-        return ControllerSettings.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = "controller." + ".".join(str(p) for p in err["loc"])
-        raise ConfigError(err["msg"], file=source, key=key) from None
+    return read_section(ControllerSettings, raw, file=source, key="controller")
 
 
 @dataclass

@@ -14,11 +14,12 @@ that time; unreadable content counts as a beat at the file's modification time.
 from __future__ import annotations
 
 import json
-import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+
+from slurm_heal import fsio
 
 
 class Heartbeat(BaseModel):
@@ -43,11 +44,9 @@ class Heartbeat(BaseModel):
         return self.failures_since_success > 0
 
     def write(self, path: Path) -> None:
-        """Atomically replace ``path`` (temp file + rename)."""
+        """Atomically replace ``path`` (fsio: temp file, fsync, rename)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(self.model_dump_json() + "\n")
-        tmp.replace(path)
+        fsio.atomic_write(path, self.model_dump_json() + "\n", 0o644)
 
 
 def _utc(value: datetime) -> datetime:

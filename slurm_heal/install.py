@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from slurm_heal import __version__
+from slurm_heal import __version__, fsio
 from slurm_heal.errors import ConfigError, HealError
 from slurm_heal.location import DEFAULT_CONFIG, slurm_conf_path
 
@@ -232,10 +232,8 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
         lib.mkdir(parents=True, exist_ok=True)
         for name in GLUE:
             target = lib / name
-            tmp = target.with_name(f".{name}.tmp")
-            tmp.write_text(wrapper(name, prefix, conf, env or {}, bindir))
-            tmp.chmod(0o755)
-            os.replace(tmp, target)  # slurmd may be running the old one right now
+            # Atomic: slurmd may be running the old one right now.
+            fsio.atomic_write(target, wrapper(name, prefix, conf, env or {}, bindir), 0o755)
             out.say(f"wrote {target} (SLURM_CONF={conf}, Slurm commands from "
                     f"{bindir or 'the system PATH'})")
         (share / "nhc").mkdir(exist_ok=True)

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from slurm_heal.errors import ConfigError, HealError
+from slurm_heal.config import read_section
+from slurm_heal.errors import HealError
 from slurm_heal.models import Phase, Remediation, State
 
 if TYPE_CHECKING:
@@ -61,12 +62,7 @@ class MetricsSettings(BaseModel):
 
 
 def metrics_settings(raw: dict[str, Any], source: str = "config") -> MetricsSettings:
-    try:
-        return MetricsSettings.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = "metrics." + ".".join(str(p) for p in err["loc"])
-        raise ConfigError(str(err["msg"]), file=source, key=key) from None
+    return read_section(MetricsSettings, raw, file=source, key="metrics")
 
 
 class _Live:
@@ -175,8 +171,8 @@ class Metrics:
 
     # -- the cycle's observer ----------------------------------------------------------
     def observe(self, facts: CycleFacts) -> None:
-        from slurm_heal import overview
         from slurm_heal.extra import alerts_from_extra
+        from slurm_heal.readmodel import overview
 
         now = facts.at
         self.cycle.observe(facts.duration_s)

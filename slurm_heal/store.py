@@ -46,15 +46,12 @@ The daemon's cycle (ARCHITECTURE "the flow")::
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -63,7 +60,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import ValidationError
 
-from slurm_heal import jsonsafe
+from slurm_heal import fsio, jsonsafe
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
 from slurm_heal.models import (
     SCHEMA_VERSION,
@@ -98,7 +95,6 @@ STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY})  # keys of State.data the
 MAX_DECISIONS = 500
 # Output excerpts kept in an attempt's audit record; keeps the document small.
 MAX_DETAIL = 4000
-_POLL_INTERVAL = 0.05
 _SCONTROL_TIMEOUT = 10.0
 
 OutcomeKind = Literal["ok", "failed", "running"]
@@ -222,39 +218,18 @@ class Store:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold the exclusive lock; wait at most ``lock_timeout`` seconds."""
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o640)
-        except OSError as exc:
-            raise StoreError(f"cannot open the store lock {self.lock_file}: {exc}") from exc
-        try:
-            deadline = time.monotonic() + self.lock_timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                        raise StoreError(f"cannot lock {self.lock_file}: {exc}") from exc
-                if time.monotonic() >= deadline:
-                    raise StoreLocked(
-                        f"{self.lock_file}: another process holds the store lock "
-                        f"(held by: {self._holder()}); gave up after {self.lock_timeout:g}s"
-                    )
-                time.sleep(_POLL_INTERVAL)
-            # Who holds it, for the message another process may show (diagnostics only).
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+        with contextlib.ExitStack() as held:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+                held.enter_context(fsio.locked(self.lock_file, self.lock_timeout))
+            except fsio.LockTimeout as exc:
+                raise StoreLocked(
+                    f"{self.lock_file}: another process holds the store lock "
+                    f"(held by: {exc.holder}); gave up after {self.lock_timeout:g}s"
+                ) from None
+            except OSError as exc:
+                raise StoreError(f"cannot open the store lock {self.lock_file}: {exc}") from exc
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the flock
-
-    def _holder(self) -> str:
-        try:
-            return self.lock_file.read_text().strip() or "unknown"
-        except OSError:
-            return "unknown"
 
     def _parse(self, raw: bytes) -> State:
         """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer."""
@@ -313,7 +288,7 @@ class Store:
             n += 1
         try:
             os.replace(self.file, target)
-            self._fsync_dir()
+            fsio.fsync_dir(self.dir)
         except OSError as exc:
             raise StoreCorrupt(
                 f"{problem}; moving it aside to {target.name} failed too ({exc}); "
@@ -341,13 +316,6 @@ class Store:
         raise StoreCorrupt(f"{problem}; moved aside to {target}; automatic remediation is "
                            "stopped (breaker open) until a person runs `slurm-heal breaker reset`")
 
-    def _fsync_dir(self) -> None:
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def _write(self, state: State) -> None:
         """Atomically replace the document; the caller holds the lock."""
         # Serialize first: a state that cannot be written touches nothing on disk.
@@ -359,32 +327,13 @@ class Store:
             self.dir.mkdir(parents=True, exist_ok=True)
             # Temp files left by a writer that was killed mid-write: we hold the lock, so
             # no live writer owns them.
-            for stale in self.dir.glob(f".{self.file.name}.*.tmp"):
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{self.file.name}.",
-                                       suffix=".tmp")
+            fsio.remove_stale_temps(self.file)
+            # A full disk (ENOSPC), a file size limit (EFBIG), a read-only remount: the
+            # old document is untouched and the temp file is gone.
+            fsio.atomic_write(self.file, payload, 0o640)
         except OSError as exc:
             raise StoreError(f"cannot write the store {self.file}: {exc.strerror or exc}; "
                              "nothing was changed") from exc
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o640)
-            os.replace(tmp, self.file)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                # A full disk (ENOSPC), a file size limit (EFBIG), a read-only remount:
-                # the old document is untouched and the temp file is gone.
-                raise StoreError(f"cannot write the store {self.file}: "
-                                 f"{exc.strerror or exc}; nothing was changed") from exc
-            raise
-        with contextlib.suppress(OSError):
-            self._fsync_dir()  # the rename is done; a failed directory fsync loses nothing
 
     # ----------------------------------------------------------------- public API
 

@@ -19,7 +19,6 @@ import hashlib
 import hmac
 import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -30,7 +29,7 @@ from http import HTTPStatus
 from typing import Any, Literal
 
 from jinja2 import Environment, PackageLoader, select_autoescape
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
@@ -38,6 +37,12 @@ from werkzeug.wrappers import Request, Response
 from slurm_heal import operations
 from slurm_heal.api import views
 from slurm_heal.api.auth import Authenticator, Principal
+from slurm_heal.api.bodies import MAX_REASON, NODE_NAME
+from slurm_heal.api.bodies import Body as _Body
+from slurm_heal.api.bodies import DecisionBody as DecisionBody
+from slurm_heal.api.bodies import PauseBody as PauseBody
+from slurm_heal.api.bodies import ReasonBody as ReasonBody
+from slurm_heal.api.bodies import RequestBody as RequestBody
 from slurm_heal.api.idempotency import Kept, Keys, command_id, fingerprint, key_problem
 from slurm_heal.api.settings import ApiSettings
 from slurm_heal.errors import (
@@ -59,49 +64,11 @@ from slurm_heal.types import Action
 log = logging.getLogger("slurm_heal.api")
 
 MAX_BODY = 64 * 1024
-MAX_REASON = 2000
 SESSION_COOKIE = "slurm_heal_session"
 LOGIN_COOKIE = "slurm_heal_login"
-NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # detector names and request ids (Q3)
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 Kind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause"]
-
-
-# --------------------------------------------------------------------------- bodies
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class DecisionBody(_Body):
-    """approve / deny / cancel: why, kept in the audit record (SPEC P4)."""
-
-    reason: str = Field(default="", max_length=MAX_REASON)
-
-
-class RequestBody(_Body):
-    """A person's request for an action on a node (SPEC Q1-Q4)."""
-
-    node: str = Field(pattern=NODE_NAME.pattern, max_length=128)
-    action: Literal["reboot", "rebuild", "migrate", "remove"]
-    reason: str = Field(min_length=1, max_length=MAX_REASON)
-    detector: str | None = Field(default=None, pattern=TOKEN.pattern)
-    id: str | None = Field(default=None, pattern=TOKEN.pattern)
-
-
-class ReasonBody(_Body):
-    """breaker reset / unpause: why (optional)."""
-
-    reason: str = Field(default="", max_length=MAX_REASON)
-
-
-class PauseBody(_Body):
-    """pause: why is required, so the overview can say it (SPEC O2)."""
-
-    reason: str = Field(min_length=1, max_length=MAX_REASON)
 
 
 # --------------------------------------------------------------------------- problems
@@ -557,8 +524,8 @@ class ApiApp:
         if not self.policy_file:
             raise Problem(404, "serve runs without a config file (--config): no policy to show",
                           kind="NotFound")
-        from slurm_heal.commands.admin import _plain
         from slurm_heal.config import load_policy
+        from slurm_heal.readmodel.words import plain as _plain
 
         p = load_policy(self.policy_file)
         return self._json({"file": self.policy_file,

@@ -18,18 +18,15 @@ wrote nothing, so running it again is safe.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
-import os
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from slurm_heal import fsio
 from slurm_heal.errors import StoreError, StoreLocked
 
 FILE = "api-idempotency.json"
@@ -79,24 +76,15 @@ class Keys:
     def held(self) -> Iterator[Session]:
         """Hold the lock for check → run → keep, so two retries racing each other run
         the request once."""
-        try:
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o640)
-        except OSError as exc:
-            raise StoreError(f"cannot open {self.lock_file}: {exc}") from exc
-        try:
-            deadline = time.monotonic() + LOCK_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if time.monotonic() >= deadline:
-                        raise StoreLocked(f"{self.lock_file}: held by another request for "
-                                          f"more than {LOCK_TIMEOUT:g}s") from None
-                    time.sleep(0.05)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(fsio.locked(self.lock_file, LOCK_TIMEOUT))
+            except fsio.LockTimeout:
+                raise StoreLocked(f"{self.lock_file}: held by another request for "
+                                  f"more than {LOCK_TIMEOUT:g}s") from None
+            except OSError as exc:
+                raise StoreError(f"cannot open {self.lock_file}: {exc}") from exc
             yield Session(self)
-        finally:
-            os.close(fd)
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -108,17 +96,7 @@ class Keys:
         return doc if isinstance(doc, dict) else {}
 
     def _write(self, doc: dict[str, Any]) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=f".{FILE}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.file)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        fsio.atomic_write(self.file, json.dumps(doc), 0o600)
 
 
 class Session:

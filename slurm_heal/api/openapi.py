@@ -16,7 +16,7 @@ _OBJ: dict[str, Any] = {"type": "object"}
 
 
 def _body_schemas() -> dict[str, Any]:
-    from slurm_heal.api.app import DecisionBody, PauseBody, ReasonBody, RequestBody
+    from slurm_heal.api.bodies import DecisionBody, PauseBody, ReasonBody, RequestBody
 
     out: dict[str, Any] = {}
     for model in (DecisionBody, RequestBody, ReasonBody, PauseBody):

@@ -12,11 +12,11 @@ import ipaddress
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from slurm_heal.config import parse_duration_knob
+from slurm_heal.config import Duration, read_section
 from slurm_heal.errors import ConfigError
 
 DEFAULT_HOST = "127.0.0.1"
@@ -24,9 +24,6 @@ DEFAULT_PORT = 8250
 Role = Literal["viewer", "operator"]
 # Names of people and robots as they appear in the audit record.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
-
 
 class ApiSettings(BaseModel):
     """Everything ``serve`` needs besides the store (found as every command finds it)."""
@@ -117,15 +114,7 @@ def api_settings(section: dict[str, Any], source: str = "<config>",
                  base: Path | None = None) -> ApiSettings:
     """Validate the ``[api]`` section; ConfigError names the file, the key and why.
     Relative paths are taken relative to ``base`` (the config file's directory)."""
-    try:
-        settings = ApiSettings.model_validate(section)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(["api", *(str(p) for p in first["loc"])])
-        msg = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise ConfigError(msg, file=source, key=key) from None
+    settings = read_section(ApiSettings, section, file=source, key="api")
     if base is not None:
         fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key")
                  if isinstance(v := getattr(settings, k), Path) and not v.is_absolute()}

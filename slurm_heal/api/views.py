@@ -69,8 +69,8 @@ def overview(src: Sources) -> dict[str, Any]:
     """The cluster at a glance: what ``slurm-heal status`` gathers (each node's state,
     reason, alerts) and the store's summary (controller heartbeat, breaker, pause,
     counts, approvals waiting). Slurm not answering is said, not an error."""
-    from slurm_heal import overview as status_overview
-    from slurm_heal.commands.status import node_status
+    from slurm_heal.readmodel import overview as status_overview
+    from slurm_heal.readmodel.nodes import node_status
 
     now = _now()
     state = src.state()
@@ -153,7 +153,7 @@ def pending_for(state: State, rem: Remediation) -> list[dict[str, Any]]:
 
 
 def remediation_detail(state: State, rem: Remediation) -> dict[str, Any]:
-    from slurm_heal.commands.admin import approval, requester
+    from slurm_heal.readmodel.words import approval, requester
 
     return {"remediation": operations.rem_json(rem), "requester": requester(rem),
             "approval": approval(rem), "waiting_for_approval": waits_for_person(rem),
@@ -263,7 +263,7 @@ def node(src: Sources, name: str) -> dict[str, Any]:
 
 def nodes(src: Sources) -> dict[str, Any]:
     """What ``slurm-heal status --json`` prints."""
-    from slurm_heal.commands.status import node_status
+    from slurm_heal.readmodel.nodes import node_status
 
     now = _now()
     client = src.slurm()

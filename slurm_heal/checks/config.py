@@ -13,7 +13,7 @@ silently switches a detector off. Example (all defaults shown)::
     source = "kmsg"                          # kmsg | file | journal
     path = "/var/log/kern.log"               # for source = "file"
     first_read_mb = 16                       # the first read (no cursor) is bounded
-    hold = 3600                              # seconds a non-critical kernel fault stays
+    hold = "1h"                              # how long a non-critical kernel fault stays
                                              # active after it was last seen; critical
                                              # ones stay until the node reboots
     timeout = 10.0
@@ -98,6 +98,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_heal.checks import paths
+from slurm_heal.durations import parse_seconds
 from slurm_heal.errors import ConfigError
 
 MODES = ("healthcheck", "prolog", "epilog", "agent")
@@ -257,6 +258,20 @@ def _typed(file: str, key: str, value: Any, default: Any) -> Any:
     return value
 
 
+# Durations of the file, in seconds here: "1h", "30m" like every duration of slurm-heal,
+# or bare seconds (existing files) -- the rule of config.parse_seconds.
+DURATIONS = frozenset({"kernel_log.hold"})
+
+
+def _seconds(file: str, key: str, value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return parse_seconds(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=file, key=key) from None
+    return value
+
+
 def _section(file: str, name: str, raw: Any, default: Any) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a table, got {raw!r}", file=file, key=name)
@@ -267,6 +282,8 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
             raise ConfigError(
                 f"unknown key (known: {', '.join(k for k in known if k != 'source_file')})",
                 file=file, key=f"{name}.{key}")
+        if f"{name}.{key}" in DURATIONS:
+            value = _seconds(file, f"{name}.{key}", value)
         values[key] = _typed(file, f"{name}.{key}", value, known[key])
     for bad in set(values.get("modes", ())) - set(MODES):
         raise ConfigError(f"unknown mode {bad!r} (known: {', '.join(MODES)})",

@@ -13,13 +13,13 @@ re-reading the bounded first chunk of the kernel log (from this boot only).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from slurm_heal import fsio
 from slurm_heal.errors import CheckError
 from slurm_heal.types import Severity
 
@@ -187,12 +187,7 @@ def save(state_dir: str, data: dict[str, Any]) -> None:
     try:
         os.makedirs(state_dir, mode=0o750, exist_ok=True)
         path = os.path.join(state_dir, FILE)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"), sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        fsio.atomic_write(path, json.dumps(data, separators=(",", ":"), sort_keys=True), 0o644)
     except OSError as exc:
         raise CheckError(f"cannot write the check state in {state_dir}: {exc.strerror}") from None
 
@@ -200,23 +195,14 @@ def save(state_dir: str, data: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def locked(state_dir: str, timeout: float = 10.0) -> Iterator[None]:
     """Hold the state dir's lock (the agent and a HealthCheckProgram run may overlap)."""
-    try:
-        os.makedirs(state_dir, mode=0o750, exist_ok=True)
-        fd = os.open(os.path.join(state_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o640)
-    except OSError as exc:
-        raise CheckError(f"cannot use the state dir {state_dir}: {exc.strerror}") from None
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise CheckError(
-                        f"another slurm-heal check holds {state_dir}/lock for over {timeout:g}s"
-                    ) from None
-                time.sleep(0.05)
+    with contextlib.ExitStack() as held:
+        try:
+            os.makedirs(state_dir, mode=0o750, exist_ok=True)
+            held.enter_context(fsio.locked(os.path.join(state_dir, "lock"), timeout))
+        except fsio.LockTimeout:
+            raise CheckError(
+                f"another slurm-heal check holds {state_dir}/lock for over {timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise CheckError(f"cannot use the state dir {state_dir}: {exc.strerror}") from None
         yield
-    finally:
-        os.close(fd)

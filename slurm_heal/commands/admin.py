@@ -34,6 +34,8 @@ from slurm_heal.models import Command, Remediation, State
 from slurm_heal.operations import alert_json as _alert_json
 from slurm_heal.operations import alerts_of as _alerts_of
 from slurm_heal.operations import rem_json as _rem_json
+from slurm_heal.readmodel.words import approval, requester
+from slurm_heal.readmodel.words import plain as _plain
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 
@@ -225,30 +227,6 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
 
 
 # --------------------------------------------------------------------------- history
-
-
-def requester(rem: Remediation) -> str:
-    """Who asked: a person, or a detector with its request id when it gave one (Q1, Q3)."""
-    if not rem.detector:
-        return rem.requested_by
-    return f"{rem.requested_by} (detector {rem.detector}" + (
-        f" id {rem.request_id})" if rem.request_id else ")")
-
-
-def approval(rem: Remediation) -> str:
-    """The approval as it stands (P2, P4): never "approved" for one still waiting or denied."""
-    decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
-    if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
-        return decided.why if decided is not None and decided.phase == "denied" else "denied"
-    if decided is not None:
-        if rem.approved_by:
-            return (decided.why if decided.why.startswith("approved by")
-                    else f"approved by {rem.approved_by} (who requested it)")
-        return f"auto-approved by {rem.approval_rule or decided.rule}"
-    if rem.phase.value == "proposed":
-        return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
-                f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
-    return f"never approved ({rem.phase.value} before approval)"
 
 
 def _print_remediation(rem: Remediation) -> None:
@@ -586,21 +564,6 @@ def unpause(reason: str, by: str | None, force: bool, state_dir: str | None,
 
 
 # --------------------------------------------------------------------------- policy
-
-
-def _plain(value: Any) -> Any:
-    """A policy value as plain JSON data, durations in the file's own "30m" form."""
-    from slurm_heal.config import format_duration
-
-    if isinstance(value, timedelta):
-        return format_duration(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Action):
-        return value.value
-    return value
 
 
 def _flatten(prefix: str, value: Any) -> Iterable[tuple[str, Any]]:

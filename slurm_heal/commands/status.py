@@ -1,5 +1,5 @@
 """`slurm-heal status [--json] [--node NODES] [--check]`: the cluster at a glance (SPEC
-I4, O1, O2, S5, D5); gathering is `slurm_heal.overview.gather`, rendering `overview.render`.
+I4, O1, O2, S5, D5); gathering is `slurm_heal.readmodel.overview.gather`, rendering `overview.render`.
 
 ``--json`` also carries ``node_status``, for each node: Slurm's state flags; the reason, classified as ours (our cordon marker,
 parsed), a request (``heal-request:``), or foreign (someone else's, shown as such); and
@@ -15,60 +15,8 @@ from typing import Any
 
 import click
 
-from slurm_heal import reasons
-from slurm_heal.errors import ReasonError
-from slurm_heal.extra import alerts_from_extra
+from slurm_heal.readmodel.nodes import node_status
 from slurm_heal.types import NodeInfo
-
-# Slurm's base node states; flags (DRAIN, REBOOT_ISSUED, ...) are listed after them.
-_BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(timezone.utc).isoformat() if value else None
-
-
-def _reason(node: NodeInfo) -> dict[str, Any] | None:
-    if not node.reason:
-        return None
-    out: dict[str, Any] = {"text": node.reason, "user": node.reason_user or None,
-                           "time": _iso(node.reason_time)}
-    if reasons.is_ours(node.reason):
-        out["kind"] = "ours"
-        try:
-            marker = reasons.parse_marker(node.reason)
-        except ReasonError as exc:
-            out["error"] = str(exc)
-        else:
-            out.update(fault=marker.fault, remediation=marker.remediation, by=marker.by)
-    elif reasons.is_request(node.reason):
-        out["kind"] = "request"
-        try:
-            request = reasons.parse_request(node.reason)
-        except ReasonError as exc:
-            out["error"] = str(exc)  # malformed requests are shown, not hidden
-        else:
-            out.update(action=request.action.value, detector=request.detector,
-                       id=request.request_id)
-    else:
-        out["kind"] = "foreign"
-    return out
-
-
-def node_status(node: NodeInfo, now: datetime) -> dict[str, Any]:
-    """One node's status as a JSON-able dict (the `--json` shape)."""
-    alerts = alerts_from_extra(node.name, node.extra, now)
-    return {
-        "name": node.name,
-        "states": sorted(node.states, key=lambda s: (s not in _BASE_STATES, s)),
-        "reason": _reason(node),
-        "alerts": [{"fault": a.fault, "severity": a.severity.value, "summary": a.summary,
-                    "detector": a.detector, "first_seen": _iso(a.first_seen),
-                    "last_seen": _iso(a.last_seen)} for a in alerts],
-        "extra_unparsed": node.extra is None,  # Extra holds someone's non-JSON text
-        "partitions": list(node.partitions),
-        "boot_time": _iso(node.boot_time),
-    }
 
 
 def _line(entry: dict[str, Any]) -> str:
@@ -122,10 +70,10 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
     with folded host lists, approvals waiting, remediations in flight, and nodes out of
     service for reasons not ours, oldest first. Exit 3 when Slurm does not answer (the
     store's part is still shown); with --check, 1 when the controller is not healthy."""
-    from slurm_heal import overview
     from slurm_heal.config import load_policy
     from slurm_heal.errors import SlurmError
     from slurm_heal.location import config_path, locate
+    from slurm_heal.readmodel import overview
     from slurm_heal.slurm import make_client
     from slurm_heal.store import Store
 

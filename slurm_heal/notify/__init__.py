@@ -20,10 +20,8 @@ local file write, and any error is logged and counted.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from slurm_heal import fsio
+from slurm_heal.config import Seconds, read_section
 from slurm_heal.errors import ConfigError
 from slurm_heal.notify.events import (
     EVENT_KINDS,
@@ -71,9 +71,9 @@ class NotifySettings(BaseModel):
     urls: list[str] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
     max_attempts: int = Field(default=8, ge=1, le=100)
-    backoff: float = Field(default=30.0, gt=0, le=3600)  # seconds, doubled per attempt
-    max_backoff: float = Field(default=3600.0, gt=0)
-    poll: float = Field(default=2.0, gt=0, le=600)  # how often the sender looks at the queue
+    backoff: Seconds = Field(default=30.0, gt=0, le=3600)  # "30s" (or 30), doubled per attempt
+    max_backoff: Seconds = Field(default=3600.0, gt=0)
+    poll: Seconds = Field(default=2.0, gt=0, le=600)  # how often the sender looks at the queue
 
     def all_routes(self) -> list[Route]:
         out = list(self.routes)
@@ -85,12 +85,7 @@ class NotifySettings(BaseModel):
 def notify_settings(raw: dict[str, Any], source: str = "config") -> NotifySettings:
     """Validate ``[notify]``; an unknown kind, a bad severity or a URL Apprise does not
     understand is a ConfigError naming the key."""
-    try:
-        settings = NotifySettings.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = "notify." + ".".join(str(p) for p in err["loc"])
-        raise ConfigError(str(err["msg"]), file=source, key=key) from None
+    settings = read_section(NotifySettings, raw, file=source, key="notify", index=".")
     import apprise
 
     shortcut = 1 if settings.urls else 0
@@ -169,27 +164,21 @@ class Notifications:
     @contextmanager
     def _doc(self) -> Iterator[QueueDoc]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(QUEUE_FILE + ".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                doc, raw = QueueDoc(), ""
-                if self.path.exists():
-                    try:
-                        raw = self.path.read_text()
-                        doc = QueueDoc.model_validate_json(raw)
-                    except (ValidationError, ValueError) as exc:
-                        log.error("notification queue %s unreadable, set aside: %s",
-                                  self.path, exc)
-                        self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
-                        raw = ""
-                yield doc
-                text = doc.model_dump_json()
-                if text != raw:  # written only when it changed
-                    tmp = self.path.with_name(f"{QUEUE_FILE}.{os.getpid()}.tmp")
-                    tmp.write_text(text)
-                    tmp.replace(self.path)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with fsio.locked(self.path.with_name(QUEUE_FILE + ".lock")):
+            doc, raw = QueueDoc(), ""
+            if self.path.exists():
+                try:
+                    raw = self.path.read_text()
+                    doc = QueueDoc.model_validate_json(raw)
+                except (ValidationError, ValueError) as exc:
+                    log.error("notification queue %s unreadable, set aside: %s",
+                              self.path, exc)
+                    self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
+                    raw = ""
+            yield doc
+            text = doc.model_dump_json()
+            if text != raw:  # written only when it changed
+                fsio.atomic_write(self.path, text, 0o644)
 
     def depth(self) -> int:
         """Deliveries waiting (for the metrics)."""

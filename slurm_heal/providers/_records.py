@@ -9,15 +9,14 @@ fsync, rename) and serialised by an ``flock`` on a side lock file.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from slurm_heal import fsio
 from slurm_heal.errors import ProviderError
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
@@ -55,16 +54,12 @@ class KeyRecords:
                 yield self._memory
                 return
             lock_path = self.path.with_name(self.path.name + ".lock")
-            with open(lock_path, "a+") as lock_file:
-                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
-                try:
-                    records = self._read()
-                    before = json.dumps(records, sort_keys=True)
-                    yield records
-                    if json.dumps(records, sort_keys=True) != before:
-                        self._write(records)
-                finally:
-                    fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+            with fsio.locked(lock_path):
+                records = self._read()
+                before = json.dumps(records, sort_keys=True)
+                yield records
+                if json.dumps(records, sort_keys=True) != before:
+                    self._write(records)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The record for ``key``, or None."""
@@ -104,17 +99,7 @@ class KeyRecords:
             ordered = sorted(records.items(), key=lambda kv: str(kv[1].get("submitted", "")))
             for key, _ in ordered[: len(records) - MAX_RECORDS]:
                 del records[key]
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(records, fh, indent=1, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        fsio.atomic_write(self.path, json.dumps(records, indent=1, sort_keys=True), 0o600)
 
 
 class SteppedOperations:

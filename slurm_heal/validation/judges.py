@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from slurm_heal.validation import criteria as crit
-from slurm_heal.validation.suite import Step, StepResult
+from slurm_heal.validation.steps import Step, StepResult
 
 
 class Unreadable(Exception):

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from slurm_heal import fsio
 from slurm_heal.validation.suite import Step, StepResult, SuiteResult, evaluate, verdict
 
 RESULTS = "results.json"
@@ -65,9 +66,8 @@ def count_gpus(dev: Path = Path("/dev"),
 
 
 def _write(out: Path, result: SuiteResult) -> None:
-    tmp = out / f".{RESULTS}.tmp"
-    tmp.write_text(json.dumps(result.model_dump(mode="json"), indent=1) + "\n")
-    os.replace(tmp, out / RESULTS)
+    fsio.atomic_write(out / RESULTS, json.dumps(result.model_dump(mode="json"), indent=1) + "\n",
+                      0o644)
 
 
 def run_step(step: Step, values: dict[str, str], out: Path) -> StepResult:

@@ -14,116 +14,19 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationInfo,
-    field_validator,
-)
+from pydantic import Field, field_validator
 
-from slurm_heal.errors import ConfigError
-
-Kind = Literal["dcgm", "amd", "nccl", "ib", "fio", "mounts", "command"]
-Outcome = Literal["pass", "fail", "error"]
-# Placeholders a step's argv may use; the runner fills them in (unknown ones are refused).
-PLACEHOLDERS = ("node", "peer", "gpus", "scratch", "level", "out")
-
-
-def _duration(value: Any) -> timedelta:
-    from slurm_heal.config import parse_duration_knob  # config imports nothing of ours here
-    return parse_duration_knob(value)
-
-
-def _duration_text(value: timedelta) -> str:
-    from slurm_heal.config import format_duration
-    return format_duration(value)
-
-
-# Written back as "30m" (not ISO "PT30M", which the knob's parser refuses): the run spec
-# the controller writes for the job must read back in the runner.
-Duration = Annotated[timedelta, BeforeValidator(_duration),
-                     PlainSerializer(_duration_text, return_type=str, when_used="json")]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Step(_Model):
-    """One test of the suite: what runs, for how long, and what counts as a pass."""
-
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    kind: Kind = "command"
-    command: tuple[str, ...] = Field(min_length=1)  # argv; "{node}", "{peer}", ... filled in
-    timeout: Duration = timedelta(minutes=30)
-    peer: bool = False  # needs a known-healthy peer (NCCL across nodes, ib_write_bw)
-    criteria: dict[str, Any] = Field(default_factory=dict)  # per kind, see docs/validation.md
-
-    @field_validator("command")
-    @classmethod
-    def _placeholders(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        import string
-        for arg in value:
-            for _, field, _, _ in string.Formatter().parse(arg):
-                if field is not None and field not in PLACEHOLDERS:
-                    raise ValueError(f"{arg!r} names {{{field}}}; the placeholders are "
-                                     + ", ".join("{" + p + "}" for p in PLACEHOLDERS))
-        return value
-
-    @field_validator("criteria")
-    @classmethod
-    def _criteria(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
-        # Checked against the kind's model when the policy file is loaded, so a typo in a
-        # criterion is refused at start, not when a machine is tested (V3).
-        from slurm_heal.validation import criteria
-        kind = info.data.get("kind")
-        if kind is not None:  # a bad kind is reported on its own
-            criteria.parse(kind, value)
-        return value
-
-
-class StepResult(_Model):
-    """What one step did and how it was judged (kept in results.json and the ticket)."""
-
-    name: str
-    kind: Kind
-    outcome: Outcome
-    reason: str = ""  # why, in words: "busbw 120.5 GB/s < 300 GB/s expected"
-    measured: dict[str, Any] = Field(default_factory=dict)
-    expected: dict[str, Any] = Field(default_factory=dict)
-    rc: int | None = None
-    timed_out: bool = False
-    duration_s: float = 0.0
-    log: str = ""  # file name of the step's output, relative to the results directory
-
-
-class SuiteResult(_Model):
-    """The whole run on one machine: every step's result and the verdict."""
-
-    node: str
-    peer: str = ""
-    vendor: str
-    outcome: Outcome
-    steps: tuple[StepResult, ...] = ()
-    started: str = ""
-    finished: str = ""
-
-
-def verdict(steps: tuple[StepResult, ...] | list[StepResult]) -> Outcome:
-    """The suite's outcome: any clear failure fails; else any error is an error; else pass.
-
-    A suite with no steps concludes nothing: it is an ``error``, never a pass.
-    """
-    if any(s.outcome == "fail" for s in steps):
-        return "fail"
-    if not steps or any(s.outcome == "error" for s in steps):
-        return "error"
-    return "pass"
+from slurm_heal.validation.steps import PLACEHOLDERS as PLACEHOLDERS
+from slurm_heal.validation.steps import Duration as Duration
+from slurm_heal.validation.steps import Kind as Kind
+from slurm_heal.validation.steps import Model as _Model
+from slurm_heal.validation.steps import Outcome as Outcome
+from slurm_heal.validation.steps import Step as Step
+from slurm_heal.validation.steps import StepResult as StepResult
+from slurm_heal.validation.steps import SuiteResult as SuiteResult
+from slurm_heal.validation.steps import verdict as verdict
 
 
 def evaluate(step: Step, rc: int | None, output: str, *, timed_out: bool = False,
@@ -189,14 +92,9 @@ class Validation(_Model):
 
 def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Validation:
     """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
-    from pydantic import ValidationError
-    try:
-        result = Validation.model_validate(data or {})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = "validation." + ".".join(str(p) for p in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(msg, file=source, key=key) from None
+    from slurm_heal.config import read_section  # config imports nothing of ours here
+    result = read_section(Validation, data, file=source, key="validation", index=".",
+                          docs="docs/validation.md")
     # The ticket sinks too, so a typo there is refused at start, not when a machine fails.
     from slurm_heal.validation.tickets import sinks_from
     sinks_from(result.tickets, source)

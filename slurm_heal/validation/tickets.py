@@ -32,12 +32,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from slurm_heal import fsio
+from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError, TicketError
-from slurm_heal.validation.suite import Duration, SuiteResult
+from slurm_heal.validation.steps import Duration, SuiteResult
 
 LOG_TAIL = 4096  # bytes of each failing or erroring step's log put inline in a webhook body
 
@@ -214,16 +216,13 @@ class DirectorySink(_Sink):
         try:
             root.mkdir(parents=True, exist_ok=True)
             archive = root / f"{ticket.id}.logs.tar.gz"
-            tmp = root / f".{ticket.id}.logs.tmp"
-            with tarfile.open(tmp, "w:gz") as tar:
+            with fsio.atomic_open(archive, 0o644) as fh, \
+                    tarfile.open(fileobj=fh, mode="w:gz") as tar:
                 if logs.is_dir():
                     tar.add(logs, arcname=ticket.id)
-            os.replace(tmp, archive)
             doc = root / f"{ticket.id}.json"
-            tmp = root / f".{ticket.id}.json.tmp"
-            tmp.write_text(json.dumps({**ticket.model_dump(mode="json"),
-                                       "logs": archive.name}, indent=1) + "\n")
-            os.replace(tmp, doc)
+            fsio.atomic_write(doc, json.dumps({**ticket.model_dump(mode="json"),
+                                               "logs": archive.name}, indent=1) + "\n", 0o644)
         except OSError as exc:
             raise TicketError(f"directory sink {self.path}: {exc}") from None
         return str(doc)
@@ -455,13 +454,8 @@ def sinks_from(items: tuple[dict[str, Any], ...] | list[dict[str, Any]],
             raise ConfigError("a token is never written in the file: name the environment "
                               "variable that holds it in token_env", file=source,
                               key=f"{where}.token")
-        try:
-            out.append(cls.model_validate(item))  # type: ignore[arg-type]
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            key = f"{where}." + ".".join(str(p) for p in err["loc"])
-            raise ConfigError(str(err["msg"]).removeprefix("Value error, "), file=source,
-                              key=key) from None
+        out.append(read_section(cls, item, file=source, key=where,  # type: ignore[arg-type]
+                                docs="docs/validation.md"))
     return out
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from slurm_heal import overview
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Phase, State, Step, ValidationRun
 from slurm_heal.policy import decide
+from slurm_heal.readmodel import overview
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.types import ClusterView

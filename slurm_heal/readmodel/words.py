@@ -1,0 +1,50 @@
+"""The words the CLI, the API and the console use for a remediation and a policy: who
+asked for it, where its approval stands (SPEC Q1, Q3, P2, P4), and a policy's values as
+plain JSON data in the file's own form (durations as "30m").
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from slurm_heal.durations import format_duration
+from slurm_heal.models import Remediation
+from slurm_heal.types import Action
+
+
+def requester(rem: Remediation) -> str:
+    """Who asked: a person, or a detector with its request id when it gave one (Q1, Q3)."""
+    if not rem.detector:
+        return rem.requested_by
+    return f"{rem.requested_by} (detector {rem.detector}" + (
+        f" id {rem.request_id})" if rem.request_id else ")")
+
+
+def approval(rem: Remediation) -> str:
+    """The approval as it stands (P2, P4): never "approved" for one still waiting or denied."""
+    decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
+    if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
+        return decided.why if decided is not None and decided.phase == "denied" else "denied"
+    if decided is not None:
+        if rem.approved_by:
+            return (decided.why if decided.why.startswith("approved by")
+                    else f"approved by {rem.approved_by} (who requested it)")
+        return f"auto-approved by {rem.approval_rule or decided.rule}"
+    if rem.phase.value == "proposed":
+        return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
+                f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
+    return f"never approved ({rem.phase.value} before approval)"
+
+
+def plain(value: Any) -> Any:
+    """A policy value as plain JSON data, durations in the file's own "30m" form."""
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    if isinstance(value, Action):
+        return value.value
+    return value
