@@ -138,19 +138,40 @@ def _with_excerpt(g: GpuReading) -> GpuReading:
 
 def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
     """``--query-gpu=<CSV_FIELDS> --format=csv,noheader,nounits`` (and optionally
-    ``--query-remapped-rows=<REMAP_FIELDS> --format=csv,noheader``) -> readings."""
+    ``--query-remapped-rows=<REMAP_FIELDS> --format=csv,noheader``) -> readings.
+
+    With a header line (``--format=csv``) the columns are read by name, in any order
+    and among any others; a serial such as ``[N/A]`` is kept as printed (SPEC D11 sets
+    placeholders aside when the machine identity is made)."""
     import csv
 
     remaps: dict[str, tuple[bool | None, bool | None]] = {}
     for row in csv.reader(remapped.splitlines(), skipinitialspace=True):
         if len(row) >= 3:
             remaps[row[0].strip()] = (_flag(row[1]), _flag(row[2]))
-    out = []
+    out: list[GpuReading] = []
+    columns: dict[str, int] | None = None  # a header line's names -> positions
     for line in query_gpu.splitlines():
         row = next(csv.reader([line], skipinitialspace=True), [])
-        if len(row) < len(CSV_FIELDS):
+        names = [c.strip().split(" [", 1)[0] for c in row]  # "memory.used [MiB]"
+        if "uuid" in names and "pci.bus_id" in names:
+            # ``--format=csv`` with its header, in any column order (what exporters
+            # and people collect): read the fields by name; a missing one is unknown.
+            columns = {n: i for i, n in enumerate(names)}
             continue
-        v = dict(zip(CSV_FIELDS, (c.strip() for c in row[:len(CSV_FIELDS)]), strict=True))
+        if columns is not None:
+            v: dict[str, str] = {}
+            for f in CSV_FIELDS:
+                # R535+ headers say clocks_event_reasons.* for clocks_throttle_reasons.*
+                name = f if f in columns else f.replace("clocks_throttle_", "clocks_event_")
+                pos = columns.get(name)
+                v[f] = row[pos].strip() if pos is not None and pos < len(row) else ""
+            v["index"] = v["index"] or str(len(out))
+        elif len(row) < len(CSV_FIELDS):
+            continue
+        else:
+            v = dict(zip(CSV_FIELDS, (c.strip() for c in row[:len(CSV_FIELDS)]),
+                         strict=True))
         index = _int(v["index"])
         if index is None:
             continue
@@ -161,7 +182,7 @@ def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
             remap_pending=pending, remap_failure=failure,
             hw_thermal=_flag(v["clocks_throttle_reasons.hw_thermal_slowdown"]),
             sw_thermal=_flag(v["clocks_throttle_reasons.sw_thermal_slowdown"]),
-            excerpt=line.strip()))
+            excerpt=line.strip()[:400]))
     return out
 
 
