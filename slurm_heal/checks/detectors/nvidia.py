@@ -7,7 +7,8 @@ Sources, in order of preference:
   detector runs, so a node without GPUs never pays for it. Never used under a replay
   root (it would read the live hardware).
 * ``nvidia-smi -q -x`` (XML; default) or ``--query-gpu ... --format=csv,noheader,nounits``
-  plus ``--query-remapped-rows`` (CSV; the CSV has no PCIe replay counter).
+  plus ``--query-remapped-rows`` (CSV; the CSV has no PCIe replay counter), or the plain
+  ``nvidia-smi -q`` text (``smi_format = "text"``, what some sites collect).
 * DCGM's health watches, ``dcgmi health -g GROUP -c -j``, where DCGM runs: its incidents
   are added to the readings of the GPU they name.
 
@@ -132,6 +133,70 @@ def _with_excerpt(g: GpuReading) -> GpuReading:
              f"remap_failure={g.remap_failure}", f"pcie_replays={g.pcie_replays}",
              f"hw_thermal={g.hw_thermal}", f"sw_thermal={g.sw_thermal}"]
     return replace(g, excerpt=" ".join(parts))
+
+
+# ------------------------------------------------------------------ nvidia-smi -q (text)
+
+def _text_tree(text: str) -> list[tuple[str, dict[str, str]]]:
+    """``nvidia-smi -q`` -> per GPU (its ``GPU <bus id>`` header) the values by path,
+    ``"ECC Errors/Volatile/DRAM Uncorrectable": "0"``: sections are the indented lines
+    without a value, four spaces a level."""
+    gpus: list[tuple[str, dict[str, str]]] = []
+    stack: list[tuple[int, str]] = []
+    values: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("GPU ") and not line[4:5].isspace():
+            values = {}
+            gpus.append((line[4:].strip(), values))
+            stack = []
+            continue
+        if values is None or not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        key, sep, value = line.strip().partition(" : ") if " : " in line else \
+            (line.strip().rstrip(":").strip(), "", "")
+        if not sep and line.rstrip().endswith(":"):
+            key, sep, value = line.strip()[:-1].strip(), ":", ""
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        path = "/".join([k for _, k in stack] + [key.strip()])
+        if sep and value.strip():
+            values[path] = value.strip()
+        else:
+            stack.append((depth, key.strip()))
+    return gpus
+
+
+def parse_text(text: str) -> list[GpuReading]:
+    """``nvidia-smi -q`` (the text some sites collect instead of ``-x``) -> readings, in
+    the tool's order. Older drivers' ``Double Bit`` ECC and ``Clocks Throttle Reasons``
+    are read as well as today's names."""
+    return [_text_reading(index, bus, v) for index, (bus, v) in enumerate(_text_tree(text))]
+
+
+def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
+    def one(*paths: str) -> str | None:
+        return next((v[p] for p in paths if p in v), None)
+
+    dbe = _sum([_int(val) for path, val in v.items()
+                if path.startswith("ECC Errors/Volatile/")
+                and ("Uncorrectable" in path or path.endswith("Double Bit/Total"))])
+    reasons = next((r for r in ("Clocks Event Reasons", "Clocks Throttle Reasons")
+                    if any(p.startswith(r + "/") for p in v)), "Clocks Event Reasons")
+
+    def thermal(kind: str) -> bool | None:
+        return _flag(next((val for path, val in v.items()
+                           if path.startswith(reasons + "/")
+                           and path.endswith(f"{kind} Thermal Slowdown")), None))
+
+    return _with_excerpt(GpuReading(
+        index=index, uuid=one("GPU UUID") or "", pci=(one("PCI/Bus Id") or bus).lower(),
+        serial=(one("Serial Number") or "").strip(), name=one("Product Name") or "",
+        ecc_dbe_volatile=dbe,
+        remap_failure=_flag(one("Remapped Rows/Remapping Failure Occurred")),
+        remap_pending=_flag(one("Remapped Rows/Pending")),
+        pcie_replays=_int(one("PCI/Replays Since Reset", "PCI/Replays since reset")),
+        hw_thermal=thermal("HW"), sw_thermal=thermal("SW")))
 
 
 # ------------------------------------------------------------------ nvidia-smi CSV
@@ -368,7 +433,10 @@ def gather_smi(fmt: str, timeout: float, nvlink: bool) -> list[GpuReading]:
 
     from slurm_heal.checks import proc
 
-    if fmt == "csv":
+    if fmt == "text":
+        res = proc.run(["nvidia-smi", "-q"], timeout)
+        readings = parse_text(res.stdout)
+    elif fmt == "csv":
         res = proc.run(["nvidia-smi", "--query-gpu=" + ",".join(CSV_FIELDS),
                         "--format=csv,noheader,nounits"], timeout)
         remap = proc.run(["nvidia-smi", "--query-remapped-rows=" + ",".join(REMAP_FIELDS),
