@@ -50,3 +50,23 @@ def test_text_is_an_accepted_smi_format(tmp_path: Path) -> None:
     conf = tmp_path / "check.toml"
     conf.write_text('[nvidia]\nsmi_format = "text"\n')
     assert load_config(str(conf)).nvidia.smi_format == "text"
+
+
+def test_an_a100_in_mig_mode_reads_ecc_from_its_instances() -> None:
+    """SPEC D3 on a real A100-SXM4 in MIG mode (driver 510.47.03): the GPU's own
+    volatile ECC counts are N/A, each MIG instance has its own: 0 here, not unknown; an
+    uncorrectable error in one instance (2, put in by hand) is the GPU's ECC fault."""
+    from datetime import datetime, timezone
+
+    from slurm_heal.checks.detectors import gpu
+
+    (g,) = nvidia.parse_xml((REAL / "smi-q-x-a100-sxm4-mig-510.47.03.xml").read_text())
+    assert g.ecc_dbe_volatile == 0
+    assert g.serial == "1324321002473" and g.pci == "00000000:00:04.0"
+    assert g.hw_thermal is False and g.remap_pending is None
+    (bad,) = nvidia.parse_xml(
+        (REAL / "smi-q-x-a100-sxm4-mig-510.47.03-mig1-sram-ue.xml").read_text())
+    assert bad.ecc_dbe_volatile == 2
+    out = gpu.evaluate([bad], {}, {}, datetime(2026, 1, 5, tzinfo=timezone.utc),
+                       gpu.Thresholds(), "gpu07", "nvidia", "nvidia-smi (xml)")
+    assert [f.fault for f in out.findings] == ["gpu.ecc.dbe"]

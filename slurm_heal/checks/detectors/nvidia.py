@@ -106,6 +106,12 @@ def parse_xml(text: str) -> list[GpuReading]:
         dbe = _sum([_int(_text(vol, k)) for k in (
             "dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
             "sram_uncorrectable_secded", "double_bit/total")])
+        if dbe is None:
+            # MIG mode: the GPU's own volatile counts are N/A, each instance keeps its
+            # own (mig_devices/mig_device/ecc_error_count/volatile_count).
+            dbe = _sum([_int(el.text) for el in gpu.findall(
+                "mig_devices/mig_device/ecc_error_count/volatile_count/*")
+                if "uncorrectable" in el.tag])
         reasons = gpu.find("clocks_event_reasons")
         prefix = "clocks_event_reason_"
         if reasons is None:
