@@ -201,3 +201,26 @@ def test_the_scan_of_one_long_line_is_linear_in_its_length(shape: str) -> None:
     small, big = _work(make(4096)), _work(make(8 * 4096))
     assert big <= 8 * small + 100_000, (small, big)
     assert big <= 40 * 8 * 4096  # and a small multiple of the line itself
+
+
+def test_real_journalctl_short_iso_lines_are_dated_and_raise_nothing() -> None:
+    """SPEC D1 on gpud's real ``journalctl -k -o short-iso`` capture: ``+0000`` zones,
+    a long host name; nvidia-peermem errors and link changes are not faults."""
+    data = (REAL / "gpud-journalctl-short-iso.log").read_bytes()
+    res = kernlog.scan(data)
+    assert res.events == [] and res.skipped == 0
+    line = kernlog.split_line(data.decode().splitlines()[-1])
+    assert line is not None and line.at == "2025-01-17T17:39:30+00:00"
+    assert line.message.startswith("nvidia-peermem nv_get_p2p_free_callback:127 ERROR")
+
+
+def test_a_file_mixing_the_real_forms_reads_each_line_in_its_own() -> None:
+    """SPEC D1: dmesg --decode iso, plain dmesg and journal short-iso in one file (as
+    a file source may see after a change of logger), each line read in its form."""
+    parts = [(REAL / n).read_bytes() for n in (
+        "gpud-dmesg-decode-iso.log", "nvsentinel-155-off-bus-dmesg.log",
+        "gpud-journalctl-short-iso.log", "gpud-sxid-readme-dmesg.log")]
+    res = kernlog.scan(b"".join(parts))
+    faults = [e.fault for e in res.events]
+    assert faults.count("gpu.xid.13") == 15 and faults.count("gpu.off_bus") == 1
+    assert faults.count("nvswitch.sxid.fatal") == 4 and faults.count("gpu.xid.79") == 1
