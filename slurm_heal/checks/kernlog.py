@@ -68,7 +68,7 @@ NEEDLES: tuple[bytes, ...] = (
     b"GPU reset begin!",
     # NVSwitch (SPEC D10): "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link
     # 48 LTSSM Fault Up" (the driver's lwswitch SXid print).
-    b"SXid (",
+    b"SXid (PCI:",
 )
 
 # Characters the patterns were allowed to examine, summed over calls: the work bound of
