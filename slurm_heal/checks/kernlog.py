@@ -149,6 +149,8 @@ _DECODE = _Lazy(r"^[a-z0-9]{2,8} *:[a-z]{0,6} *: ")
 # Timestamps beyond a century of uptime are not timestamps (and would overflow the
 # wall-time arithmetic): such a record is skipped.
 MAX_USEC = 100 * 366 * 86400 * 1_000_000
+# Characters of a line kept as a latched fault's evidence in the state file.
+MAX_EVIDENCE_TEXT = 2048
 # Digits in any number of a kernel message we convert with int(): sequence numbers,
 # Xid codes, pids, CPUs. Longer is garbage (and Python refuses over 4,300 digits).
 MAX_DIGITS = 20
@@ -631,7 +633,9 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
                 data["action"] = action
                 if action == "none":
                     severity = Severity.INFO
-        evidence = {"source": "kernel_log", "text": ev.line.raw,
+        # A line can be 32 KB of garbage around its needle: the state file keeps enough
+        # of it to read (Extra keeps less, extra.MAX_TEXT).
+        evidence = {"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
                     "at": event_at(ev.line, boot_wall), "data": data}
         count = (rec or {}).get("count", 0) + 1
         summary = _summary(ev, gpus, explanation_of(ev.fault), count)

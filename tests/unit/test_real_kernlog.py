@@ -224,3 +224,14 @@ def test_a_file_mixing_the_real_forms_reads_each_line_in_its_own() -> None:
     faults = [e.fault for e in res.events]
     assert faults.count("gpu.xid.13") == 15 and faults.count("gpu.off_bus") == 1
     assert faults.count("nvswitch.sxid.fatal") == 4 and faults.count("gpu.xid.79") == 1
+
+
+def test_a_fault_on_a_long_line_keeps_a_bounded_evidence_text() -> None:
+    """Issue 22 item 3: the real Xid 79 line with 32 KB after it is still the fault, and
+    its evidence in the state file is cut to kernlog.MAX_EVIDENCE_TEXT characters."""
+    raw = (REAL / "gpud-sxid-readme-dmesg.log").read_bytes().splitlines()[2]
+    res = kernlog.scan(raw + b" " + b"x" * 32768 + b"\n")
+    (finding,) = kernlog.findings(_latch(res), "gpu07")
+    assert finding.fault == "gpu.xid.79"
+    assert len(finding.evidence[0].text) == kernlog.MAX_EVIDENCE_TEXT
+    assert finding.evidence[0].text.startswith("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79")
