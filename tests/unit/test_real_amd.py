@@ -98,3 +98,11 @@ def test_the_check_run_shows_the_note_on_the_amd_status_line(
     assert status.status == "ok"
     assert status.message.startswith("ECC not readable on GPU 0")
     assert result.findings == []
+    import io
+
+    from slurm_heal.checks import fastcli
+
+    text = io.StringIO()
+    fastcli.render_text(result, text)
+    assert "gpu07: healthy" in text.getvalue()
+    assert "detector amd: ok: ECC not readable on GPU 0" in text.getvalue()
