@@ -84,14 +84,42 @@ def alert_to_json(alert: Alert) -> dict[str, Any]:
     }
 
 
+# What tools print where a GPU has no readable serial (SPEC D11): nvidia-smi on AWS A10G
+# / T4 ("0000000000000"), consumer and vGPU cards ("N/A", "[N/A]" in CSV), rocm-smi ("0",
+# "N/A"), amd-smi ("N/A"), NVML errors. Compared without case, brackets and blanks.
+PLACEHOLDER_SERIALS = frozenset({
+    "", "n/a", "na", "none", "null", "nil", "unknown", "not supported", "notsupported",
+    "not available", "unavailable", "unknown error", "insufficient permissions",
+    "no permission", "gpu is lost", "default string", "to be filled by o.e.m.", "-",
+})
+
+
+def is_placeholder_serial(serial: str) -> bool:
+    """Whether ``serial`` is a tool's stand-in for "no serial" (SPEC D11): all zeros (any
+    length), ``N/A``, ``[N/A]``, ``[Not Supported]``, empty, ``0``... Such a value is the
+    same on every machine, so it identifies none."""
+    text = " ".join(serial.strip().strip("[]()<>\"'").split()).lower()
+    if text in PLACEHOLDER_SERIALS:
+        return True
+    bare = text.replace("-", "").replace(" ", "").replace(":", "")
+    return bare == "" or set(bare) <= {"0"} or set(bare) <= {"f"} and len(bare) >= 8
+
+
 def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str, Any] | None:
     """What identifies the hardware under a node for escalation (SPEC E1, E3), so a node
     re-imaged onto the same bad machine is still recognised: ``host`` is derived from
     the GPU serials (the hardware) when known, else Slurm's ``InstanceId`` (23.11+).
-    None when neither is known (the node name stays the identity)."""
+    None when neither is known (the node name stays the identity).
+
+    SPEC D11: a placeholder serial (`is_placeholder_serial`) is no identity: two machines
+    printing ``0000000000000`` are not one machine. When placeholders were set aside the
+    result says so (``placeholder_serials``) and names what identifies the machine
+    instead (``identity``: ``instance_id``, else ``node_name`` with no ``host``)."""
     import hashlib
 
-    serials = sorted({s.strip() for s in gpu_serials if s.strip()})
+    seen = {s.strip() for s in gpu_serials}
+    serials = sorted(s for s in seen if not is_placeholder_serial(s))
+    placeholders = sorted(s for s in seen if is_placeholder_serial(s))
     out: dict[str, Any] = {}
     if serials:
         digest = hashlib.sha256(",".join(serials).encode()).hexdigest()[:16]
@@ -99,6 +127,9 @@ def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str,
     if instance_id:
         out.setdefault("host", f"instance-{instance_id}")
         out["instance_id"] = instance_id
+    if placeholders and not serials:
+        out["identity"] = "instance_id" if instance_id else "node_name"
+        out["placeholder_serials"] = placeholders
     return out or None
 
 
@@ -109,7 +140,8 @@ def our_section(alerts: list[Alert], checked_at: datetime,
     out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
                            "alerts": [alert_to_json(a) for a in alerts]}
     if machine:
-        out["host"] = machine["host"]
+        if machine.get("host"):
+            out["host"] = machine["host"]
         out["machine"] = {k: v for k, v in machine.items() if k != "host"}
     return out
 

@@ -43,7 +43,7 @@ silently switches a detector off. Example (all defaults shown)::
     [nvidia]                                 # SPEC D2, D3 GPU telemetry
     enabled = true                           # unsupported (not a fault) without a driver
     source = "auto"                          # auto (NVML, else nvidia-smi) | nvml | smi
-    smi_format = "xml"                       # nvidia-smi -q -x | csv (--query-gpu)
+    smi_format = "xml"                       # nvidia-smi -q -x | csv (--query-gpu) | text (-q)
     dcgm = "auto"                            # auto (when dcgmi is on PATH) | on | off
     dcgm_group = 0                           # dcgmi health -g GROUP -c -j
     nvlink = true                            # NVLink state and error counters
@@ -318,7 +318,7 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
                           f"(known: {', '.join(SOURCES)})", file=file, key="kernel_log.source")
     for key, value, known in (
             ("nvidia.source", built["nvidia"].source, ("auto", "nvml", "smi")),
-            ("nvidia.smi_format", built["nvidia"].smi_format, ("xml", "csv")),
+            ("nvidia.smi_format", built["nvidia"].smi_format, ("xml", "csv", "text")),
             ("nvidia.dcgm", built["nvidia"].dcgm, ("auto", "on", "off"))):
         if value not in known:
             raise ConfigError(f"unknown value {value!r} (known: {', '.join(known)})",

@@ -35,7 +35,7 @@ def render_text(result: runner.CheckResult, out: TextIO) -> None:
                 when = f" [{e.at}]" if e.at else ""
                 out.write(f"           evidence{when}: {e.text[:200]}\n")
     for s in result.statuses:
-        if s.status not in ("ok", "skipped"):
+        if s.status not in ("ok", "skipped") or (s.status == "ok" and s.message):
             out.write(f"  detector {s.name}: {s.status}{': ' + s.message if s.message else ''}\n")
     for a in result.actions:
         out.write(f"  -> {a}\n")

@@ -11,11 +11,23 @@ Line formats understood, detected per line (a file may mix them after rotation):
 * ``dmesg -T``: ``[Sun Feb 23 16:24:18 2025] message``
 * plain ``dmesg``: ``[  123.456789] message``
 * ``journalctl -k -o short-iso`` / rsyslog: ``2025-02-23T16:24:18+0000 host kernel: message``
+* ``dmesg --time-format=iso``: ``2024-11-15T12:02:03,470068+00:00 message`` (a comma
+  before the fraction), and ``dmesg --decode`` (``-x``) in any of the dmesg forms:
+  ``kern  :err   : <stamp> message``
 * classic syslog: ``Feb 23 16:24:18 host kernel: [ 123.4] message``. The stamp has no
   year and no zone: ``at`` is that local time, zone-less like ``dmesg -T``, in the year
   that puts it at most a day after the scan's ``now`` (so a December line read in
   January is last year's). The ``[sec.usec]`` stamp is kept as ``usec`` but not used for
   the wall time: in a file it may belong to an earlier boot.
+
+A message the driver prints over several lines (drivers 570+: "NVRM: The NVIDIA GPU
+<pci>" / "(PCI ID: ...) installed in this system has" / "NVRM: fallen off the bus ...")
+is read as one: the last line takes the GPU from the lines just before it (SPEC D2).
+
+Work is linear in the size of the data (a 32 KB line costs what 32 KB of short lines
+cost): every pattern runs anchored where its needle was found, or on a bounded window
+around it, never as an unanchored search over a whole line. ``WORK`` counts the
+characters each pattern may examine, so a test can check this without a clock.
 
 A line that cannot be parsed (a 20-digit timestamp, a 5,000-digit Xid code, anything
 else that breaks the parse) is skipped and counted in ``ScanResult.skipped``, never
@@ -26,7 +38,7 @@ cannot blind the detector for the lines that follow (a real Xid 79 after it is f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
@@ -54,7 +66,18 @@ NEEDLES: tuple[bytes, ...] = (
     # and the driver's "GPU reset begin!" (drivers/gpu/drm/amd/amdgpu).
     b"uncorrectable hardware error",
     b"GPU reset begin!",
+    # NVSwitch (SPEC D10): "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link
+    # 48 LTSSM Fault Up" (the driver's lwswitch SXid print).
+    b"SXid (PCI:",
 )
+
+# Characters the patterns were allowed to examine, summed over calls: the work bound of
+# the scan (module docstring). A list so it can be reset and read from tests.
+WORK = [0]
+# How far around a needle a pattern looks (a real message's parts sit within a few
+# dozen characters of it; the windows only bound the work on garbage).
+_BEFORE = 256
+_AFTER = 512
 
 _PCI = r"(?:[0-9A-Fa-f]{4,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?"
 class _Lazy:
@@ -72,39 +95,62 @@ class _Lazy:
             self._re = re.compile(*self._args)
         return self._re
 
-    def match(self, text: str) -> re.Match[str] | None:
-        return self._get().match(text)
+    def match(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        """Anchored at ``pos``. The patterns matched so are written to be linear."""
+        WORK[0] += len(text) - pos
+        return self._get().match(text, pos)
 
     def search(self, text: str) -> re.Match[str] | None:
+        """Unanchored: each start may run to the end, so only on bounded windows."""
+        WORK[0] += len(text) * (len(text) + 1) // 2
         return self._get().search(text)
+
+
+def _window(msg: str, at: int, before: int = _BEFORE, after: int = _AFTER) -> tuple[str, int]:
+    """``msg`` around offset ``at``: the window and where it starts in ``msg``."""
+    start = max(0, at - before)
+    return msg[start:at + after], start
 
 
 _XID = _Lazy(r"NVRM: Xid \((?:PCI:)?(" + _PCI + r")\): (\d+),\s*(.*)$")
 _PIDNAME = _Lazy(r"^pid=([^,]*),\s*(?:name=([^,]*),\s*)?(.*)$")
 _GPU_AT = _Lazy(r"NVRM: GPU at PCI:(" + _PCI + r"): (GPU-[0-9a-fA-F-]+)")
-_OFF_BUS = _Lazy(r"(" + _PCI + r")\b.*fallen off the bus")
-_RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]+ \(([^)]+)\)")
+_PCI_AT = _Lazy(r"(" + _PCI + r")\b")
+_GPU_NAMED = b"NVRM: The NVIDIA GPU "
+_RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]{1,16} \(([^)]{1,64})\)")
 # Xid 144-150 (NVLink5): "<sub-code> <Fatal|Nonfatal> XC<n> i<n> Link <n> (<intrInfo>
 # <errorStatus> <debug0..4>)"; drivers before R575 print "XC 1 i 2 ... [0x...]".
+# "Link -1": the error is not on one link (NETIR, seen on GB200).
 _NVL5 = _Lazy(r"^([A-Za-z0-9_/]+)\s+(Fatal|Non-?fatal|Non_fatal)\s+XC\s*(\d{1,3})\s+"
-              r"i\s*(\d{1,3})\s+Link\s+(\d{1,4})\s*[(\[]\s*(0x[0-9a-fA-F]{1,16})"
+              r"i\s*(\d{1,3})\s+Link\s+(-?\d{1,4})\s*[(\[]\s*(0x[0-9a-fA-F]{1,16})"
               r"(?:\s+(0x[0-9a-fA-F]{1,16}))?", re.IGNORECASE)
-_XFS = _Lazy(r"XFS \(([^)]+)\):.*(?:Shutting down filesystem|shut down due to)")
-_HUNG = _Lazy(r"INFO: task (.+):(\d+) blocked for more than (\d+) seconds")
+_XFS = _Lazy(r"XFS \(([^)]{1,64})\):")
+_HUNG = _Lazy(r"INFO: task (.{1,64}):(\d+) blocked for more than (\d+) seconds")
 _AMD_DEV = _Lazy(r"amdgpu (" + _PCI + r"):")
 _AMD_RAS = _Lazy(r"(\d+) (?:new )?uncorrectable hardware errors? detected in (?:total in )?"
-                 r"(\w+) block")
-_SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.+):(\d+)\])?")
-_RCU = _Lazy(r"rcu.*detected (?:expedited )?stall")
+                 r"(\w{1,32}) block")
+_SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.{1,64}):(\d+)\])?")
+_RCU = _Lazy(r"detected (?:expedited )?stall")
+# "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"; the
+# same SXid's "Severity 1 Engine instance ..." and "Data {...}" lines carry no verdict.
+_SXID = _Lazy(r"SXid \((?:PCI:)?(" + _PCI + r")\): (\d+), (Fatal|Non-fatal|Nonfatal),"
+              r"\s*(?:Link (-?\d{1,4})\s*)?(.*)$", re.IGNORECASE)
+_SWITCH = _Lazy(r"(nvidia-nvswitch\d{1,4}): $")
 
 _KMSG = _Lazy(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_T = _Lazy(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\] ?(.*)$")
 _DMESG = _Lazy(r"^\[ *(\d+)\.(\d+)\] ?(.*)$")
-_ISO = _Lazy(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?) \S+ "
-                  r"kernel: ?(?:\[ *\d+\.\d+\] )?(.*)$")
+_STAMP = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
+_ISO = _Lazy(r"^" + _STAMP + r" \S+ kernel: ?(?:\[ *\d+\.\d+\] )?(.*)$")
+# dmesg --time-format=iso: the stamp, then the message (no host, no "kernel:").
+_DMESG_ISO = _Lazy(r"^" + _STAMP + r" (.*)$")
+# dmesg --decode: "kern  :err   : " before the stamp (facility and level, padded).
+_DECODE = _Lazy(r"^[a-z0-9]{2,8} *:[a-z]{0,6} *: ")
 # Timestamps beyond a century of uptime are not timestamps (and would overflow the
 # wall-time arithmetic): such a record is skipped.
 MAX_USEC = 100 * 366 * 86400 * 1_000_000
+# Characters of a line kept as a latched fault's evidence in the state file.
+MAX_EVIDENCE_TEXT = 2048
 # Digits in any number of a kernel message we convert with int(): sequence numbers,
 # Xid codes, pids, CPUs. Longer is garbage (and Python refuses over 4,300 digits).
 MAX_DIGITS = 20
@@ -180,23 +226,34 @@ def _num(text: str) -> int:
 
 def _split(raw: str, now: datetime | None) -> Line:
     c = raw[:1]
+    text = raw
+    if c.isalpha() and ":" in raw[:20]:
+        d = _DECODE.match(raw[:24])
+        if d:  # dmesg --decode: the rest is one of the dmesg forms
+            text = raw[d.end():]
+            c = text[:1]
     if c.isdigit():
-        m = _KMSG.match(raw)
+        m = _KMSG.match(text) if text is raw else None
         if m:
             return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
                         usec=_num(m.group(3)), seq=_num(m.group(2)))
-        m = _ISO.match(raw)
+        m = _ISO.match(text)
         if m:
             return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
+        m = _DMESG_ISO.match(text)
+        if m:
+            at = _iso(m.group(1))
+            if at is not None:
+                return Line(raw=raw, message=m.group(2), at=at)
     elif c == "[":
-        m = _DMESG_T.match(raw)
+        m = _DMESG_T.match(text)
         if m:
             return Line(raw=raw, message=m.group(2), at=_ctime(m.group(1)))
-        m = _DMESG.match(raw)
+        m = _DMESG.match(text)
         if m:
             usec = _num(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
             return Line(raw=raw, message=m.group(3), usec=usec)
-    else:
+    elif text is raw:
         m = _SYSLOG.match(raw)
         if m:
             mono = (_num(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
@@ -207,13 +264,19 @@ def _split(raw: str, now: datetime | None) -> Line:
 
 
 def _iso(text: str) -> str | None:
+    text = text.replace(",", ".", 1)  # dmesg --time-format=iso: "12:02:03,470068+00:00"
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        # Python 3.10 rejects "+0000"; journalctl short-iso prints it that way.
-        try:
-            value = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S%z")
-        except ValueError:
+        # Python 3.10 rejects "+0000" (journalctl short-iso prints it that way) and
+        # fractions of other than 3 or 6 digits.
+        for fmt in ("%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S.%f%z"):
+            try:
+                value = datetime.strptime(text, fmt)
+                break
+            except ValueError:
+                continue
+        else:
             return None
     return value.isoformat()
 
@@ -241,10 +304,14 @@ def _syslog_time(text: str, now: datetime | None) -> str | None:
 
 
 def classify(line: Line) -> Event | tuple[str, str] | None:
-    """The event a message means; a ``(pci, uuid)`` pair for a GPU-at line; else None."""
+    """The event a message means; a ``(pci, uuid)`` pair for a GPU-at line; else None.
+
+    Each pattern runs where its needle is (anchored) or on a bounded window around it:
+    linear in the message (module docstring)."""
     msg = line.message
-    if "NVRM: Xid" in msg:
-        m = _XID.search(msg)
+    at = msg.find("NVRM: Xid (")
+    if at != -1:
+        m = _XID.match(msg, at)
         if m is None:
             return None
         pci, code, rest = norm_pci(m.group(1)), _num(m.group(2)), m.group(3).strip()
@@ -259,59 +326,112 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
             rest = pm.group(3).strip()
         data: dict[str, Any] = {}
         if code == 154:
-            rm = _RECOVERY.search(rest)
+            i = rest.find("to 0x")
+            rm = _RECOVERY.match(rest[:i + 96], i) if i != -1 else None
             if rm:
                 data["recovery_action"] = rm.group(1)
         elif 144 <= code <= 150:
             data.update(nvlink5(rest))
         return Event(fault=f"gpu.xid.{code}", key=pci, line=line, pci=pci, xid=code,
                      pid=pid, process=process, detail=rest, data=data)
-    if "NVRM: GPU at PCI:" in msg:
-        m = _GPU_AT.search(msg)
+    at = msg.find("NVRM: GPU at PCI:")
+    if at != -1:
+        m = _GPU_AT.match(msg, at)
         return (norm_pci(m.group(1)), m.group(2)) if m else None
-    if "fallen off the bus" in msg:
-        m = _OFF_BUS.search(msg)
+    at = msg.find("fallen off the bus")
+    if at != -1:
+        window, _ = _window(msg, at, after=0)
+        m = _PCI_AT.search(window)
         bus = norm_pci(m.group(1)) if m else None
         return Event(fault="gpu.off_bus", key=bus or "", line=line, pci=bus, detail=msg)
-    if "XFS (" in msg:
-        m = _XFS.search(msg)
-        if m:
+    at = msg.find("SXid (")
+    if at != -1:
+        return _sxid(line, msg, at)
+    at = msg.find("XFS (")
+    if at != -1:
+        m = _XFS.match(msg, at)
+        if m and ("Shutting down filesystem" in msg or "shut down due to" in msg):
             return Event(fault="fs.xfs_shutdown", key=m.group(1), line=line, detail=msg,
                          data={"device": m.group(1)})
         return None
-    if "blocked for more than" in msg:
-        m = _HUNG.search(msg)
+    at = msg.find("blocked for more than")
+    if at != -1:
+        start = msg.rfind("INFO: task ", 0, at)
+        m = _HUNG.match(msg[:at + 48], start) if start != -1 else None
         if m:
             return Event(fault="kernel.hung_task", key="", line=line, pid=_num(m.group(2)),
                          process=m.group(1), detail=msg,
                          data={"blocked_seconds": _num(m.group(3))})
         return None
-    if "soft lockup" in msg:
-        m = _SOFT.search(msg)
+    at = msg.find("soft lockup - CPU#")
+    if at != -1:
+        m = _SOFT.match(msg[:at + _AFTER], at)
         if m:
             return Event(fault="kernel.soft_lockup", key="", line=line,
                          pid=_num(m.group(4)) if m.group(4) else None, process=m.group(3),
                          detail=msg, data={"cpu": _num(m.group(1))})
         return None
-    if _RCU.search(msg):
+    at = msg.find("rcu")
+    if at != -1 and _rcu_stall(msg, at):
         return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
     if "uncorrectable hardware error" in msg or "GPU reset begin!" in msg:
         return _amdgpu(line, msg)
     return None
 
 
+def _rcu_stall(msg: str, at: int) -> bool:
+    """"rcu" followed, anywhere later, by "detected [expedited ]stall" (two finds)."""
+    for needle in ("detected stall", "detected expedited stall"):
+        if msg.find(needle, at) != -1:
+            WORK[0] += len(msg) - at
+            return True
+    return False
+
+
+def _sxid(line: Line, msg: str, at: int) -> Event | None:
+    """An NVSwitch SXid line (SPEC D10). The line with the driver's verdict (``Fatal`` /
+    ``Non-fatal``) is the event; the same SXid's ``Severity ...`` and ``Data {...}``
+    lines are not. Keyed by switch and code: a fatal SXid on 12 links is one alert."""
+    m = _SXID.match(msg[:at + _AFTER], at)
+    if m is None:
+        return None
+    pci, code = norm_pci(m.group(1)), _num(m.group(2))
+    fatal = m.group(3).lower() == "fatal"
+    sw = _SWITCH.search(msg[max(0, at - 24):at])
+    data: dict[str, Any] = {"sxid": code, "fatal": fatal, "nvswitch_pci": pci}
+    if sw:
+        data["nvswitch"] = sw.group(1)
+    if m.group(4) is not None:
+        data["link"] = int(m.group(4))
+    fault = "nvswitch.sxid.fatal" if fatal else "nvswitch.sxid.nonfatal"
+    return Event(fault=fault, key=f"{pci}:{code}", line=line, detail=msg[at:at + 400],
+                 data=data)
+
+
 def _amdgpu(line: Line, msg: str) -> Event | None:
     """amdgpu's RAS and reset messages (SPEC D9): uncorrectable errors in the memory
     (umc) block are the double-bit ECC fault NVIDIA's GPUs report too; in another block
     they are recorded as a GPU health problem; a GPU reset is recorded (jobs on it died)."""
-    dev = _AMD_DEV.search(msg)
+    dev = None
+    at = msg.find("amdgpu ")
+    for _ in range(3):  # the device prefix is the first "amdgpu " that names a bus
+        if at == -1:
+            break
+        dev = _AMD_DEV.match(msg[:at + 40], at)
+        if dev:
+            break
+        at = msg.find("amdgpu ", at + 1)
     pci = norm_pci(dev.group(1)) if dev else None
     if "GPU reset begin!" in msg:
         return Event(fault="gpu.reset", key=pci or "", line=line, pci=pci, detail=msg)
-    m = _AMD_RAS.search(msg)
+    at = msg.find("uncorrectable hardware error")
+    window, start = _window(msg, at, 32, 128)
+    m = _AMD_RAS.search(window)
     if m is None:  # "uncorrectable hardware error(ERREVENT_...) detected!": fatal, no block
         return Event(fault="gpu.health", key=f"{pci or ''}:ras", line=line, pci=pci,
                      detail=msg, data={"vendor": "amd"})
+    if m.start() == 0 and start > 0 and msg[start - 1].isdigit():
+        raise ValueError("an error count longer than the window: not a count")
     count, block = _num(m.group(1)), m.group(2).lower()
     if count == 0:
         return None
@@ -384,12 +504,38 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
             continue
         if isinstance(ev, tuple):
             out.gpu_uuids[ev[0]] = ev[1]
-        elif ev.fault == "gpu.off_bus" and any(
+            continue
+        if ev.fault == "gpu.off_bus" and ev.pci is None:
+            ev = _named_before(data, lo, start, end, ev)
+        if ev.fault == "gpu.off_bus" and any(
                 e.fault == "gpu.xid.79" and e.key == ev.key for e in out.events[-8:]):
             continue  # the Xid 79 line already says it; one alert, not two
         else:
             out.events.append(ev)
     return out
+
+
+def _named_before(data: Buffer, lo: int, start: int, end: int, ev: Event) -> Event:
+    """A "fallen off the bus" line that names no GPU: drivers 570+ print the message
+    over three lines, "NVRM: The NVIDIA GPU <pci>" first (SPEC D2). Look back a bounded
+    stretch (three lines, 1 KB) for it; the event then names that GPU and its evidence
+    holds all the lines."""
+    back = max(lo, start - 1024)
+    j = data.rfind(_GPU_NAMED, back, start)
+    if j == -1:
+        return ev
+    first = data.rfind(b"\n", back, j) + 1 if j > back else back
+    if data[first:start].count(b"\n") > 3:
+        return ev
+    WORK[0] += end - first
+    head = data[j + len(_GPU_NAMED):j + len(_GPU_NAMED) + 24].decode("ascii", "replace")
+    m = _PCI_AT.match(head)
+    if m is None:
+        return ev
+    bus = norm_pci(m.group(1))
+    raw = data[first:end].decode("utf-8", "replace").replace("\r", "")
+    line = replace(ev.line, raw=raw)
+    return replace(ev, key=bus, pci=bus, line=line, detail=" ".join(raw.split())[:400])
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -428,6 +574,13 @@ def _summary(ev: Event, gpus: GpuMap, explanation: str, count: int) -> str:
         return f"{gpus.describe(ev.pci)} reported Xid {ev.xid}{who}: {detail}{times}"
     if ev.fault == "gpu.off_bus":
         return f"{gpus.describe(ev.pci)} has fallen off the bus{times}"
+    if ev.fault.startswith("nvswitch.sxid."):
+        who = ev.data.get("nvswitch") or "an NVSwitch"
+        verdict = "fatal" if ev.data.get("fatal") else "non-fatal"
+        link = f" on link {ev.data['link']}" if "link" in ev.data else ""
+        words = ev.detail.split(", ", 2)[-1][:160]
+        return (f"{who} (PCI {ev.data.get('nvswitch_pci')}) reported {verdict} SXid "
+                f"{ev.data.get('sxid')}{link}: {words}{times}")
     if ev.data.get("vendor") == "amd" or ev.fault == "gpu.reset":
         return f"{gpus.describe(ev.pci)}: {ev.detail[:160]}{times}"
     if ev.fault == "fs.xfs_shutdown":
@@ -480,7 +633,9 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
                 data["action"] = action
                 if action == "none":
                     severity = Severity.INFO
-        evidence = {"source": "kernel_log", "text": ev.line.raw,
+        # A line can be 32 KB of garbage around its needle: the state file keeps enough
+        # of it to read (Extra keeps less, extra.MAX_TEXT).
+        evidence = {"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
                     "at": event_at(ev.line, boot_wall), "data": data}
         count = (rec or {}).get("count", 0) + 1
         summary = _summary(ev, gpus, explanation_of(ev.fault), count)

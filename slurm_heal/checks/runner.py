@@ -339,7 +339,8 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
             msg = str(res) if isinstance(res, HealError) else f"{type(res).__name__}: {res}"
             statuses[det] = DetectorStatus(det, "error", msg)
         else:
-            statuses[det] = DetectorStatus(det, "ok")
+            # a detector's "_note" (e.g. amd: "ECC not readable") goes on its status line
+            statuses[det] = DetectorStatus(det, "ok", str(res[1].pop("_note", "") or ""))
             found[det] = res[0]
             updates.update(res[1])
     return found, [statuses[d] for d in REGISTRY], updates

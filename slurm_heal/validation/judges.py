@@ -269,21 +269,41 @@ _NCCL_ROW = re.compile(
 _NCCL_AVG = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({NUM})(?![\d.])", re.M)
 _NCCL_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.M)
 _NCCL_DEV = re.compile(r"^#\s+Rank\s+\d+.*?device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$", re.M)
+# Before nccl-tests 2.11 (2021) a row had no root column and a max-error column
+# ("2e-07", a float) where #wrong is now: "size count type redop time algbw busbw error".
+_NCCL_OLD_ROW = re.compile(
+    rf"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)"
+    rf"\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+)"
+    rf"(?:\s+({NUM})\s+({NUM})\s+({NUM})\s+(\S+))?\s*$")
+# mpirun --tag-output (Open MPI, and so a Kubeflow MPIJob's launcher log): "[1,0]<stdout>:"
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>: ?")
+
+
+def _untagged(output: str) -> str:
+    """The output without mpirun's per-line rank tags (``[1,0]<stdout>:``)."""
+    if "]<std" not in output:
+        return output
+    return "\n".join(_MPI_TAG.sub("", line, count=1) for line in output.splitlines())
 
 
 def judge_nccl(step: Step, output: str) -> Verdict:
     c: crit.NcclCriteria = crit.parse("nccl", step.criteria)
+    output = _untagged(output)
     rows: list[dict[str, Any]] = []
     wrong = 0
     for line in output.splitlines():
         m = _NCCL_ROW.match(line)
-        if not m:
+        if m:
+            busbw = [float(m.group(8))] + ([float(m.group(12))] if m.group(12) else [])
+            for w in (m.group(9), m.group(13)):
+                if w is not None and w.isdigit():
+                    wrong += int(w)
+            rows.append({"size": int(m.group(1)), "busbw": min(busbw)})
             continue
-        busbw = [float(m.group(8))] + ([float(m.group(12))] if m.group(12) else [])
-        for w in (m.group(9), m.group(13)):
-            if w is not None and w.isdigit():
-                wrong += int(w)
-        rows.append({"size": int(m.group(1)), "busbw": min(busbw)})
+        m = _NCCL_OLD_ROW.match(line)
+        if m:  # the old table: its "error" is a float tolerance, not a count of wrongs
+            busbw = [float(m.group(7))] + ([float(m.group(11))] if m.group(11) else [])
+            rows.append({"size": int(m.group(1)), "busbw": min(busbw)})
     avg = _NCCL_AVG.search(output)
     if not rows:
         raise Unreadable("no all_reduce_perf result rows (size count type redop root ...)")
@@ -341,16 +361,29 @@ _IBSTAT_KV = re.compile(r"^\s+(State|Physical state|Rate|Link layer):\s*(.+?)\s*
 _SYSFS = re.compile(r"(?:^|/)([^/\s]+)/ports/(\d+)/(state|phys_state|rate|link_layer):(.*)$")
 
 
+def _ib_row(line: str, prefixed: bool) -> re.Match[str] | None:
+    """A perftest result row; after a header that had something before it (a logging
+    harness's prefix on each line), the row is the line's last five fields."""
+    m = _IB_ROW.match(line)
+    if m is None and prefixed:
+        fields = line.split()
+        if len(fields) > 5:
+            m = _IB_ROW.match(" ".join(fields[-5:]))
+    return m
+
+
 def _bw_table(output: str) -> dict[str, Any] | None:
     unit = ""
+    prefixed = False
     rows: list[tuple[int, float]] = []
-    for line in output.splitlines():
+    for line in _untagged(output).splitlines():
         head = _IB_HEAD.search(line)
         if head:
             unit = head.group(1)
+            prefixed = bool(line[:head.start()].strip())
             continue
-        m = _IB_ROW.match(line)
-        if unit and m:
+        m = _ib_row(line, prefixed) if unit else None
+        if m:
             avg = float(m.group(4))
             # perftest's MB is 2^20 bytes (its MEGA); Gb is 10^9 bits.
             gbps = avg if unit == "Gb" else avg * 1048576 * 8 / 1e9
@@ -400,9 +433,15 @@ def _rate(rate: str) -> float | None:
 def judge_ib(step: Step, output: str) -> Verdict:
     c: crit.IbCriteria = crit.parse("ib", step.criteria)
     table = _bw_table(output)
-    ports = _ports(output)
+    listed = _ports(output)
     # Ports of another link layer (a RoCE bond on the same adapter) are not judged.
-    ports = {k: v for k, v in ports.items() if v.get("link_layer", "InfiniBand") in c.link_layers}
+    ports = {k: v for k, v in listed.items() if v.get("link_layer", "InfiniBand") in c.link_layers}
+    if table is None and not ports and listed:
+        layers = sorted({v.get("link_layer", "InfiniBand") for v in listed.values()})
+        roce = " (RoCE)" if layers == ["Ethernet"] else ""
+        raise Unreadable(f"{len(listed)} port(s) listed, all with link layer "
+                         f"{', '.join(layers)}{roce}, none of {', '.join(c.link_layers)}: "
+                         f"nothing to judge (set link_layers to judge them)")
     if table is None and not ports:
         raise Unreadable("no ib_write_bw result table (#bytes #iterations BW peak ...) and "
                          "no port states (ibstat or sysfs lines)")
@@ -520,8 +559,9 @@ def _filesystems(items: Any, out: dict[str, dict[str, str]]) -> None:
         target = fs.get("target")
         if isinstance(target, str):
             out[target] = {"source": str(fs.get("source", "")),
-                           "fstype": str(fs.get("fstype", "")),
-                           "options": str(fs.get("options", ""))}
+                           "fstype": str(fs.get("fstype", ""))}
+            if "options" in fs:  # no OPTIONS column (findmnt --df): the mode is unknown
+                out[target]["options"] = str(fs.get("options") or "")
         _filesystems(fs.get("children"), out)
 
 
@@ -539,6 +579,13 @@ def judge_mounts(step: Step, output: str) -> Verdict:
         if fs is None:
             fails.append(f"{target} is not mounted")
             measured[target] = None
+            continue
+        if "options" not in fs:
+            measured[target] = {"fstype": fs["fstype"], "source": fs["source"], "mode": None}
+            if target in c.rw or target in c.ro:
+                raise Unreadable(f"findmnt printed no OPTIONS column, so whether {target} is "
+                                 f"rw or ro cannot be told (findmnt --df lists none; run "
+                                 f"findmnt -J -o TARGET,SOURCE,FSTYPE,OPTIONS)")
             continue
         options = fs["options"].split(",")
         measured[target] = {"fstype": fs["fstype"], "source": fs["source"],

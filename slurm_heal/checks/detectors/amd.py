@@ -11,6 +11,12 @@ faults and the remediation flow do not depend on the vendor.
   ``PCI Bus``, ``Unique ID`` and, per RAS block, ``... Uncorrectable ...`` counts.
 
 Values the tool reports as ``"N/A"`` are unknown (``None``), never zero faults.
+
+rocm-smi's JSON carries no RAS counts on real nodes (``--showrasinfo`` prints nothing
+under ``--json``: "WARNING: No JSON data to report"). Where a tool gives no ECC count the
+kernel's own counters are read, ``/sys/class/drm/card<N>/device/ras/<block>_err_count``
+(``ue: <n>`` / ``ce: <n>`` [/ ``de: <n>``], what amd-smi itself reads); where neither
+says, the detector's status notes "ECC not readable" instead of reporting clean.
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ if TYPE_CHECKING:
 
     from slurm_heal.checks.config import CheckConfig
     from slurm_heal.types import Finding
+
+
+# The key of a detector's update that is a note for its status line, not state.
+NOTE = "_note"
 
 
 def _num(value: Any) -> int | None:
@@ -120,6 +130,59 @@ def parse_rocm_smi(text: str) -> list[GpuReading]:
     return out
 
 
+def parse_ras_counts(files: dict[str, str]) -> dict[str, int]:
+    """``{block_err_count file name: its text}`` -> block -> uncorrectable (``ue``) count.
+    A file without a readable ``ue:`` line is left out."""
+    out: dict[str, int] = {}
+    for fname, text in files.items():
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "ue" and _num(value.strip()) is not None:
+                out[fname.removesuffix("_err_count")] = int(value.strip())
+                break
+    return out
+
+
+def sysfs_ras(card: int, host_path: Any) -> dict[str, int] | None:
+    """The amdgpu RAS uncorrectable counts of ``card`` from sysfs (under the replay root
+    through ``host_path``); None when the card has no readable RAS counters."""
+    import glob
+    import os
+
+    base = host_path(f"/sys/class/drm/card{card}/device/ras")
+    files: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(glob.escape(base), "*_err_count"))):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                files[os.path.basename(path)] = fh.read(4096)
+        except OSError:
+            continue
+    counts = parse_ras_counts(files)
+    return counts or None
+
+
+def with_sysfs_ecc(readings: list[GpuReading], host_path: Any
+                   ) -> tuple[list[GpuReading], list[int]]:
+    """Fill in the ECC count the tool did not give from sysfs; also return the GPUs
+    whose ECC count neither says (their ECC is not readable: never "clean")."""
+    from dataclasses import replace
+
+    out: list[GpuReading] = []
+    unreadable: list[int] = []
+    for g in readings:
+        if g.ecc_dbe_volatile is None and not g.lost:
+            counts = sysfs_ras(g.index, host_path)
+            if counts is None:
+                unreadable.append(g.index)
+            else:
+                total = sum(counts.values())
+                blocks = " ".join(f"{b}={n}" for b, n in sorted(counts.items()))
+                g = replace(g, ecc_dbe_volatile=total,
+                            excerpt=f"{g.excerpt} sysfs ras ue: {blocks}".strip())
+        out.append(g)
+    return out, unreadable
+
+
 def gather(timeout: float) -> list[GpuReading]:
     """Readings from amd-smi, else rocm-smi. `proc.ToolTimeout` when a tool hangs."""
     from slurm_heal.checks import proc
@@ -155,12 +218,17 @@ def detect(cfg: CheckConfig, st: dict[str, Any], name: str,
             raise Unsupported("no amdgpu driver and no amd-smi/rocm-smi on this node")
         raise CheckError("the amdgpu driver is loaded but neither amd-smi nor rocm-smi is "
                          "on PATH")
-    readings = gather(ac.tool_timeout)
+    readings, unreadable = with_sysfs_ecc(gather(ac.tool_timeout), paths.host_path)
     counters, since = state.detector_state(st, "amd_state")
     th = gpu.Thresholds(expected=ac.expected, pcie_replays_per_min=ac.pcie_replays_per_min,
                         thermal_for=ac.thermal_for)
     tool = "amd-smi" if proc.which("amd-smi") is not None else "rocm-smi"
     out = gpu.evaluate(readings, counters, since, now, th, name, "amd", tool)
     serials = sorted({g.serial for g in readings if g.serial})
-    return out.findings, {"amd_state": {"counters": out.counters, "since": out.since,
-                                        "serials": serials}}
+    update: dict[str, Any] = {"amd_state": {"counters": out.counters, "since": out.since,
+                                            "serials": serials}}
+    if unreadable:
+        update[NOTE] = (f"ECC not readable on GPU {', '.join(map(str, unreadable))}: {tool} "
+                        f"gives no uncorrectable count and /sys/class/drm/card<N>/device/ras "
+                        f"has none (not reported as clean)")
+    return out.findings, update

@@ -7,7 +7,8 @@ Sources, in order of preference:
   detector runs, so a node without GPUs never pays for it. Never used under a replay
   root (it would read the live hardware).
 * ``nvidia-smi -q -x`` (XML; default) or ``--query-gpu ... --format=csv,noheader,nounits``
-  plus ``--query-remapped-rows`` (CSV; the CSV has no PCIe replay counter).
+  plus ``--query-remapped-rows`` (CSV; the CSV has no PCIe replay counter), or the plain
+  ``nvidia-smi -q`` text (``smi_format = "text"``, what some sites collect).
 * DCGM's health watches, ``dcgmi health -g GROUP -c -j``, where DCGM runs: its incidents
   are added to the readings of the GPU they name.
 
@@ -105,6 +106,12 @@ def parse_xml(text: str) -> list[GpuReading]:
         dbe = _sum([_int(_text(vol, k)) for k in (
             "dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
             "sram_uncorrectable_secded", "double_bit/total")])
+        if dbe is None:
+            # MIG mode: the GPU's own volatile counts are N/A, each instance keeps its
+            # own (mig_devices/mig_device/ecc_error_count/volatile_count).
+            dbe = _sum([_int(el.text) for el in gpu.findall(
+                "mig_devices/mig_device/ecc_error_count/volatile_count/*")
+                if "uncorrectable" in el.tag])
         reasons = gpu.find("clocks_event_reasons")
         prefix = "clocks_event_reason_"
         if reasons is None:
@@ -134,23 +141,108 @@ def _with_excerpt(g: GpuReading) -> GpuReading:
     return replace(g, excerpt=" ".join(parts))
 
 
+# ------------------------------------------------------------------ nvidia-smi -q (text)
+
+def _text_tree(text: str) -> list[tuple[str, dict[str, str]]]:
+    """``nvidia-smi -q`` -> per GPU (its ``GPU <bus id>`` header) the values by path,
+    ``"ECC Errors/Volatile/DRAM Uncorrectable": "0"``: sections are the indented lines
+    without a value, four spaces a level."""
+    gpus: list[tuple[str, dict[str, str]]] = []
+    stack: list[tuple[int, str]] = []
+    values: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("GPU ") and not line[4:5].isspace():
+            values = {}
+            gpus.append((line[4:].strip(), values))
+            stack = []
+            continue
+        if values is None or not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip(" "))
+        key, sep, value = line.strip().partition(" : ") if " : " in line else \
+            (line.strip().rstrip(":").strip(), "", "")
+        if not sep and line.rstrip().endswith(":"):
+            key, sep, value = line.strip()[:-1].strip(), ":", ""
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        path = "/".join([k for _, k in stack] + [key.strip()])
+        if sep and value.strip():
+            values[path] = value.strip()
+        else:
+            stack.append((depth, key.strip()))
+    return gpus
+
+
+def parse_text(text: str) -> list[GpuReading]:
+    """``nvidia-smi -q`` (the text some sites collect instead of ``-x``) -> readings, in
+    the tool's order. Older drivers' ``Double Bit`` ECC and ``Clocks Throttle Reasons``
+    are read as well as today's names."""
+    return [_text_reading(index, bus, v) for index, (bus, v) in enumerate(_text_tree(text))]
+
+
+def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
+    def one(*paths: str) -> str | None:
+        return next((v[p] for p in paths if p in v), None)
+
+    dbe = _sum([_int(val) for path, val in v.items()
+                if path.startswith("ECC Errors/Volatile/")
+                and ("Uncorrectable" in path or path.endswith("Double Bit/Total"))])
+    reasons = next((r for r in ("Clocks Event Reasons", "Clocks Throttle Reasons")
+                    if any(p.startswith(r + "/") for p in v)), "Clocks Event Reasons")
+
+    def thermal(kind: str) -> bool | None:
+        return _flag(next((val for path, val in v.items()
+                           if path.startswith(reasons + "/")
+                           and path.endswith(f"{kind} Thermal Slowdown")), None))
+
+    return _with_excerpt(GpuReading(
+        index=index, uuid=one("GPU UUID") or "", pci=(one("PCI/Bus Id") or bus).lower(),
+        serial=(one("Serial Number") or "").strip(), name=one("Product Name") or "",
+        ecc_dbe_volatile=dbe,
+        remap_failure=_flag(one("Remapped Rows/Remapping Failure Occurred")),
+        remap_pending=_flag(one("Remapped Rows/Pending")),
+        pcie_replays=_int(one("PCI/Replays Since Reset", "PCI/Replays since reset")),
+        hw_thermal=thermal("HW"), sw_thermal=thermal("SW")))
+
+
 # ------------------------------------------------------------------ nvidia-smi CSV
 
 def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
     """``--query-gpu=<CSV_FIELDS> --format=csv,noheader,nounits`` (and optionally
-    ``--query-remapped-rows=<REMAP_FIELDS> --format=csv,noheader``) -> readings."""
+    ``--query-remapped-rows=<REMAP_FIELDS> --format=csv,noheader``) -> readings.
+
+    With a header line (``--format=csv``) the columns are read by name, in any order
+    and among any others; a serial such as ``[N/A]`` is kept as printed (SPEC D11 sets
+    placeholders aside when the machine identity is made)."""
     import csv
 
     remaps: dict[str, tuple[bool | None, bool | None]] = {}
     for row in csv.reader(remapped.splitlines(), skipinitialspace=True):
         if len(row) >= 3:
             remaps[row[0].strip()] = (_flag(row[1]), _flag(row[2]))
-    out = []
+    out: list[GpuReading] = []
+    columns: dict[str, int] | None = None  # a header line's names -> positions
     for line in query_gpu.splitlines():
         row = next(csv.reader([line], skipinitialspace=True), [])
-        if len(row) < len(CSV_FIELDS):
+        names = [c.strip().split(" [", 1)[0] for c in row]  # "memory.used [MiB]"
+        if "uuid" in names and "pci.bus_id" in names:
+            # ``--format=csv`` with its header, in any column order (what exporters
+            # and people collect): read the fields by name; a missing one is unknown.
+            columns = {n: i for i, n in enumerate(names)}
             continue
-        v = dict(zip(CSV_FIELDS, (c.strip() for c in row[:len(CSV_FIELDS)]), strict=True))
+        if columns is not None:
+            v: dict[str, str] = {}
+            for f in CSV_FIELDS:
+                # R535+ headers say clocks_event_reasons.* for clocks_throttle_reasons.*
+                name = f if f in columns else f.replace("clocks_throttle_", "clocks_event_")
+                pos = columns.get(name)
+                v[f] = row[pos].strip() if pos is not None and pos < len(row) else ""
+            v["index"] = v["index"] or str(len(out))
+        elif len(row) < len(CSV_FIELDS):
+            continue
+        else:
+            v = dict(zip(CSV_FIELDS, (c.strip() for c in row[:len(CSV_FIELDS)]),
+                         strict=True))
         index = _int(v["index"])
         if index is None:
             continue
@@ -161,7 +253,7 @@ def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
             remap_pending=pending, remap_failure=failure,
             hw_thermal=_flag(v["clocks_throttle_reasons.hw_thermal_slowdown"]),
             sw_thermal=_flag(v["clocks_throttle_reasons.sw_thermal_slowdown"]),
-            excerpt=line.strip()))
+            excerpt=line.strip()[:400]))
     return out
 
 
@@ -347,7 +439,10 @@ def gather_smi(fmt: str, timeout: float, nvlink: bool) -> list[GpuReading]:
 
     from slurm_heal.checks import proc
 
-    if fmt == "csv":
+    if fmt == "text":
+        res = proc.run(["nvidia-smi", "-q"], timeout)
+        readings = parse_text(res.stdout)
+    elif fmt == "csv":
         res = proc.run(["nvidia-smi", "--query-gpu=" + ",".join(CSV_FIELDS),
                         "--format=csv,noheader,nounits"], timeout)
         remap = proc.run(["nvidia-smi", "--query-remapped-rows=" + ",".join(REMAP_FIELDS),
