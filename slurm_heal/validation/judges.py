@@ -182,7 +182,13 @@ def judge_dcgm(step: Step, output: str) -> Verdict:
     if missing:
         expected["require_tests"] = list(c.require_tests)
         raise Unreadable(f"required test(s) did not run: {', '.join(missing)}")
-    return "pass", f"{counts['Pass']} result(s) passed", measured, expected
+    if counts["Skip"] and not counts["Pass"] + counts["Warn"] + counts["Fail"]:
+        # DCGM skips what it cannot run (an unsupported GPU, a missing plugin): a diag
+        # where everything was skipped tested nothing, which is no pass.
+        raise Unreadable(f"every result was skipped ({counts['Skip']}): "
+                         f"nothing was tested")
+    skipped = f", {counts['Skip']} skipped" if counts["Skip"] else ""
+    return "pass", f"{counts['Pass']} result(s) passed{skipped}", measured, expected
 
 
 # ---------------------------------------------------------------------- amd
