@@ -121,3 +121,43 @@ def test_i6_lab_squeue_json_reads_the_running_and_the_held_job(name: str) -> Non
     assert run.start_time is not None and run.end_time is not None
     assert (run.end_time - run.start_time).total_seconds() == 30 * 60
     assert (held.state, held.nodes, held.start_time) == ("PENDING", (), None)
+
+
+# slurmrestd's /node/<name> and /job/<id> print the node and job objects of the
+# data_parser plugins that `scontrol --json show node` and `squeue --json` print.
+DRAINED = {
+    "slurmrestd-node-drain-23.11-slurmweb.json": ("cn1", 1746621136, 1741793226),
+    "slurmrestd-node-drain-24.05-v0.0.41-slurmweb.json": ("cn146", 1747762139, 1741793226),
+    "slurmrestd-node-drain-24.11-v0.0.42-slurmweb.json": ("cn4", 1762942786, 1758266697),
+    "slurmrestd-node-drain-25.05-v0.0.43-slurmweb.json": ("cn2", 1762942829, 1758266697),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DRAINED))
+def test_i6_a_drained_node_of_23_11_to_25_05_is_read(name: str) -> None:
+    """SPEC I6 on real data_parser output of Slurm 23.11.10 (v0.0.40), 24.05.3
+    (v0.0.41), 24.11.5 (v0.0.42) and 25.05.4 (v0.0.43), the versions between the
+    labs' 22.05 and 25.11: a node drained by root for "ECC memory error", its times
+    as ``{"set", "infinite", "number"}`` objects."""
+    node_name, reason_at, booted = DRAINED[name]
+    (node,) = cli.parse_sinfo_json(text(name), what="scontrol --json show node")
+    assert node.name == node_name
+    assert node.states == frozenset({"IDLE", "DRAIN"})
+    assert (node.reason, node.reason_user) == ("ECC memory error", "root")
+    assert node.reason_time == datetime.fromtimestamp(reason_at, timezone.utc)
+    assert node.boot_time == datetime.fromtimestamp(booted, timezone.utc)
+
+
+@pytest.mark.parametrize(("name", "job_id", "node", "start"), [
+    ("slurmrestd-job-running-24.05-v0.0.41-slurmweb.json", 649722, "cn001", 1747754478),
+    ("slurmrestd-job-running-25.05-v0.0.43-slurmweb.json", 4739, "cn1", 1762789062),
+])
+def test_i6_a_running_job_of_24_05_and_25_05_is_read(name: str, job_id: int, node: str,
+                                                      start: int) -> None:
+    """SPEC I6 on real job objects of 24.05.3 and 25.05.4: ``job_state`` a list, the
+    2-minute limit and the times as set/number objects."""
+    (job,) = cli.parse_squeue_json(text(name))
+    assert (job.job_id, job.state, job.nodes, job.time_limit_minutes) == (
+        job_id, "RUNNING", (node,), 2)
+    assert job.start_time == datetime.fromtimestamp(start, timezone.utc)
+    assert job.end_time == datetime.fromtimestamp(start + 120, timezone.utc)
