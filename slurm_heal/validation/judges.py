@@ -237,6 +237,8 @@ def judge_amd(step: Step, output: str) -> Verdict:
     if "[RESULT" in output:  # RVS; amd-smi's JSON never holds it
         return _judge_rvs(output)
     doc = _json_object(output, "amd-smi")
+    if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
+        doc = doc["gpu_data"]  # amd-smi of ROCm 6.4+ wraps the per-GPU list
     gpus = doc if isinstance(doc, list) else [doc]
     measured: dict[str, Any] = {}
     for item in gpus:

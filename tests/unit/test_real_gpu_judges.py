@@ -1,6 +1,7 @@
-"""The dcgm judge on real ``dcgmi diag -j`` output (tests/data/real/dcgm, origins in
+"""The dcgm and amd judges: real ``dcgmi diag -j`` output (tests/data/real/dcgm, origins in
 tests/data/real/SOURCES.md): DCGM 3.1.0 on eight GPUs (the sample DCGM's own tests call
-"real output") and DCGM 3.3.1 on a T400 where every test was skipped (SPEC V2, V3)."""
+"real output") and DCGM 3.3.1 on a T400 where every test was skipped; amd-smi's
+ROCm 6.4 wrapper (SPEC V2, V3)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,20 @@ def test_v3_a_diag_where_every_test_was_skipped_is_no_pass() -> None:
     r = judged("dcgm-3.3.1-diag-r3-j-t400-all-skip-issue-139.json")
     assert r.outcome == "error"
     assert "every result was skipped (5)" in r.reason and "nothing was tested" in r.reason
+
+
+def test_v3_amd_smi_of_rocm_6_4_wraps_its_gpus_in_gpu_data() -> None:
+    """SPEC V3: amd-smi from ROCm 6.4 prints ``{"gpu_data": [...]}`` where older ones
+    print the list (the amd detector reads both). The judge read only the list, so a
+    6.4 node's ECC step was an error. Input **written** here (no real 6.4 capture was
+    found): the written 6.x file of tests/data/validation, wrapped."""
+    import json
+
+    plain = (REAL.parent.parent / "validation" / "amd-smi-metric-ecc-uncorrectable.json"
+             ).read_text()
+    wrapped = json.dumps({"gpu_data": json.loads(plain)})
+    step = Step(name="gpu", kind="amd", command=["amd-smi", "metric", "--ecc", "--json"],
+                criteria={})
+    old, new = evaluate(step, 0, plain), evaluate(step, 0, wrapped)
+    assert new.outcome == old.outcome == "fail"
+    assert new.reason == old.reason and new.measured == old.measured
