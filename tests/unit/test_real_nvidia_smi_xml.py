@@ -1,4 +1,4 @@
-"""``nvidia-smi -q -x`` of five GPU generations and drivers 418 to 595 (Telegraf's test
+"""``nvidia-smi -q -x`` of six GPU generations and drivers 418 to 595 (Telegraf's and datakit's test
 data, real machines), and a real ``nvidia-smi -q`` of an A100 with a row remap pending,
 through the nvidia detector's parsers (tests/data/real/nvidia, origins in
 tests/data/real/SOURCES.md). SPEC D3, D11."""
@@ -87,3 +87,23 @@ def test_d3_a_real_a100_with_a_row_remap_pending_is_a_finding() -> None:
     (finding,) = out.findings
     assert finding.fault == "gpu.row_remap.pending"
     assert "00000000:10:1c.0" in finding.summary + str(finding.evidence)
+
+
+def test_d3_an_eight_v100s_node_on_driver_460_reads_each_gpu() -> None:
+    """SPEC D3, D11 on a real 8x Tesla V100S-PCIE-32GB node (driver 460.73.01, schema
+    v11, ECC enabled): the volatile ECC is read from the old ``double_bit/total`` (0, a
+    number, not unknown); each GPU has its own bus and serial, so the machine's identity
+    is the hash of eight real serials; two GPUs are at their software power cap, which
+    is no thermal slowdown, so no finding."""
+    gpus = nvidia.parse_xml((REAL / "smi-q-x-tesla-v100s-x8-460.73.01.xml").read_text())
+    assert [g.index for g in gpus] == list(range(8))
+    assert [g.pci for g in gpus] == [f"00000000:00:{b:02x}.0" for b in range(0x0d, 0x15)]
+    assert {g.name for g in gpus} == {"Tesla V100S-PCIE-32GB"}
+    assert all(g.ecc_dbe_volatile == 0 and g.pcie_replays == 0 for g in gpus)
+    assert all(g.hw_thermal is False and g.sw_thermal is False for g in gpus)
+    assert all(g.remap_pending is None for g in gpus)  # Volta: no row remapper
+    serials = [g.serial for g in gpus]
+    assert len(set(serials)) == 8 and not any(map(extra.is_placeholder_serial, serials))
+    ident = extra.machine_identity(serials)
+    assert ident is not None and ident["host"].startswith("gpus-")
+    assert evaluate(gpus) == []
