@@ -149,12 +149,14 @@ def test_i6_a_drained_node_of_23_11_to_25_05_is_read(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "job_id", "node", "start"), [
+    ("slurmrestd-job-running-23.11-slurmweb.json", 779, "cn1", 1747045583),
     ("slurmrestd-job-running-24.05-v0.0.41-slurmweb.json", 649722, "cn001", 1747754478),
+    ("slurmrestd-job-running-24.11-v0.0.42-slurmweb.json", 6368, "cn3", 1762788801),
     ("slurmrestd-job-running-25.05-v0.0.43-slurmweb.json", 4739, "cn1", 1762789062),
 ])
-def test_i6_a_running_job_of_24_05_and_25_05_is_read(name: str, job_id: int, node: str,
+def test_i6_a_running_job_of_23_11_to_25_05_is_read(name: str, job_id: int, node: str,
                                                       start: int) -> None:
-    """SPEC I6 on real job objects of 24.05.3 and 25.05.4: ``job_state`` a list, the
+    """SPEC I6 on real job objects of 23.11.10 to 25.05.4: ``job_state`` a list, the
     2-minute limit and the times as set/number objects."""
     (job,) = cli.parse_squeue_json(text(name))
     assert (job.job_id, job.state, job.nodes, job.time_limit_minutes) == (
