@@ -110,13 +110,18 @@ class FioCriteria(_Criteria):
     min_write_mibps: float | None = Field(default=None, gt=0)
     min_read_iops: float | None = Field(default=None, gt=0)
     min_write_iops: float | None = Field(default=None, gt=0)
+    # unified_rw_reporting: fio prints one "mixed" figure for reads and writes.
+    min_mixed_mibps: float | None = Field(default=None, gt=0)
+    min_mixed_iops: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _some(self) -> FioCriteria:
         if all(v is None for v in (self.min_read_mibps, self.min_write_mibps,
-                                   self.min_read_iops, self.min_write_iops)):
+                                   self.min_read_iops, self.min_write_iops,
+                                   self.min_mixed_mibps, self.min_mixed_iops)):
             raise ValueError("a fio step needs at least one of min_read_mibps, "
-                             "min_write_mibps, min_read_iops, min_write_iops")
+                             "min_write_mibps, min_read_iops, min_write_iops, "
+                             "min_mixed_mibps, min_mixed_iops")
         return self
 
 

@@ -14,7 +14,8 @@ from, are listed in docs/validation.md:
   values", "# Avg bus bandwidth");
 - ``ib``: perftest ``ib_write_bw`` client output (Gb/sec or MB/sec table) and/or port
   states from ``ibstat`` or ``grep -H . /sys/class/infiniband/*/ports/*/{state,rate}``;
-- ``fio``: ``fio --output-format=json`` (jobs[].read/write bw in KiB/s, iops, error);
+- ``fio``: ``fio --output-format=json`` (jobs[].read/write bw in KiB/s, iops, error; fio
+  2.x and 3.x, ``mixed`` under ``unified_rw_reporting``, ``client_stats`` of ``--client``);
 - ``mounts``: ``findmnt -J`` (tree or ``--list``).
 
 A judge that finds a clear failure fails the step whatever the exit status; a tool that
@@ -181,7 +182,13 @@ def judge_dcgm(step: Step, output: str) -> Verdict:
     if missing:
         expected["require_tests"] = list(c.require_tests)
         raise Unreadable(f"required test(s) did not run: {', '.join(missing)}")
-    return "pass", f"{counts['Pass']} result(s) passed", measured, expected
+    if counts["Skip"] and not counts["Pass"] + counts["Warn"] + counts["Fail"]:
+        # DCGM skips what it cannot run (an unsupported GPU, a missing plugin): a diag
+        # where everything was skipped tested nothing, which is no pass.
+        raise Unreadable(f"every result was skipped ({counts['Skip']}): "
+                         f"nothing was tested")
+    skipped = f", {counts['Skip']} skipped" if counts["Skip"] else ""
+    return "pass", f"{counts['Pass']} result(s) passed{skipped}", measured, expected
 
 
 # ---------------------------------------------------------------------- amd
@@ -230,6 +237,8 @@ def judge_amd(step: Step, output: str) -> Verdict:
     if "[RESULT" in output:  # RVS; amd-smi's JSON never holds it
         return _judge_rvs(output)
     doc = _json_object(output, "amd-smi")
+    if isinstance(doc, dict) and isinstance(doc.get("gpu_data"), list):
+        doc = doc["gpu_data"]  # amd-smi of ROCm 6.4+ wraps the per-GPU list
     gpus = doc if isinstance(doc, list) else [doc]
     measured: dict[str, Any] = {}
     for item in gpus:
@@ -500,41 +509,71 @@ def judge_ib(step: Step, output: str) -> Verdict:
 
 # ---------------------------------------------------------------------- fio
 
+_FIO_AGGREGATE = "All clients"  # fio --client's own sum over the servers
+
+
+def _fio_jobs(doc: Any) -> list[dict[str, Any]]:
+    """The job entries of a fio JSON document: ``jobs`` (a local run) or ``client_stats``
+    (``fio --client``: one entry per server and job, plus fio's own "All clients" sum
+    when there are several servers; that sum alone is read then, not added again)."""
+    if not isinstance(doc, dict):
+        raise Unreadable("the fio JSON is not an object")
+    for key in ("jobs", "client_stats"):
+        jobs = doc.get(key)
+        if isinstance(jobs, list) and jobs:
+            entries = [j for j in jobs if isinstance(j, dict)]
+            total = [j for j in entries if j.get("jobname") == _FIO_AGGREGATE]
+            return total or entries
+    raise Unreadable("no jobs (or client_stats) in the fio JSON")
+
+
 def judge_fio(step: Step, output: str) -> Verdict:
     c: crit.FioCriteria = crit.parse("fio", step.criteria)
     doc = _json_object(output, "fio")
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list) or not jobs:
-        raise Unreadable("no jobs in the fio JSON")
+    jobs = _fio_jobs(doc)
     total = {"read_mibps": 0.0, "write_mibps": 0.0, "read_iops": 0.0, "write_iops": 0.0}
     errors: list[str] = []
-    seen = False
+    seen: set[str] = set()  # read / write / mixed (unified_rw_reporting) parts found
     for job in jobs:
-        if not isinstance(job, dict):
-            continue
         name = str(job.get("jobname", "?"))
         err = _num(job.get("error"))
         if err:
-            errors.append(f"job {name} error {int(err)}")
-        for rw in ("read", "write"):
+            where = f" on {job['hostname']}" if job.get("hostname") else ""
+            errors.append(f"job {name}{where} error {int(err)}")
+        for rw in ("read", "write", "mixed"):
             part = job.get(rw)
             if not isinstance(part, dict):
                 continue
             bw, iops = _num(part.get("bw")), _num(part.get("iops"))
             if bw is None or iops is None:
                 continue
-            seen = True
-            total[f"{rw}_mibps"] += bw / 1024  # fio's bw is KiB/s
-            total[f"{rw}_iops"] += iops
+            seen.add(rw)
+            total[f"{rw}_mibps"] = total.get(f"{rw}_mibps", 0.0) + bw / 1024  # KiB/s
+            total[f"{rw}_iops"] = total.get(f"{rw}_iops", 0.0) + iops
     if not seen and not errors:
-        raise Unreadable("no read/write bw and iops in the fio jobs")
-    measured: dict[str, Any] = {k: round(v, 3) for k, v in total.items()}
+        raise Unreadable("no read/write (or mixed) bw and iops in the fio jobs")
+    mixed_only = "mixed" in seen and not seen & {"read", "write"}
+    measured: dict[str, Any] = {k: round(v, 3) for k, v in total.items()
+                                if not mixed_only or k.startswith("mixed")}
     expected = {k: v for k, v in {"min_read_mibps": c.min_read_mibps,
                                   "min_write_mibps": c.min_write_mibps,
                                   "min_read_iops": c.min_read_iops,
-                                  "min_write_iops": c.min_write_iops}.items() if v is not None}
+                                  "min_write_iops": c.min_write_iops,
+                                  "min_mixed_mibps": c.min_mixed_mibps,
+                                  "min_mixed_iops": c.min_mixed_iops}.items() if v is not None}
     if errors:
         return "fail", "fio: " + "; ".join(errors), measured, expected
+    if mixed_only:
+        # unified_rw_reporting: reads and writes are one figure; a read or write floor
+        # cannot be told from it (neither passed nor failed).
+        blind = [k for k in expected if not k.startswith("min_mixed")]
+        if blind:
+            raise Unreadable(f"mixed figures only (unified_rw_reporting): "
+                             f"{', '.join(blind)} cannot be judged; use min_mixed_mibps / "
+                             f"min_mixed_iops")
+    elif any(k.startswith("min_mixed") for k in expected):
+        raise Unreadable("no mixed figures (unified_rw_reporting is off): "
+                         "min_mixed_mibps / min_mixed_iops cannot be judged")
     fails = []
     for key, floor in expected.items():
         have = total[key.removeprefix("min_")]
@@ -544,6 +583,9 @@ def judge_fio(step: Step, output: str) -> Verdict:
                          f"< {_fmt(floor)} {unit} expected")
     if fails:
         return "fail", "fio: " + "; ".join(fails), measured, expected
+    if mixed_only:
+        return ("pass", f"mixed {_fmt(total['mixed_mibps'])} MiB/s, "
+                f"{_fmt(total['mixed_iops'])} IOPS", measured, expected)
     return ("pass", f"read {_fmt(total['read_mibps'])} MiB/s, write "
             f"{_fmt(total['write_mibps'])} MiB/s", measured, expected)
 

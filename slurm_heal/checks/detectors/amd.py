@@ -109,7 +109,13 @@ def parse_amd_smi(list_json: str, metric_json: str) -> list[GpuReading]:
 
 
 def parse_rocm_smi(text: str) -> list[GpuReading]:
-    """``rocm-smi ... --json`` -> readings (cards in the order of their number)."""
+    """``rocm-smi ... --json`` -> readings (cards in the order of their number).
+
+    rocm-smi prints ``"Unique ID": "N/A"`` where the GPU reports none (every card of an
+    MI100 node on ROCm 5.7): a placeholder is no UUID, so such a GPU is known by its PCI
+    bus (`GpuReading.key`), not by one "N/A" shared with its neighbours (SPEC D11)."""
+    from slurm_heal.extra import is_placeholder_serial
+
     doc = _load(text, "rocm-smi")
     if not isinstance(doc, dict):
         raise CheckError("rocm-smi --json did not print an object of cards")
@@ -121,8 +127,9 @@ def parse_rocm_smi(text: str) -> list[GpuReading]:
         unc = [_num(v) for k, v in card.items() if "uncorrectable" in k.lower()]
         dbe = sum(v for v in unc if v is not None) if any(v is not None for v in unc) else None
         replays = next((_num(v) for k, v in card.items() if "replay" in k.lower()), None)
+        uuid = str(card.get("Unique ID", "")).strip()
         out.append(GpuReading(
-            index=int(name[4:]), uuid=str(card.get("Unique ID", "")),
+            index=int(name[4:]), uuid="" if is_placeholder_serial(uuid) else uuid,
             pci=str(card.get("PCI Bus", "")).lower(),
             serial=str(card.get("Serial Number", "")), ecc_dbe_volatile=dbe,
             pcie_replays=replays,
