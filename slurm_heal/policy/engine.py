@@ -84,6 +84,9 @@ BUSY_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING"
 NOT_EVIDENCE = frozenset({"slurm.node_down", "slurm.node_drain", "request", "request.malformed"})
 
 
+NO_CHECK_DATA = extra_mod.CheckData()
+
+
 def _iso(t: datetime) -> str:
     return t.isoformat()
 
@@ -135,12 +138,14 @@ class _Decider:
     """One decide() call's working set. Private; the public surface is `decide`."""
 
     def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
-                 alerts: Mapping[str, Sequence[Alert]] | None) -> None:
+                 alerts: Mapping[str, Sequence[Alert]] | None,
+                 catalog: catalog_mod.Catalog | None = None,
+                 checks: Mapping[str, extra_mod.CheckData] | None = None) -> None:
         self.view = view
         self.state = state
         self.now = now
         self.policy = policy
-        self.catalog = catalog_mod.load()
+        self.catalog = catalog if catalog is not None else catalog_mod.load()
         self.rems: dict[str, Remediation] = {}
         self.order: list[str] = []
         # The working set, indexed once per call (issue 13): rules look up a node's or a
@@ -205,14 +210,18 @@ class _Decider:
         self.alerts: dict[str, list[Alert]] = {}
         # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
         # raises); a node with bad data has none, and a problem that names the field.
-        self.check_data: dict[str, extra_mod.CheckData] = {}
-        for node in view.nodes:
-            data = extra_mod.read_check_data(node.name, node.extra, now)
-            self.check_data[node.name] = data
-            raw = alerts.get(node.name, ()) if alerts is not None else data.alerts
-            if raw:  # most nodes have none: keep the map to the nodes that do
-                self.alerts[node.name] = sorted((a for a in raw if a.active),
-                                                key=lambda a: (a.fault, a.first_seen))
+        # Issue 20: the caller passes ``checks`` validated once per change of a node's
+        # Extra (extra.CheckCache); without it every node's Extra is validated here.
+        if checks is None:
+            checks = {n.name: extra_mod.read_check_data(n.name, n.extra, now)
+                      for n in view.nodes}
+        self.check_data: Mapping[str, extra_mod.CheckData] = checks
+        if alerts is None:
+            alerts = {name: data.alerts for name, data in checks.items() if data.alerts}
+        for name, raw in alerts.items():
+            if raw and name in self.nodes_by_name:  # only the nodes that have any
+                self.alerts[name] = sorted((a for a in raw if a.active),
+                                           key=lambda a: (a.fault, a.first_seen))
 
     # ---------------------------------------------------------------- bookkeeping
     def index(self, rem: Remediation) -> None:
@@ -309,6 +318,9 @@ class _Decider:
         self.wakes.append(t)
 
     # ---------------------------------------------------------------- views of the world
+    def check_of(self, name: str) -> extra_mod.CheckData:
+        return self.check_data.get(name, NO_CHECK_DATA)
+
     def node(self, name: str) -> NodeInfo | None:
         return self.nodes_by_name.get(name)
 
@@ -708,7 +720,7 @@ class _Decider:
                 self.record(name, "alert", "D5", f"{fault}: {name} is "
                             f"{'DOWN' if node.down else 'drained'} by someone else "
                             f"({node.reason!r}); recorded, never touched by slurm-heal")
-        problem = self.check_data[name].problem if name in self.check_data else None
+        problem = self.check_of(name).problem
         if problem and self.once(f"unreadable:{name}", problem):
             self.record(name, "alert", "I2", f"{extra_mod.UNREADABLE}: the check data in "
                         f"{name}'s Extra cannot be read ({problem}); recorded, and the node "
@@ -963,7 +975,7 @@ class _Decider:
             return
         ev = rem.data.evidence_fault
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
-        unreadable = rem.node in self.check_data and self.check_data[rem.node].problem
+        unreadable = self.check_of(rem.node).problem
         if rem.phase in PRE_ACT and ev and not self.active(rem.node, ev) and not unreadable:
             rem = self.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
                             f"{rem.action.value} ran: the recommendation is withdrawn")
@@ -1286,8 +1298,7 @@ class _Decider:
         acted = _acted_at(rem) or done
         rebooting = node.down or reasons.slurm_rebooting(node.states)
         back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
-        checked = self.check_data[node.name].checked_at if node.name in self.check_data \
-            else None
+        checked = self.check_of(node.name).checked_at
         # The check that counts is one that ran on the node as it is now: after the boot
         # our action caused (the check at boot often runs before the provider reports
         # the operation finished), else after the action started.
@@ -1376,7 +1387,7 @@ class _Decider:
         # Check data that cannot be read is recorded too (I2).
         nodes = sorted((n for n in self.view.nodes
                         if n.reason or n.down or n.drained or self.alerts.get(n.name)
-                        or self.check_data[n.name].problem),
+                        or self.check_of(n.name).problem),
                        key=lambda n: n.name)
         for rid in self.unsettled:
             if any(a.outcome is None for a in self.rems[rid].attempts):
@@ -1410,13 +1421,19 @@ class _Decider:
 
 
 def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
-           alerts: Mapping[str, Sequence[Alert]] | None = None) -> Plan:
+           alerts: Mapping[str, Sequence[Alert]] | None = None, *,
+           catalog: catalog_mod.Catalog | None = None,
+           checks: Mapping[str, extra_mod.CheckData] | None = None) -> Plan:
     """Decide what happens next. Pure: no I/O, no clock, no randomness (ARCHITECTURE).
 
     ``alerts`` overrides the alerts read from each node's Extra (simulate passes its
-    own). The same arguments always give the same Plan, ids and keys (SPEC S6).
+    own). ``catalog``: the fault catalog (the controller and simulate pass the one they
+    loaded; omitted, the shipped one is loaded once per process). ``checks``: each
+    node's validated check data (`extra.CheckCache`, once per change of its Extra);
+    omitted, every node's Extra is validated here. The same arguments always give the
+    same Plan, ids and keys (SPEC S6).
     """
-    return _Decider(view, state, now, policy, alerts).run()
+    return _Decider(view, state, now, policy, alerts, catalog, checks).run()
 
 
 def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,
