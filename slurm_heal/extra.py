@@ -48,6 +48,8 @@ MAX_TEXT = 400
 # engine's arithmetic).
 MAX_AHEAD = timedelta(days=1)
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# CheckCache: a read that took the time as a default is valid at no time of its own.
+_STALE = datetime.max.replace(tzinfo=timezone.utc)
 # The record-only fault a node with unreadable check data gets (catalog.toml).
 UNREADABLE = "check.data_unreadable"
 
@@ -273,6 +275,13 @@ def _checked(node: str, extra: dict[str, Any] | None, ctx: _Ctx) -> CheckData:
                                  f"{str(exc)[:120]})")
 
 
+class CheckMap(dict[str, CheckData]):
+    """Each node's CheckData by node name; ``flagged``: the nodes whose data has alerts
+    or a problem (all the others have nothing for the rules to look at)."""
+
+    flagged: tuple[str, ...] = ()
+
+
 class CheckCache:
     """Each node's check data, validated once per change of its Extra (SPEC I2; issue 20).
 
@@ -288,30 +297,51 @@ class CheckCache:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[str, tuple[str, object, CheckData, datetime | None, bool]] = {}
+        # node -> (raw text, parsed Extra, CheckData, valid from): the CheckData holds
+        # at any now at or after "valid from" (FOREVER_STALE: read again every time).
+        self._seen: dict[str, tuple[str, object, CheckData, datetime]] = {}
         self.parses = 0
+
+    def _parse(self, node: str, raw: str,
+               extra: dict[str, Any] | None) -> tuple[str, object, CheckData, datetime]:
+        ctx = _Ctx(None)
+        data = _checked(node, extra, ctx)
+        self.parses += 1
+        valid_from = _STALE if ctx.uses_now else (
+            ctx.latest - MAX_AHEAD if ctx.latest is not None else EARLIEST)
+        hit = (raw, extra, data, valid_from)
+        self._seen[node] = hit
+        return hit
 
     def read(self, node: str, raw: str, extra: dict[str, Any] | None,
              now: datetime) -> CheckData:
         hit = self._seen.get(node)
         if hit is None or hit[0] != raw or (not raw and hit[1] is not extra):
-            ctx = _Ctx(None)
-            data = _checked(node, extra, ctx)
-            self.parses += 1
-            hit = (raw, extra, data, ctx.latest, ctx.uses_now)
-            self._seen[node] = hit
-        _, _, data, latest, uses_now = hit
+            hit = self._parse(node, raw, extra)
         ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
-        if uses_now or (latest is not None and latest - ref > MAX_AHEAD):
+        if ref < hit[3]:
             return read_check_data(node, extra, now)  # rare: depends on the time
-        return data
+        return hit[2]
 
-    def read_view(self, nodes: Iterable[Any], now: datetime) -> dict[str, CheckData]:
+    def read_view(self, nodes: Iterable[Any], now: datetime) -> CheckMap:
         """Every node's CheckData (``nodes``: NodeInfo-like, with name, extra_raw,
         extra); nodes no longer present are forgotten."""
-        out = {n.name: self.read(n.name, n.extra_raw, n.extra, now) for n in nodes}
-        if len(self._seen) > len(out):
-            self._seen = {k: v for k, v in self._seen.items() if k in out}
+        ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+        seen = self._seen
+        out = CheckMap()
+        flagged = []
+        for n in nodes:
+            name, raw = n.name, n.extra_raw
+            hit = seen.get(name)
+            if hit is None or hit[0] != raw or (not raw and hit[1] is not n.extra):
+                hit = self._parse(name, raw, n.extra)
+            data = hit[2] if ref >= hit[3] else read_check_data(name, n.extra, now)
+            out[name] = data
+            if data.alerts or data.problem:
+                flagged.append(name)
+        out.flagged = tuple(flagged)
+        if len(seen) > len(out):
+            self._seen = {k: v for k, v in seen.items() if k in out}
         return out
 
 

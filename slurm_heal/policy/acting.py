@@ -84,7 +84,7 @@ class Acting(Escalation):
             node = self.node(rem.node)
             if node is not None and self.taken_over(rem, node):
                 return
-            if self.gate(rem, starting=False):
+            if self.gate(rem):
                 self.wake(self.now + POLL_EVERY)
                 return  # O2: paused: the act is not sent (again) either
             # Recorded before it runs: no Attempt means it never ran; ask again, same key.

@@ -27,7 +27,7 @@ class Cordon(Working):
         if marker.by != "controller":
             return  # the node check's own drain clears itself (checks/)
         name = node.name
-        if self.open_by_node.get(name):
+        if self.ix.has_open(name):
             return
         if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
             return  # released by a command in this very call
@@ -66,7 +66,7 @@ class Cordon(Working):
             return "?"
         if marker.by != "controller":
             return None
-        if marker.remediation and marker.remediation in self.known:
+        if marker.remediation and marker.remediation in self.ix.known:
             return None
         return marker.remediation or "?"
 

@@ -37,9 +37,10 @@ from slurm_heal.config import Policy
 from slurm_heal.models import Plan, State
 from slurm_heal.policy.facts import host_of, is_automatic
 from slurm_heal.policy.intake import Intake
+from slurm_heal.policy.records import Records
 from slurm_heal.types import Alert, ClusterView
 
-__all__ = ["decide", "decide_counted", "host_of", "is_automatic"]
+__all__ = ["Records", "decide", "decide_counted", "host_of", "is_automatic"]
 
 
 class _Decider(Intake):
@@ -54,11 +55,12 @@ class _Decider(Intake):
         # or start (every rule below returns at once for the others): a healthy node of a
         # 100k-node cluster costs one look here, nothing more (issue 13).
         # Check data that cannot be read is recorded too (I2).
-        nodes = sorted((n for n in self.view.nodes
-                        if n.reason or n.down or n.drained or self.alerts.get(n.name)
-                        or self.check_of(n.name).problem),
-                       key=lambda n: n.name)
-        for rid in self.unsettled:
+        names = {n.name for n in self.view.nodes
+                 if n.reason or "DOWN" in n.states or "DRAIN" in n.states}
+        names.update(name for name, alerts in self.alerts.items() if alerts)
+        names.update(name for name in self.unreadable if name in self.nodes_by_name)
+        nodes = [self.nodes_by_name[name] for name in sorted(names)]
+        for rid in self.ix.unsettled_ids():
             if any(a.outcome is None for a in self.rems[rid].attempts):
                 self.settle(self.rems[rid])
         for node in nodes:
@@ -92,17 +94,20 @@ class _Decider(Intake):
 def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
            alerts: Mapping[str, Sequence[Alert]] | None = None, *,
            catalog: catalog_mod.Catalog | None = None,
-           checks: Mapping[str, extra_mod.CheckData] | None = None) -> Plan:
+           checks: Mapping[str, extra_mod.CheckData] | None = None,
+           records: Records | None = None) -> Plan:
     """Decide what happens next. Pure: no I/O, no clock, no randomness (ARCHITECTURE).
 
     ``alerts`` overrides the alerts read from each node's Extra (simulate passes its
     own). ``catalog``: the fault catalog (the controller and simulate pass the one they
     loaded; omitted, the shipped one is loaded once per process). ``checks``: each
     node's validated check data (`extra.CheckCache`, once per change of its Extra);
-    omitted, every node's Extra is validated here. The same arguments always give the
-    same Plan, ids and keys (SPEC S6).
+    omitted, every node's Extra is validated here. ``records``: the index of the last
+    cycle's store (`Records`), from which this store's is built where records are the
+    same objects; omitted, it is built afresh. None of them changes the Plan: the
+    same arguments always give the same Plan, ids and keys (SPEC S6).
     """
-    return _Decider(view, state, now, policy, alerts, catalog, checks).run()
+    return _Decider(view, state, now, policy, alerts, catalog, checks, records).run()
 
 
 def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,

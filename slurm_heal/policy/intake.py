@@ -17,7 +17,7 @@ class Intake(Requests):
 
     def create_from_alerts(self, node: NodeInfo) -> None:
         name = node.name
-        if self.open_by_node.get(name):
+        if self.ix.has_open(name):
             return  # SPEC L3: one remediation at a time per node
         if self.unknown_marker(node) is not None:
             self.unrecorded(node)  # I5: ours, but with no record: a person's to look at

@@ -76,9 +76,10 @@ class Lifecycle(Acting):
             if rem.phase is not Phase.APPROVED:
                 return
         if rem.phase is Phase.APPROVED:
-            if self.gate(rem, starting=True):
+            cleared = self.cleared_to_start(rem)
+            if cleared is None:
                 return
-            rem = self.rems[rem.id]
+            rem = cleared
             self.effect("cordon", rem.node, rem, "cordon", why="no new jobs", rule="L1",
                         reason=reasons.format_marker(rem.fault, rem.id, "controller",
                                                      f"for {rem.action.value}"))
@@ -122,10 +123,9 @@ class Lifecycle(Acting):
                 or (last_evict is not None and self.now >= last_evict + w.evict_every))
             # O2 / house style 8 (issue 8): pause and recommend-only hold signalling and
             # eviction too, not only the start and the act.
-            if (signal_due or evict_due) and self.gate(rem, starting=False):
+            if (signal_due or evict_due) and self.gate(rem):
                 self.wake(self.now + POLL_EVERY)
                 return
-            rem = self.rems[rem.id]
             if w.signal and not rem.data.signalled and self.now >= limit - w.signal_lead:
                 self.effect("signal_jobs", rem.node, rem, "signal", signal=w.signal, rule="P3",
                             why=f"checkpoint before the wait limit at {iso(limit)}")
@@ -142,9 +142,8 @@ class Lifecycle(Acting):
                 self.evict(rem, ids, n)
             self.wake(self.now + w.evict_every)
             return
-        if self.gate(rem, starting=False):
+        if self.gate(rem):
             return
-        rem = self.rems[rem.id]
         if any(a.key == idempotency_key(rem.id, "act", 0) for a in rem.attempts):
             return  # SPEC S6: never twice
         self.effect("act", rem.node, rem, "act", 0, rule="L1",
@@ -193,7 +192,7 @@ class Lifecycle(Acting):
             pass  # cordoned in this very decide() call (a command or a new request)
         elif last is None or last.outcome == "failed":
             n = len(cordons)
-            if n < CORDON_TRIES and self.gate(rem, starting=False):
+            if n < CORDON_TRIES and self.gate(rem):
                 self.wake(self.now + POLL_EVERY)
                 return  # O2: a paused controller sends no cordon either
             if n >= CORDON_TRIES:
@@ -224,7 +223,7 @@ class Lifecycle(Acting):
                                     "cordon never reported an outcome): a person must look; "
                                     "nothing automatic on it until then")
                 return
-            if self.gate(rem, starting=False):
+            if self.gate(rem):
                 self.wake(self.now + POLL_EVERY)
                 return
             self.effect("cordon", rem.node, rem, "cordon", same=last.key, rule="L1",

@@ -15,8 +15,6 @@ from slurm_heal import reasons
 from slurm_heal.config import Policy
 from slurm_heal.errors import CatalogError
 from slurm_heal.models import (
-    DISRUPTIVE_PHASES,
-    TERMINAL_PHASES,
     Decision,
     Effect,
     EffectKind,
@@ -27,7 +25,8 @@ from slurm_heal.models import (
     Step,
     idempotency_key,
 )
-from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, NOT_EVIDENCE, is_automatic
+from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, NOT_EVIDENCE
+from slurm_heal.policy.records import Records
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo, Severity
 
 
@@ -37,59 +36,22 @@ class Working:
     def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
                  alerts: Mapping[str, Sequence[Alert]] | None,
                  catalog: catalog_mod.Catalog | None = None,
-                 checks: Mapping[str, extra_mod.CheckData] | None = None) -> None:
+                 checks: Mapping[str, extra_mod.CheckData] | None = None,
+                 records: Records | None = None) -> None:
         self.view = view
         self.state = state
         self.now = now
         self.policy = policy
         self.catalog = catalog if catalog is not None else catalog_mod.load()
-        self.rems: dict[str, Remediation] = {}
-        self.order: list[str] = []
-        # The working set, indexed once per call (issue 13): rules look up a node's or a
-        # machine's remediations instead of scanning the whole store, so a cycle's work
-        # grows with the cluster and the open work, not with closed history.
-        self.pos: dict[str, int] = {}
-        self.by_node: dict[str, list[str]] = {}
-        self.by_host: dict[str, list[str]] = {}
-        self.open_by_node: dict[str, dict[str, None]] = {}
+        # The store's records indexed (issue 13): kept between cycles by the caller
+        # (issue 20: ``records``, the index of the last cycle's store), else built here.
+        if records is None or records.source is not state.remediations:
+            records = Records.of(state.remediations, records)
+        self.ix = records.fork()
+        self.rems = self.ix.rems
         self.started_since = now - policy.safety.breaker_window
-        self.recent_starts: dict[str, None] = {}  # automatic, cordoned within the S5 window
-        self.started_ids: dict[str, None] = {}  # open, in a disruptive phase (S3, S4, E5)
-        self.touched = 0  # remediations the rules looked at (exposed for tests: `decide_counted`)
-        unsettled: list[str] = []
-        # `index` inlined for the store's records: this one pass is the only work of a
-        # call that is linear in the store (docs/store.md bounds the store).
-        rems, pos, order, by_node, by_host = (self.rems, self.pos, self.order, self.by_node,
-                                              self.by_host)
-        since = self.started_since
-        for r in state.remediations:
-            rid = r.id
-            if rid in rems:  # a duplicate id: the general path keeps the last record
-                self.index(r)
-                continue
-            rems[rid] = r
-            pos[rid] = len(order)
-            order.append(rid)
-            by_node.setdefault(r.node, []).append(rid)
-            if r.host is not None:
-                by_host.setdefault(r.host, []).append(rid)
-            if r.phase not in TERMINAL_PHASES:
-                self.open_by_node.setdefault(r.node, {})[rid] = None
-                if r.phase in DISRUPTIVE_PHASES:
-                    self.started_ids[rid] = None
-            t = r.phase_times.get("cordoned")
-            if t is not None and t >= since and is_automatic(r):
-                self.recent_starts[rid] = None
-            for a in r.attempts:
-                if a.outcome is None:
-                    unsettled.append(rid)
-                    break
-        self.unsettled = tuple(unsettled)
         self.nodes_by_name = {n.name: n for n in view.nodes}
-        self.jobs_by_node: dict[str, list[JobInfo]] = {}
-        for j in view.jobs:
-            for name in j.nodes:
-                self.jobs_by_node.setdefault(name, []).append(j)
+        self._jobs: dict[str, list[JobInfo]] | None = None  # by node, on first use
         self._pools: dict[str, list[NodeInfo]] | None = None
         self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
         self.effects: list[Effect] = []
@@ -100,7 +62,6 @@ class Working:
         self.paused = state.paused
         self.paused_changed = False
         self.pause: Pause | None = None  # O2: who paused/unpaused, when, why
-        self.known = frozenset(r.id for r in state.remediations)  # on record before this call
         self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
         self.noted: dict[str, Any] = {}
         self.wakes: list[datetime] = []
@@ -113,59 +74,38 @@ class Working:
             checks = {n.name: extra_mod.read_check_data(n.name, n.extra, now)
                       for n in view.nodes}
         self.check_data: Mapping[str, extra_mod.CheckData] = checks
+        flagged = checks.flagged if isinstance(checks, extra_mod.CheckMap) else tuple(
+            name for name, data in checks.items() if data.alerts or data.problem)
+        # The nodes whose check data cannot be read (I2), recorded as observations.
+        self.unreadable = [name for name in flagged if checks[name].problem]
         if alerts is None:
-            alerts = {name: data.alerts for name, data in checks.items() if data.alerts}
+            alerts = {name: checks[name].alerts for name in flagged if checks[name].alerts}
         for name, raw in alerts.items():
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
 
-    def index(self, rem: Remediation) -> None:
-        """Keep the working set's indexes true for ``rem`` (new or updated)."""
-        if rem.id not in self.rems:
-            self.pos[rem.id] = len(self.order)
-            self.order.append(rem.id)
-            self.by_node.setdefault(rem.node, []).append(rem.id)
-            if rem.host is not None:
-                self.by_host.setdefault(rem.host, []).append(rem.id)
-        self.rems[rem.id] = rem
-        opened = self.open_by_node.setdefault(rem.node, {})
-        if rem.phase.terminal:
-            opened.pop(rem.id, None)
-        else:
-            opened[rem.id] = None
-        if rem.phase in DISRUPTIVE_PHASES:
-            self.started_ids[rem.id] = None
-        else:
-            self.started_ids.pop(rem.id, None)
-        t = rem.phase_times.get("cordoned")
-        if is_automatic(rem) and t is not None and t >= self.started_since:
-            self.recent_starts[rem.id] = None
-        else:
-            self.recent_starts.pop(rem.id, None)
-
     def put(self, rem: Remediation) -> Remediation:
-        self.index(rem)
+        self.ix.put(rem)
         self.changed.setdefault(rem.id, None)
         return rem
 
+    @property
+    def touched(self) -> int:
+        """Stored remediations the rules looked at (`decide_counted`)."""
+        return self.ix.looked
+
     def of_node(self, name: str) -> list[Remediation]:
         """Every remediation of a node on record (open and closed), oldest first."""
-        ids = self.by_node.get(name, ())
-        self.touched += len(ids)
-        return [self.rems[i] for i in ids]
+        return self.ix.of_node(name)
 
     def of_host(self, host: str) -> list[Remediation]:
         """Every remediation of a machine on record (E1, E3), oldest first."""
-        ids = self.by_host.get(host, ())
-        self.touched += len(ids)
-        return [self.rems[i] for i in ids]
+        return self.ix.of_host(host)
 
     def open_on(self, name: str) -> list[Remediation]:
         """The node's open remediations, in store order."""
-        ids = sorted(self.open_by_node.get(name, ()), key=self.pos.__getitem__)
-        self.touched += len(ids)
-        return [self.rems[i] for i in ids]
+        return self.ix.open_on(name)
 
     def record(self, node: str, phase: str, rule: str, why: str,
                rem: Remediation | None = None, action: Action | None = None) -> None:
@@ -289,14 +229,16 @@ class Working:
                     and not reasons.is_request(node.reason))
 
     def jobs(self, node: str) -> list[int]:
-        return sorted(j.job_id for j in self.jobs_by_node.get(node, ())
+        if self._jobs is None:
+            self._jobs = {}
+            for j in self.view.jobs:
+                for name in j.nodes:
+                    self._jobs.setdefault(name, []).append(j)
+        return sorted(j.job_id for j in self._jobs.get(node, ())
                       if j.state.upper() in BUSY_JOB_STATES)
 
     def open_rems(self) -> list[Remediation]:
-        ids = sorted((i for opened in self.open_by_node.values() for i in opened),
-                     key=self.pos.__getitem__)
-        self.touched += len(ids)
-        return [self.rems[i] for i in ids]
+        return self.ix.open_all()
 
     def explain(self, fault: str) -> str:
         try:

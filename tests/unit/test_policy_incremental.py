@@ -18,6 +18,8 @@ from slurm_heal.extra import CheckCache, parse_extra, read_check_data
 from slurm_heal.models import Plan, State
 from slurm_heal.policy import decide
 from slurm_heal.policy.incremental import Decide
+from slurm_heal.policy.records import Records
+from slurm_heal.simulation import Simulation, parse_scenario
 from slurm_heal.types import ClusterView, NodeInfo
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -114,3 +116,43 @@ def test_a_node_built_without_its_text_is_keyed_by_its_parsed_extra() -> None:
         "slurm_heal.alerts: expected a list, got a number"
     assert cache.parses == 2
     assert dataclasses.replace(first) == read_check_data("n1", data, T0)
+
+
+def index_of(r: Records) -> dict[str, object]:
+    """What an index says, as plain data (empty per-node maps are no open work)."""
+    return {"rems": r.rems, "pos": r.pos, "order": r.order, "by_node": r.by_node,
+            "by_host": r.by_host, "known": set(r.known), "started": set(r.started_ids),
+            "open": {k: set(v) for k, v in r.open_by_node.items() if v},
+            "auto_cordoned": r.auto_cordoned, "unsettled": set(r.unsettled)}
+
+
+def test_the_store_index_kept_between_cycles_is_the_one_built_afresh() -> None:
+    """Issue 20: the index of the last cycle's records is reused for the records that
+    are the same objects; over a simulated day of whole life cycles (creations, holds,
+    cordons, acts, returns, done) it says exactly what an index built from scratch
+    says, and the last cycle's index is left as it was."""
+    sc = parse_scenario({
+        "start": "2026-01-05T00:00:00Z", "until": "+3h",
+        "config": {"approvals": {"default": "auto"}},
+        "nodes": [{"name": f"gpu{i:02d}", "pool": f"p{i % 2}"} for i in range(6)],
+        "events": [{"at": f"+{10 * i}m", "type": "alert", "node": f"gpu{i:02d}",
+                    "fault": "gpu.xid.48"} for i in range(6)]})
+    states = []
+    result = Simulation(sc, on_cycle=lambda c: states.append(c.state)).run()
+    states.append(result.state)
+    assert sum(r.phase.value == "done" for r in result.state.remediations) >= 4
+    kept: Records | None = None
+    reused = 0
+    for state in states:
+        previous = index_of(kept) if kept is not None else None
+        new = Records.of(state.remediations, kept)
+        assert index_of(new) == index_of(Records.of(state.remediations))
+        if kept is not None:
+            assert index_of(kept) == previous
+            # Reused, not rebuilt: a node no record of which changed keeps its list.
+            reused += any(new.by_node[n] is kept.by_node[n] for n in kept.by_node)
+        kept = new
+    assert reused > 10
+    assert kept is not None
+    pruned = states[-1].remediations[1:]  # retention removed one: indexed afresh, the same
+    assert index_of(Records.of(pruned, kept)) == index_of(Records.of(pruned))
