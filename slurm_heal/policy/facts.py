@@ -19,6 +19,8 @@ CORDON_TRIES = 3
 RESEND_TRIES = 2
 PRE_ACT = frozenset({Phase.PROPOSED, Phase.APPROVED, Phase.CORDONED, Phase.WAITING,
                      Phase.DRAINING})
+# The record phases that are phases of a remediation (a step into one moves it there).
+PHASES = frozenset(p.value for p in Phase)
 STARTED = frozenset({Phase.CORDONED, Phase.WAITING, Phase.DRAINING})
 # Job states that still occupy the node (PENDING jobs do not).
 BUSY_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "CONFIGURING", "STOPPED",

@@ -20,12 +20,13 @@ from slurm_heal.models import (
     EffectKind,
     Pause,
     Phase,
+    RecordPhase,
     Remediation,
     State,
     Step,
     idempotency_key,
 )
-from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, NOT_EVIDENCE
+from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, NOT_EVIDENCE, PHASES
 from slurm_heal.policy.records import Records
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo, Severity
 
@@ -107,28 +108,32 @@ class Working:
         """The node's open remediations, in store order."""
         return self.ix.open_on(name)
 
-    def record(self, node: str, phase: str, rule: str, why: str,
+    def record(self, node: str, phase: RecordPhase, rule: str, why: str,
                rem: Remediation | None = None, action: Action | None = None) -> None:
-        self.records.append(Decision(
+        # Built from our own typed values: not validated again (issue 20: the costliest
+        # part of a cycle that creates remediations).
+        self.records.append(Decision.model_construct(
             at=self.now, node=node, remediation=rem.id if rem else None,
             action=action if action is not None else (rem.action if rem else Action.NONE),
             phase=phase, rule=rule, why=why))
 
-    def step(self, rem: Remediation, phase: str, rule: str, why: str,
+    def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
              by: str | None = None, **changes: Any) -> Remediation:
         """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
         times = dict(rem.phase_times)
         work = rem.data
         update: dict[str, Any] = dict(changes)
-        if phase in Phase._value2member_map_:
+        flags: dict[str, Any] = update.pop("data", {})
+        if phase in PHASES:
             update["phase"] = Phase(phase)
             times.setdefault(phase, self.now)
-            work = work.but(blocked=None)
-        if "data" in update:
-            work = work.but(**update.pop("data"))
+            if work.blocked is not None:
+                flags = {"blocked": None, **flags}
+        if flags:
+            work = work.but(**flags)
         update.update(phase_times=times, data=work, updated=self.now,
-                      steps=rem.steps + (Step(at=self.now, phase=phase, rule=rule, why=why,
-                                                by=by),))
+                      steps=rem.steps + (Step.model_construct(
+                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
         new = rem.model_copy(update=update)
         self.record(rem.node, phase, rule, why, new)
         return self.put(new)
@@ -162,10 +167,16 @@ class Working:
     def pool_members(self, pool: str) -> list[NodeInfo]:
         """The nodes of a pool (computed once per call, on first use)."""
         if self._pools is None:
-            self._pools = {}
-            for n in self.view.nodes:
-                self._pools.setdefault(self.policy.pool_of(n.partitions, n.features),
-                                       []).append(n)
+            pools: dict[str, list[NodeInfo]] = {}
+            if self.policy.pools.by == "feature":
+                for n in self.view.nodes:
+                    pools.setdefault(self.policy.pool_of(n.partitions, n.features),
+                                     []).append(n)
+            else:  # Policy.pool_of's first partition, inlined: one look per node
+                for n in self.view.nodes:
+                    pools.setdefault(n.partitions[0] if n.partitions else "default",
+                                     []).append(n)
+            self._pools = pools
         return self._pools.get(pool, [])
 
     def pool(self, name: str) -> str:
