@@ -10,6 +10,11 @@ from slurm_heal.policy.working import Working
 from slurm_heal.types import NodeInfo
 
 
+def marker(rem: Remediation) -> str:
+    """The reason our controller's cordon of ``rem`` sets (the one builder of it)."""
+    return reasons.format_marker(rem.fault, rem.id, "controller", f"for {rem.action.value}")
+
+
 class Cordon(Working):
     """Our marker on nodes: orphaned, unknown to the store, released."""
 

@@ -1,61 +1,109 @@
 """Escalation (SPEC E1-E3): the ladder, migrate's evidence, and the end of automatic
-work where a person takes over."""
+work where a person takes over.
+
+`climb` (E1/E2) and `migrate_refused` (E3) are pure: they return what they found as
+data (`Climb`, `MigrateRefused`), whose ``why`` is the audit text; nothing is parsed
+back out of a sentence.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
 
 from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy.facts import acted_at, ended_at
 from slurm_heal.policy.gates import Gates
+from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, Severity
 
 
+@dataclass(frozen=True, slots=True)
+class Climb:
+    """E1: ``fault`` came back on ``host`` after ``count`` ``action``s within ``window``:
+    the next step of the ladder is ``to`` (None: the ladder has ended)."""
+
+    fault: str
+    host: str
+    action: Action
+    count: int
+    window: timedelta
+    to: Action | None
+
+    @property
+    def why(self) -> str:
+        return (f"{self.fault} came back on {self.host} after {self.count} "
+                f"{self.action.value}s within {format_duration(self.window)}: "
+                + (f"{self.to.value} instead" if self.to else "the ladder has ended"))
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """E1's answer: the action to take (None: past the end of the ladder) and the
+    climbs that led to it (none: the catalog's action stands)."""
+
+    action: Action | None
+    climbs: tuple[Climb, ...] = ()
+
+    @property
+    def whys(self) -> list[str]:
+        return [c.why for c in self.climbs]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateRefused:
+    """E3: no critical alert now, nor on ``host`` within ``window``: rebuild instead."""
+
+    host: str
+    window: timedelta
+
+    @property
+    def why(self) -> str:
+        return (f"migrate needs evidence (a critical alert now or on {self.host} in the last "
+                f"{format_duration(self.window)}) and there is none: rebuild instead")
+
+
+def climb(w: Working, host: str, fault: str, action: Action) -> Ladder:
+    """SPEC E1/E2: climb the ladder while the same action already failed to hold."""
+    esc = w.policy.escalation
+    climbs: list[Climb] = []
+    since = w.now - esc.window
+    while True:
+        count = 0
+        for r in w.of_host(host):
+            acted = acted_at(r)
+            # E2: only executed attempts in the window; cancelled/withdrawn/denied
+            # (incl. faults that cleared on their own) never reach an act.
+            if (r.host == host and r.fault == fault and r.action is action
+                    and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
+                count += 1
+        if count < esc.repeats:
+            return Ladder(action, tuple(climbs))
+        # An action off the ladder (power_cycle, E4; reboot with a ladder that starts
+        # at rebuild) has no next step: repeating it ends the ladder too, never a loop.
+        i = esc.ladder.index(action) if action in esc.ladder else len(esc.ladder)
+        nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
+        climbs.append(Climb(fault, host, action, count, esc.window, nxt))
+        if nxt is None:
+            return Ladder(None, tuple(climbs))
+        action = nxt
+
+
+def migrate_refused(w: Working, node: str, host: str) -> MigrateRefused | None:
+    """SPEC E3: migrate needs a critical alert now or on this machine within 10 days."""
+    if any(a.severity is Severity.CRITICAL for a in w.active(node)):
+        return None
+    window = w.policy.escalation.migrate_evidence_window
+    since = w.now - window
+    for r in w.of_host(host):
+        if r.severity is Severity.CRITICAL and r.created >= since:
+            return None
+    return MigrateRefused(host, window)
+
+
 class Escalation(Gates):
-    """E1-E3: climbing the ladder and handing a node to a person."""
-
-    def e1(self, host: str, fault: str, action: Action) -> tuple[Action | None, list[str]]:
-        """SPEC E1/E2: climb the ladder while the same action already failed to hold.
-
-        Returns the action (None = past the end of the ladder) and the why of each climb.
-        """
-        esc = self.policy.escalation
-        whys: list[str] = []
-        while True:
-            since = self.now - esc.window
-            count = 0
-            for r in self.of_host(host):
-                acted = acted_at(r)
-                # E2: only executed attempts in the window; cancelled/withdrawn/denied
-                # (incl. faults that cleared on their own) never reach an act.
-                if (r.host == host and r.fault == fault and r.action is action
-                        and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
-                    count += 1
-            if count < esc.repeats:
-                return action, whys
-            # An action off the ladder (power_cycle, E4; reboot with a ladder that starts
-            # at rebuild) has no next step: repeating it ends the ladder too, never a loop.
-            i = esc.ladder.index(action) if action in esc.ladder else len(esc.ladder)
-            nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
-            whys.append(f"{fault} came back on {host} after {count} {action.value}s within "
-                        f"{format_duration(esc.window)}: "
-                        + (f"{nxt.value} instead" if nxt else "the ladder has ended"))
-            if nxt is None:
-                return None, whys
-            action = nxt
-
-    def e3(self, node: str, host: str, action: Action, rule: str,
-           why: str) -> tuple[Action, str, str]:
-        """SPEC E3: migrate needs a critical alert now or on this machine within 10 days."""
-        if any(a.severity is Severity.CRITICAL for a in self.active(node)):
-            return action, rule, why
-        since = self.now - self.policy.escalation.migrate_evidence_window
-        for r in self.of_host(host):
-            if r.severity is Severity.CRITICAL and r.created >= since:
-                return action, rule, why
-        return Action.REBUILD, "E3", (
-            f"{why}; migrate needs evidence (a critical alert now or on {host} in the last "
-            f"{format_duration(self.policy.escalation.migrate_evidence_window)}) and there is "
-            "none: rebuild instead")
+    """The end of automatic work: a failure climbs E1, the top of it goes to a person."""
 
     def with_a_person(self, name: str) -> bool:
         """SPEC E1: the node's latest remediation handed it to a person: nothing automatic

@@ -7,6 +7,7 @@ from slurm_heal import extra as extra_mod
 from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation, Work, remediation_id
+from slurm_heal.policy.escalation import climb, migrate_refused
 from slurm_heal.policy.facts import NOT_EVIDENCE, ended_at, host_of, iso
 from slurm_heal.policy.requests import Requests
 from slurm_heal.types import Action, Alert, NodeInfo
@@ -49,7 +50,8 @@ class Intake(Requests):
         rid = self.new_id(name, alert)
         if rid is None:
             return
-        chosen, whys = self.e1(host, alert.fault, action)
+        e1 = climb(self, host, alert.fault, action)
+        chosen, whys = e1.action, e1.whys
         rule = "P1"
         why = (f"{alert.fault} ({alert.severity.value}) on {name} since "
                f"{iso(alert.first_seen)}: {alert.summary or self.explain(alert.fault)}; "
@@ -62,10 +64,9 @@ class Intake(Requests):
             return
         e3_why = ""
         if chosen is Action.MIGRATE:
-            c2, r2, w2 = self.e3(name, host, chosen, rule, why)
-            if c2 is not chosen:
-                e3_why = w2.split("; ", 1)[-1] if "; " in w2 else w2
-                chosen = c2
+            refused = migrate_refused(self, name, host)
+            if refused is not None:
+                e3_why, chosen = refused.why, Action.REBUILD
         rem = Remediation(
             id=rid, node=name, host=host, pool=self.pool(name), fault=alert.fault,
             severity=alert.severity, action=chosen, origin="alert", automatic=True,

@@ -4,18 +4,18 @@ withdrawn (L4)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
-from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import EffectKind, Phase, Remediation, idempotency_key
 from slurm_heal.policy.acting import Acting
+from slurm_heal.policy.cordon import marker
 from slurm_heal.policy.facts import (
     CORDON_TRIES,
     POLL_EVERY,
     PRE_ACT,
     RESEND_TRIES,
-    STARTED,
     iso,
 )
 from slurm_heal.types import NodeInfo
@@ -71,29 +71,23 @@ class Lifecycle(Acting):
                             f"{rem.action.value} ran: the recommendation is withdrawn")
             self.release(rem, "withdrawn")
             return
-        if rem.phase is Phase.PROPOSED:
-            rem = self.approve(rem)
-            if rem.phase is not Phase.APPROVED:
-                return
+        HANDLERS[rem.phase](self, rem, node)
+
+    def proposed(self, rem: Remediation, node: NodeInfo) -> None:
+        rem = self.approve(rem)
         if rem.phase is Phase.APPROVED:
-            cleared = self.cleared_to_start(rem)
-            if cleared is None:
-                return
-            rem = cleared
-            self.effect("cordon", rem.node, rem, "cordon", why="no new jobs", rule="L1",
-                        reason=reasons.format_marker(rem.fault, rem.id, "controller",
-                                                     f"for {rem.action.value}"))
-            self.step(rem, "cordoned", "L1", f"drain {rem.node} (no new jobs) before the "
-                      f"{rem.action.value}")
-            return  # the next cycle sees the drain take effect
-        if rem.phase in STARTED:
-            self.wait_and_drain(rem, node)
+            self.approved(rem, node)
+
+    def approved(self, rem: Remediation, node: NodeInfo) -> None:
+        cleared = self.cleared_to_start(rem)
+        if cleared is None:
             return
-        if rem.phase is Phase.ACTING:
-            self.acting(rem)
-            return
-        if rem.phase is Phase.RETURNING:
-            self.returning(rem, node)
+        rem = cleared
+        self.effect("cordon", rem.node, rem, "cordon", why="no new jobs", rule="L1",
+                    reason=marker(rem))
+        self.step(rem, "cordoned", "L1", f"drain {rem.node} (no new jobs) before the "
+                  f"{rem.action.value}")
+        # the next cycle sees the drain take effect
 
     def wait_and_drain(self, rem: Remediation, node: NodeInfo) -> None:
         """SPEC P3 + L1: wait for jobs (at most max_wait), evict at the limit, then act."""
@@ -204,8 +198,7 @@ class Lifecycle(Acting):
                 return
             self.effect("cordon", rem.node, rem, "cordon", n, rule="L1",
                         why="no new jobs" + (" (again: the last cordon failed)" if n else ""),
-                        reason=reasons.format_marker(rem.fault, rem.id, "controller",
-                                                     f"for {rem.action.value}"))
+                        reason=marker(rem))
             if n:
                 self.record(rem.node, rem.phase.value, "L1", f"cordon of {rem.node} failed"
                             + (f" ({last.detail})" if last and last.detail else "")
@@ -228,8 +221,7 @@ class Lifecycle(Acting):
                 return
             self.effect("cordon", rem.node, rem, "cordon", same=last.key, rule="L1",
                         why="no new jobs (again, same key: the last cordon never reported an "
-                        "outcome)", reason=reasons.format_marker(
-                            rem.fault, rem.id, "controller", f"for {rem.action.value}"))
+                        "outcome)", reason=marker(rem))
             self.record(rem.node, rem.phase.value, "L1", f"the cordon of {rem.node} has had no "
                         f"outcome for {tmo} (the controller stopped before it ran?): sent again "
                         f"with the same key ({last.resent + 2} of {RESEND_TRIES + 1})", rem)
@@ -239,3 +231,20 @@ class Lifecycle(Acting):
                       "our cordon: the remediation is cancelled (the node is theirs now)")
             return
         self.wake(self.now + POLL_EVERY)  # in flight: the next snapshot shows the drain
+
+
+def _over(w: Lifecycle, rem: Remediation, node: NodeInfo) -> None:
+    """A closed remediation does not move (its closing step was its last)."""
+
+
+# SPEC L1: what moves a remediation on from each phase (ARCHITECTURE: a handler per phase).
+HANDLERS: dict[Phase, Callable[[Lifecycle, Remediation, NodeInfo], None]] = {
+    Phase.PROPOSED: Lifecycle.proposed,
+    Phase.APPROVED: Lifecycle.approved,
+    Phase.CORDONED: Lifecycle.wait_and_drain,
+    Phase.WAITING: Lifecycle.wait_and_drain,
+    Phase.DRAINING: Lifecycle.wait_and_drain,
+    Phase.ACTING: lambda w, rem, node: w.acting(rem),
+    Phase.RETURNING: Lifecycle.returning,
+    **{p: _over for p in Phase if p.terminal},
+}

@@ -8,6 +8,7 @@ from datetime import datetime
 from slurm_heal import reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.models import Breaker, Command, Pause, Phase, Remediation, remediation_id
+from slurm_heal.policy.escalation import migrate_refused
 from slurm_heal.policy.facts import PRE_ACT, host_of
 from slurm_heal.policy.lifecycle import Lifecycle
 from slurm_heal.types import REQUESTABLE_ACTIONS, Action, NodeInfo, Severity
@@ -142,7 +143,9 @@ class Requests(Lifecycle):
             why += f" ({text})"
         ev = self.evidence(node_name)
         if chosen is Action.MIGRATE:
-            chosen, rule, why = self.e3(node_name, host, chosen, rule, why)
+            refused = migrate_refused(self, node_name, host)
+            if refused is not None:
+                chosen, rule, why = Action.REBUILD, "E3", f"{why}; {refused.why}"
         rem = Remediation(
             id=rid, node=node_name, host=host, pool=self.pool(node_name), fault="request",
             severity=ev.severity if ev else Severity.WARNING, action=chosen,
