@@ -28,6 +28,7 @@ remediation held back would only keep its node drained). A held remediation gets
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -40,7 +41,8 @@ from slurm_heal.policy.intake import Intake
 from slurm_heal.policy.records import Records
 from slurm_heal.types import Alert, ClusterView
 
-__all__ = ["Records", "decide", "decide_counted", "host_of", "is_automatic"]
+__all__ = ["Effort", "Records", "decide", "decide_counted", "decide_effort", "host_of",
+           "is_automatic"]
 
 
 class _Decider(Intake):
@@ -110,6 +112,27 @@ def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
     return _Decider(view, state, now, policy, alerts, catalog, checks, records).run()
 
 
+@dataclass(frozen=True, slots=True)
+class Effort:
+    """What one decide() call looked at (issue 13, 20): how many stored remediations its
+    rules read, and the nodes they resolved a context for (in the order they did)."""
+
+    looked: int
+    contexts: tuple[str, ...]
+
+
+def decide_effort(view: ClusterView, state: State, now: datetime, policy: Policy,
+                  alerts: Mapping[str, Sequence[Alert]] | None = None, *,
+                  catalog: catalog_mod.Catalog | None = None,
+                  checks: Mapping[str, extra_mod.CheckData] | None = None,
+                  records: Records | None = None) -> tuple[Plan, Effort]:
+    """`decide`, and what it looked at: a cycle's work must follow the open work and
+    the nodes that changed, not the cluster's size (the tests hold it to that)."""
+    d = _Decider(view, state, now, policy, alerts, catalog, checks, records)
+    plan = d.run()
+    return plan, Effort(looked=d.touched, contexts=tuple(d.contexts))
+
+
 def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,
                    alerts: Mapping[str, Sequence[Alert]] | None = None) -> tuple[Plan, int]:
     """`decide`, plus how many stored remediations its rules looked at (issue 13).
@@ -120,6 +143,5 @@ def decide_counted(view: ClusterView, state: State, now: datetime, policy: Polic
     the tests hold it to that. (The indexing pass itself is linear in the store, whose
     size the daemon's retention bounds: docs/store.md.)
     """
-    d = _Decider(view, state, now, policy, alerts)
-    plan = d.run()
-    return plan, d.touched
+    plan, effort = decide_effort(view, state, now, policy, alerts)
+    return plan, effort.looked

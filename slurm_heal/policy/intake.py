@@ -8,7 +8,7 @@ from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation, Work, remediation_id
 from slurm_heal.policy.escalation import climb, migrate_refused
-from slurm_heal.policy.facts import NOT_EVIDENCE, ended_at, host_of, iso
+from slurm_heal.policy.facts import NOT_EVIDENCE, ended_at, iso
 from slurm_heal.policy.requests import Requests
 from slurm_heal.types import Action, Alert, NodeInfo
 
@@ -44,7 +44,7 @@ class Intake(Requests):
         alert, action = sorted(cands, key=lambda c: (
             -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
             c[0].fault))[0]
-        host = host_of(node, name)
+        host = self.ctx(name).host
         if self.with_a_person(name):
             return
         rid = self.new_id(name, alert)

@@ -9,7 +9,7 @@ from slurm_heal import reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.models import Breaker, Command, Pause, Phase, Remediation, remediation_id
 from slurm_heal.policy.escalation import migrate_refused
-from slurm_heal.policy.facts import PRE_ACT, host_of
+from slurm_heal.policy.facts import PRE_ACT
 from slurm_heal.policy.lifecycle import Lifecycle
 from slurm_heal.types import REQUESTABLE_ACTIONS, Action, NodeInfo, Severity
 
@@ -137,7 +137,7 @@ class Requests(Lifecycle):
                             f"dropped: {rid} already handled this very request "
                             f"({self.rems[rid].phase.value})", action=action)
             return False
-        host = host_of(node, node_name)
+        host = self.ctx(node_name).host
         chosen, rule, why = action, "Q1", f"{action.value} requested by {who}"
         if text:
             why += f" ({text})"

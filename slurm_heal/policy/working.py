@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
-from slurm_heal import reasons
 from slurm_heal.config import Policy
-from slurm_heal.errors import CatalogError
 from slurm_heal.models import (
     Decision,
     Effect,
@@ -26,9 +25,22 @@ from slurm_heal.models import (
     Step,
     idempotency_key,
 )
-from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, NOT_EVIDENCE, PHASES
+from slurm_heal.policy import facts
+from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
 from slurm_heal.policy.records import Records
-from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo, Severity
+from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContext:
+    """One node as the rules of one call see it: looked up once, by name."""
+
+    name: str
+    node: NodeInfo | None  # None: not in the snapshot
+    check: extra_mod.CheckData  # its validated check data (I2)
+    alerts: list[Alert]  # its active alerts, by fault and first seen
+    host: str  # the machine under it (E1, E3): `host_of`
+    pool: str  # its pool (S4, Q4, P2)
 
 
 class Working:
@@ -53,6 +65,7 @@ class Working:
         self.started_since = now - policy.safety.breaker_window
         self.nodes_by_name = {n.name: n for n in view.nodes}
         self._jobs: dict[str, list[JobInfo]] | None = None  # by node, on first use
+        self.contexts: dict[str, NodeContext] = {}  # each node the rules looked at
         self._pools: dict[str, list[NodeInfo]] | None = None
         self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
         self.effects: list[Effect] = []
@@ -158,11 +171,24 @@ class Working:
     def wake(self, t: datetime) -> None:
         self.wakes.append(t)
 
+    def ctx(self, name: str) -> NodeContext:
+        """The node as the rules see it in this call, resolved once (issue 20)."""
+        got = self.contexts.get(name)
+        if got is None:
+            node = self.nodes_by_name.get(name)
+            got = NodeContext(
+                name=name, node=node, check=self.check_data.get(name, NO_CHECK_DATA),
+                alerts=self.alerts.get(name, []), host=host_of(node, name),
+                pool=self.policy.pool_of(node.partitions, node.features) if node
+                else "default")
+            self.contexts[name] = got
+        return got
+
     def check_of(self, name: str) -> extra_mod.CheckData:
-        return self.check_data.get(name, NO_CHECK_DATA)
+        return self.ctx(name).check
 
     def node(self, name: str) -> NodeInfo | None:
-        return self.nodes_by_name.get(name)
+        return self.ctx(name).node
 
     def pool_members(self, pool: str) -> list[NodeInfo]:
         """The nodes of a pool (computed once per call, on first use)."""
@@ -180,64 +206,31 @@ class Working:
         return self._pools.get(pool, [])
 
     def pool(self, name: str) -> str:
-        n = self.node(name)
-        return self.policy.pool_of(n.partitions, n.features) if n else "default"
+        return self.ctx(name).pool
 
     def active(self, node: str, fault: str | None = None) -> list[Alert]:
-        out = self.alerts.get(node, [])
+        out = self.ctx(node).alerts
         return [a for a in out if fault is None or a.fault == fault]
 
     def fault_action(self, alert: Alert) -> Action:
         """The catalog's action for an alert (Xid 154 names its own; E4 power cut)."""
-        try:
-            fault = self.catalog.get(alert.fault)
-        except CatalogError:
-            return Action.NONE
-        if fault.record_only:
-            return Action.NONE
-        action = fault.action
-        if fault.recovery_action:
-            for ev in alert.evidence:
-                named = ev.data.get("recovery_action") if ev.data else None
-                if isinstance(named, str):
-                    action = self.catalog.recovery_action(named) or action
-        if fault.power_cut and self.policy.escalation.power_cycle:
-            action = Action.POWER_CYCLE  # SPEC E4 (preview, enabled by policy)
-        return action
+        return facts.fault_action(self.catalog, self.policy.escalation.power_cycle, alert)
 
     def evidence(self, node: str) -> Alert | None:
-        """P1: the worst active alert on the node that counts as a confirmed failure: not
-        Slurm's own state or the request channel (NOT_EVIDENCE), not a record-only fault
-        (D8: low disk space never causes a reboot), and at least a warning."""
-        cands = [a for a in self.active(node) if a.fault not in NOT_EVIDENCE
-                 and a.severity.rank >= Severity.WARNING.rank and not self.record_only(a.fault)]
-        if not cands:
-            return None
-        return sorted(cands, key=lambda a: (-a.severity.rank, a.fault))[0]
+        """P1: the worst active alert on the node that counts as a confirmed failure."""
+        return facts.evidence(self.catalog, self.active(node))
 
     def record_only(self, fault: str) -> bool:
-        try:
-            return self.catalog.get(fault).record_only
-        except CatalogError:
-            return False  # a site's own fault: its severity decides
+        return facts.record_only(self.catalog, fault)
 
     def healthy_but_for_us(self, node: str) -> bool:
         """No active alert that would itself keep the node out of service."""
-        for a in self.active(node):
-            try:
-                f = self.catalog.get(a.fault)
-            except CatalogError:
-                continue
-            if f.cordon or a.severity is Severity.CRITICAL:
-                return False
-        return True
+        return not facts.keeps_out(self.catalog, self.active(node))
 
     def foreign(self, node: NodeInfo) -> bool:
         """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
         request: a person (or Slurm) owns the node, and we never cordon or resume it."""
-        return bool((node.down or node.drained) and node.reason
-                    and not reasons.is_ours(node.reason)
-                    and not reasons.is_request(node.reason))
+        return facts.foreign(node)
 
     def jobs(self, node: str) -> list[int]:
         if self._jobs is None:
@@ -252,7 +245,4 @@ class Working:
         return self.ix.open_all()
 
     def explain(self, fault: str) -> str:
-        try:
-            return self.catalog.get(fault).explanation
-        except CatalogError:
-            return fault
+        return facts.explain(self.catalog, fault)

@@ -17,6 +17,7 @@ from slurm_heal.config import policy_from_dict
 from slurm_heal.extra import CheckCache, parse_extra, read_check_data
 from slurm_heal.models import Plan, State
 from slurm_heal.policy import decide
+from slurm_heal.policy.engine import decide_effort
 from slurm_heal.policy.incremental import Decide
 from slurm_heal.policy.records import Records
 from slurm_heal.simulation import Simulation, parse_scenario
@@ -73,6 +74,37 @@ def test_extra_is_validated_once_per_change_of_its_text_and_plans_stay_the_same(
         state = applied(state, plan)
     assert counts == [NODES, 0, 3, 0, 1]
     assert {r.node for r in state.remediations} == {"n005", "n047", "n099"}
+
+
+def test_a_cycle_resolves_contexts_for_the_nodes_with_something_going_on() -> None:
+    """Issue 20: the rules resolve a node's context (node, check data, alerts, pool,
+    machine) once per call, and only for nodes with something going on: none on a
+    quiet cluster, the three alerting nodes once their alerts arrive (and while their
+    remediations are open), never the other 117; Extra is validated for the nodes
+    whose text changed."""
+    texts = {i: extra(f"n{i:03d}", T0) for i in range(NODES)}
+    cache = CheckCache()
+    records: Records | None = None
+    state = State()
+    contexts, parses = [], []
+    for k, changed in enumerate(((), (), (5, 47, 99), (), (47,), ())):
+        now = T0 + timedelta(seconds=30 * k)
+        for i in changed:
+            texts[i] = extra(f"n{i:03d}", now, fault="gpu.xid.119")
+        view = snapshot(texts)
+        before = cache.parses
+        checks = cache.read_view(view.nodes, now)
+        parses.append(cache.parses - before)
+        records = Records.of(state.remediations, records)
+        plan, effort = decide_effort(view, state, now, POLICY, checks=checks, records=records)
+        assert len(effort.contexts) == len(set(effort.contexts))  # once per call
+        contexts.append(set(effort.contexts))
+        assert plan == decide(view, state, now, POLICY)
+        state = applied(state, plan)
+    alerting = {"n005", "n047", "n099"}
+    assert parses == [NODES, 0, 3, 0, 1, 0]
+    assert contexts == [set(), set(), alerting, alerting, alerting, alerting]
+    assert {r.node for r in state.remediations} == alerting
 
 
 def test_a_node_gone_from_the_snapshot_is_forgotten_and_read_again_when_back() -> None:
