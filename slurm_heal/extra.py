@@ -26,7 +26,7 @@ whose check data cannot be read. It never raises: one node's Extra never stops a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -301,6 +301,12 @@ class CheckCache:
         # at any now at or after "valid from" (FOREVER_STALE: read again every time).
         self._seen: dict[str, tuple[str, object, CheckData, datetime]] = {}
         self.parses = 0
+        # The last snapshot: (names, text keys, result, names repeat?, valid-from times
+        # of the time-dependent reads, the parsed Extra objects the keys name).
+        self._last: tuple[list[str], list[object], CheckMap, bool, list[Any]] | None = None
+        # From when on every kept read holds (the latest "valid from" of them; only
+        # ever later than the truth, which sends a snapshot the per-node path).
+        self._valid_from = EARLIEST
 
     def _parse(self, node: str, raw: str,
                extra: dict[str, Any] | None) -> tuple[str, object, CheckData, datetime]:
@@ -311,6 +317,8 @@ class CheckCache:
             ctx.latest - MAX_AHEAD if ctx.latest is not None else EARLIEST)
         hit = (raw, extra, data, valid_from)
         self._seen[node] = hit
+        if valid_from > self._valid_from:
+            self._valid_from = valid_from
         return hit
 
     def read(self, node: str, raw: str, extra: dict[str, Any] | None,
@@ -323,26 +331,59 @@ class CheckCache:
             return read_check_data(node, extra, now)  # rare: depends on the time
         return hit[2]
 
-    def read_view(self, nodes: Iterable[Any], now: datetime) -> CheckMap:
+    def read_view(self, nodes: Sequence[Any], now: datetime) -> CheckMap:
         """Every node's CheckData (``nodes``: NodeInfo-like, with name, extra_raw,
-        extra); nodes no longer present are forgotten."""
+        extra); nodes no longer present are forgotten.
+
+        A snapshot of the same nodes as the last one is compared with it text by text
+        (list comparisons, not a loop in Python): when no text changed, the last
+        result is handed out again, and otherwise only the nodes whose text changed
+        are read."""
         ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
-        seen = self._seen
+        names = [n.name for n in nodes]
+        keys = [n.extra_raw or id(n.extra) for n in nodes]
+        last = self._last
+        if last is not None and not last[3] and self._valid_from <= ref and last[0] == names:
+            _, old_keys, out, _, _ = last
+            if keys == old_keys:
+                return out
+            changed = [i for i, (k, o) in enumerate(zip(keys, old_keys, strict=True)) if k != o]
+            if len(changed) * 8 < len(names):  # a few: the rest stays as it was
+                kept = dict.fromkeys(out.flagged)
+                out = CheckMap(out)
+                for i in changed:
+                    n = nodes[i]
+                    data = self.read(n.name, n.extra_raw, n.extra, now)
+                    out[n.name] = data
+                    if data.alerts or data.problem:
+                        kept[n.name] = None
+                    else:
+                        kept.pop(n.name, None)
+                out.flagged = tuple(kept)
+                self._remember(names, keys, out, nodes, ref)
+                return out
         out = CheckMap()
         flagged = []
         for n in nodes:
-            name, raw = n.name, n.extra_raw
-            hit = seen.get(name)
-            if hit is None or hit[0] != raw or (not raw and hit[1] is not n.extra):
-                hit = self._parse(name, raw, n.extra)
-            data = hit[2] if ref >= hit[3] else read_check_data(name, n.extra, now)
-            out[name] = data
+            data = self.read(n.name, n.extra_raw, n.extra, now)
+            out[n.name] = data
             if data.alerts or data.problem:
-                flagged.append(name)
+                flagged.append(n.name)
         out.flagged = tuple(flagged)
-        if len(seen) > len(out):
-            self._seen = {k: v for k, v in seen.items() if k in out}
+        if len(self._seen) > len(out):
+            self._seen = {k: v for k, v in self._seen.items() if k in out}
+        self._valid_from = max((hit[3] for hit in self._seen.values()), default=EARLIEST)
+        self._remember(names, keys, out, nodes, ref)
         return out
+
+    def _remember(self, names: list[str], keys: list[object], out: CheckMap,
+                  nodes: Sequence[Any], ref: datetime) -> None:
+        # Kept with the result: whether it may be handed out again (not when a name
+        # appears twice, nor when a read in it depended on the time), and the parsed
+        # Extra objects (so the id of one, used as a key, is not handed out to another
+        # while it is compared against).
+        again = len(out) == len(names) and self._valid_from <= ref
+        self._last = (names, keys, out, not again, [n.extra for n in nodes])
 
 
 def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:

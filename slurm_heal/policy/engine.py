@@ -57,8 +57,7 @@ class _Decider(Intake):
         # or start (every rule below returns at once for the others): a healthy node of a
         # 100k-node cluster costs one look here, nothing more (issue 13).
         # Check data that cannot be read is recorded too (I2).
-        names = {n.name for n in self.view.nodes
-                 if n.reason or "DOWN" in n.states or "DRAIN" in n.states}
+        names = self.with_reason_or_out()
         names.update(name for name, alerts in self.alerts.items() if alerts)
         names.update(name for name in self.unreadable if name in self.nodes_by_name)
         nodes = [self.nodes_by_name[name] for name in sorted(names)]

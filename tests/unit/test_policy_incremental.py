@@ -134,6 +134,17 @@ def test_data_whose_validity_depends_on_the_time_is_read_as_at_that_time() -> No
     assert cache.read("n1", raw_ahead, parse_extra(raw_ahead), T0).problem is not None
     assert cache.read("n1", raw_ahead, parse_extra(raw_ahead), T0 + timedelta(days=3)).problem \
         is None
+    # The same through a whole snapshot read again unchanged (the path that hands out
+    # the last result): the verdict still follows the time.
+    texts = {i: extra(f"n{i:03d}", T0) for i in range(NODES)}
+    texts[7] = raw_ahead
+    view = snapshot(texts)
+    cache = CheckCache()
+    for now in (T0, T0 + timedelta(days=1, hours=1), T0 + timedelta(days=3), T0):
+        for _ in range(2):
+            got = cache.read_view(snapshot(texts).nodes, now)
+            assert got == {n.name: read_check_data(n.name, n.extra, now) for n in view.nodes}
+            assert set(got.flagged) == {k for k, v in got.items() if v.alerts or v.problem}
 
 
 def test_a_node_built_without_its_text_is_keyed_by_its_parsed_extra() -> None:
