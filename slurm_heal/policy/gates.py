@@ -55,7 +55,7 @@ def breaker_hold(w: Working, rem: Remediation) -> Hold | None:
     since = w.now - pol.breaker_window
     if w.breaker.reset_at and w.breaker.reset_at > since:
         since = w.breaker.reset_at  # a reset starts a fresh count
-    starts = sum(1 for i in w.ix.recent_starts(w.started_since) if i != rem.id
+    starts = sum(1 for i in w.ix.recent_starts() if i != rem.id
                  and (t := w.rems[i].phase_times.get("cordoned")) is not None and t >= since)
     if starts < pol.breaker_threshold:
         return None

@@ -25,7 +25,8 @@ class Records:
     """The remediations of a store, indexed by id, node, machine and phase."""
 
     __slots__ = ("source", "rems", "pos", "order", "by_node", "by_host", "open_by_node",
-                 "started_ids", "auto_cordoned", "unsettled", "known", "looked")
+                 "started_ids", "auto_cordoned", "unsettled", "known", "looked", "since",
+                 "recent")
 
     def __init__(self) -> None:
         self.source: tuple[Remediation, ...] = ()  # the store's records this indexes
@@ -40,6 +41,9 @@ class Records:
         self.unsettled: dict[str, None] = {}  # with an attempt that has no outcome (L1)
         self.known: dict[str, None] = {}  # on record before this call (I5)
         self.looked = 0
+        # A fork's: the S5 window's start and the automatic starts within it.
+        self.since: datetime | None = None
+        self.recent: dict[str, None] = {}
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -108,10 +112,14 @@ class Records:
         out.looked = 0
         return out
 
-    def fork(self) -> Records:
+    def fork(self, since: datetime | None = None) -> Records:
         """A copy to change: the containers are copied, the lists and inner maps are
-        copied by `put` before it changes them."""
+        copied by `put` before it changes them. ``since``: the start of the S5 window,
+        from which on the automatic starts are kept at hand (`recent_starts`)."""
         out = Records()
+        if since is not None:
+            out.since = since
+            out.recent = {i: None for i, t in self.auto_cordoned.items() if t >= since}
         out.source = self.source
         out.rems = dict(self.rems)
         out.pos = dict(self.pos)
@@ -152,6 +160,11 @@ class Records:
             self.auto_cordoned[rid] = t
         else:
             self.auto_cordoned.pop(rid, None)
+        if self.since is not None:
+            if t is not None and t >= self.since and rid in self.auto_cordoned:
+                self.recent[rid] = None
+            else:
+                self.recent.pop(rid, None)
         if any(a.outcome is None for a in rem.attempts):
             self.unsettled[rid] = None
         else:
@@ -188,9 +201,9 @@ class Records:
         return self._hand(i for i in sorted(self.started_ids, key=self.pos.__getitem__)
                           if i != but)
 
-    def recent_starts(self, since: datetime) -> list[str]:
-        """Automatic remediations cordoned at ``since`` or later (S5)."""
-        out = [i for i, t in self.auto_cordoned.items() if t >= since]
+    def recent_starts(self) -> list[str]:
+        """Automatic remediations cordoned within the S5 window of this fork."""
+        out = list(self.recent)
         self.looked += len(out)
         return out
 

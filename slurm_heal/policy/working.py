@@ -65,9 +65,9 @@ class Working:
         # (issue 20: ``records``, the index of the last cycle's store), else built here.
         if records is None or records.source is not state.remediations:
             records = Records.of(state.remediations, records)
-        self.ix = records.fork()
-        self.rems = self.ix.rems
         self.started_since = now - policy.safety.breaker_window
+        self.ix = records.fork(self.started_since)
+        self.rems = self.ix.rems
         # The passes over every node run in C (map, zip, compress), not in Python: at
         # 100,000 nodes a Python loop is a good part of a quiet cycle (issue 20).
         self.names = list(map(_NAME, view.nodes))
