@@ -15,6 +15,7 @@ process's user + system) is the steadier of the two. Sizes and seeds are fixed
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -93,17 +94,22 @@ def quiet_before(view: ClusterView) -> ClusterView:
 
 def cycle_after(runs: int, before: tuple[ClusterView, State, datetime],
                 now: tuple[ClusterView, State, datetime]) -> tuple[float, float, Plan]:
-    """One cycle as the controller runs it (`Decide`: check data kept since the cycle
-    ``before``, which each run replays untimed first), timed: median wall, CPU, plan."""
+    """One cycle as the controller runs it (`Decide`: check data and the store's index
+    kept since the cycle ``before``, which each run replays untimed first; the snapshot
+    and the store frozen out of the garbage collector's way, as Controller.cycle does),
+    timed: median wall, CPU, plan."""
     wall, cpu = [], []
     plan = Plan()
     for _ in range(runs):
         run = Decide()
         run(*before, POLICY)
+        gc.collect()
+        gc.freeze()
         c, t = time.process_time(), time.perf_counter()
         plan = run(*now, POLICY)
         wall.append((time.perf_counter() - t) * 1000)
         cpu.append((time.process_time() - c) * 1000)
+        gc.unfreeze()
     return statistics.median(wall), statistics.median(cpu), plan
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import slurm_heal.policy.facts as facts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
@@ -27,7 +28,6 @@ from slurm_heal.models import (
     Step,
     idempotency_key,
 )
-from slurm_heal.policy import facts
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
 from slurm_heal.policy.records import Records
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
