@@ -1,5 +1,6 @@
-"""Controller-side benchmarks (issue 13): decide() at 1k/10k/100k nodes, the whole cycle,
-`simulate` of a 10k-node day, the store's write. Called by benchmarks/run.py; alone:
+"""Controller-side benchmarks (issues 13, 20): decide() at 1k/10k/100k nodes cycle after
+cycle (creating, next, nothing changed), the whole cycle, `simulate` of a 10k-node day,
+the store's write. Called by benchmarks/run.py; alone:
 
     python benchmarks/controller.py [--quick]
     python benchmarks/controller.py --cycle-once DIR   (one cycle in this process on a
