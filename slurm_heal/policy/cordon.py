@@ -34,7 +34,7 @@ class Cordon(Working):
         name = node.name
         if self.ix.has_open(name):
             return
-        if any(e.node == name and e.kind in ("release", "resume") for e in self.effects):
+        if ("undo", name) in self.planned:
             return  # released by a command in this very call
         if self.unknown_marker(node) is not None:
             self.unrecorded(node)

@@ -181,7 +181,7 @@ class Lifecycle(Acting):
         remediation that waits forever holding its S3/S4 slot."""
         cordons = [a for a in rem.attempts if a.effect == "cordon"]
         last = cordons[-1] if cordons else None
-        sent_now = any(e.kind == "cordon" and e.remediation == rem.id for e in self.effects)
+        sent_now = ("cordon", rem.id) in self.planned
         if sent_now:
             pass  # cordoned in this very decide() call (a command or a new request)
         elif last is None or last.outcome == "failed":

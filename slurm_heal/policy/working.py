@@ -74,6 +74,9 @@ class Working:
         self.nodes_by_name = dict(zip(self.names, view.nodes, strict=True))
         self._jobs: dict[str, list[JobInfo]] | None = None  # by node, on first use
         self.contexts: dict[str, NodeContext] = {}  # each node the rules looked at
+        # (kind, remediation id or node) of each effect planned in this call, and
+        # ("undo", node) for a release or resume: asked per node, not by a scan.
+        self.planned: set[tuple[str, str]] = set()
         self._pools: dict[str, list[NodeInfo]] | None = None
         self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
         self.effects: list[Effect] = []
@@ -175,6 +178,9 @@ class Working:
                                    action=rem.action if rem else Action.NONE,
                                    key=same or idempotency_key(base, step, n),
                                    resend=same is not None, **fields))
+        self.planned.add((kind, rem.id if rem else f"node:{node}"))
+        if kind in ("release", "resume"):
+            self.planned.add(("undo", node))
 
     def wake(self, t: datetime) -> None:
         self.wakes.append(t)
