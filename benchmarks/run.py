@@ -20,9 +20,11 @@ Node side:
 Targets (docs/checks.md): full check <= 100 ms median (also with every detector on),
 scanning >= 500 MB/s.
 
-Controller side (benchmarks/controller.py, issue 13): decide() at 1k/10k/100k nodes, the
-whole cycle at 10k (Slurm JSON parsed, load, decide, store write), peak memory at 100k,
-`simulate` of a 10k-node day, the store's write. With ``--lab`` (slow: it starts a
+Controller side (benchmarks/controller.py, issues 13 and 20): decide() at 1k/10k/100k
+nodes (the cycle that creates 2 % of the remediations, the next one, one where nothing
+changed), the whole cycle at 10k (Slurm JSON parsed, load, decide, store write), peak
+memory at 100k, `simulate` of a 10k-node day (200 alerts one a minute, and at random
+times), the store's write. With ``--lab`` (slow: it starts a
 private Slurm lab), fault to drain on the lab (benchmarks/fault_to_drain.py).
 
 Benchmarks are never run by the test suite. ``--markdown`` prints the table as the

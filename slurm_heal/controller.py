@@ -20,6 +20,7 @@ flight without acting again.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import signal
@@ -155,8 +156,10 @@ class Controller:
                  audit_retention: timedelta | None = None,
                  validator: Any | None = None) -> None:
         if decide is None:
-            from slurm_heal.policy import decide as real_decide
-            decide = real_decide
+            # Issue 20: the real decide(), with each node's check data kept between
+            # cycles (validated once per change of its Extra).
+            from slurm_heal.policy.incremental import Decide
+            decide = Decide()
         self.slurm = slurm
         self.provider = provider
         self.store = store
@@ -179,12 +182,16 @@ class Controller:
     def cycle(self) -> CycleReport:
         started = time.monotonic()
         now = self.clock()
+        gc.unfreeze()  # the last cycle's snapshot may be collected again
         view = self.slurm.snapshot()
         try:
             state: State = self.store.load()
         except StoreCorrupt as exc:  # house style 5: fail closed until a person acts
             log.error("store is corrupt, nothing disruptive runs until a person acts: %s", exc)
             return CycleReport(at=now, failed_closed=str(exc))
+        # Issue 20: the snapshot and the store live for the whole cycle; frozen, the
+        # garbage collector does not scan them over and over while decide() runs.
+        gc.freeze()
         plan = self._decide(view, state, now, self.policy)
         before = state
         state, mine = self.store.apply(plan, now)

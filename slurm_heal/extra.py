@@ -26,6 +26,7 @@ whose check data cannot be read. It never raises: one node's Extra never stops a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -47,6 +48,8 @@ MAX_TEXT = 400
 # engine's arithmetic).
 MAX_AHEAD = timedelta(days=1)
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# CheckCache: a read that took the time as a default is valid at no time of its own.
+_STALE = datetime.max.replace(tzinfo=timezone.utc)
 # The record-only fault a node with unreadable check data gets (catalog.toml).
 UNREADABLE = "check.data_unreadable"
 
@@ -172,7 +175,26 @@ def _want(value: Any, kind: type, where: str, what: str) -> Any:
     return value
 
 
-def _time(value: Any, where: str, now: datetime) -> datetime:
+class _Ctx:
+    """What a read is checked against: ``now`` (None: a read that does not depend on the
+    time; see `CheckCache`), and what such a read learns: the latest time it saw and
+    whether it needed ``now`` (an alert without ``first_seen`` takes it)."""
+
+    __slots__ = ("now", "latest", "uses_now")
+
+    def __init__(self, now: datetime | None) -> None:
+        self.now = now
+        self.latest: datetime | None = None
+        self.uses_now = False
+
+    def default(self) -> datetime:
+        if self.now is None:
+            self.uses_now = True
+            return EARLIEST
+        return self.now
+
+
+def _time(value: Any, where: str, ctx: _Ctx) -> datetime:
     _want(value, str, where, "an ISO-8601 time with a time zone")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
@@ -182,13 +204,18 @@ def _time(value: Any, where: str, now: datetime) -> datetime:
         raise _Bad(f"{where}: {value[:40]!r} has no time zone")
     if parsed < EARLIEST:
         raise _Bad(f"{where}: {value[:40]!r} is before 1970")
+    now = ctx.now
+    if now is None:
+        if ctx.latest is None or parsed > ctx.latest:
+            ctx.latest = parsed
+        return parsed
     ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
     if parsed - ref > MAX_AHEAD:
         raise _Bad(f"{where}: {value[:40]!r} is in the future")
     return parsed
 
 
-def _evidence(raw: Any, where: str, now: datetime) -> Evidence:
+def _evidence(raw: Any, where: str) -> Evidence:
     _want(raw, dict, where, "an object")
     source = _want(raw.get("source", ""), str, f"{where}.source", "a string")
     text = _want(raw.get("text", ""), str, f"{where}.text", "a string")
@@ -202,7 +229,7 @@ def _evidence(raw: Any, where: str, now: datetime) -> Evidence:
     return Evidence(source=source, text=text, at=at, data=dict(data))
 
 
-def _alert(node: str, raw: Any, where: str, now: datetime) -> Alert:
+def _alert(node: str, raw: Any, where: str, ctx: _Ctx) -> Alert:
     _want(raw, dict, where, "an object")
     fault = _want(raw.get("fault"), str, f"{where}.fault", "a fault id (a string)")
     if not fault:
@@ -214,9 +241,9 @@ def _alert(node: str, raw: Any, where: str, now: datetime) -> Alert:
         raise _Bad(f"{where}.severity: {sev[:40]!r} is not info, warning or critical") from None
     summary = _want(raw.get("summary", ""), str, f"{where}.summary", "a string")
     detector = _want(raw.get("detector", ""), str, f"{where}.detector", "a string")
-    first = _time(raw["first_seen"], f"{where}.first_seen", now) \
-        if raw.get("first_seen") is not None else now
-    last = _time(raw["last_seen"], f"{where}.last_seen", now) \
+    first = _time(raw["first_seen"], f"{where}.first_seen", ctx) \
+        if raw.get("first_seen") is not None else ctx.default()
+    last = _time(raw["last_seen"], f"{where}.last_seen", ctx) \
         if raw.get("last_seen") is not None else first
     evidence = raw.get("evidence")
     if evidence is None:
@@ -224,11 +251,11 @@ def _alert(node: str, raw: Any, where: str, now: datetime) -> Alert:
     _want(evidence, list, f"{where}.evidence", "a list")
     return Alert(node=node, fault=fault, severity=severity, summary=summary,
                  detector=detector, first_seen=first, last_seen=last,
-                 evidence=tuple(_evidence(e, f"{where}.evidence[{i}]", now)
+                 evidence=tuple(_evidence(e, f"{where}.evidence[{i}]")
                                 for i, e in enumerate(evidence)))
 
 
-def _read(node: str, extra: dict[str, Any], now: datetime) -> CheckData:
+def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
     host: str | None = None
     moved = extra.get(HOST_KEY)
     if moved is not None:
@@ -243,13 +270,13 @@ def _read(node: str, extra: dict[str, Any], now: datetime) -> CheckData:
         _want(ours["v"], int, f"{KEY}.v", "a version number")
     if host is None and ours.get("host") is not None:
         host = _want(ours["host"], str, f"{KEY}.host", "a string") or None
-    checked = _time(ours["checked_at"], f"{KEY}.checked_at", now) \
+    checked = _time(ours["checked_at"], f"{KEY}.checked_at", ctx) \
         if ours.get("checked_at") is not None else None
     alerts = ours.get("alerts")
     if alerts is None:
         alerts = []
     _want(alerts, list, f"{KEY}.alerts", "a list")
-    return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", now)
+    return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
                                   for i, a in enumerate(alerts)),
                      checked_at=checked, host=host)
 
@@ -262,18 +289,133 @@ def read_check_data(node: str, extra: dict[str, Any] | None, now: datetime) -> C
     CheckData with ``problem`` naming it and nothing else: the node's check data cannot
     be read (an alert of a bad entry is not trusted more than the rest of the entry).
     """
+    return _checked(node, extra, _Ctx(now))
+
+
+def _checked(node: str, extra: dict[str, Any] | None, ctx: _Ctx) -> CheckData:
     if not extra:
         return CheckData()
     if not isinstance(extra, dict):
         return CheckData(problem=f"Extra: expected an object, got {_kind(extra)}")
     try:
-        return _read(node, extra, now)
+        return _read(node, extra, ctx)
     except _Bad as exc:
         return CheckData(problem=str(exc))
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # Anything the checks above did not foresee is still this node's bad data.
         return CheckData(problem=f"{KEY}: unreadable ({exc.__class__.__name__}: "
                                  f"{str(exc)[:120]})")
+
+
+class CheckMap(dict[str, CheckData]):
+    """Each node's CheckData by node name; ``flagged``: the nodes whose data has alerts
+    or a problem (all the others have nothing for the rules to look at)."""
+
+    flagged: tuple[str, ...] = ()
+
+
+class CheckCache:
+    """Each node's check data, validated once per change of its Extra (SPEC I2; issue 20).
+
+    Kept by whoever reads the cluster cycle after cycle (the controller, simulate): a
+    node whose Extra text is the one of the last cycle gets the CheckData read then,
+    so a cycle validates the nodes whose check published something new, not the whole
+    cluster. The text is the key (``extra_raw``); a node built without it (simulate,
+    tests) is keyed by its parsed ``extra`` object. The result is the one
+    `read_check_data` gives at ``now``: data whose validity depends on the time (a time
+    more than MAX_AHEAD ahead, an alert without ``first_seen``) is read again each time.
+    ``parses`` counts the validations done (what the work-counting test holds to the
+    changed nodes).
+    """
+
+    def __init__(self) -> None:
+        # node -> (raw text, parsed Extra, CheckData, valid from): the CheckData holds
+        # at any now at or after "valid from" (FOREVER_STALE: read again every time).
+        self._seen: dict[str, tuple[str, object, CheckData, datetime]] = {}
+        self.parses = 0
+        # The last snapshot: (names, text keys, result, names repeat?, valid-from times
+        # of the time-dependent reads, the parsed Extra objects the keys name).
+        self._last: tuple[list[str], list[object], CheckMap, bool, list[Any]] | None = None
+        # From when on every kept read holds (the latest "valid from" of them; only
+        # ever later than the truth, which sends a snapshot the per-node path).
+        self._valid_from = EARLIEST
+
+    def _parse(self, node: str, raw: str,
+               extra: dict[str, Any] | None) -> tuple[str, object, CheckData, datetime]:
+        ctx = _Ctx(None)
+        data = _checked(node, extra, ctx)
+        self.parses += 1
+        valid_from = _STALE if ctx.uses_now else (
+            ctx.latest - MAX_AHEAD if ctx.latest is not None else EARLIEST)
+        hit = (raw, extra, data, valid_from)
+        self._seen[node] = hit
+        if valid_from > self._valid_from:
+            self._valid_from = valid_from
+        return hit
+
+    def read(self, node: str, raw: str, extra: dict[str, Any] | None,
+             now: datetime) -> CheckData:
+        hit = self._seen.get(node)
+        if hit is None or hit[0] != raw or (not raw and hit[1] is not extra):
+            hit = self._parse(node, raw, extra)
+        ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+        if ref < hit[3]:
+            return read_check_data(node, extra, now)  # rare: depends on the time
+        return hit[2]
+
+    def read_view(self, nodes: Sequence[Any], now: datetime) -> CheckMap:
+        """Every node's CheckData (``nodes``: NodeInfo-like, with name, extra_raw,
+        extra); nodes no longer present are forgotten.
+
+        A snapshot of the same nodes as the last one is compared with it text by text
+        (list comparisons, not a loop in Python): when no text changed, the last
+        result is handed out again, and otherwise only the nodes whose text changed
+        are read."""
+        ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
+        names = [n.name for n in nodes]
+        keys = [n.extra_raw or id(n.extra) for n in nodes]
+        last = self._last
+        if last is not None and not last[3] and self._valid_from <= ref and last[0] == names:
+            _, old_keys, out, _, _ = last
+            if keys == old_keys:
+                return out
+            changed = [i for i, (k, o) in enumerate(zip(keys, old_keys, strict=True)) if k != o]
+            if len(changed) * 8 < len(names):  # a few: the rest stays as it was
+                kept = dict.fromkeys(out.flagged)
+                out = CheckMap(out)
+                for i in changed:
+                    n = nodes[i]
+                    data = self.read(n.name, n.extra_raw, n.extra, now)
+                    out[n.name] = data
+                    if data.alerts or data.problem:
+                        kept[n.name] = None
+                    else:
+                        kept.pop(n.name, None)
+                out.flagged = tuple(kept)
+                self._remember(names, keys, out, nodes, ref)
+                return out
+        out = CheckMap()
+        flagged = []
+        for n in nodes:
+            data = self.read(n.name, n.extra_raw, n.extra, now)
+            out[n.name] = data
+            if data.alerts or data.problem:
+                flagged.append(n.name)
+        out.flagged = tuple(flagged)
+        if len(self._seen) > len(out):
+            self._seen = {k: v for k, v in self._seen.items() if k in out}
+        self._valid_from = max((hit[3] for hit in self._seen.values()), default=EARLIEST)
+        self._remember(names, keys, out, nodes, ref)
+        return out
+
+    def _remember(self, names: list[str], keys: list[object], out: CheckMap,
+                  nodes: Sequence[Any], ref: datetime) -> None:
+        # Kept with the result: whether it may be handed out again (not when a name
+        # appears twice, nor when a read in it depended on the time), and the parsed
+        # Extra objects (so the id of one, used as a key, is not handed out to another
+        # while it is compared against).
+        again = len(out) == len(names) and self._valid_from <= ref
+        self._last = (names, keys, out, not again, [n.extra for n in nodes])
 
 
 def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:

@@ -82,13 +82,14 @@ TERMINAL_PHASES = frozenset({Phase.DONE, Phase.FAILED, Phase.CANCELLED, Phase.WI
 DISRUPTIVE_PHASES = frozenset({Phase.CORDONED, Phase.WAITING, Phase.DRAINING, Phase.ACTING,
                                Phase.RETURNING})
 
-# Phases a decision record may carry: the remediation phases plus two that are not
-# states of a remediation: "escalated" (E1 changed the action) and "blocked" (a limit
-# held it back; the limit's rule id is the record's rule).
+# Phases a decision record may carry: the remediation phases plus those that are not
+# states of a remediation: "escalated" (E1 changed the action), "blocked" (a limit
+# held it back; the limit's rule id is the record's rule), "alert" and "notified"
+# (observations, D5/D8/I2) and "released" (an orphaned cordon of ours undone, L1).
 RecordPhase = Literal[
     "proposed", "approved", "denied", "cordoned", "waiting", "draining", "acting",
     "returning", "done", "failed", "cancelled", "withdrawn", "escalated", "blocked",
-    "alert", "notified",
+    "alert", "notified", "released",
 ]
 
 
@@ -203,7 +204,7 @@ class Remediation(Stored):
     phase_times: dict[str, datetime] = Field(default_factory=dict)  # phase -> first entry
     steps: tuple[Step, ...] = ()
     attempts: tuple[Attempt, ...] = ()
-    next_check: datetime | None = None
+    # (``next_check``, never used, is gone: an older store's key is kept as it is.)
     data: Work = Field(default_factory=Work)  # decide()'s working state (typed, see Work)
 
     @property

@@ -31,7 +31,7 @@ from slurm_heal import jsonsafe, reasons
 from slurm_heal.config import Policy, parse_duration, policy_from_dict
 from slurm_heal.errors import CatalogError, ConfigError, ReasonError, ScenarioError
 from slurm_heal.models import Attempt, Command, Decision, Effect, Plan, Remediation, State
-from slurm_heal.policy import decide
+from slurm_heal.policy.incremental import Decide
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
 
 EVENT_TYPES = ("alert", "clear", "job", "approve", "deny", "cancel", "request", "action_fails",
@@ -76,6 +76,8 @@ class Scenario:
     expect: tuple[dict[str, Any], ...] = ()
     expect_not: tuple[dict[str, Any], ...] = ()
     description: str = ""
+    # The fault catalog the scenario was read with, and decide() is given (issue 20).
+    catalog: catalog_mod.Catalog | None = None
 
 
 def _time(value: Any, start: datetime | None, where: str) -> datetime:
@@ -111,7 +113,8 @@ def _need(raw: dict[str, Any], key: str, where: str) -> Any:
     return raw[key]
 
 
-def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+def parse_scenario(data: Any, source: str = "<scenario>",
+                   catalog: catalog_mod.Catalog | None = None) -> Scenario:
     """Validate a scenario document (see docs/simulate.md). Raises ScenarioError."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: a scenario is a JSON object")
@@ -146,7 +149,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
             raise ScenarioError(f"{where}.pool: {n['pool']!r} must be a string")
         nodes.append((n["name"], str(n.get("pool", "default")), tuple(str(f) for f in feats)))
     events: list[Event] = []
-    cat = catalog_mod.load()
+    cat = catalog if catalog is not None else catalog_mod.load()
     events_raw = data.get("events") or []
     if not isinstance(events_raw, list):
         raise ScenarioError(f"{source}: events must be a list of event objects")
@@ -229,7 +232,7 @@ def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
                     interval=interval, durations=durations,
                     expect=tuple(data.get("expect") or ()),
                     expect_not=tuple(data.get("expect_not") or ()),
-                    description=str(data.get("description", "")))
+                    description=str(data.get("description", "")), catalog=cat)
 
 
 def _check_fault(e: dict[str, Any], where: str) -> None:
@@ -356,7 +359,9 @@ class Simulation:
         self.records: list[Decision] = []
         self.violations: list[str] = []
         self.cmd_seq = 0
-        self.cat = catalog_mod.load()
+        self.cat = scenario.catalog if scenario.catalog is not None else catalog_mod.load()
+        # Issue 20: each node's check data is validated once per change of its Extra.
+        self.decide = Decide(self.cat)
         self.faults_fired: dict[str, int] = {}
         # Issue 13: the view is built incrementally. A node is "live" while something
         # goes on with it (an alert, a reason, a job, an action, a state other than idle,
@@ -620,7 +625,7 @@ class Simulation:
             alerts = {name: list(self.nodes[name].alerts.values()) for name in self.live
                       if self.nodes[name].alerts}
             before = self.state
-            plan = decide(view, before, t, sc.policy, alerts)
+            plan = self.decide(view, before, t, sc.policy, alerts)
             if self.on_cycle is not None:
                 self.on_cycle(Cycle(at=t, view=view, alerts=alerts, state=before, plan=plan))
             self._apply(plan, t)

@@ -1,0 +1,195 @@
+"""The action and the return (SPEC L1, L5, S6): steps recorded but never run are
+settled within a bound, the act is polled by its key, the node comes back and passes
+its health check or the remediation fails."""
+
+from __future__ import annotations
+
+from slurm_heal import reasons
+from slurm_heal.config import format_duration
+from slurm_heal.models import NOT_SENT, Remediation, idempotency_key
+from slurm_heal.policy.escalation import Escalation
+from slurm_heal.policy.facts import POLL_EVERY, RESEND_TRIES, STARTED, acted_at
+from slurm_heal.types import NodeInfo, Severity
+
+
+class Acting(Escalation):
+    """L1/L5: settling unsettled steps, the act, the return."""
+
+    def settle(self, rem: Remediation) -> None:
+        """L1 / house style (issue 8): every attempt recorded before it ran gets an outcome
+        within a bound. An attempt still without one ``safety.step_timeout`` after it was
+        recorded means the controller stopped between recording and acting (SIGTERM,
+        kill -9, OOM, an exception). What happens depends on the step:
+
+        * ``act``: polled by its key while the remediation is open (acting(): the
+          provider is asked first and the act is re-sent under the same key only when it
+          never saw it); left on a finished remediation, it is marked failed (unknown).
+        * ``cordon``: sent again under the same key while the node is not drained
+          (cordon_again()); otherwise settled from the node: drained with our marker for
+          this remediation = ok, else failed.
+        * ``notify``: sent again under the same key (at most RESEND_TRIES times).
+        * ``signal_jobs`` / ``requeue_jobs`` / ``cancel_jobs``: failed, never re-sent
+          blindly; eviction is tried again (new key, bounded) while jobs remain.
+        * ``resume`` / ``release``: failed, never re-sent: the node's reason may have
+          changed since; the cordon sweep (orphan_marker) or a person takes it from there.
+        """
+        tmo = self.policy.safety.step_timeout
+        node = self.node(rem.node)
+        settled: dict[str, tuple[str, str]] = {}
+        for a in rem.attempts:
+            if a.outcome is not None or a.effect == "poll":
+                continue
+            due = a.started + tmo
+            if self.now < due:
+                self.wake(due)
+                continue
+            why = f"no outcome {format_duration(tmo)} after it was recorded"
+            if a.effect == "act":
+                if not rem.phase.terminal:
+                    continue  # acting() polls it by its key
+                settled[a.key] = ("failed", f"{why}; the remediation is over: outcome unknown")
+            elif a.effect == "cordon":
+                if rem.phase in STARTED and node is not None and not node.drained:
+                    continue  # cordon_again() sends it again under the same key
+                mine = (node is not None and node.drained and reasons.is_ours(node.reason)
+                        and f"rem={rem.id}" in node.reason)
+                settled[a.key] = ("ok", f"{why}; {rem.node} is drained with our marker") \
+                    if mine else ("failed", f"{why}; not sent again: the remediation went on")
+            elif a.effect == "notify":
+                if a.resent < RESEND_TRIES:
+                    last = rem.steps[-1].why if rem.steps else rem.id
+                    self.effect("notify", rem.node, rem, "notify", same=a.key, rule="L1",
+                                why=f"(sent again: the notice was recorded but never sent) "
+                                f"{last}")
+                    continue
+                settled[a.key] = ("failed", f"{why}; sent {a.resent + 1} times")
+            else:
+                settled[a.key] = ("failed", f"{why} (the controller stopped before it ran?); "
+                                  f"{a.effect} is not sent again blindly")
+        if not settled:
+            return
+        attempts = tuple(a.model_copy(update={"outcome": settled[a.key][0],
+                                              "finished": self.now,
+                                              "detail": settled[a.key][1]})
+                         if a.key in settled else a for a in rem.attempts)
+        self.put(rem.model_copy(update={"attempts": attempts}))
+        for key, (outcome, detail) in settled.items():
+            self.record(rem.node, rem.phase.value, "L1", f"step {key} settled as {outcome}: "
+                        f"{detail}", rem)
+
+    def acting(self, rem: Remediation) -> None:
+        act_key = idempotency_key(rem.id, "act", 0)
+        seen = [a for a in rem.attempts if a.effect in ("act", "poll")]
+        if not any(a.key == act_key for a in seen):
+            node = self.node(rem.node)
+            if node is not None and self.taken_over(rem, node):
+                return
+            if self.gate(rem):
+                self.wake(self.now + POLL_EVERY)
+                return  # O2: paused: the act is not sent (again) either
+            # Recorded before it runs: no Attempt means it never ran; ask again, same key.
+            self.effect("act", rem.node, rem, "act", 0, rule="L1",
+                        why=f"{rem.action.value} {rem.node}")
+            self.wake(self.now + POLL_EVERY)
+            return
+        # The daemon writes a poll's answer onto the act Attempt itself; a store that
+        # records polls as Attempts of their own works too: the last final answer counts.
+        finals = [a for a in seen if a.outcome in ("ok", "failed")]
+        if not finals:
+            started = rem.phase_times.get("acting") or acted_at(rem) or self.now
+            limit = started + self.policy.safety.act_timeout
+            if self.now >= limit:
+                # SPEC L5: the outcome is unknown, so it is neither retried nor escalated
+                # to another automatic action: the node stays cordoned, a person decides.
+                tmo = format_duration(self.policy.safety.act_timeout)
+                rem = self.step(rem, "failed", "L5", f"the {rem.action.value} of {rem.node} "
+                                f"did not finish within {tmo} (safety.act_timeout); its "
+                                f"outcome is unknown; {rem.node} stays cordoned",
+                                data={"handed_to_person": True})
+                self.hand_to_person(rem, "L5", f"the {rem.action.value} of {rem.node} did not "
+                                    f"finish within {tmo}: its outcome is unknown; {rem.node} "
+                                    "stays cordoned and is handed to a person (never retried "
+                                    "automatically)")
+                return
+            self.wake(limit)
+            polls = sum(1 for a in rem.attempts if a.effect == "poll")
+            self.effect("poll", rem.node, rem, "poll", polls, ref=act_key, rule="S6",
+                        why=f"is the {rem.action.value} of {rem.node} finished?")
+            self.wake(self.now + POLL_EVERY)
+            return
+        latest = finals[-1]
+        if latest.outcome == "ok":
+            done = latest.finished or self.now
+            self.step(rem, "returning", "L5", f"the {rem.action.value} finished; waiting for "
+                      f"{rem.node} to come back and pass its health check",
+                      data={"act_done": done})
+            self.wake(self.now + POLL_EVERY)
+            return
+        if latest.detail.startswith(NOT_SENT):
+            # House style 2 (issue 8, defect 11): someone else took the node over between
+            # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
+            why = latest.detail[len(NOT_SENT):]
+            rem = self.step(rem, "failed", "D5", f"the {rem.action.value} of {rem.node} was not "
+                            f"sent: {why}", data={"handed_to_person": True})
+            self.hand_to_person(rem, "D5", f"the {rem.action.value} of {rem.node} was not sent "
+                                f"({why}): the node is with that person now; nothing "
+                                "automatic on it until a person acts")
+            return
+        self.fail(rem, "L5", f"the {rem.action.value} failed"
+                  + (f": {latest.detail}" if latest.detail else ""))
+
+    def returning(self, rem: Remediation, node: NodeInfo) -> None:
+        done = rem.data.act_done or rem.updated
+        acted = acted_at(rem) or done
+        rebooting = node.down or reasons.slurm_rebooting(node.states)
+        back = (node.boot_time is not None and node.boot_time > acted) or not rebooting
+        checked = self.check_of(node.name).checked_at
+        # The check that counts is one that ran on the node as it is now: after the boot
+        # our action caused (the check at boot often runs before the provider reports
+        # the operation finished), else after the action started.
+        since = node.boot_time if node.boot_time is not None and node.boot_time > acted \
+            else acted
+        # SPEC L5: the node check always leaves checked_at (an empty alert list when
+        # healthy); no check data at all passes only with safety.health_check=if_present.
+        if checked is None:
+            health_ran = self.policy.safety.health_check == "if_present"
+        else:
+            health_ran = checked >= since
+        limit = done + self.policy.safety.return_timeout
+        if back and health_ran:
+            bad = [a for a in self.active(rem.node)
+                   if a.last_seen > since and (a.severity is Severity.CRITICAL
+                                               or a.fault == rem.data.evidence_fault)]
+            restarted = any(t is not None and t > acted
+                            for t in (node.boot_time, node.slurmd_start_time))
+            if bad and not restarted and self.now < limit:
+                # A cloud or BMC may report the reboot done once it accepted it, before
+                # the node went down: a check that ran in between still sees the fault
+                # from before the reboot. Not a failure until the node has restarted
+                # (boot or slurmd start after the action) or the return timeout passes.
+                self.wake(min(limit, self.now + POLL_EVERY))
+                return
+            if bad:
+                self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
+                          f"sees {', '.join(sorted({a.fault for a in bad}))}")
+                return
+            out = node.drained or node.down
+            # Slurm may replace our marker with its own reboot reason (ReturnToService
+            # 0/1): that boot is the one our action caused, so it is ours to clear.
+            # A reboot still pending or under way (REBOOT_REQUESTED/ISSUED) is not the one
+            # our finished action caused: someone asked Slurm for another one.
+            ours = reasons.is_ours(node.reason) or (
+                reasons.is_slurm_reboot(node.reason) and node.boot_time is not None
+                and node.boot_time > acted and not reasons.slurm_rebooting(node.states))
+            if out and ours:
+                self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
+                            why="health check passed")
+            self.step(rem, "done", "L5", f"{rem.node} is back and passed its health check"
+                      + ("; resumed" if out and ours else
+                         "" if not out else "; its reason is not ours: not resumed"))
+            return
+        if self.now >= limit:
+            self.fail(rem, "L5", f"{rem.node} did not come back healthy within "
+                      f"{format_duration(self.policy.safety.return_timeout)}")
+            return
+        self.wake(min(limit, self.now + POLL_EVERY))

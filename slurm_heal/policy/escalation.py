@@ -1,0 +1,145 @@
+"""Escalation (SPEC E1-E3): the ladder, migrate's evidence, and the end of automatic
+work where a person takes over.
+
+`climb` (E1/E2) and `migrate_refused` (E3) are pure: they return what they found as
+data (`Climb`, `MigrateRefused`), whose ``why`` is the audit text; nothing is parsed
+back out of a sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from slurm_heal.config import format_duration
+from slurm_heal.models import Phase, Remediation
+from slurm_heal.policy.facts import acted_at, ended_at
+from slurm_heal.policy.gates import Gates
+from slurm_heal.policy.working import Working
+from slurm_heal.types import Action, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class Climb:
+    """E1: ``fault`` came back on ``host`` after ``count`` ``action``s within ``window``:
+    the next step of the ladder is ``to`` (None: the ladder has ended)."""
+
+    fault: str
+    host: str
+    action: Action
+    count: int
+    window: timedelta
+    to: Action | None
+
+    @property
+    def why(self) -> str:
+        return (f"{self.fault} came back on {self.host} after {self.count} "
+                f"{self.action.value}s within {format_duration(self.window)}: "
+                + (f"{self.to.value} instead" if self.to else "the ladder has ended"))
+
+
+@dataclass(frozen=True, slots=True)
+class Ladder:
+    """E1's answer: the action to take (None: past the end of the ladder) and the
+    climbs that led to it (none: the catalog's action stands)."""
+
+    action: Action | None
+    climbs: tuple[Climb, ...] = ()
+
+    @property
+    def whys(self) -> list[str]:
+        return [c.why for c in self.climbs]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateRefused:
+    """E3: no critical alert now, nor on ``host`` within ``window``: rebuild instead."""
+
+    host: str
+    window: timedelta
+
+    @property
+    def why(self) -> str:
+        return (f"migrate needs evidence (a critical alert now or on {self.host} in the last "
+                f"{format_duration(self.window)}) and there is none: rebuild instead")
+
+
+def climb(w: Working, host: str, fault: str, action: Action) -> Ladder:
+    """SPEC E1/E2: climb the ladder while the same action already failed to hold."""
+    esc = w.policy.escalation
+    climbs: list[Climb] = []
+    since = w.now - esc.window
+    while True:
+        count = 0
+        for r in w.of_host(host):
+            acted = acted_at(r)
+            # E2: only executed attempts in the window; cancelled/withdrawn/denied
+            # (incl. faults that cleared on their own) never reach an act.
+            if (r.host == host and r.fault == fault and r.action is action
+                    and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
+                count += 1
+        if count < esc.repeats:
+            return Ladder(action, tuple(climbs))
+        # An action off the ladder (power_cycle, E4; reboot with a ladder that starts
+        # at rebuild) has no next step: repeating it ends the ladder too, never a loop.
+        i = esc.ladder.index(action) if action in esc.ladder else len(esc.ladder)
+        nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
+        climbs.append(Climb(fault, host, action, count, esc.window, nxt))
+        if nxt is None:
+            return Ladder(None, tuple(climbs))
+        action = nxt
+
+
+def migrate_refused(w: Working, node: str, host: str) -> MigrateRefused | None:
+    """SPEC E3: migrate needs a critical alert now or on this machine within 10 days."""
+    if any(a.severity is Severity.CRITICAL for a in w.active(node)):
+        return None
+    window = w.policy.escalation.migrate_evidence_window
+    since = w.now - window
+    for r in w.of_host(host):
+        if r.severity is Severity.CRITICAL and r.created >= since:
+            return None
+    return MigrateRefused(host, window)
+
+
+class Escalation(Gates):
+    """The end of automatic work: a failure climbs E1, the top of it goes to a person."""
+
+    def with_a_person(self, name: str) -> bool:
+        """SPEC E1: the node's latest remediation handed it to a person: nothing automatic
+        (an alert or a detector's request) starts on it until a person acts. Recorded
+        once while it holds."""
+        past = [r for r in self.of_node(name) if r.phase.terminal]
+        last = max(past, key=lambda r: (ended_at(r) or r.updated, r.id), default=None)
+        if last is None or not last.data.handed_to_person:
+            return False
+        if self.once(f"person:{name}", last.id):
+            self.record(name, "blocked", "E1", f"{name} was handed to a person after "
+                        f"{last.id}; nothing automatic until a person acts", last)
+        return True
+
+    def fail(self, rem: Remediation, rule: str, why: str) -> None:
+        """L5: the remediation ends failed; the next recommendation follows E1. A failed
+        last step of the ladder ends with a person, never a loop."""
+        ladder = self.policy.escalation.ladder
+        # An action off the ladder has no next step either (E1 "never a loop").
+        top = (rem.action is Action.MIGRATE or rem.action not in ladder
+               or rem.action is ladder[-1])
+        if top:
+            rem = self.step(rem, "failed", rule, why + f"; {rem.node} stays cordoned",
+                            data={"handed_to_person": True})
+            self.hand_to_person(rem, "E1", f"{rem.action.value} did not fix {rem.node}: it "
+                                "stays cordoned and is handed to a person with a removal "
+                                "recommendation (slurm-heal never removes, Q2)")
+            return
+        rem = self.step(rem, "failed", rule, why + "; the next recommendation follows E1")
+        self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
+        if self.evidence(rem.node) is None:
+            self.release(rem, "failed with no alert left")
+
+    def hand_to_person(self, rem: Remediation, rule: str, msg: str) -> None:
+        """The end of automatic work on a node: an ``escalated`` step and a notification.
+        The remediation carries ``handed_to_person``; nothing automatic starts on the node
+        until a person acts (E1)."""
+        self.step(rem, "escalated", rule, msg)
+        self.effect("notify", rem.node, rem, "notify", why=msg, rule=rule)

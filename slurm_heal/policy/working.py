@@ -1,0 +1,270 @@
+"""The working set of one decide() call (issue 20): the indexes of the store and the
+snapshot, built once per call, and the ledger (steps, records, effects, wakes) that
+becomes the Plan. Every rule reads the world and writes its outcome through it."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import slurm_heal.policy.facts as facts
+from slurm_heal import catalog as catalog_mod
+from slurm_heal import extra as extra_mod
+from slurm_heal.config import Policy
+from slurm_heal.models import (
+    Decision,
+    Effect,
+    EffectKind,
+    Pause,
+    Phase,
+    RecordPhase,
+    Remediation,
+    State,
+    Step,
+    idempotency_key,
+)
+from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
+from slurm_heal.policy.records import Records
+from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
+
+_NAME = operator.attrgetter("name")
+_OUT = frozenset({"DOWN", "DRAIN"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContext:
+    """One node as the rules of one call see it: looked up once, by name."""
+
+    name: str
+    node: NodeInfo | None  # None: not in the snapshot
+    check: extra_mod.CheckData  # its validated check data (I2)
+    alerts: list[Alert]  # its active alerts, by fault and first seen
+    host: str  # the machine under it (E1, E3): `host_of`
+    pool: str  # its pool (S4, Q4, P2)
+
+
+class Working:
+    """One decide() call's working set and ledger."""
+
+    def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
+                 alerts: Mapping[str, Sequence[Alert]] | None,
+                 catalog: catalog_mod.Catalog | None = None,
+                 checks: Mapping[str, extra_mod.CheckData] | None = None,
+                 records: Records | None = None) -> None:
+        self.view = view
+        self.state = state
+        self.now = now
+        self.policy = policy
+        self.catalog = catalog if catalog is not None else catalog_mod.load()
+        # The store's records indexed (issue 13): kept between cycles by the caller
+        # (issue 20: ``records``, the index of the last cycle's store), else built here.
+        if records is None or records.source is not state.remediations:
+            records = Records.of(state.remediations, records)
+        self.started_since = now - policy.safety.breaker_window
+        self.ix = records.fork(self.started_since)
+        self.rems = self.ix.rems
+        # The passes over every node run in C (map, zip, compress), not in Python: at
+        # 100,000 nodes a Python loop is a good part of a quiet cycle (issue 20).
+        self.names = list(map(_NAME, view.nodes))
+        self.nodes_by_name = dict(zip(self.names, view.nodes, strict=True))
+        self._jobs: dict[str, list[JobInfo]] | None = None  # by node, on first use
+        self.contexts: dict[str, NodeContext] = {}  # each node the rules looked at
+        # (kind, remediation id or node) of each effect planned in this call, and
+        # ("undo", node) for a release or resume: asked per node, not by a scan.
+        self.planned: set[tuple[str, str]] = set()
+        self._pools: dict[str, list[NodeInfo]] | None = None
+        self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
+        self.effects: list[Effect] = []
+        self.records: list[Decision] = []
+        self.consumed: list[str] = []
+        self.breaker = state.breaker
+        self.breaker_changed = False
+        self.paused = state.paused
+        self.paused_changed = False
+        self.pause: Pause | None = None  # O2: who paused/unpaused, when, why
+        self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
+        self.noted: dict[str, Any] = {}
+        self.wakes: list[datetime] = []
+        self.alerts: dict[str, list[Alert]] = {}
+        # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
+        # raises); a node with bad data has none, and a problem that names the field.
+        # Issue 20: the caller passes ``checks`` validated once per change of a node's
+        # Extra (extra.CheckCache); without it every node's Extra is validated here.
+        if checks is None:
+            checks = {n.name: extra_mod.read_check_data(n.name, n.extra, now)
+                      for n in view.nodes}
+        self.check_data: Mapping[str, extra_mod.CheckData] = checks
+        flagged = checks.flagged if isinstance(checks, extra_mod.CheckMap) else tuple(
+            name for name, data in checks.items() if data.alerts or data.problem)
+        # The nodes whose check data cannot be read (I2), recorded as observations.
+        self.unreadable = [name for name in flagged if checks[name].problem]
+        if alerts is None:
+            alerts = {name: checks[name].alerts for name in flagged if checks[name].alerts}
+        for name, raw in alerts.items():
+            if raw and name in self.nodes_by_name:  # only the nodes that have any
+                self.alerts[name] = sorted((a for a in raw if a.active),
+                                           key=lambda a: (a.fault, a.first_seen))
+
+    def put(self, rem: Remediation) -> Remediation:
+        self.ix.put(rem)
+        self.changed.setdefault(rem.id, None)
+        return rem
+
+    @property
+    def touched(self) -> int:
+        """Stored remediations the rules looked at (`decide_counted`)."""
+        return self.ix.looked
+
+    def of_node(self, name: str) -> list[Remediation]:
+        """Every remediation of a node on record (open and closed), oldest first."""
+        return self.ix.of_node(name)
+
+    def of_host(self, host: str) -> list[Remediation]:
+        """Every remediation of a machine on record (E1, E3), oldest first."""
+        return self.ix.of_host(host)
+
+    def open_on(self, name: str) -> list[Remediation]:
+        """The node's open remediations, in store order."""
+        return self.ix.open_on(name)
+
+    def record(self, node: str, phase: RecordPhase, rule: str, why: str,
+               rem: Remediation | None = None, action: Action | None = None) -> None:
+        # Built from our own typed values: not validated again (issue 20: the costliest
+        # part of a cycle that creates remediations).
+        self.records.append(Decision.model_construct(
+            at=self.now, node=node, remediation=rem.id if rem else None,
+            action=action if action is not None else (rem.action if rem else Action.NONE),
+            phase=phase, rule=rule, why=why))
+
+    def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
+             by: str | None = None, **changes: Any) -> Remediation:
+        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
+        times = dict(rem.phase_times)
+        work = rem.data
+        update: dict[str, Any] = dict(changes)
+        flags: dict[str, Any] = update.pop("data", {})
+        if phase in PHASES:
+            update["phase"] = Phase(phase)
+            times.setdefault(phase, self.now)
+            if work.blocked is not None:
+                flags = {"blocked": None, **flags}
+        if flags:
+            work = work.but(**flags)
+        update.update(phase_times=times, data=work, updated=self.now,
+                      steps=rem.steps + (Step.model_construct(
+                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
+        new = rem.model_copy(update=update)
+        self.record(rem.node, phase, rule, why, new)
+        return self.put(new)
+
+    def once(self, key: str, value: Any = True) -> bool:
+        """True the first time a condition is seen (kept while it holds); once per call too."""
+        if key in self.noted and self.noted[key] == value:
+            return False
+        self.noted[key] = value
+        return bool(self.old_noted.get(key) != value)
+
+    def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
+               same: str | None = None, **fields: Any) -> None:
+        """Plan an effect; ``same`` sends an unfinished attempt again under its own key."""
+        base = rem.id if rem else "n-" + hashlib.sha256(
+            f"{node}|{fields.get('why', '')}".encode()).hexdigest()[:12]
+        self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
+                                   action=rem.action if rem else Action.NONE,
+                                   key=same or idempotency_key(base, step, n),
+                                   resend=same is not None, **fields))
+        self.planned.add((kind, rem.id if rem else f"node:{node}"))
+        if kind in ("release", "resume"):
+            self.planned.add(("undo", node))
+
+    def wake(self, t: datetime) -> None:
+        self.wakes.append(t)
+
+    def with_reason_or_out(self) -> set[str]:
+        """The nodes with a reason, DOWN or drained: something for the rules to observe."""
+        nodes = self.view.nodes
+        out = set(itertools.compress(self.names, map(operator.attrgetter("reason"), nodes)))
+        out.update(itertools.compress(self.names, map(operator.not_, map(
+            _OUT.isdisjoint, map(operator.attrgetter("states"), nodes)))))
+        return out
+
+    def ctx(self, name: str) -> NodeContext:
+        """The node as the rules see it in this call, resolved once (issue 20)."""
+        got = self.contexts.get(name)
+        if got is None:
+            node = self.nodes_by_name.get(name)
+            got = NodeContext(
+                name=name, node=node, check=self.check_data.get(name, NO_CHECK_DATA),
+                alerts=self.alerts.get(name, []), host=host_of(node, name),
+                pool=self.policy.pool_of(node.partitions, node.features) if node
+                else "default")
+            self.contexts[name] = got
+        return got
+
+    def check_of(self, name: str) -> extra_mod.CheckData:
+        return self.ctx(name).check
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self.ctx(name).node
+
+    def pool_members(self, pool: str) -> list[NodeInfo]:
+        """The nodes of a pool (computed once per call, on first use)."""
+        if self._pools is None:
+            pools: dict[str, list[NodeInfo]] = {}
+            if self.policy.pools.by == "feature":
+                for n in self.view.nodes:
+                    pools.setdefault(self.policy.pool_of(n.partitions, n.features),
+                                     []).append(n)
+            else:  # Policy.pool_of's first partition, inlined: one look per node
+                for n in self.view.nodes:
+                    pools.setdefault(n.partitions[0] if n.partitions else "default",
+                                     []).append(n)
+            self._pools = pools
+        return self._pools.get(pool, [])
+
+    def pool(self, name: str) -> str:
+        return self.ctx(name).pool
+
+    def active(self, node: str, fault: str | None = None) -> list[Alert]:
+        out = self.ctx(node).alerts
+        return [a for a in out if fault is None or a.fault == fault]
+
+    def fault_action(self, alert: Alert) -> Action:
+        """The catalog's action for an alert (Xid 154 names its own; E4 power cut)."""
+        return facts.fault_action(self.catalog, self.policy.escalation.power_cycle, alert)
+
+    def evidence(self, node: str) -> Alert | None:
+        """P1: the worst active alert on the node that counts as a confirmed failure."""
+        return facts.evidence(self.catalog, self.active(node))
+
+    def record_only(self, fault: str) -> bool:
+        return facts.record_only(self.catalog, fault)
+
+    def healthy_but_for_us(self, node: str) -> bool:
+        """No active alert that would itself keep the node out of service."""
+        return not facts.keeps_out(self.catalog, self.active(node))
+
+    def foreign(self, node: NodeInfo) -> bool:
+        """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
+        request: a person (or Slurm) owns the node, and we never cordon or resume it."""
+        return facts.foreign(node)
+
+    def jobs(self, node: str) -> list[int]:
+        if self._jobs is None:
+            self._jobs = {}
+            for j in self.view.jobs:
+                for name in j.nodes:
+                    self._jobs.setdefault(name, []).append(j)
+        return sorted(j.job_id for j in self._jobs.get(node, ())
+                      if j.state.upper() in BUSY_JOB_STATES)
+
+    def open_rems(self) -> list[Remediation]:
+        return self.ix.open_all()
+
+    def explain(self, fault: str) -> str:
+        return facts.explain(self.catalog, fault)
