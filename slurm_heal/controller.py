@@ -368,11 +368,17 @@ class Controller:
         or "". When Slurm cannot be asked, the snapshot the engine decided on stands (a
         transient scontrol error must not turn into a failed action)."""
         try:
-            return _foreign_reason(self.slurm.node(name))
+            node = self.slurm.node(name)
         except (SlurmError, NotFound) as exc:
             log.warning("node=%s last look before the step failed, going by the snapshot: %s",
                         name, exc)
             return ""
+        if not (node.drained or node.down):
+            # SPEC S8: every disruptive step runs on a node we drained; one in service
+            # again was resumed by a person since the snapshot: theirs now, nothing is sent.
+            return (f"{name} was resumed by someone else (in service again, "
+                    f"{'+'.join(node.states) or 'no state'}): a person's hand wins (SPEC S8)")
+        return _foreign_reason(node)
 
 
 def _foreign_reason(node: NodeInfo) -> str:
