@@ -34,8 +34,8 @@ def render_text(result: runner.CheckResult, out: TextIO) -> None:
             for e in f.evidence[:2]:
                 when = f" [{e.at}]" if e.at else ""
                 out.write(f"           evidence{when}: {e.text[:200]}\n")
-    for a in result.acknowledged:
-        out.write(f"  acknowledged {a.fault}: {a.summary} (a person resumed the node; "
+    for ack in result.acknowledged:
+        out.write(f"  acknowledged {ack.fault}: {ack.summary} (a person resumed the node; "
                   "not drained again for it, SPEC S8)\n")
     for s in result.statuses:
         if s.status not in ("ok", "skipped"):
