@@ -497,6 +497,45 @@ def test_console_pages_need_a_login_and_never_redirect_off_site(srv: Serve, fres
         resp.headers["Set-Cookie"]
 
 
+@pytest.mark.parametrize("nxt", ["/\t/127.0.0.2:44131/", "/\n/evil.example/", "/\\evil.example",
+                                 "\t//evil.example/", "/ /evil.example", "/\x7f/evil",
+                                 "https://evil.example/", "/\u3000/evil"])
+def test_after_login_a_next_that_a_browser_reads_as_another_host_goes_home(
+        srv: Serve, fresh: Site, nxt: str) -> None:
+    """Issue 22 items 4 and 6: browsers drop tabs and newlines (``/%09/host`` is
+    ``//host``) and read a backslash as a slash: such a ``next`` is refused (``/``), on the
+    form's GET and POST alike, never a redirect elsewhere nor a 500."""
+    s = requests.Session()
+    page = s.get(srv.url + "/login", params={"next": nxt}, timeout=10)
+    assert page.status_code == 200, page.text
+    assert 'name="next" value="/"' in page.text
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": nxt}, allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/", resp.text
+
+
+def test_after_login_a_path_of_this_server_is_kept(srv: Serve, fresh: Site) -> None:
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": "/approvals?node=gpu01"},
+                  allow_redirects=False, timeout=10)
+    assert resp.headers["Location"] == "/approvals?node=gpu01"
+
+
+def test_a_body_nested_twenty_thousand_deep_is_a_400_not_a_500(srv: Serve, fresh: Site) -> None:
+    """Issue 22 item 6: 40 KB of JSON nested 20,000 deep is bad input (problem object)."""
+    body = '{"reason": ' + "[" * 20_000 + "]" * 20_000 + "}"
+    resp = requests.post(srv.url + "/api/v1/pause", data=body, timeout=30, headers={
+        "Authorization": f"Bearer {fresh.tokens['alice']}",
+        "Content-Type": "application/json", "Idempotency-Key": "deep-1"})
+    problem = _problem(resp, 400)
+    assert "nested too deeply" in str(problem["detail"])
+    assert fresh.store.load().inbox == ()
+
+
 # --------------------------------------------------------------------------- token file
 
 @pytest.mark.parametrize(("text", "words"), [
