@@ -40,7 +40,7 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
 @click.command()
 @click.option("--bind", default=None, metavar="HOST:PORT",
               help="Where to listen (default: [api] bind, else 127.0.0.1:8250; port 0 picks "
-                   "a free one). Anything but loopback needs TLS or a trusted proxy.")
+                   "a free one). Anything but loopback needs TLS.")
 @click.option("--tokens", type=click.Path(dir_okay=False), default=None,
               help="The token file (default: [api] tokens).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
@@ -49,13 +49,16 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
               help="The certificate's private key (PEM).")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR",
               help="A reverse proxy (address or network) whose user header is believed "
-                   "(repeatable; default: [api] trusted_proxies).")
+                   "(repeatable; default: [api] trusted_proxies); needs --proxy-secret-file.")
+@click.option("--proxy-secret-file", type=click.Path(dir_okay=False), default=None,
+              help="The secret a trusted proxy adds to every request (default: [api] "
+                   "proxy_secret_file).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 @state_options
 def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: str | None,
-          trusted_proxies: tuple[str, ...], log_level: str, state_dir: str | None,
-          config: str | None) -> None:
+          trusted_proxies: tuple[str, ...], proxy_secret_file: str | None, log_level: str,
+          state_dir: str | None, config: str | None) -> None:
     """Serve the HTTP API and the web console (SPEC O5).
 
     JSON endpoints under /api/v1 (OpenAPI at /api/v1/openapi.json) for everything the
@@ -74,7 +77,8 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     loc = locate(state_dir, config)
     absolute = {k: str(Path(v).resolve()) for k, v in
-                (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key)) if v}
+                (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key),
+                 ("proxy_secret_file", proxy_secret_file)) if v}
     settings = _settings(loc, {"bind": bind, "trusted_proxies": trusted_proxies, **absolute})
     check_listen(settings)
     context = None

@@ -174,18 +174,47 @@ def test_a_token_file_others_may_write_is_refused_at_start(tmp_path: Path) -> No
     assert "others may write it" in proc.stderr and "Traceback" not in proc.stderr
 
 
+PROXY_SECRET = "s3cret-only-the-proxy-knows"
+
+
+def _proxy_secret(root: Path) -> Path:
+    path = root / "proxy-secret"
+    path.write_text(PROXY_SECRET + "\n")
+    path.chmod(0o600)
+    return path
+
+
 def test_a_proxy_user_header_is_believed_only_from_a_trusted_proxy(tmp_path: Path) -> None:
     """SSO behind a reverse proxy: the header names the person, but only when it comes
-    from a configured proxy address; from anyone else it is ignored."""
+    from a configured proxy address with the proxy's secret; from anyone else, or
+    without the secret (any local process, issue 22 item 5), it is ignored."""
     site = Site(tmp_path)
-    with site.serve("--trusted-proxy", "127.0.0.1") as srv:
-        got = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
-                           timeout=10)
+    secret = str(_proxy_secret(tmp_path))
+    proxy = {"X-Remote-User": "bob", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET}
+    with site.serve("--trusted-proxy", "127.0.0.1", "--proxy-secret-file", secret) as srv:
+        got = requests.get(srv.url + "/api/v1/whoami", headers=proxy, timeout=10)
         assert got.json() == {"name": "bob", "role": "viewer", "via": "proxy"}
-    with site.serve("--trusted-proxy", "192.0.2.10", name="untrusted") as srv:
-        _problem(requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
-                              timeout=10), 401)
+        for forged in ({"X-Remote-User": "alice"},
+                       {"X-Remote-User": "alice", "X-Slurm-Heal-Proxy-Secret": "guess" * 5}):
+            _problem(requests.get(srv.url + "/api/v1/whoami", headers=forged, timeout=10), 401)
+            _problem(requests.post(srv.url + "/api/v1/unpause", headers=forged,
+                                   json={"reason": "x"}, timeout=10), 401)
+        assert "without the proxy's secret" in srv.text()
+    with site.serve("--trusted-proxy", "192.0.2.10", "--proxy-secret-file", secret,
+                    name="untrusted") as srv:
+        _problem(requests.get(srv.url + "/api/v1/whoami", headers=proxy, timeout=10), 401)
         assert "not a trusted proxy" in srv.text()
+
+
+def test_a_trusted_proxy_without_a_secret_is_refused_at_start(tmp_path: Path) -> None:
+    """Issue 22 item 5: the documented proxy setup made any local user an operator."""
+    site = Site(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "serve", "--config",
+                           str(site.config), "--bind", "127.0.0.1:0", "--trusted-proxy",
+                           "127.0.0.1"], env=site.env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "a trusted proxy must prove itself" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # --------------------------------------------------------------------------- idempotency
@@ -363,7 +392,14 @@ def test_a_non_loopback_bind_without_tls_or_a_proxy_is_refused(tmp_path: Path) -
     (ApiSettings(bind="gpu-head.example:8250", tokens=Path("t")), False),
     (ApiSettings(bind="0.0.0.0:8250", tokens=Path("t"), tls_cert=Path("c"), tls_key=Path("k")),
      True),
-    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",)), True),
+    # issue 22 item 5: proxies or not, beyond loopback only with TLS; a proxy needs a secret
+    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",),
+                 proxy_secret_file=Path("s")), False),
+    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",), proxy_secret_file=Path("s"),
+                 tls_cert=Path("c"), tls_key=Path("k")), True),
+    (ApiSettings(bind="127.0.0.1:8250", trusted_proxies=("127.0.0.1",)), False),
+    (ApiSettings(bind="127.0.0.1:8250", trusted_proxies=("127.0.0.1",),
+                 proxy_secret_file=Path("s")), True),
     (ApiSettings(bind="127.0.0.1:8250", tokens=Path("t")), True),
     (ApiSettings(bind="[::1]:8250", tokens=Path("t")), True),
     (ApiSettings(bind="127.0.0.1:8250"), False),  # nobody could be told apart
@@ -578,9 +614,10 @@ def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
     console's forms still need their CSRF token (bound to the person)."""
     site = Site(tmp_path)
     site.config.write_text(site.config.read_text()
-                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n')
+                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n'
+                           + f'proxy_secret_file = "{_proxy_secret(tmp_path)}"\n')
     site.reset(_proposal())
-    carol = {"X-Remote-User": "carol"}
+    carol = {"X-Remote-User": "carol", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET}
     with site.serve() as srv:
         page = requests.get(srv.url + "/approvals", headers=carol, timeout=10)
         assert page.status_code == 200 and "carol" in page.text
@@ -593,8 +630,9 @@ def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
                            allow_redirects=False, timeout=10)
         assert ok.status_code == 303, ok.text
         # someone else named by the proxy is a viewer (proxy_default_role)
-        dave = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "dave"},
-                            timeout=10).json()
+        dave = requests.get(srv.url + "/api/v1/whoami", headers={
+            "X-Remote-User": "dave", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET},
+            timeout=10).json()
         assert dave == {"name": "dave", "role": "viewer", "via": "proxy"}
     (cmd,) = site.store.load().inbox
     assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "carol", "ok")
