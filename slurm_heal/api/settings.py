@@ -52,6 +52,17 @@ class ApiSettings(BaseModel):
     proxy_secret_file: Path | None = None
     proxy_secret_header: str = "X-Slurm-Heal-Proxy-Secret"
     session_ttl: Duration = timedelta(hours=12)  # a console login lasts this long
+    # Issue 22 item 7: the WSGI server's bounded worker pool, and how long a request may
+    # go without sending (and a keep-alive connection may idle) before it is closed.
+    threads: int = Field(default=16, ge=1, le=256)
+    timeout: Duration = timedelta(seconds=10)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
+            raise ValueError("must be between 1s and 10m")
+        return value
 
     @field_validator("bind")
     @classmethod

@@ -636,3 +636,62 @@ def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
         assert dave == {"name": "dave", "role": "viewer", "via": "proxy"}
     (cmd,) = site.store.load().inbox
     assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "carol", "ok")
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+def test_half_sent_requests_hold_no_thread_each_and_are_closed_after_the_timeout(
+        tmp_path: Path) -> None:
+    """Issue 22 item 7: on Werkzeug's development server 800 half-sent requests held 800
+    threads. serve runs a production WSGI server: a bounded pool ([api] threads), a
+    request that stops sending is closed after [api] timeout, and a whole request is
+    answered meanwhile."""
+    import socket
+
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text() + 'threads = 4\ntimeout = "1s"\n')
+    with site.serve() as srv:
+        assert srv.proc is not None
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        half = []
+        for _ in range(48):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            s.sendall(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nX-Half: ")
+            half.append(s)
+        ok = requests.get(srv.url + "/api/v1/whoami", headers=srv.bearer(site.tokens["alice"]),
+                          timeout=30)
+        assert ok.status_code == 200 and ok.json()["name"] == "alice"
+        assert "Werkzeug" not in ok.headers.get("Server", "")
+        assert _threads(srv.proc.pid) < 30  # the pool and cheroot's own, not one per socket
+        closed = 0
+        for s in half:  # each is answered or closed by the server (its timeout), none hangs
+            try:
+                s.recv(4096)
+                closed += 1
+            except OSError:
+                pass
+            finally:
+                s.close()
+        assert closed == len(half)
+        assert srv.proc.poll() is None
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("threads", "0", "greater than or equal to 1"), ("timeout", '"0s"', "between 1s and 10m"),
+    ("timeout", "5", "bare number")])
+def test_the_server_knobs_are_checked(tmp_path: Path, key: str, value: str, words: str) -> None:
+    from slurm_heal.api.settings import api_settings
+    from slurm_heal.config import load_policy
+
+    path = tmp_path / "heal.toml"
+    path.write_text(f"[api]\n{key} = {value}\n")
+    with pytest.raises(ConfigError, match=words):
+        api_settings(dict(load_policy(path).api), str(path))
