@@ -16,6 +16,7 @@ catalog, and host lists and pools that match no node of the cluster (when Slurm 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -114,6 +115,12 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     kind = (dry_provider(dict(policy.provider), source) if build_provider
             else str(policy.provider.get("type")))
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
+    # Issue 22: a state_dir the daemon cannot use is exit 5 here too, never "OK".
+    from slurm_heal.location import ENV_STATE_DIR, usable_state_dir
+
+    state_dir = os.environ.get(ENV_STATE_DIR) or settings.state_dir
+    if state_dir:
+        usable_state_dir(Path(state_dir), create=False)
     if policy.api:  # `slurm-heal serve`'s section: checked here too, so a typo shows early
         from slurm_heal.api.settings import api_settings
 

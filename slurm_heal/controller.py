@@ -369,11 +369,17 @@ class Controller:
         or "". When Slurm cannot be asked, the snapshot the engine decided on stands (a
         transient scontrol error must not turn into a failed action)."""
         try:
-            return _foreign_reason(self.slurm.node(name))
+            node = self.slurm.node(name)
         except (SlurmError, NotFound) as exc:
             log.warning("node=%s last look before the step failed, going by the snapshot: %s",
                         name, exc)
             return ""
+        if not (node.drained or node.down):
+            # SPEC S8: every disruptive step runs on a node we drained; one in service
+            # again was resumed by a person since the snapshot: theirs now, nothing is sent.
+            return (f"{name} was resumed by someone else (in service again, "
+                    f"{'+'.join(node.states) or 'no state'}): a person's hand wins (SPEC S8)")
+        return _foreign_reason(node)
 
 
 def _foreign_reason(node: NodeInfo) -> str:
@@ -480,11 +486,14 @@ def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: 
 
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
-                reload: Callable[[], float | None] | None = None) -> int:
+                reload: Callable[[], float | None] | None = None,
+                on_lead: Callable[[], None] | None = None) -> int:
     """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
     ``leader``, cycles run only while this process holds the leader lock. With
     ``reload``, SIGHUP asks for it before the next cycle (it returns the new interval,
-    or None to keep the old one)."""
+    or None to keep the old one). ``on_lead`` runs once, when this process first leads
+    (issue 22: the metrics server, so a standby or a `--once` beside the active daemon
+    never fights it for the port); an error from it ends the loop."""
     hup = threading.Event()
 
     def _hup(signum: int, _frame: object) -> None:
@@ -524,6 +533,9 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
             standby = False
+        if on_lead is not None:
+            lead, on_lead = on_lead, None
+            lead()
         error = ""
         controller.last_failure = None
         try:

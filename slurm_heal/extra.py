@@ -137,11 +137,17 @@ def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str,
 
 
 def our_section(alerts: list[Alert], checked_at: datetime,
-                machine: dict[str, Any] | None = None) -> dict[str, Any]:
+                machine: dict[str, Any] | None = None,
+                acknowledged: list[Alert] | None = None) -> dict[str, Any]:
     """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
-    ``host`` (read by the controller as the machine identity) and ``machine``."""
+    ``host`` (read by the controller as the machine identity) and ``machine``.
+    ``acknowledged`` (SPEC S8): alerts a person's resume acknowledged, published under
+    their own key for people to see; the controller reads only ``alerts`` and never acts
+    on them."""
     out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
                            "alerts": [alert_to_json(a) for a in alerts]}
+    if acknowledged:
+        out["acknowledged"] = [alert_to_json(a) for a in acknowledged]
     if machine:
         if machine.get("host"):
             out["host"] = machine["host"]

@@ -131,3 +131,38 @@ def locate(state_dir: str | Path | None = None, config: str | Path | None = None
     source = (f"fallback: scontrol show config (SLURM_CONF={conf}) named no StateSaveLocation"
               if found == FALLBACK_STATE_DIR else f"beside StateSaveLocation of {conf}")
     return Location(found, source, cfg, heartbeat, section)
+
+
+def usable_state_dir(path: Path, create: bool = True) -> None:
+    """Make sure the daemon can keep its store in ``path``: a StoreError (exit 5) naming
+    the path and why otherwise (issue 22: a file, a read-only file system, /proc), never
+    a traceback. The directory is created when missing and a probe file written and
+    removed, because permission bits do not tell (root ignores them). Without ``create``
+    (``policy check``) whatever was created for the probe is removed again."""
+    import tempfile
+
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"state_dir {path} is not a directory; slurm-heal keeps its store "
+                         "there: point [controller] state_dir (or $SLURM_HEAL_STATE_DIR) at "
+                         "a directory")
+    missing = []
+    here = path
+    while not here.exists() and here != here.parent:
+        missing.append(here)
+        here = here.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StoreError(f"state_dir {path} cannot be written ({exc.strerror or exc}); "
+                         "slurm-heal keeps its store there: make it a writable directory "
+                         "or point [controller] state_dir elsewhere") from None
+    finally:
+        if not create:
+            for made in missing:  # innermost first
+                try:
+                    made.rmdir()
+                except OSError:
+                    break

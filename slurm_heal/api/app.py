@@ -146,10 +146,21 @@ def _sid_key(cookie: str) -> str:
 
 
 def _safe_next(value: str | None) -> str:
-    """Only a path on this server (no open redirect)."""
-    if value and value.startswith("/") and not value.startswith("//") and "\\" not in value:
-        return value
-    return "/"
+    """Only a path on this server (no open redirect). Issue 22: browsers drop tabs and
+    newlines from a URL and read a backslash as a slash, so ``/%09/host`` becomes
+    ``//host`` (another server): any control character, space, backslash or non-ASCII
+    character refuses the whole value, as does anything that parses with a scheme or a
+    host; a newline would also break the Location header."""
+    if not value or not value.startswith("/") or value.startswith("//"):
+        return "/"
+    if any(c <= " " or c == "\x7f" or c == "\\" or not c.isascii() for c in value):
+        return "/"
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return "/"
+    return value
 
 
 FLASH = {
@@ -432,8 +443,10 @@ class ApiApp:
         else:
             if request.mimetype != "application/json":
                 raise Problem(415, "send the body as JSON (Content-Type: application/json)")
-            try:
-                raw = json.loads(raw_bytes)
+            from slurm_heal import jsonsafe
+
+            try:  # issue 22: nested past any use is a 400, never a RecursionError (500)
+                raw = jsonsafe.loads(raw_bytes)
             except (ValueError, UnicodeDecodeError) as exc:
                 raise Problem(400, f"the body is not valid JSON: {exc}",
                               kind="MalformedJSON") from None

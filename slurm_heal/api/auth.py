@@ -15,8 +15,9 @@ every entry, without stopping at a match) and never logged. The file is read aga
 it changes, so a revoked token stops working without a restart. A file anyone may write,
 or one with plain tokens that anyone may read, is refused.
 
-A proxy's user header is believed only from the configured proxy addresses; from anyone
-else it is ignored (and said once in the log).
+A proxy's user header is believed only from the configured proxy addresses, and only
+with the proxy's secret (``proxy_secret_header``, compared in constant time: issue 22);
+from anyone else, or without it, it is ignored (and said once in the log).
 """
 
 from __future__ import annotations
@@ -215,6 +216,25 @@ def add_token(path: Path, name: str, role: Role) -> str:
     return token
 
 
+def read_proxy_secret(path: Path) -> bytes:
+    """The SHA-256 of the proxy's secret in ``path`` (issue 22). Refused (ConfigError):
+    a file others may read or write, or a secret shorter than 16 characters."""
+    try:
+        st = os.stat(path)
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the proxy secret {path}: {exc}",
+                          key="api.proxy_secret_file") from None
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{path}: others may read or write it (mode "
+                          f"{stat.S_IMODE(st.st_mode):o}); chmod 600 it",
+                          key="api.proxy_secret_file")
+    if len(text) < 16:
+        raise ConfigError(f"{path}: the proxy secret must have at least 16 characters",
+                          key="api.proxy_secret_file")
+    return hashlib.sha256(text.encode()).digest()
+
+
 class Authenticator:
     """Finds the principal of a request: a trusted proxy's user header, else a bearer
     token (API) or a console session (app.py)."""
@@ -224,6 +244,8 @@ class Authenticator:
         self.tokens = TokenFile(settings.tokens) if settings.tokens is not None else None
         self._proxies = settings.proxies()
         self._warned: set[str] = set()
+        self._secret = (read_proxy_secret(settings.proxy_secret_file)
+                        if settings.proxy_secret_file is not None else None)
 
     def trusted_proxy(self, remote: str | None) -> bool:
         if not remote or not self._proxies:
@@ -245,6 +267,15 @@ class Authenticator:
                 self._warned.add(str(remote))
                 log.warning("ignored the %s header from %s: not a trusted proxy "
                             "([api] trusted_proxies)", self.settings.proxy_user_header, remote)
+            return None
+        sent = headers.get(self.settings.proxy_secret_header) or ""
+        if self._secret is None or not hmac.compare_digest(
+                hashlib.sha256(sent.encode()).digest(), self._secret):
+            if f"secret:{remote}" not in self._warned:
+                self._warned.add(f"secret:{remote}")
+                log.warning("ignored the %s header from %s: without the proxy's secret "
+                            "(%s)", self.settings.proxy_user_header, remote,
+                            self.settings.proxy_secret_header)
             return None
         if not NAME.match(user):
             return None

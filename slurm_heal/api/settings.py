@@ -2,8 +2,11 @@
 use it (SPEC O5). Options of ``serve`` override it.
 
 Bound to 127.0.0.1 unless configured. A bind to any other address is refused unless the
-server speaks TLS itself (``tls_cert`` + ``tls_key``) or sits behind a reverse proxy
-(``trusted_proxies``): bearer tokens must never cross a network in clear text.
+server speaks TLS itself (``tls_cert`` + ``tls_key``), proxies or not: bearer tokens and
+a proxy's secret must never cross a network in clear text. A reverse proxy
+(``trusted_proxies``) proves itself with a shared secret it adds to every request
+(``proxy_secret_file``, sent in ``proxy_secret_header``): an address alone proves nothing
+when any local process can connect from 127.0.0.1 (issue 22).
 """
 
 from __future__ import annotations
@@ -41,7 +44,22 @@ class ApiSettings(BaseModel):
     # ("none": refused).
     proxy_users: dict[str, Role] = Field(default_factory=dict)
     proxy_default_role: Literal["viewer", "operator", "none"] = "viewer"
+    # Issue 22: the secret a trusted proxy adds to every request (a file only it and
+    # serve may read); without it, the user header is never believed.
+    proxy_secret_file: Path | None = None
+    proxy_secret_header: str = "X-Slurm-Heal-Proxy-Secret"
     session_ttl: Duration = timedelta(hours=12)  # a console login lasts this long
+    # Issue 22 item 7: the WSGI server's bounded worker pool, and how long a request may
+    # go without sending (and a keep-alive connection may idle) before it is closed.
+    threads: int = Field(default=16, ge=1, le=256)
+    timeout: Duration = timedelta(seconds=10)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
+            raise ValueError("must be between 1s and 10m")
+        return value
 
     @field_validator("bind")
     @classmethod
@@ -59,7 +77,7 @@ class ApiSettings(BaseModel):
                 raise ValueError(f"{item!r} is not an IP address or network") from None
         return value
 
-    @field_validator("proxy_user_header")
+    @field_validator("proxy_user_header", "proxy_secret_header")
     @classmethod
     def _header(cls, value: str) -> str:
         if not re.match(r"^[A-Za-z0-9-]{1,64}$", value):
@@ -116,7 +134,7 @@ def api_settings(section: dict[str, Any], source: str = "<config>",
     Relative paths are taken relative to ``base`` (the config file's directory)."""
     settings = read_section(ApiSettings, section, file=source, key="api")
     if base is not None:
-        fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key")
+        fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key", "proxy_secret_file")
                  if isinstance(v := getattr(settings, k), Path) and not v.is_absolute()}
         settings = settings.model_copy(update=fixed)
     if (settings.tls_cert is None) != (settings.tls_key is None):
@@ -125,16 +143,23 @@ def api_settings(section: dict[str, Any], source: str = "<config>",
 
 
 def check_listen(settings: ApiSettings) -> None:
-    """Refuse what must not start: a non-loopback bind in clear text without a proxy, or
-    no way to authenticate anyone (ConfigError with what to do)."""
+    """Refuse what must not start: a non-loopback bind in clear text (proxies or not), a
+    trusted proxy without a secret to prove itself, or no way to authenticate anyone
+    (ConfigError with what to do)."""
     host = settings.host
-    if not is_loopback(host) and not settings.tls and not settings.trusted_proxies:
+    if not is_loopback(host) and not settings.tls:
         raise ConfigError(
-            f"refusing to listen on {settings.bind} without TLS: bearer tokens and session "
-            "cookies would cross the network in clear text. Set [api] tls_cert and tls_key "
-            "(--tls-cert/--tls-key), or put a reverse proxy that speaks TLS in front and name "
-            "it in [api] trusted_proxies (--trusted-proxy), or bind to 127.0.0.1",
-            key="api.bind")
+            f"refusing to listen on {settings.bind} without TLS: bearer tokens, session "
+            "cookies and a proxy's secret would cross the network in clear text. Set [api] "
+            "tls_cert and tls_key (--tls-cert/--tls-key), or bind to 127.0.0.1 behind a "
+            "reverse proxy on this host", key="api.bind")
+    if settings.trusted_proxies and settings.proxy_secret_file is None:
+        raise ConfigError(
+            "a trusted proxy must prove itself: any process on this host can connect from "
+            "127.0.0.1 and send the user header. Set [api] proxy_secret_file "
+            "(--proxy-secret-file) to a file holding a secret the proxy adds to every "
+            f"request as {settings.proxy_secret_header} (docs/api.md)",
+            key="api.proxy_secret_file")
     if settings.tokens is None and not settings.trusted_proxies:
         raise ConfigError(
             "no way to tell who is asking: set [api] tokens to a token file (--tokens; "

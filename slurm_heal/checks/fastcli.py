@@ -34,6 +34,9 @@ def render_text(result: runner.CheckResult, out: TextIO) -> None:
             for e in f.evidence[:2]:
                 when = f" [{e.at}]" if e.at else ""
                 out.write(f"           evidence{when}: {e.text[:200]}\n")
+    for ack in result.acknowledged:
+        out.write(f"  acknowledged {ack.fault}: {ack.summary} (a person resumed the node; "
+                  "not drained again for it, SPEC S8)\n")
     for s in result.statuses:
         if s.status not in ("ok", "skipped") or (s.status == "ok" and s.message):
             out.write(f"  detector {s.name}: {s.status}{': ' + s.message if s.message else ''}\n")

@@ -14,7 +14,13 @@ What a run does, in order:
    ``cordon``; once they are gone, remove our key and resume the node, but only when
    its reason is ours and was set by the check (house style 2: never a node drained by
    someone else, nor one the controller cordoned);
-5. save the state.
+5. SPEC S8: a node we held out of service (our drain, or the controller's marker) that is
+   found in service again on the same boot while its faults are still there was resumed
+   by a person: the faults seen so far are acknowledged (``acknowledged`` in the state
+   and in Extra, where the controller does not act on them) and never drain the node
+   again; only a new fault does (another fault id, a new kernel event, or a fault that
+   cleared and came back);
+6. save the state.
 
 On a healthy node with nothing published, Slurm is not called at all: that keeps the
 check cheap enough to run inside every job's epilog.
@@ -74,6 +80,8 @@ class CheckResult:
     actions: list[str] = field(default_factory=list)  # what we changed in Slurm
     notes: list[str] = field(default_factory=list)  # what we chose not to change, and why
     exit_code: int = EXIT_HEALTHY
+    # SPEC S8: alerts a person's resume acknowledged (published, never drained for)
+    acknowledged: list[Alert] = field(default_factory=list)
 
 
 def node_name(explicit: str | None = None) -> str:
@@ -397,6 +405,53 @@ def to_alerts(findings: list[Finding], first_seen: dict[str, str], now: datetime
     return out
 
 
+# SPEC S8: detectors that report events (each kernel log line a new one); the others
+# report conditions, which hold until they clear.
+EVENT_DETECTORS = frozenset({"kernel_log"})
+
+
+def _fingerprint(e: Evidence) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode()).hexdigest()[:16]
+
+
+def acknowledge(findings: list[Finding], now: datetime) -> dict[str, Any]:
+    """SPEC S8: the acknowledgement a person's resume gives the faults seen so far (pure):
+    fault id -> when, and the evidence seen then (a later event of the fault is new)."""
+    out: dict[str, Any] = {}
+    for f in findings:
+        if f.fault == DETECTOR_ERROR:
+            continue  # SPEC O1: a detector that cannot run keeps saying so
+        rec = out.setdefault(f.fault, {"at": now.isoformat(), "evidence": []})
+        rec["evidence"] = sorted(set(rec["evidence"]) | {_fingerprint(e) for e in f.evidence})
+    return out
+
+
+def standing(findings: list[Finding], acked: dict[str, Any]) -> dict[str, Any]:
+    """SPEC S8 (pure): the acknowledgements that still stand for these findings.
+
+    A condition (a read-only mount, a missing GPU) stays acknowledged while it holds; an
+    event fault (kernel log) stays acknowledged while it carries no evidence the person
+    did not see. An acknowledgement ends with the first run where its fault is not found
+    or is found anew: its return is a new fault, which drains the node again.
+    """
+    by_fault: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_fault.setdefault(f.fault, []).append(f)
+    out: dict[str, Any] = {}
+    for fault, rec in acked.items():
+        group = by_fault.get(fault)
+        if not group or not isinstance(rec, dict):
+            continue
+        seen = set(rec.get("evidence") or [])
+        if any(f.detector in EVENT_DETECTORS and any(_fingerprint(e) not in seen
+                                                     for e in f.evidence) for f in group):
+            continue
+        out[fault] = rec
+    return out
+
+
 def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
     """Slurm's InstanceId of this node (23.11+; "" before), read once per boot: it
     identifies the machine for escalation where GPU serials are not known (E1, E3)."""
@@ -411,9 +466,34 @@ def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
     return value
 
 
+def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding],
+                         st: dict[str, Any], now: datetime, result: CheckResult) -> None:
+    """SPEC S8: a node we held out of service on this boot (our drain, or the
+    controller's marker) is in service again while faults that drain it are still found:
+    a person resumed it. The faults seen so far are acknowledged (``st["acknowledged"]``)
+    and never drain it again. A new boot is no person's resume (Slurm returns a rebooted
+    node to service by itself), so the faults found after it drain it as before."""
+    pub = st.setdefault("published", {"extra": False, "drained": ""})
+    acked = st.get("acknowledged") or {}
+    active = [f for f in findings if f.fault not in acked]
+    if not any(cordons(f) for f in active) or not pub.get("held") \
+            or pub.get("held") != st.get("boot_id"):
+        return
+    info = client.node(name)
+    if info.drained or info.down:
+        return
+    new = acknowledge(active, now)
+    st["acknowledged"] = {**acked, **new}
+    pub["drained"] = ""
+    pub["held"] = ""
+    result.notes.append(f"{name} was resumed by a person while slurm-heal held it: "
+                        f"{', '.join(sorted(new))} acknowledged, the node is not drained "
+                        "again for them (only a new fault drains it) (SPEC S8)")
+
+
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
-             refresh: bool = False) -> None:
+             refresh: bool = False, acknowledged: list[Alert] | None = None) -> None:
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
@@ -421,8 +501,9 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
                for s in (st.get(key) or {}).get("serials", [])]
     machine = extra.machine_identity(serials, _instance_id(client, name, st))
     try:
-        if alerts:
-            client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine))
+        if alerts or acknowledged:
+            client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine,
+                                                                acknowledged=acknowledged))
             if not pub.get("extra"):
                 result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
             pub["extra"] = True
@@ -454,14 +535,18 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # Recorded before the drain: if scontrol times out after slurmctld applied it
             # (or the wrapper kills us here), a later healthy run still resumes the node.
             pub["drained"] = reason
+            pub["held"] = st.get("boot_id") or ""  # SPEC S8: held by us on this boot
             st["published"] = pub
             client.drain(name, reason)
             result.actions.append(f"drained {name}: {reason}")
+        else:
+            pub["held"] = st.get("boot_id") or ""  # SPEC S8: ours (ours or the controller's)
         return
     if not (pub.get("drained") or not existed):
         return
     info = client.node(name)
     pub["drained"] = ""
+    pub["held"] = ""
     if not info.drained:
         return
     try:
@@ -504,8 +589,11 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
         all_findings.extend(detector_errors(statuses, node_name, now))
         alerts = to_alerts(all_findings, st.get("alerts") or {}, now)
         st["alerts"] = {a.fault: a.first_seen.isoformat() for a in alerts}
+        # SPEC S8: what a person's resume acknowledged and still stands
+        st["acknowledged"] = standing(all_findings, st.get("acknowledged") or {})
         result = CheckResult(node=node_name, mode=mode, findings=all_findings, alerts=alerts,
                              statuses=statuses)
+        _split(result, all_findings, alerts, st)
         try:
             pub = st.get("published") or {}
             # SPEC O1: the periodic health check refreshes checked_at in Extra every run
@@ -517,8 +605,11 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                 if client is None:
                     client = (client_factory or default_client)()
                 try:
-                    _publish(client, node_name, alerts, all_findings, st, existed, now,
-                             result, refresh=mode in REFRESH_MODES)
+                    _resumed_by_a_person(client, node_name, result.findings, st, now, result)
+                    _split(result, all_findings, alerts, st)
+                    _publish(client, node_name, result.alerts, result.findings, st, existed,
+                             now, result, refresh=mode in REFRESH_MODES,
+                             acknowledged=result.acknowledged)
                 except SlurmError as exc:
                     if mode != "prolog" or not any(cordons(f) for f in all_findings):
                         raise
@@ -530,6 +621,16 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             state.save(state_dir, st)
     result.exit_code = exit_code(result)
     return result
+
+
+def _split(result: CheckResult, findings: list[Finding], alerts: list[Alert],
+           st: dict[str, Any]) -> None:
+    """SPEC S8: the findings and alerts a person's resume acknowledged go out of the
+    active ones (they are published as acknowledged, and never drain the node)."""
+    acked = st.get("acknowledged") or {}
+    result.findings = [f for f in findings if f.fault not in acked]
+    result.alerts = [a for a in alerts if a.fault not in acked]
+    result.acknowledged = [a for a in alerts if a.fault in acked]
 
 
 def exit_code(result: CheckResult) -> int:

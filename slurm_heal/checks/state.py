@@ -1,5 +1,6 @@
 """The node check's state file: cursors, latched kernel faults, alert first-seen times,
-restart history, counter samples of the telemetry detectors (``<detector>_state``: PCIe
+restart history, the faults a person's resume acknowledged (SPEC S8, this boot only),
+counter samples of the telemetry detectors (``<detector>_state``: PCIe
 replays, NVLink and InfiniBand error counters, since-when a condition has held), and
 what we set in Slurm (so we clear exactly that, and only that).
 
@@ -124,7 +125,12 @@ _SHAPE: dict[str, Any] = {
     "services": lambda v: _is_map(v, lambda h: isinstance(h, list)),
     "instance": lambda v: _is_map(v, lambda s: isinstance(s, str)),
     "published": lambda v: _is_map(v) and _opt(v.get("extra"), bool)
-    and _opt(v.get("drained"), str) and _opt(v.get("boot"), str),
+    and _opt(v.get("drained"), str) and _opt(v.get("boot"), str) and _opt(v.get("held"), str),
+    # SPEC S8: fault id -> {"at": time, "evidence": [fingerprint, ...]} (this boot only)
+    "acknowledged": lambda v: _is_map(v, lambda r: isinstance(r, dict)
+                                      and isinstance(r.get("at", ""), str)
+                                      and isinstance(r.get("evidence", []), list)
+                                      and all(isinstance(x, str) for x in r.get("evidence", []))),
     "findings": lambda v: _is_map(v, lambda fs: isinstance(fs, list)
                                   and all(_is_finding(f) for f in fs)),
 }

@@ -54,8 +54,10 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                         rest_token_file=settings.slurm_rest_token_file)
     for warning in check_config(config_path_, slurm, build_provider=False).warnings:
         logging.getLogger("slurm_heal").warning("config: %s", warning)
+    from slurm_heal.location import usable_state_dir
+
     state_dir = locate(None, config_path_).state_dir
-    state_dir.mkdir(parents=True, exist_ok=True)
+    usable_state_dir(state_dir)  # issue 22: a file or a read-only dir is exit 5, one line
     provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")
     notify = Path(settings.notify_file) if settings.notify_file else state_dir / "notifications.jsonl"
@@ -92,23 +94,36 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     leader = LeaderLock(state_dir)
     if notifications.routes:
         notifications.start()
-    if metrics is not None:
-        metrics.serve(msettings.address, msettings.port)
-        if once:
-            logging.getLogger("slurm_heal").info("metrics on %s:%d (while the cycle runs)",
-                                                 msettings.address, msettings.port)
+
+    def serve_metrics() -> None:
+        """Issue 22: only the leader serves metrics (a standby or a `--once` beside the
+        active daemon would find the port taken); a port taken by anything else is one
+        clear line, exit 2."""
+        if metrics is None:
+            return
+        try:
+            metrics.serve(msettings.address, msettings.port)
+        except OSError as exc:
+            raise ConfigError(f"{msettings.address}:{msettings.port} cannot be served "
+                              f"({exc.strerror or exc}): another process holds the port; "
+                              "choose another [metrics] port or stop that process",
+                              file=config_path_, key="metrics.port") from None
+        logging.getLogger("slurm_heal").info("metrics on %s:%d", msettings.address,
+                                             msettings.port)
+
     try:
         run_forever(controller, settings.interval, heartbeat,
                     max_cycles=1 if once else cycles, leader=leader,
-                    reload=Reloader(config_path_, controller, settings, state_dir / "provider"))
+                    reload=Reloader(config_path_, controller, settings, state_dir / "provider"),
+                    on_lead=serve_metrics)
     finally:
+        if metrics is not None:
+            metrics.close()  # before the lock goes: the standby that takes over binds it
         leader.release()
         if notifications.routes:
             if once:  # one delivery try before exit; the rest waits in the queue
                 notifications.deliver_due()
             notifications.close()
-        if metrics is not None:
-            metrics.close()
     if once and controller.last_failure is not None:
         # SPEC O1: `--once` from cron says so when its cycle could not read Slurm (exit 3)
         # or the store (exit 5); a blind cycle is not a success.

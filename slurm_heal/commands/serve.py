@@ -40,7 +40,7 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
 @click.command()
 @click.option("--bind", default=None, metavar="HOST:PORT",
               help="Where to listen (default: [api] bind, else 127.0.0.1:8250; port 0 picks "
-                   "a free one). Anything but loopback needs TLS or a trusted proxy.")
+                   "a free one). Anything but loopback needs TLS.")
 @click.option("--tokens", type=click.Path(dir_okay=False), default=None,
               help="The token file (default: [api] tokens).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None,
@@ -49,13 +49,16 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
               help="The certificate's private key (PEM).")
 @click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="ADDR",
               help="A reverse proxy (address or network) whose user header is believed "
-                   "(repeatable; default: [api] trusted_proxies).")
+                   "(repeatable; default: [api] trusted_proxies); needs --proxy-secret-file.")
+@click.option("--proxy-secret-file", type=click.Path(dir_okay=False), default=None,
+              help="The secret a trusted proxy adds to every request (default: [api] "
+                   "proxy_secret_file).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 @state_options
 def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: str | None,
-          trusted_proxies: tuple[str, ...], log_level: str, state_dir: str | None,
-          config: str | None) -> None:
+          trusted_proxies: tuple[str, ...], proxy_secret_file: str | None, log_level: str,
+          state_dir: str | None, config: str | None) -> None:
     """Serve the HTTP API and the web console (SPEC O5).
 
     JSON endpoints under /api/v1 (OpenAPI at /api/v1/openapi.json) for everything the
@@ -63,8 +66,6 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
     evidence, nodes, remediations, breaker and pause. Writes go into the store's inbox
     exactly as the CLI's do; the daemon acts on them. Nothing here decides or acts.
     """
-    from werkzeug.serving import WSGIRequestHandler, make_server
-
     from slurm_heal.api.app import ApiApp
     from slurm_heal.api.settings import check_listen
     from slurm_heal.errors import ConfigError
@@ -74,52 +75,89 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     loc = locate(state_dir, config)
     absolute = {k: str(Path(v).resolve()) for k, v in
-                (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key)) if v}
+                (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key),
+                 ("proxy_secret_file", proxy_secret_file)) if v}
     settings = _settings(loc, {"bind": bind, "trusted_proxies": trusted_proxies, **absolute})
     check_listen(settings)
-    context = None
-    if settings.tls:
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        try:
-            context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigError(f"cannot load the TLS certificate {settings.tls_cert} and key "
-                              f"{settings.tls_key}: {exc}", key="api.tls_cert") from None
     app = ApiApp(settings, loc, policy_file=str(loc.config) if loc.config else None)
     if not loc.state_dir.is_dir():
         log.warning("store %s does not exist yet: pages are empty and writes are refused "
                     "until a controller runs on it", loc.describe())
-
-    class Handler(WSGIRequestHandler):
-        """One log line per request: who asked is not known here, the path without its
-        query string; never a header (tokens live there)."""
-
-        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-            path = self.path.split("?", 1)[0]
-            log.info("%s %s %s %s", self.address_string(), self.command, path, code)
-
+    server = wsgi_server(settings, access_log(app))
     try:
-        server = make_server(settings.host, settings.port, app, threaded=True,
-                             request_handler=Handler, ssl_context=context)
+        server.prepare()  # binds: a taken port is a clear error before anything else
     except OSError as exc:
         raise ConfigError(f"cannot listen on {settings.bind}: {exc.strerror or exc}",
                           key="api.bind") from None
-    host, port = str(server.server_address[0]), server.server_address[1]
-    scheme = "https" if context else "http"
+    host, port = str(server.bind_addr[0]), server.bind_addr[1]
+    scheme = "https" if settings.tls else "http"
     shown = f"[{host}]" if ":" in host else host
-    log.info("listening on %s://%s:%s/ (API /api/v1, console /); store %s; serve never "
-             "decides or acts", scheme, shown, port, loc.describe())
+    log.info("listening on %s://%s:%s/ (API /api/v1, console /); store %s; %d threads, "
+             "%gs timeout; serve never decides or acts", scheme, shown, port, loc.describe(),
+             settings.threads, settings.timeout.total_seconds())
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
-        threading.Thread(target=server.shutdown, daemon=True).start()
+        threading.Thread(target=server.stop, daemon=True).start()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        server.serve_forever()
+        server.serve()
     finally:
-        server.server_close()
+        server.stop()
+
+
+def wsgi_server(settings: Any, app: Any) -> Any:
+    """The production WSGI server (issue 22 item 7: cheroot, not Werkzeug's development
+    server): a bounded pool of ``[api] threads`` workers; ``[api] timeout`` ends a
+    request that stops sending and an idle keep-alive connection (they wait in cheroot's
+    selector, not in a worker); TLS from ``tls_cert``/``tls_key`` as before."""
+    from cheroot import wsgi
+
+    from slurm_heal.errors import ConfigError
+
+    server = wsgi.Server((settings.host, settings.port), app, numthreads=settings.threads,
+                         max=settings.threads, timeout=int(settings.timeout.total_seconds()),
+                         server_name="slurm-heal", accepted_queue_size=settings.threads * 8,
+                         accepted_queue_timeout=settings.timeout.total_seconds())
+    if settings.tls:
+        from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+        try:
+            adapter = BuiltinSSLAdapter(str(settings.tls_cert), str(settings.tls_key))
+            adapter.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"cannot load the TLS certificate {settings.tls_cert} and key "
+                              f"{settings.tls_key}: {exc}", key="api.tls_cert") from None
+        server.ssl_adapter = adapter
+    return server
+
+
+def access_log(app: Any) -> Any:
+    """One log line per request: who asked is not known here, the path without its query
+    string; never a header (tokens live there)."""
+
+    def logged(environ: dict[str, Any], start_response: Any) -> Any:
+        status: list[str] = []
+        # cheroot decodes PATH_INFO but leaves an encoded slash as %2F; the routes are
+        # matched as Werkzeug's server gave them (decoded): a node name never holds one.
+        path = environ.get("PATH_INFO", "")
+        if "%2" in path:
+            environ["PATH_INFO"] = path.replace("%2F", "/").replace("%2f", "/")
+
+        def start(code: str, headers: Any, exc_info: Any = None) -> Any:
+            status.append(code.split(" ", 1)[0])
+            return start_response(code, headers, exc_info)
+
+        try:
+            return app(environ, start)
+        finally:
+            log.info("%s %s %s %s", environ.get("REMOTE_ADDR", "-"),
+                     environ.get("REQUEST_METHOD", "-"), environ.get("PATH_INFO", "-"),
+                     status[0] if status else "-")
+
+    return logged
 
 
 @click.command("api-token")

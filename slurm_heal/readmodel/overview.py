@@ -17,7 +17,9 @@ Node categories (each node is in exactly one, first match wins):
 * ``alerting``: in service with active alerts in Extra;
 * ``healthy``: the rest.
 
-Besides: ``check_stale`` (the node check's ``checked_at`` is older than the limit, or it
+Besides: ``unrecorded`` (SPEC I5, O6): nodes out of service under our controller's marker
+for a remediation the store does not know (a store set aside as corrupt, or started
+afresh), with the commands that release them or hand them back; ``check_stale`` (the node check's ``checked_at`` is older than the limit, or it
 never published) and ``check_erroring`` (a ``check.detector_error`` alert, O1).
 """
 
@@ -30,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from slurm_heal import extra, reasons
+from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
 from slurm_heal.types import NodeInfo
@@ -128,6 +131,19 @@ class NodeLine(_M):
     phase: str | None = None
 
 
+class Unrecorded(_M):
+    """A node under our controller's marker for a remediation the store does not know
+    (SPEC I5, O6; issue 22): what slurm-heal was doing to it is unknown, so nothing
+    automatic touches it until a person releases it or asks for an action."""
+
+    node: str
+    reason: str
+    remediation: str  # "?" when the marker names none
+    set_aside: str = ""  # the file the corrupt store was moved to, when the store says
+    release: str  # a person takes the node back into service
+    request: str  # a person hands it to slurm-heal again, under a new record
+
+
 class VLine(_M):
     """One validation of a vacated machine (SPEC V1, V2): open, or finished lately."""
 
@@ -155,6 +171,7 @@ class Overview(_M):
     approvals: tuple[Waiting, ...] = ()
     in_flight: tuple[InFlight, ...] = ()
     foreign: tuple[Foreign, ...] = ()  # oldest first
+    unrecorded: tuple[Unrecorded, ...] = ()  # markers the store does not know (I5, O6)
     nodes: tuple[NodeLine, ...] = ()  # only with details (``--node``)
     validations: tuple[VLine, ...] = ()  # open ones and those finished in the last day
 
@@ -296,6 +313,30 @@ def classify(node: NodeInfo, state: State, now: datetime,
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
 
 
+def unrecorded(node: NodeInfo, state: State, known: frozenset[str]) -> Unrecorded | None:
+    """The node's line when it is out of service under our controller's marker for a
+    remediation the store does not know (the engine's ``unknown_marker``, I5)."""
+    if not (node.drained or node.down) or not reasons.is_ours(node.reason):
+        return None
+    try:
+        marker = reasons.parse_marker(node.reason)
+    except ReasonError:
+        ref = "?"
+    else:
+        if marker.by != "controller" or (marker.remediation and marker.remediation in known):
+            return None
+        ref = marker.remediation or "?"
+    from slurm_heal.store import RECOVERED_KEY
+
+    recovered = state.data.get(RECOVERED_KEY) if isinstance(state.data, dict) else None
+    moved = str(recovered.get("moved_to", "")) if isinstance(recovered, dict) else ""
+    return Unrecorded(
+        node=node.name, reason=node.reason, remediation=ref, set_aside=moved,
+        release=f"scontrol update nodename={node.name} state=resume",
+        request=f'slurm-heal request {node.name} reboot --reason "after the store was '
+                'set aside"')
+
+
 def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
            heartbeat: Heartbeat | None, store: str = "", policy: Any = None,
            slurm_error: str | None = None, details: Iterable[str] = (),
@@ -321,6 +362,8 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     stale: list[str] = []
     erroring: list[str] = []
     foreign: list[Foreign] = []
+    lost: list[Unrecorded] = []
+    known = frozenset(r.id for r in state.remediations)
     lines: list[NodeLine] = []
     wanted = set(details)
     by_node: dict[str, list[Remediation]] = {}
@@ -338,6 +381,8 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
             foreign.append(Foreign(node=node.name, state="down" if node.down else "drained",
                                    reason=node.reason, user=node.reason_user,
                                    since=node.reason_time))
+        if (u := unrecorded(node, state, known)) is not None:
+            lost.append(u)
         if all_details or node.name in wanted:
             lines.append(line)
     far_past = datetime.min.replace(tzinfo=timezone.utc)
@@ -348,7 +393,8 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         counts=counts if nodes is not None else {},
         groups={c: fold(v) for c, v in groups.items() if v},
         check_stale=fold(stale), check_erroring=fold(erroring),
-        approvals=waiting, in_flight=flying, foreign=tuple(foreign), nodes=tuple(lines),
+        approvals=waiting, in_flight=flying, foreign=tuple(foreign),
+        unrecorded=tuple(lost), nodes=tuple(lines),
         validations=_validations(state, now))
 
 
@@ -422,6 +468,13 @@ def render(ov: Overview) -> list[str]:
             ticket = f" ticket {v.ticket}" if v.ticket else ""
             out.append(f"  {v.node} {v.phase}{job}{end}{ticket} since {_ts(v.since)} "
                        f"[{v.validation}]: {v.why[:160]}")
+    if ov.unrecorded:
+        out.append(f"Held under a marker the store does not know (a store set aside?): "
+                   f"{len(ov.unrecorded)}; nothing automatic touches them until you act")
+        for u in ov.unrecorded:
+            aside = f"; the old store is {u.set_aside}" if u.set_aside else ""
+            out.append(f"  {u.node} [{u.remediation}]{aside}: release `{u.release}`, or hand "
+                       f"it to slurm-heal again `{u.request}`")
     if ov.foreign:
         out.append(f"Out of service for reasons not ours (oldest first): {len(ov.foreign)}")
         for fn in ov.foreign:

@@ -157,7 +157,27 @@ def _names(hostlist: str) -> tuple[str, ...]:
         return ()
     if _ONE_NAME.match(hostlist):
         return (hostlist,)  # one plain name (most jobs): no NodeSet needed (issue 13)
-    return tuple(NodeSet(hostlist))
+    # Counted before it is expanded: "gpu[0-99999999]" would take minutes and gigabytes
+    # (issue 22). The policy's host lists are bounded the same way (config.node_names).
+    from slurm_heal.config import MAX_HOSTLIST, _hostlist_size
+
+    try:
+        count = _hostlist_size(hostlist)
+        names = tuple(NodeSet(hostlist)) if count <= MAX_HOSTLIST else ()
+    except Exception as exc:  # ClusterShell's NodeSetParseError and friends (issue 22)
+        raise SlurmError(f"Slurm printed a host list slurm-heal cannot read: "
+                         f"{hostlist[:80]!r} ({type(exc).__name__})") from None
+    if count > MAX_HOSTLIST:
+        raise SlurmError(f"Slurm printed a host list of more than {MAX_HOSTLIST} names: "
+                         f"{hostlist[:80]!r}")
+    return names
+
+
+def unexpected_shape(what: str, exc: BaseException) -> SlurmError:
+    """SPEC I6 (issue 22): any other error while reading Slurm's answer is a SlurmError
+    naming what was read; the daemon skips the cycle, never dies of Slurm's garbage."""
+    return SlurmError(f"{what}: an answer of a shape slurm-heal does not read "
+                      f"({type(exc).__name__}: {str(exc)[:160]})")
 
 
 def _split_list(value: Any) -> tuple[str, ...]:
@@ -192,8 +212,11 @@ def node_from_json(raw: dict[str, Any]) -> NodeInfo:
     SlurmError naming the node, never a TypeError (I6)."""
     try:
         return _node_from_json(raw)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise SlurmError(f"Slurm JSON: node {str(raw.get('name'))[:60]!r} has a field of "
+    except SlurmError:
+        raise
+    except Exception as exc:  # TypeError, ValueError, OverflowError, RecursionError, ...
+        name = raw.get("name") if isinstance(raw, dict) else None
+        raise SlurmError(f"Slurm JSON: node {str(name)[:60]!r} has a field of "
                          f"an unexpected type or value: {str(exc)[:200]}") from None
 
 
@@ -248,6 +271,8 @@ def _check_json_errors(data: dict[str, Any], what: str, items: str,
     errors = data.get("errors") or []
     if not errors:
         return
+    if not isinstance(errors, list):
+        errors = [errors]
     detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict)) or str(errors)
     # 22.05: an unreachable controller shows up as errno -1 with nothing listed, exit 0.
     no_answer = not data.get(items) and any(
@@ -262,15 +287,24 @@ def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
                      what: str = "sinfo --json") -> tuple[NodeInfo, ...]:
     """All nodes of a JSON document with a ``nodes`` list (22.05's `sinfo --json`,
     23.02+'s `scontrol --json show node`, slurmrestd's ``/nodes``), once each, in
-    Slurm's order. An ``errors`` array is an error, never an empty cluster."""
-    data = _load_json(text, what)
-    _check_json_errors(data, what, "nodes", command, stderr)
-    seen: dict[str, NodeInfo] = {}
-    for raw in data.get("nodes") or []:
-        if isinstance(raw, dict):
-            node = node_from_json(raw)
-            seen.setdefault(node.name, node)
-    return tuple(seen.values())
+    Slurm's order. An ``errors`` array is an error, never an empty cluster. Any other
+    shape is a SlurmError too (issue 22: ``{"nodes": true}``)."""
+    try:
+        data = _load_json(text, what)
+        _check_json_errors(data, what, "nodes", command, stderr)
+        listed = data.get("nodes") or []
+        if not isinstance(listed, list):
+            raise SlurmError(f"{what}: 'nodes' is not a list: {str(listed)[:80]!r}")
+        seen: dict[str, NodeInfo] = {}
+        for raw in listed:
+            if isinstance(raw, dict):
+                node = node_from_json(raw)
+                seen.setdefault(node.name, node)
+        return tuple(seen.values())
+    except SlurmError:
+        raise
+    except Exception as exc:
+        raise unexpected_shape(what, exc) from None
 
 
 def job_from_json(raw: dict[str, Any]) -> JobInfo:
@@ -278,8 +312,11 @@ def job_from_json(raw: dict[str, Any]) -> JobInfo:
     type Slurm never prints."""
     try:
         return _job_from_json(raw)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise SlurmError(f"squeue --json: job {str(raw.get('job_id'))[:30]!r} has a field "
+    except SlurmError:
+        raise
+    except Exception as exc:  # TypeError, ValueError, KeyError, ... (issue 22)
+        job = raw.get("job_id") if isinstance(raw, dict) else None
+        raise SlurmError(f"squeue --json: job {str(job)[:30]!r} has a field "
                          f"of an unexpected type or value: {str(exc)[:200]}") from None
 
 
@@ -308,18 +345,34 @@ def _job_from_json(raw: dict[str, Any]) -> JobInfo:
 
 
 def parse_squeue_json(text: str, command: Sequence[str] = (), stderr: str = "") -> tuple[JobInfo, ...]:
-    """All jobs of a `squeue --json` document."""
+    """All jobs of a `squeue --json` document; any shape slurm-heal does not read is a
+    SlurmError (issue 22)."""
+    try:
+        return _parse_squeue_json(text, command, stderr)
+    except SlurmError:
+        raise
+    except Exception as exc:
+        raise unexpected_shape("squeue --json", exc) from None
+
+
+def _parse_squeue_json(text: str, command: Sequence[str], stderr: str) -> tuple[JobInfo, ...]:
     data = _load_json(text, "squeue --json")
     errors = data.get("errors") or []
     if errors:
+        if not isinstance(errors, list):
+            errors = [errors]
         # An empty job list is normal, so only the stderr tells unreachable apart.
         detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict))
         cls = SlurmUnreachable if (any(s in stderr for s in _UNREACHABLE)
                                    or any(e.get("errno") == -1 for e in errors
                                           if isinstance(e, dict))) else SlurmError
         raise cls(f"squeue --json reported errors: {detail}", command=command, stderr=stderr)
+    listed = data.get("jobs") or []
+    if not isinstance(listed, list):
+        raise SlurmError(f"squeue --json: 'jobs' is not a list: {str(listed)[:80]!r}",
+                         command=command, stderr=stderr)
     out = []
-    for raw in data.get("jobs") or []:
+    for raw in listed:
         if isinstance(raw, dict) and "job_id" in raw:
             out.append(job_from_json(raw))
     return tuple(out)
@@ -386,8 +439,15 @@ def node_from_scontrol(line: str) -> NodeInfo:
 
 
 def parse_scontrol_nodes(text: str) -> tuple[NodeInfo, ...]:
-    """Every line of `scontrol show node -o`."""
-    return tuple(node_from_scontrol(ln) for ln in text.splitlines() if ln.strip())
+    """Every line of `scontrol show node -o`. A line whose free text hides the field
+    boundaries raises `_Ambiguous` (the caller reads the JSON instead); anything else
+    that cannot be read is a SlurmError (issue 22)."""
+    try:
+        return tuple(node_from_scontrol(ln) for ln in text.splitlines() if ln.strip())
+    except (SlurmError, _Ambiguous):
+        raise
+    except Exception as exc:
+        raise unexpected_shape("scontrol show node -o", exc) from None
 
 
 # ------------------------------------------------------------------ versions

@@ -58,7 +58,19 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 
 
 def node_from_pyslurm(node: Any) -> NodeInfo:
-    """A `pyslurm.Node` (or its ``to_dict()``) as NodeInfo."""
+    """A `pyslurm.Node` (or its ``to_dict()``) as NodeInfo; a field of a shape Slurm
+    never gives is a SlurmError naming the node (issue 22)."""
+    try:
+        return _node_from_pyslurm(node)
+    except SlurmError:
+        raise
+    except Exception as exc:
+        raise SlurmError(f"pyslurm node {str(_get(node, 'name'))[:60]!r}: a field of an "
+                         f"unexpected type or value ({type(exc).__name__}: "
+                         f"{str(exc)[:160]})") from None
+
+
+def _node_from_pyslurm(node: Any) -> NodeInfo:
     name = _get(node, "name")
     if not name:
         raise SlurmError(f"pyslurm node without a name: {str(node)[:120]}")
@@ -86,7 +98,19 @@ def node_from_pyslurm(node: Any) -> NodeInfo:
 
 
 def job_from_pyslurm(job: Any) -> JobInfo:
-    """A `pyslurm.Job` (or its ``to_dict()``) as JobInfo."""
+    """A `pyslurm.Job` (or its ``to_dict()``) as JobInfo; SlurmError naming the job for
+    a field of a shape Slurm never gives (issue 22)."""
+    try:
+        return _job_from_pyslurm(job)
+    except SlurmError:
+        raise
+    except Exception as exc:
+        raise SlurmError(f"pyslurm job {str(_get(job, 'id'))[:30]!r}: a field of an "
+                         f"unexpected type or value ({type(exc).__name__}: "
+                         f"{str(exc)[:160]})") from None
+
+
+def _job_from_pyslurm(job: Any) -> JobInfo:
     limit = _get(job, "time_limit")
     limit_minutes = int(limit) if isinstance(limit, int) and limit > 0 else None
     state = str(_get(job, "state") or "").upper()
@@ -103,6 +127,16 @@ def job_from_pyslurm(job: Any) -> JobInfo:
         end_time=end,
         time_limit_minutes=limit_minutes,
     )
+
+
+def _values(loaded: Any, what: str) -> list[Any]:
+    """The records of a pyslurm collection (a dict of id -> record); SlurmError for any
+    other shape (issue 22)."""
+    try:
+        return list(loaded.values())
+    except Exception as exc:
+        raise SlurmError(f"pyslurm {what} gave {type(loaded).__name__}, not a collection "
+                         f"of records ({type(exc).__name__})") from None
 
 
 # Where libslurm looks when neither an explicit path nor $SLURM_CONF names one: the
@@ -220,7 +254,7 @@ class PyslurmSlurm:
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         loaded = self._call("Nodes.load", self._pyslurm.Nodes.load)
-        return tuple(node_from_pyslurm(n) for n in loaded.values())
+        return tuple(node_from_pyslurm(n) for n in _values(loaded, "Nodes.load"))
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes():
@@ -230,7 +264,7 @@ class PyslurmSlurm:
 
     def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
         loaded = self._call("Jobs.load", self._pyslurm.Jobs.load)
-        jobs = tuple(job_from_pyslurm(j) for j in loaded.values())
+        jobs = tuple(job_from_pyslurm(j) for j in _values(loaded, "Jobs.load"))
         return jobs if node is None else tuple(j for j in jobs if node in j.nodes)
 
     def snapshot(self) -> ClusterView:

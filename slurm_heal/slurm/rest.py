@@ -118,7 +118,7 @@ class RestSlurm:
                              f"(HTTP {resp.status_code})")
         try:
             data = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser (issue 22)
             data = None
         if not isinstance(data, dict):
             raise SlurmError(f"{what}: HTTP {resp.status_code}, not a JSON object: "
@@ -126,8 +126,11 @@ class RestSlurm:
         return resp.status_code, data
 
     def _errors(self, data: dict[str, Any]) -> str:
+        errors = data.get("errors") or []
+        if not isinstance(errors, list):  # issue 22: any shape, never a TypeError
+            errors = [errors]
         return "; ".join(" - ".join(str(e[k]) for k in ("description", "error") if e.get(k))
-                         for e in data.get("errors") or [] if isinstance(e, dict))
+                         for e in errors if isinstance(e, dict))
 
     @property
     def api(self) -> str:

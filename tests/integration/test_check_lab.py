@@ -109,3 +109,52 @@ def test_dry_run_writes_nothing_to_the_lab(lab: Lab, replay: Replay) -> None:
     assert [f["fault"] for f in json.loads(out.stdout)] == ["gpu.xid.79"]
     assert lab.state(node) == {"IDLE"}
     assert lab.show(node).get("Extra", "") in ("", "(null)")
+
+
+XID79_LATER = "2,502,230223456,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4321, name=python3, GPU has fallen off the bus.\n"
+
+
+def test_a_persons_resume_is_not_undone_by_the_next_check(lab_clean: Lab,
+                                                          replay: Replay) -> None:
+    """SPEC S8 (issue 22, item 1): drained by the check for a latched Xid 79, a person
+    resumes the node: the next runs leave it in service (the Xid is acknowledged and
+    published as such, not as an alert the controller acts on); a new Xid drains it."""
+    node = lab_clean.nodes[3]
+    client = CliSlurm(slurm_conf=str(lab_clean.conf))
+    replay.inject(XID79)
+    assert check(lab_clean, replay, node).returncode == 1
+    assert client.node(node).drained
+    lab_clean.scontrol("update", f"nodename={node}", "state=resume")
+    assert not client.node(node).drained
+    for _ in range(2):
+        out = check(lab_clean, replay, node)
+        assert out.returncode == 0, out.stdout + out.stderr
+        info = client.node(node)
+        assert not info.drained, info.reason
+        section = ours(client, node)
+        assert section is not None and section["alerts"] == []
+        assert [a["fault"] for a in section["acknowledged"]] == ["gpu.xid.79"]
+    assert "acknowledged gpu.xid.79" in out.stdout
+    replay.inject(XID79_LATER)  # the same fault again, after the person's resume: new
+    out = check(lab_clean, replay, node)
+    assert out.returncode == 1, out.stdout + out.stderr
+    info = client.node(node)
+    assert info.drained and info.reason.startswith("heal: gpu.xid.79 by=check"), info.reason
+    section = ours(client, node)
+    assert section is not None and [a["fault"] for a in section["alerts"]] == ["gpu.xid.79"]
+    assert "acknowledged" not in section
+
+
+def test_a_node_back_from_a_reboot_with_its_fault_is_drained_again(
+        lab_clean: Lab, replay: Replay) -> None:
+    """SPEC S8 is a person's resume on the same boot: a node Slurm returned to service
+    after a reboot that still shows the fault is drained again."""
+    node = lab_clean.nodes[3]
+    client = CliSlurm(slurm_conf=str(lab_clean.conf))
+    replay.inject(XID79)
+    assert check(lab_clean, replay, node).returncode == 1
+    assert client.node(node).drained
+    lab_clean.scontrol("update", f"nodename={node}", "state=resume")
+    replay.boot("boot-2", NOISE + XID79)  # rebooted, and the GPU is off the bus again
+    assert check(lab_clean, replay, node).returncode == 1
+    assert client.node(node).drained

@@ -90,3 +90,30 @@ def test_an_act_on_a_node_someone_drained_since_the_snapshot_is_not_sent(
     assert sim.stats()["executed"] == {}
     info = CliSlurm(slurm_conf=str(lab_clean.conf)).node(node)
     assert info.drained and info.reason == reason
+
+
+def test_an_act_on_a_node_a_person_resumed_since_the_snapshot_is_not_sent(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
+    """SPEC S8 (issue 22, item 1): we cordoned the node, a person resumed it; the
+    controller's last look before the reboot finds it in service: nothing is sent to the
+    provider, the outcome says so (the engine hands the remediation to the person) and
+    the node stays in service."""
+    node = lab_clean.nodes[2]
+    marker = reasons.format_marker("gpu.xid.79", "r-000000000003", "controller", "for reboot")
+    lab_clean.scontrol("update", f"nodename={node}", "state=drain", f"reason={marker}")
+    lab_clean.scontrol("update", f"nodename={node}", "state=resume")
+    rem = acted_long_ago(node).model_copy(update={"id": "r-000000000003", "attempts": (),
+                                                  "phase": Phase.ACTING})
+    with Store(tmp_path).transaction() as txn:
+        txn.state = State(remediations=(rem,))
+    plan = Plan(effects=(Effect(kind="act", node=node, remediation=rem.id,
+                                action=Action.REBOOT, key="r-000000000003:act:0"),))
+    report = controller(lab_clean, tmp_path, sim, plan).cycle()
+    (ex,) = report.executed
+    assert ex.outcome == "failed" and ex.detail.startswith("not sent: ")
+    assert "resumed" in ex.detail
+    assert sim.stats()["executed"] == {}
+    (stored,) = Store(tmp_path).load().remediations
+    (attempt,) = stored.attempts
+    assert attempt.outcome == "failed" and attempt.detail.startswith("not sent: ")
+    assert not CliSlurm(slurm_conf=str(lab_clean.conf)).node(node).drained

@@ -102,13 +102,17 @@ class InstantBoot:
     """Simulator hook: the action "reboots" the node at once and the node check runs at
     boot: a clean health check (no alerts, checked_at now) in the node's Extra."""
 
-    def __init__(self, slurm: CliSlurm, gate: threading.Event | None = None) -> None:
+    def __init__(self, slurm: CliSlurm, gate: threading.Event | None = None,
+                 check: bool = True) -> None:
         self.slurm = slurm
         self.gate = gate  # when set: the action waits for it (an action that takes long)
+        self.check = check  # False: no health check at boot (the remediation waits in returning)
 
     def __call__(self, node: str, action: Action, op: SimOperation) -> str:
         if self.gate is not None:
             self.gate.wait(120)
+        if not self.check:
+            return f"{action.value} of {node} done; no health check yet"
         now = datetime.now(timezone.utc)
         self.slurm.set_extra(node, extra.KEY, extra.our_section([], now))
         return f"{action.value} of {node} done; clean health check at boot"

@@ -287,3 +287,51 @@ def test_the_daemon_skips_cycles_on_a_full_disk_and_recovers(tmp_path: Path) -> 
         assert run_forever(ctl, 0.01, max_cycles=1) == 1
         state: Any = Store(disk).load()
         assert any(r.node == "gpu03" for r in state.remediations)
+
+
+def test_nodes_under_the_marker_of_a_set_aside_store_are_shown_with_what_to_run(
+        tmp_path: Path) -> None:
+    """Issue 22 item 10 (SPEC I5, O6): the store is found corrupt while gpu01 is acting;
+    it is set aside and the breaker opens, and gpu01 stays drained under a marker the new
+    store does not know. `status` (text and JSON) and the console name the node, the old
+    store and the commands that release it or hand it to slurm-heal again."""
+    from slurm_heal import overview, reasons
+    from slurm_heal.api.app import ApiApp
+    from slurm_heal.api.settings import ApiSettings
+    from slurm_heal.api.views import Sources
+    from slurm_heal.api.views import overview as console_overview
+    from slurm_heal.location import locate
+
+    store = Store(tmp_path)
+    with store.transaction() as txn:
+        txn.state = State(remediations=(_rem("r-0000acting1", phase=Phase.ACTING),))
+    slurm = MemorySlurm([("gpu01", "gpu"), ("gpu02", "gpu")], clock=lambda: T0)
+    slurm.drain("gpu01", reasons.format_marker("gpu.xid.48", "r-0000acting1", "controller",
+                                               "for reboot"))
+    slurm.drain("gpu02", reasons.format_marker("gpu.xid.48", by="check", text="xid"))
+    store.file.write_text('{"schema_version": 1, "remediations": [tru')  # torn
+    with pytest.raises(StoreCorrupt):
+        store.load()
+    state = store.load()
+    assert state.breaker.open and state.remediations == ()
+    (aside,) = [p.name for p in tmp_path.glob("state.json.corrupt-*")]
+
+    ov = overview.gather(state, slurm.nodes(), T0, heartbeat=None)
+    (lost,) = ov.unrecorded  # gpu02 is the node check's own drain: not lost
+    assert (lost.node, lost.remediation, lost.set_aside) == ("gpu01", "r-0000acting1", aside)
+    assert lost.release == "scontrol update nodename=gpu01 state=resume"
+    assert lost.request.startswith("slurm-heal request gpu01 reboot --reason")
+    text = "\n".join(overview.render(ov))
+    assert "marker the store does not know" in text and lost.release in text and aside in text
+
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text("[[token]]\nname = 'a'\nrole = 'viewer'\nsha256 = '" + "0" * 64 + "'\n")
+    tokens.chmod(0o600)
+    loc = locate(str(tmp_path))
+    app = ApiApp(ApiSettings(tokens=tokens), loc)
+    o = console_overview(Sources(loc, lambda: slurm))
+    assert o["status"]["unrecorded"][0]["node"] == "gpu01"
+    html = app.jinja.get_template("overview.html").render(
+        o=o, me=None, csrf="", flash=None, path="/", new_key=lambda: "k")
+    assert 'id="unrecorded"' in html and "scontrol update nodename=gpu01 state=resume" in html
+    assert aside in html

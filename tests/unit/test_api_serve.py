@@ -174,18 +174,47 @@ def test_a_token_file_others_may_write_is_refused_at_start(tmp_path: Path) -> No
     assert "others may write it" in proc.stderr and "Traceback" not in proc.stderr
 
 
+PROXY_SECRET = "s3cret-only-the-proxy-knows"
+
+
+def _proxy_secret(root: Path) -> Path:
+    path = root / "proxy-secret"
+    path.write_text(PROXY_SECRET + "\n")
+    path.chmod(0o600)
+    return path
+
+
 def test_a_proxy_user_header_is_believed_only_from_a_trusted_proxy(tmp_path: Path) -> None:
     """SSO behind a reverse proxy: the header names the person, but only when it comes
-    from a configured proxy address; from anyone else it is ignored."""
+    from a configured proxy address with the proxy's secret; from anyone else, or
+    without the secret (any local process, issue 22 item 5), it is ignored."""
     site = Site(tmp_path)
-    with site.serve("--trusted-proxy", "127.0.0.1") as srv:
-        got = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
-                           timeout=10)
+    secret = str(_proxy_secret(tmp_path))
+    proxy = {"X-Remote-User": "bob", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET}
+    with site.serve("--trusted-proxy", "127.0.0.1", "--proxy-secret-file", secret) as srv:
+        got = requests.get(srv.url + "/api/v1/whoami", headers=proxy, timeout=10)
         assert got.json() == {"name": "bob", "role": "viewer", "via": "proxy"}
-    with site.serve("--trusted-proxy", "192.0.2.10", name="untrusted") as srv:
-        _problem(requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "bob"},
-                              timeout=10), 401)
+        for forged in ({"X-Remote-User": "alice"},
+                       {"X-Remote-User": "alice", "X-Slurm-Heal-Proxy-Secret": "guess" * 5}):
+            _problem(requests.get(srv.url + "/api/v1/whoami", headers=forged, timeout=10), 401)
+            _problem(requests.post(srv.url + "/api/v1/unpause", headers=forged,
+                                   json={"reason": "x"}, timeout=10), 401)
+        assert "without the proxy's secret" in srv.text()
+    with site.serve("--trusted-proxy", "192.0.2.10", "--proxy-secret-file", secret,
+                    name="untrusted") as srv:
+        _problem(requests.get(srv.url + "/api/v1/whoami", headers=proxy, timeout=10), 401)
         assert "not a trusted proxy" in srv.text()
+
+
+def test_a_trusted_proxy_without_a_secret_is_refused_at_start(tmp_path: Path) -> None:
+    """Issue 22 item 5: the documented proxy setup made any local user an operator."""
+    site = Site(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "serve", "--config",
+                           str(site.config), "--bind", "127.0.0.1:0", "--trusted-proxy",
+                           "127.0.0.1"], env=site.env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "a trusted proxy must prove itself" in proc.stderr and "Traceback" not in proc.stderr
 
 
 # --------------------------------------------------------------------------- idempotency
@@ -363,7 +392,14 @@ def test_a_non_loopback_bind_without_tls_or_a_proxy_is_refused(tmp_path: Path) -
     (ApiSettings(bind="gpu-head.example:8250", tokens=Path("t")), False),
     (ApiSettings(bind="0.0.0.0:8250", tokens=Path("t"), tls_cert=Path("c"), tls_key=Path("k")),
      True),
-    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",)), True),
+    # issue 22 item 5: proxies or not, beyond loopback only with TLS; a proxy needs a secret
+    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",),
+                 proxy_secret_file=Path("s")), False),
+    (ApiSettings(bind="0.0.0.0:8250", trusted_proxies=("10.0.0.5",), proxy_secret_file=Path("s"),
+                 tls_cert=Path("c"), tls_key=Path("k")), True),
+    (ApiSettings(bind="127.0.0.1:8250", trusted_proxies=("127.0.0.1",)), False),
+    (ApiSettings(bind="127.0.0.1:8250", trusted_proxies=("127.0.0.1",),
+                 proxy_secret_file=Path("s")), True),
     (ApiSettings(bind="127.0.0.1:8250", tokens=Path("t")), True),
     (ApiSettings(bind="[::1]:8250", tokens=Path("t")), True),
     (ApiSettings(bind="127.0.0.1:8250"), False),  # nobody could be told apart
@@ -497,6 +533,45 @@ def test_console_pages_need_a_login_and_never_redirect_off_site(srv: Serve, fres
         resp.headers["Set-Cookie"]
 
 
+@pytest.mark.parametrize("nxt", ["/\t/127.0.0.2:44131/", "/\n/evil.example/", "/\\evil.example",
+                                 "\t//evil.example/", "/ /evil.example", "/\x7f/evil",
+                                 "https://evil.example/", "/\u3000/evil"])
+def test_after_login_a_next_that_a_browser_reads_as_another_host_goes_home(
+        srv: Serve, fresh: Site, nxt: str) -> None:
+    """Issue 22 items 4 and 6: browsers drop tabs and newlines (``/%09/host`` is
+    ``//host``) and read a backslash as a slash: such a ``next`` is refused (``/``), on the
+    form's GET and POST alike, never a redirect elsewhere nor a 500."""
+    s = requests.Session()
+    page = s.get(srv.url + "/login", params={"next": nxt}, timeout=10)
+    assert page.status_code == 200, page.text
+    assert 'name="next" value="/"' in page.text
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": nxt}, allow_redirects=False, timeout=10)
+    assert resp.status_code == 303 and resp.headers["Location"] == "/", resp.text
+
+
+def test_after_login_a_path_of_this_server_is_kept(srv: Serve, fresh: Site) -> None:
+    s = requests.Session()
+    page = s.get(srv.url + "/login", timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
+    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
+                                            "next": "/approvals?node=gpu01"},
+                  allow_redirects=False, timeout=10)
+    assert resp.headers["Location"] == "/approvals?node=gpu01"
+
+
+def test_a_body_nested_twenty_thousand_deep_is_a_400_not_a_500(srv: Serve, fresh: Site) -> None:
+    """Issue 22 item 6: 40 KB of JSON nested 20,000 deep is bad input (problem object)."""
+    body = '{"reason": ' + "[" * 20_000 + "]" * 20_000 + "}"
+    resp = requests.post(srv.url + "/api/v1/pause", data=body, timeout=30, headers={
+        "Authorization": f"Bearer {fresh.tokens['alice']}",
+        "Content-Type": "application/json", "Idempotency-Key": "deep-1"})
+    problem = _problem(resp, 400)
+    assert "nested too deeply" in str(problem["detail"])
+    assert fresh.store.load().inbox == ()
+
+
 # --------------------------------------------------------------------------- token file
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -539,9 +614,10 @@ def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
     console's forms still need their CSRF token (bound to the person)."""
     site = Site(tmp_path)
     site.config.write_text(site.config.read_text()
-                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n')
+                           + 'trusted_proxies = ["127.0.0.1"]\nproxy_users = { carol = "operator" }\n'
+                           + f'proxy_secret_file = "{_proxy_secret(tmp_path)}"\n')
     site.reset(_proposal())
-    carol = {"X-Remote-User": "carol"}
+    carol = {"X-Remote-User": "carol", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET}
     with site.serve() as srv:
         page = requests.get(srv.url + "/approvals", headers=carol, timeout=10)
         assert page.status_code == 200 and "carol" in page.text
@@ -554,8 +630,68 @@ def test_a_proxy_named_operator_approves_in_the_console_under_their_own_name(
                            allow_redirects=False, timeout=10)
         assert ok.status_code == 303, ok.text
         # someone else named by the proxy is a viewer (proxy_default_role)
-        dave = requests.get(srv.url + "/api/v1/whoami", headers={"X-Remote-User": "dave"},
-                            timeout=10).json()
+        dave = requests.get(srv.url + "/api/v1/whoami", headers={
+            "X-Remote-User": "dave", "X-Slurm-Heal-Proxy-Secret": PROXY_SECRET},
+            timeout=10).json()
         assert dave == {"name": "dave", "role": "viewer", "via": "proxy"}
     (cmd,) = site.store.load().inbox
     assert (cmd.kind, cmd.by, cmd.reason) == ("approve", "carol", "ok")
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def _threads(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+def test_half_sent_requests_hold_no_thread_each_and_are_closed_after_the_timeout(
+        tmp_path: Path) -> None:
+    """Issue 22 item 7: on Werkzeug's development server 800 half-sent requests held 800
+    threads. serve runs a production WSGI server: a bounded pool ([api] threads), a
+    request that stops sending is closed after [api] timeout, and a whole request is
+    answered meanwhile."""
+    import socket
+
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text() + 'threads = 4\ntimeout = "1s"\n')
+    with site.serve() as srv:
+        assert srv.proc is not None
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        half = []
+        for _ in range(48):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            s.sendall(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nX-Half: ")
+            half.append(s)
+        ok = requests.get(srv.url + "/api/v1/whoami", headers=srv.bearer(site.tokens["alice"]),
+                          timeout=30)
+        assert ok.status_code == 200 and ok.json()["name"] == "alice"
+        assert "Werkzeug" not in ok.headers.get("Server", "")
+        assert _threads(srv.proc.pid) < 30  # the pool and cheroot's own, not one per socket
+        closed = 0
+        for s in half:  # each is answered or closed by the server (its timeout), none hangs
+            try:
+                s.recv(4096)
+                closed += 1
+            except OSError:
+                pass
+            finally:
+                s.close()
+        assert closed == len(half)
+        assert srv.proc.poll() is None
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("threads", "0", "greater than or equal to 1"), ("timeout", '"0s"', "between 1s and 10m"),
+    ("timeout", "5", "bare number")])
+def test_the_server_knobs_are_checked(tmp_path: Path, key: str, value: str, words: str) -> None:
+    from slurm_heal.api.settings import api_settings
+    from slurm_heal.config import load_policy
+
+    path = tmp_path / "heal.toml"
+    path.write_text(f"[api]\n{key} = {value}\n")
+    with pytest.raises(ConfigError, match=words):
+        api_settings(dict(load_policy(path).api), str(path))

@@ -344,3 +344,55 @@ def test_slurms_instance_id_is_published_in_the_machine_identity(node: Node,
     node.kmsg(XID79, append=True)
     check(slurm, now=T0 + timedelta(minutes=5))
     assert ours(slurm)["machine"]["instance_id"] == "i-0abc123"  # type: ignore[index]
+
+
+def test_a_persons_resume_acknowledges_the_faults_seen_so_far(node: Node,
+                                                              slurm: MemorySlurm) -> None:
+    """SPEC S8: drained for an Xid 79, resumed by a person: the Xid is acknowledged
+    (published under ``acknowledged``, no alert for the controller) and the node stays in
+    service, the prolog passes; a fault the person did not see (an Xid 13) drains it."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    slurm.resume("gpu01")  # a person's `scontrol update state=resume`
+    result = check(slurm, now=T0 + timedelta(minutes=5))
+    assert not slurm.node("gpu01").drained
+    assert result.exit_code == runner.EXIT_HEALTHY and result.findings == []
+    assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+    section = ours(slurm)
+    assert section is not None and section["alerts"] == []
+    assert [a["fault"] for a in section["acknowledged"]] == ["gpu.xid.79"]  # type: ignore[index]
+    assert check(slurm, mode="prolog", now=T0 + timedelta(minutes=6)).exit_code == 0
+    assert not slurm.node("gpu01").drained
+    node.kmsg(XID13, append=True)
+    result = check(slurm, now=T0 + timedelta(minutes=7))
+    assert [a.fault for a in result.alerts] == ["gpu.xid.13"]
+    assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+
+
+def test_a_node_the_check_never_held_is_drained_as_before(node: Node,
+                                                        slurm: MemorySlurm) -> None:
+    """SPEC S8 is about a node we held: a fault on a node in service drains it."""
+    node.kmsg(XID79, append=True)
+    result = check(slurm)
+    assert slurm.node("gpu01").drained and result.acknowledged == []
+
+
+def test_acknowledgement_ends_when_the_fault_clears_or_comes_anew() -> None:
+    """SPEC S8 (pure): a condition stays acknowledged while it holds; an event fault
+    with evidence the person did not see is new; a cleared fault's return is new."""
+    from slurm_heal.types import Evidence, Finding, Severity
+
+    ro = Finding(fault="fs.readonly", severity=Severity.CRITICAL, summary="/ ro",
+                 detector="mounts", node="n", evidence=(Evidence("m", "ro", at="t1"),))
+    xid = Finding(fault="gpu.xid.79", severity=Severity.CRITICAL, summary="off",
+                  detector="kernel_log", node="n", evidence=(Evidence("k", "line1", at="t1"),))
+    acked = runner.acknowledge([ro, xid], T0)
+    assert set(acked) == {"fs.readonly", "gpu.xid.79"}
+    ro_later = Finding(fault="fs.readonly", severity=Severity.CRITICAL, summary="/ ro",
+                       detector="mounts", node="n", evidence=(Evidence("m", "ro", at="t2"),))
+    assert set(runner.standing([ro_later, xid], acked)) == {"fs.readonly", "gpu.xid.79"}
+    xid_again = Finding(fault="gpu.xid.79", severity=Severity.CRITICAL, summary="off",
+                        detector="kernel_log", node="n",
+                        evidence=(Evidence("k", "line1", at="t1"), Evidence("k", "line2", at="t3")))
+    assert set(runner.standing([ro, xid_again], acked)) == {"fs.readonly"}
+    assert set(runner.standing([xid], acked)) == {"gpu.xid.79"}  # the mount is rw again

@@ -137,8 +137,14 @@ def test_a_writer_killed_at_any_moment_leaves_a_complete_document(tmp_path: Path
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         state = store.load()  # never a torn document
-        generations.add(state.data["generation"])
-        assert all(len(r.id) > 2 for r in state.remediations)
+        gen = state.data["generation"]
+        generations.add(gen)
+        # the whole of one generation, never a mix of two or a part of one
+        expected = sorted(f"r-{gen}-{i}" for i in range(300)) if gen else []
+        assert sorted(r.id for r in state.remediations) == expected
+    # issue 22 item 11: the kills landed while the writer was writing (else this test
+    # proved nothing about a kill mid-write)
+    assert max(generations) > 0, generations
     # The next write cleans up a temp file the killed writer may have left.
     with store.transaction() as txn:
         txn.state = State()

@@ -1,0 +1,152 @@
+"""`slurm-heal daemon` as a process on the real Slurm lab, when what it stands on is bad
+(issue 22, items 2, 8 and 9): Slurm printing garbage, the metrics port taken, a state
+dir it cannot use. Never a traceback, never a crash loop: a skipped cycle, a standby, or
+one clear line with the documented exit status.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_heal.heartbeat import read as read_heartbeat
+from slurm_heal.providers.simulator import SimulatorServer
+from tests.lab import Lab
+from tests.reliability.labrig import LabDaemon, policy_toml
+
+pytestmark = [pytest.mark.slurm]
+
+
+@pytest.fixture
+def sim() -> Iterator[SimulatorServer]:
+    with SimulatorServer(port=0, duration=0.0) as server:
+        yield server
+
+
+def _garbage(directory: Path, command: str, answer: str) -> Path:
+    """A directory holding ``command`` that prints ``answer`` for ``--json`` and runs
+    the real one otherwise."""
+    real = shutil.which(command)
+    assert real is not None, f"{command} is not installed"
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / command
+    script.write_text("#!/bin/sh\n"
+                      f'for a in "$@"; do [ "$a" = --json ] && {{ echo \'{answer}\'; exit 0; }}; done\n'
+                      f'exec {real} "$@"\n')
+    script.chmod(0o755)
+    return directory
+
+
+def _once(d: LabDaemon, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "slurm_heal.cli", "daemon", "--config",
+                           str(d.config), *extra], env=d.env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize(("command", "answer", "says"), [
+    ("squeue", '{"jobs": [{"job_id": 7, "nodes": "gpu[", "job_state": "RUNNING"}]}',
+     "host list"),
+    ("sinfo", '{"nodes": true}', "not a list"),
+])
+def test_slurm_garbage_skips_the_cycle_and_never_kills_the_daemon(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer, command: str, answer: str,
+        says: str) -> None:
+    """Issue 22 item 2 (SPEC I6, O1): `--once` says it in one line, exit 3; a running
+    daemon skips each cycle, logs why, keeps going and stops cleanly on SIGTERM."""
+    d = LabDaemon(lab_clean, tmp_path, sim,
+                  path_prefix=_garbage(tmp_path / "bin", command, answer))
+    out = _once(d, "--once")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    assert says in out.stderr and "slurm-heal: error:" in out.stderr
+    proc = d.start()
+    beat = d.state_dir / "heartbeat"
+    d.wait(lambda: (h := read_heartbeat(beat)) is not None and h.failures_since_success >= 3,
+           "three skipped cycles")
+    assert proc.poll() is None, d.logs()
+    assert d.stop(proc) == 0
+    logs = d.logs()
+    assert "cycle skipped" in logs and says in logs and "Traceback" not in logs
+
+
+def _metrics(d: LabDaemon, port: int) -> None:
+    d.config.write_text(d.config.read_text()
+                        + f'\n[metrics]\nenabled = true\naddress = "127.0.0.1"\nport = {port}\n')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_standby_and_a_once_beside_the_active_daemon_share_the_metrics_port(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
+    """Issue 22 item 8 (SPEC O4, S6): only the leader serves metrics; a second daemon on
+    the same host (the documented standby) waits, `daemon --once` from cron exits 0."""
+    d = LabDaemon(lab_clean, tmp_path, sim)
+    port = _free_port()
+    _metrics(d, port)
+    leader = d.start()
+    d.wait(lambda: (d.state_dir / "heartbeat").exists(), "the leader's first cycle")
+    standby = d.start()
+    out = _once(d, "--once")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+    d.wait(lambda: "standby" in d.logs(), "the second daemon to say it is the standby")
+    assert standby.poll() is None, d.logs()
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        assert b"slurm_heal_" in resp.read()
+    assert d.stop(leader) == 0
+    # the standby takes over, metrics port and all
+    log = tmp_path / f"daemon-{d.procs.index(standby):03d}.log"
+    d.wait(lambda: "metrics on" in log.read_text(), "the standby to lead and serve metrics",
+           timeout=60)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        assert b"slurm_heal_" in resp.read()
+    assert d.stop(standby) == 0
+    assert "Traceback" not in d.logs()
+
+
+def test_a_metrics_port_taken_by_another_program_is_one_clear_line(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
+    """Issue 22 item 8: the leader cannot serve its metrics: exit 2, the port named."""
+    d = LabDaemon(lab_clean, tmp_path, sim)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        _metrics(d, taken.getsockname()[1])
+        out = _once(d, "--once")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()[-1:]
+    assert line.startswith("slurm-heal: error:") and "metrics.port" in line
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "in /proc"])
+def test_a_state_dir_it_cannot_use_is_exit_5_for_the_daemon_and_policy_check(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer, where: str) -> None:
+    """Issue 22 item 9: a state_dir that is a file, or cannot be created (under a file,
+    in /proc where not even root writes): the daemon and `policy check` exit 5 with one
+    line naming it, never a traceback nor "OK"."""
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory\n")
+    bad = {"a file": blocker, "under a file": blocker / "state",
+           "in /proc": Path("/proc/slurm-heal-state")}[where]
+    d = LabDaemon(lab_clean, tmp_path, sim)
+    d.config.write_text(policy_toml(bad, lab_clean.conf, sim.url))
+    for argv in (["daemon", "--config", str(d.config), "--once"],
+                 ["policy", "check", str(d.config), "--no-slurm"]):
+        out = subprocess.run([sys.executable, "-m", "slurm_heal.cli", *argv], env=d.env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 5, (argv, out.stdout + out.stderr)
+        assert "Traceback" not in out.stderr
+        assert str(bad) in out.stderr and "state_dir" in out.stderr
