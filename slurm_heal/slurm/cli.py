@@ -263,7 +263,14 @@ def _error_text(e: dict[str, Any]) -> str:
     """One entry of a JSON ``errors`` array (v0.0.38: error, errno; 23.02+: description,
     error, error_number, source)."""
     text = " - ".join(str(e[k]) for k in ("description", "error") if e.get(k)) or "?"
-    return f"{text} (errno {e.get('errno', e.get('error_number', '?'))})"
+    return f"{text} (errno {_errno(e) if _errno(e) is not None else '?'})"
+
+
+def _errno(e: dict[str, Any]) -> object:
+    """The errno of one ``errors`` entry: ``errno`` in 22.05's `sinfo --json`,
+    ``error_number`` in its `squeue --json` and in 23.02+ (both seen on a 22.05.8 lab
+    with slurmctld stopped)."""
+    return e.get("errno", e.get("error_number"))
 
 
 def _check_json_errors(data: dict[str, Any], what: str, items: str,
@@ -276,11 +283,15 @@ def _check_json_errors(data: dict[str, Any], what: str, items: str,
     detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict)) or str(errors)
     # 22.05: an unreachable controller shows up as errno -1 with nothing listed, exit 0.
     no_answer = not data.get(items) and any(
-        isinstance(e, dict) and e.get("errno") == -1 for e in errors)
+        isinstance(e, dict) and _errno(e) == -1 for e in errors)
     if no_answer or any(s in stderr + detail for s in _UNREACHABLE):
         raise SlurmUnreachable(f"{what}: no Slurm controller answered ({detail})",
                                command=command, stderr=stderr)
     raise SlurmError(f"{what} reported errors: {detail}", command=command, stderr=stderr)
+
+
+class _NoNodeList(SlurmError):
+    """A JSON answer without a ``nodes`` list (the backend adds what Slurm lists)."""
 
 
 def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
@@ -292,6 +303,12 @@ def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
     try:
         data = _load_json(text, what)
         _check_json_errors(data, what, "nodes", command, stderr)
+        if "nodes" not in data:
+            # 23.02+'s `sinfo --json` lists partition/node groups ("sinfo": [...]), not
+            # nodes: never read a document without a node list as an empty cluster (I6).
+            keys = ", ".join(sorted(map(str, data))[:8]) or "nothing"
+            raise _NoNodeList(f"{what}: the answer has no 'nodes' list (it has: {keys})",
+                              command=command, stderr=stderr)
         listed = data.get("nodes") or []
         if not isinstance(listed, list):
             raise SlurmError(f"{what}: 'nodes' is not a list: {str(listed)[:80]!r}")
@@ -364,7 +381,7 @@ def _parse_squeue_json(text: str, command: Sequence[str], stderr: str) -> tuple[
         # An empty job list is normal, so only the stderr tells unreachable apart.
         detail = "; ".join(_error_text(e) for e in errors if isinstance(e, dict))
         cls = SlurmUnreachable if (any(s in stderr for s in _UNREACHABLE)
-                                   or any(e.get("errno") == -1 for e in errors
+                                   or any(_errno(e) == -1 for e in errors
                                           if isinstance(e, dict))) else SlurmError
         raise cls(f"squeue --json reported errors: {detail}", command=command, stderr=stderr)
     listed = data.get("jobs") or []
@@ -576,7 +593,11 @@ class CliSlurm:
         else:
             argv = ["scontrol", "--json", "show", "node"]
         proc = self._run(argv, read=True)
-        nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv))
+        try:
+            nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv))
+        except _NoNodeList:
+            self._no_nodes_means_no_nodes(argv)  # names how many Slurm lists, if any
+            raise
         if not nodes:
             self._no_nodes_means_no_nodes(argv)
         return nodes

@@ -54,11 +54,6 @@ def test_i6_squeue_json_of_21_08_reads_plain_and_set_number_time_limits() -> Non
 
 @pytest.mark.parametrize("name", ["sinfo-N-json-23.02.5-rivos.json",
                                   "lab-sinfo-json-25.11.json"])
-@pytest.mark.xfail(strict=True, reason=(
-    "slurm/cli.py parse_sinfo_json: a 23.02+ `sinfo --json` document has a 'sinfo' list "
-    "and no 'nodes' key; `data.get('nodes') or []` reads it as a cluster without nodes "
-    "(SPEC I6: an answer it cannot read is an error, never an empty cluster). Fix: a "
-    "document without a 'nodes' list raises SlurmError naming what it has instead"))
 def test_i6_a_23_02_plus_sinfo_json_is_refused_not_an_empty_cluster(name: str) -> None:
     """SPEC I6 on real `sinfo --json` of 23.02.5 (data_parser v0.0.39, an exporter's
     fixture) and 25.11.7 (v0.0.44, the lab): from 23.02 `sinfo --json` prints
@@ -173,12 +168,6 @@ def test_i6_22_05_sinfo_json_with_the_controller_down_is_unreachable() -> None:
         cli.parse_sinfo_json(text("lab-sinfo-json-ctld-down-22.05.json"), ["sinfo", "--json"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "slurm/cli.py parse_squeue_json: 22.05's squeue --json names the errno "
-    "'error_number' (sinfo --json says 'errno'); the unreachable test looks at "
-    "e.get('errno') == -1 only, so a stopped controller is a plain SlurmError, not "
-    "SlurmUnreachable (no retry, no 'controller unreachable' status). Fix: accept "
-    "e.get('errno', e.get('error_number')) == -1, as _error_text already does"))
 def test_i6_22_05_squeue_json_with_the_controller_down_is_unreachable() -> None:
     """SPEC I6 on the same stopped 22.05.8 controller: `squeue --json` exits 0, empty
     stderr, ``errors: [{"description": "Failed while looking for jobs", "error_number":
