@@ -295,12 +295,13 @@ def test_nodes_under_the_marker_of_a_set_aside_store_are_shown_with_what_to_run(
     it is set aside and the breaker opens, and gpu01 stays drained under a marker the new
     store does not know. `status` (text and JSON) and the console name the node, the old
     store and the commands that release it or hand it to slurm-heal again."""
-    from slurm_heal import overview, reasons
+    from slurm_heal import reasons
     from slurm_heal.api.app import ApiApp
     from slurm_heal.api.settings import ApiSettings
     from slurm_heal.api.views import Sources
     from slurm_heal.api.views import overview as console_overview
     from slurm_heal.location import locate
+    from slurm_heal.readmodel import overview
 
     store = Store(tmp_path)
     with store.transaction() as txn:
