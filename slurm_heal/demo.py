@@ -11,6 +11,7 @@ a machine without Slurm) or, with ``lab``, the loopback lab cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -30,6 +31,7 @@ from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller, CycleReport, Notifier, utcnow
 from slurm_heal.errors import HealError
 from slurm_heal.models import Phase
+from slurm_heal.operations import rem_json
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
 from slurm_heal.slurm.base import SlurmClient
@@ -93,13 +95,39 @@ def _replay_root(path: Path) -> Iterator[None]:
 
 
 class Narrator:
-    def __init__(self, out: TextIO, start: float) -> None:
+    """The demo's story: lines for people, or JSON lines (``--json``): ``{"t": seconds,
+    "node": NODE, "text": ...}`` for each step (``node`` absent on a heading), and one
+    last ``{"result": {...}}``."""
+
+    def __init__(self, out: TextIO, start: float, as_json: bool = False) -> None:
         self.out = out
         self.start = start
+        self.as_json = as_json
+
+    def _json(self, obj: dict[str, Any]) -> None:
+        self.out.write(json.dumps(obj, default=str) + "\n")
+        self.out.flush()
 
     def say(self, node: str, text: str) -> None:
-        self.out.write(f"{time.monotonic() - self.start:6.1f}s  {node:<6} {text}\n")
+        t = time.monotonic() - self.start
+        if self.as_json:
+            self._json({"t": round(t, 1), "node": node, "text": text})
+            return
+        self.out.write(f"{t:6.1f}s  {node:<6} {text}\n")
         self.out.flush()
+
+    def text(self, text: str) -> None:
+        """A heading or a part of the closing record (no time, no node)."""
+        if self.as_json:
+            if text.strip():
+                self._json({"t": round(time.monotonic() - self.start, 1), "text": text.strip()})
+            return
+        self.out.write(text)
+        self.out.flush()
+
+    def result(self, result: dict[str, Any]) -> None:
+        if self.as_json:
+            self._json({"result": result})
 
     def report(self, report: CycleReport) -> None:
         for rec in report.records:
@@ -199,14 +227,15 @@ def _free_ports(count: int) -> int:
 
 
 def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
-             interval: float = 0.5, workdir: Path | None = None, lab: bool = False) -> int:
+             interval: float = 0.5, workdir: Path | None = None, lab: bool = False,
+             as_json: bool = False) -> int:
     """Run the demo; return 0 when the node was repaired and resumed, else 1."""
     start = time.monotonic()
-    say = Narrator(out, start)
+    say = Narrator(out, start, as_json)
     tmp = Path(tempfile.mkdtemp(prefix="slurm-heal-demo-")) if workdir is None else workdir
     check_cfg = parse_config({"services": {"enabled": False}, "mounts": {"rw": ["/"]}})
     if lab:
-        out.write("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
+        say.text("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
     backend: MemoryBackend | LabBackend = LabBackend(tmp) if lab else MemoryBackend(tmp)
     cluster = backend.slurm
     # The lab's replay roots are DIR/root/NODE: a lab reboot gives them a new boot id
@@ -242,10 +271,10 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
     policy = policy_from_dict(DEMO_POLICY, source="demo policy (SPEC P2 example)")
     store = Store(tmp / "state")
     with SimulatorServer(port=0, on_action=on_action, duration=1.0) as sim:
-        out.write(f"slurm-heal demo: {backend.name}, nodes {NODES[0]}..{NODES[-1]}; the "
-                  f"provider simulator on {sim.url}; state in {tmp}\n"
-                  "policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
-                  "migrate always needs a person\n\n")
+        say.text(f"slurm-heal demo: {backend.name}, nodes {NODES[0]}..{NODES[-1]}; the "
+                 f"provider simulator on {sim.url}; state in {tmp}\n")
+        say.text("policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
+                 "migrate always needs a person\n\n")
         provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=30)
         controller = Controller(slurm=cluster, provider=provider, store=store, policy=policy,
                                 notifier=Notifier(tmp / "state" / "notifications.jsonl"))
@@ -275,8 +304,9 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
                     health_check_at_boot)
         provider.close()
         stats = sim.stats()
-    if ok:
-        rem = [r for r in store.load().remediations if r.node == FAULTY][-1]
+    rems = [r for r in store.load().remediations if r.node == FAULTY]
+    if ok and not say.as_json:
+        rem = rems[-1]
         out.write("\naudit record (SPEC P4):\n")
         out.write(f"  remediation {rem.id}: {rem.action.value} of {rem.node} for {rem.fault}\n")
         out.write(f"  requested by {rem.requested_by}; approved by "
@@ -286,6 +316,9 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
             out.write(f"  {phase:<10} {at.isoformat()}\n")
         out.write(f"  provider actions executed per idempotency key: {stats['executed']}\n")
         out.write(f"\n{FAULTY} was repaired and is back in service.\n")
+    say.result({"ok": ok, "exit": 0 if ok else 1, "node": FAULTY,
+                "remediation": rem_json(rems[-1]) if rems else None,
+                "executed_per_key": stats["executed"]})
     return 0 if ok else 1
 
 

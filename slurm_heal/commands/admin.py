@@ -1,8 +1,8 @@
 """The operator's admin commands (SPEC I4): alerts, remediations, approve, deny, request,
-cancel, history, explain, breaker, pause, unpause, policy. Every command has ``--json`` (one JSON
+cancel, history, explain, breaker, reset-breaker, pause, unpause, policy. Every command has ``--json`` (one JSON
 object on stdout); plain output is for people.
 
-Commands that change something (approve, deny, cancel, request, breaker reset) never act
+Commands that change something (approve, deny, cancel, request, reset-breaker) never act
 themselves: they put a `models.Command` in the store's inbox and the controller consumes
 it at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
 
@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal import operations
+from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate
 from slurm_heal.models import Command, Remediation, State
@@ -128,17 +129,6 @@ def state_options(func: F) -> F:
                         default=None, help=f"The store directory (default: ${ENV_STATE_DIR}, "
                         "else beside slurmctld's StateSaveLocation).")(func)
     return func
-
-
-def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    if value:  # read by _location (no stderr line) and the CLI's error handler (JSON)
-        ctx.find_root().meta["slurm_heal.json"] = True
-    return value
-
-
-def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
-                        help="Print one JSON object instead of text (SPEC I4).")(func)
 
 
 def force_option(func: F) -> F:
@@ -482,31 +472,48 @@ def _check_node(node: str, config: str | None) -> None:
 # --------------------------------------------------------------------------- breaker
 
 
+def _reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | None,
+                   config: str | None, as_json: bool) -> None:
+    state: State = _store(state_dir, config).load()
+    if not state.breaker.open:
+        if as_json:
+            _emit_json({"breaker": state.breaker.model_dump(mode="json"), "queued": None})
+        else:
+            click.echo("The breaker is closed; nothing to reset.")
+        return
+    cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
+    _queue(state_dir, config, cmd, as_json, force)
+
+
+def old_spelling(old: str, new: str) -> None:
+    """A spelling kept as an alias for one release (docs/cli.md "Grammar"): it works, and
+    says what to write instead (on stderr; never under --json)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.find_root().meta.get("slurm_heal.json"):
+        click.echo(f"slurm-heal: `{old}` is now `{new}`; the old spelling goes in the next "
+                   "release", err=True)
+
+
 @click.command()
-@click.argument("what", type=click.Choice(["show", "reset"]), default="show")
-@click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
+@click.argument("what", type=click.Choice(["show", "reset"]), required=False, default=None,
+                metavar="")
+@click.option("--reason", default="", hidden=True)
 @by_option
 @force_option
 @state_options
 @json_option
-def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str | None,
+def breaker(what: str | None, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
-    """Show the circuit breaker, or reset it (SPEC S5): a person's decision that automatic
-    remediation may start again."""
-    store = _store(state_dir, config)
-    state: State = store.load()
+    """Show the circuit breaker (SPEC S5); `slurm-heal reset-breaker` resets it. (`breaker
+    show` and `breaker reset` are the old spellings, kept for one release.)"""
+    if what is not None:
+        old_spelling(f"breaker {what}", "breaker" if what == "show" else "reset-breaker")
+    if what == "reset":
+        _reset_breaker(reason, by, force, state_dir, config, as_json)
+        return
+    state: State = _store(state_dir, config).load()
     b = state.breaker
     pending = [c for c in state.inbox if c.kind == "reset_breaker"]
-    if what == "reset":
-        if not b.open:
-            if as_json:
-                _emit_json({"breaker": b.model_dump(mode="json"), "queued": None})
-            else:
-                click.echo("The breaker is closed; nothing to reset.")
-            return
-        cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
-        _queue(state_dir, config, cmd, as_json, force)
-        return
     if as_json:
         _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,
                     "pause": _pause_json(state), "reset_pending": bool(pending)})
@@ -515,12 +522,25 @@ def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str 
         click.echo(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}")
         click.echo("Automatic remediation is stopped; manual requests still run. "
                    + ("A reset is queued for the next cycle." if pending
-                      else "Reset with `slurm-heal breaker reset` once you have looked."))
+                      else "Reset with `slurm-heal reset-breaker` once you have looked."))
     else:
         last = f" (last reset by {b.reset_by} at {_ts(b.reset_at)})" if b.reset_by else ""
         click.echo(f"Breaker closed: automatic remediation allowed{last}.")
     if state.paused:
         click.echo(paused_line(state))
+
+
+@click.command("reset-breaker")
+@click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
+@by_option
+@force_option
+@state_options
+@json_option
+def reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | None,
+                  config: str | None, as_json: bool) -> None:
+    """Reset the circuit breaker (SPEC S5): a person's decision that automatic remediation
+    may start again. Queued for the controller's next cycle, like every write."""
+    _reset_breaker(reason, by, force, state_dir, config, as_json)
 
 
 # --------------------------------------------------------------------------- pause
