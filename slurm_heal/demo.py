@@ -50,9 +50,12 @@ DEMO_POLICY: dict[str, Any] = {
     "waiting": {"max_wait": "2h", "at_limit": "requeue"},
 }
 
-XID_LINE = ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=python3, Timeout after 6s of "
-            "waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
-            "(0x20801813 0x4c).")
+XID_MESSAGE = ("Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function "
+               "76 (GSP_RM_CONTROL) (0x20801813 0x4c).")
+XID_LINE = f"NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=python3, {XID_MESSAGE}"
+# The persistence wait (SPEC S1) is a normal step of every remediation, not a refusal:
+# the story says what it is instead of the engine's "blocked".
+PHASE_WORDS = {("blocked", "S1"): "confirming"}
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 FAULTY = "gpu02"
 
@@ -103,12 +106,34 @@ class Narrator:
         self.out = out
         self.start = start
         self.as_json = as_json
+        self.shown: list[tuple[str, str]] = []  # (long text already told, how to refer to it)
+
+    def told(self, text: str, label: str) -> None:
+        """``text`` was told in full: later lines refer to it as ``label`` instead of
+        repeating it (whole, or cut short as Slurm's reason cuts it)."""
+        self.shown.append((text, label))
+        self.shown.sort(key=lambda t: -len(t[0]))
+
+    def elide(self, line: str) -> str:
+        for text, label in self.shown:
+            i = line.find(text[:40])
+            if i < 0:
+                continue
+            n = 0  # how much of ``text`` the line repeats from there
+            while n < len(text) and i + n < len(line) and line[i + n] == text[n]:
+                n += 1
+            tail = line[i + n:]
+            if n < len(text) and tail.lstrip().startswith("..."):  # a reason's cut copy
+                tail = tail.lstrip()[len("..."):]
+            line = f"{line[:i].rstrip()} {label}{tail}"
+        return line
 
     def _json(self, obj: dict[str, Any]) -> None:
         self.out.write(json.dumps(obj, default=str) + "\n")
         self.out.flush()
 
     def say(self, node: str, text: str) -> None:
+        text = self.elide(text)
         t = time.monotonic() - self.start
         if self.as_json:
             self._json({"t": round(t, 1), "node": node, "text": text})
@@ -132,7 +157,8 @@ class Narrator:
     def report(self, report: CycleReport) -> None:
         for rec in report.records:
             action = f" {rec.action.value}" if rec.action is not Action.NONE else ""
-            self.say(rec.node, f"[{rec.phase}]{action}  rule={rec.rule}  {rec.why}")
+            phase = PHASE_WORDS.get((rec.phase, rec.rule.split(":")[0]), rec.phase)
+            self.say(rec.node, f"[{phase}]{action}  rule={rec.rule}  {rec.why}")
         for ex in report.executed:
             e = ex.effect
             if e.kind == "poll" and ex.outcome == "running":
@@ -260,6 +286,7 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
             result = run_check(check_cfg, node_name=node, client=cluster)
         for f in result.findings:
             say.say(node, f"node check: {f.fault} ({f.severity.value}) {f.summary}")
+            say.told(f.summary, f"({f.fault} above)")
         for a in result.actions:
             say.say(node, f"node check: {a}")
         return len(result.findings)
@@ -285,7 +312,8 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
         say.say("*", f"all nodes healthy; the controller runs a cycle every {interval}s")
         say.report(controller.cycle())
         replay[FAULTY].kernel_says(XID_LINE)
-        say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE[:78]}...")
+        say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE}")
+        say.told(XID_MESSAGE, "(the kernel's message above)")
         node_check(FAULTY)
         boot = cluster.node(FAULTY).boot_time
 

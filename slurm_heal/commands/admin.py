@@ -154,6 +154,18 @@ def _writable(state_dir: str | None, config: str | None, force: bool) -> None:
                    f"{_ts(beat)}: is the daemon running? The command waits for it.", err=True)
 
 
+def _reason_length(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A reason is kept in the audit record and shown everywhere: at most MAX_REASON
+    characters, as the API takes (issue 25 item 9); longer is refused, not cut."""
+    from slurm_heal.api.bodies import MAX_REASON
+
+    if value and len(value) > MAX_REASON:
+        raise click.BadParameter(f"is {len(value)} characters long; at most {MAX_REASON} are "
+                                 "kept (the API takes as many): say why in short, and put "
+                                 "the long text in a ticket")
+    return value
+
+
 def by_option(func: F) -> F:
     return click.option("--by", default=None, metavar="NAME",
                         help="Who is asking (default: $SUDO_USER, else $USER).")(func)
@@ -380,7 +392,7 @@ def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> cli
 
     run.__doc__ = help_text
     decorated = json_option(state_options(force_option(by_option(
-        click.option("--reason", default="", help=reason_help)(
+        click.option("--reason", callback=_reason_length, default="", help=reason_help)(
             click.argument("target", metavar="NODE|REMEDIATION_ID")(run))))))
     return click.command(name=kind, help=help_text)(decorated)
 
@@ -400,7 +412,7 @@ cancel = _target_command(
 @click.argument("node")
 @click.argument("action", type=click.Choice([a.value for a in (
     Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)]))
-@click.option("--reason", required=True, help="Why (kept in the audit record).")
+@click.option("--reason", callback=_reason_length, required=True, help="Why (kept in the audit record).")
 @click.option("--detector", default=None, help="The detector this request comes from (Q3).")
 @click.option("--id", "request_id", default=None,
               help="The detector's request id; detector + id deduplicate (SPEC Q3).")
@@ -438,7 +450,7 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
 @click.option("--level", type=click.IntRange(1, 4), default=None,
               help="The suite's {level} (e.g. dcgmi diag -r LEVEL); default: the policy's "
               "([validation] level, level_after_failure for a machine that failed before).")
-@click.option("--reason", default="", help="Why (kept in the validation's audit record).")
+@click.option("--reason", callback=_reason_length, default="", help="Why (kept in the validation's audit record).")
 @by_option
 @force_option
 @state_options
@@ -497,7 +509,7 @@ def old_spelling(old: str, new: str) -> None:
 @click.command()
 @click.argument("what", type=click.Choice(["show", "reset"]), required=False, default=None,
                 metavar="")
-@click.option("--reason", default="", hidden=True)
+@click.option("--reason", callback=_reason_length, default="", hidden=True)
 @by_option
 @force_option
 @state_options
@@ -531,7 +543,7 @@ def breaker(what: str | None, reason: str, by: str | None, force: bool, state_di
 
 
 @click.command("reset-breaker")
-@click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
+@click.option("--reason", callback=_reason_length, default="", help="Why it is reset (kept in the audit record).")
 @by_option
 @force_option
 @state_options
@@ -554,7 +566,7 @@ def _pause_command(kind: Literal["pause", "unpause"], reason: str, by: str | Non
 
 
 @click.command()
-@click.option("--reason", required=True, help="Why (shown by status and explain, kept in "
+@click.option("--reason", callback=_reason_length, required=True, help="Why (shown by status and explain, kept in "
                                               "the audit record).")
 @by_option
 @force_option
@@ -571,7 +583,7 @@ def pause(reason: str, by: str | None, force: bool, state_dir: str | None,
 
 
 @click.command()
-@click.option("--reason", default="", help="Why (kept in the audit record).")
+@click.option("--reason", callback=_reason_length, default="", help="Why (kept in the audit record).")
 @by_option
 @force_option
 @state_options

@@ -90,7 +90,8 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                             validator=validator)
     holder.append(controller)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
-    provider_type = getattr(provider, "name", "?")
+    # the type as configured (`simulator` is served by the http client: say simulator)
+    provider_type = str(dict(policy.provider).get("type") or getattr(provider, "name", "?"))
     logging.getLogger("slurm_heal").info(
         "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir, provider_type,
         settings.interval, extra={"fields": {
