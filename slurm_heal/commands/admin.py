@@ -630,6 +630,7 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
         except HealError as exc:  # the file is still checked; the cluster part is not
             slurm_note = f"Slurm not asked ({exc})"
     report = check_config(file, client)
+    _daemon_and_serve_needs(file, report, no_slurm)
     p = report.policy
     if report.cluster_checked:
         slurm_note = "host lists and pools checked against the cluster"
@@ -648,6 +649,43 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
                f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
                + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
                + (f"; {slurm_note}" if slurm_note else "") + ")")
+
+
+def _daemon_and_serve_needs(file: str, report: Any, no_slurm: bool) -> None:
+    """What the daemon and `serve` open at start beyond the file itself (issue 25 item
+    4): the slurm.conf (not with --no-slurm: a file checked away from the cluster) and
+    `[api] tokens`. A configured path to nothing is the file's error (exit 2, naming the
+    key); no configured slurm.conf and none where Slurm looks is Slurm's (exit 3), as
+    the daemon would stop."""
+    from pathlib import Path
+
+    from slurm_heal.errors import ConfigError, SlurmError
+    from slurm_heal.location import slurm_conf_path
+
+    configured = report.settings.slurm_conf
+    obj = click.get_current_context().find_object(dict)
+    embedded = obj is not None and obj.get("slurm") is not None  # no slurm.conf is read
+    if not no_slurm and not embedded:
+        try:
+            slurm_conf_path(configured)
+        except SlurmError as exc:
+            if configured:
+                raise ConfigError(f"{configured} is no readable file: the daemon would stop "
+                                  "at start (it reads the cluster's slurm.conf from there)",
+                                  file=file, key="controller.slurm_conf") from None
+            raise SlurmError(f"{exc}: the daemon would stop at start") from None
+    if report.policy.api:
+        from slurm_heal.api.auth import TokenFile
+        from slurm_heal.api.settings import api_settings
+
+        tokens = api_settings(dict(report.policy.api), file, Path(file).resolve().parent).tokens
+        if tokens is not None:
+            try:
+                TokenFile(tokens)  # what serve reads at start: missing, unsafe, malformed
+            except ConfigError as exc:
+                raise ConfigError(f"{exc}: `slurm-heal serve` would stop at start (make it "
+                                  f"with `slurm-heal api-token NAME --file {tokens}`)",
+                                  file=file, key="api.tokens") from None
 
 
 @policy.command("show")
