@@ -184,3 +184,45 @@ def test_check_config_is_the_check_toml_option_and_config_its_old_spelling() -> 
         text = invoke([*words, "--help"]).stdout
         assert "--check-config" in text and "check.toml" in text
     assert "--check-config" in fastcli.parser().format_help()
+
+
+def _first_json_line(argv: list[str], stream: str, tmp_path: Path,
+                     want: dict[str, str]) -> dict[str, Any]:
+    """Start a long-running command with --json and read its lines until one has
+    every key/value of ``want``; then stop it."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_heal.cli", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env={**os.environ, "SLURM_HEAL_CONFIG": ""})
+    try:
+        pipe = proc.stdout if stream == "stdout" else proc.stderr
+        assert pipe is not None
+        for _ in range(50):
+            line = pipe.readline()
+            assert line, "the command ended before saying it listens"
+            obj: dict[str, Any] = json.loads(line)  # every line is JSON under --json
+            if all(obj.get(k) == v for k, v in want.items()):
+                return obj
+        raise AssertionError(f"no line with {want}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_the_provider_simulators_first_line_is_json(tmp_path: Path) -> None:
+    first = _first_json_line(["provider-simulator", "--port", "0", "--json"], "stdout",
+                             tmp_path, {"event": "listening"})
+    assert first["url"].startswith("http://127.0.0.1:")
+
+
+def test_serve_logs_json_lines_with_its_listening_line(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    assert invoke(["api-token", "alice", "--file", str(tokens)]).exit_code == 0
+    line = _first_json_line(["serve", "--json", "--bind", "127.0.0.1:0", "--tokens",
+                             str(tokens), "--state-dir", str(tmp_path / "state")], "stderr",
+                            tmp_path, {"event": "listening"})
+    assert line["url"].startswith("http://127.0.0.1:") and line["level"] == "INFO"
+    assert line["store"]["dir"] == str(tmp_path / "state")
