@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
-from slurm_heal.config import Seconds, parse_duration, read_section
+from slurm_heal.config import Seconds, read_section
 from slurm_heal.errors import (
     HealError,
     NotFound,
@@ -82,12 +82,15 @@ class ControllerSettings(BaseModel):
     # daemon's retention moves it to the audit archive (docs/store.md).
     audit_retention: str = "90d"
 
-    @field_validator("audit_retention")
+    @field_validator("audit_retention", mode="before")
     @classmethod
-    def _duration(cls, value: str) -> str:
-        if parse_duration(value) <= timedelta(0):
+    def _duration(cls, value: Any) -> str:
+        # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
+        from slurm_heal.durations import parse_duration_knob
+
+        if parse_duration_knob(value) <= timedelta(0):
             raise ValueError("audit_retention must be a positive duration, e.g. 90d")
-        return value
+        return str(value)
 
 
 def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:

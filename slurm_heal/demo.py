@@ -11,6 +11,7 @@ a machine without Slurm) or, with ``lab``, the loopback lab cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -30,6 +31,7 @@ from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller, CycleReport, Notifier, utcnow
 from slurm_heal.errors import HealError
 from slurm_heal.models import Phase
+from slurm_heal.operations import rem_json
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
 from slurm_heal.slurm.base import SlurmClient
@@ -48,9 +50,12 @@ DEMO_POLICY: dict[str, Any] = {
     "waiting": {"max_wait": "2h", "at_limit": "requeue"},
 }
 
-XID_LINE = ("NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=python3, Timeout after 6s of "
-            "waiting for RPC response from GPU4 GSP! Expected function 76 (GSP_RM_CONTROL) "
-            "(0x20801813 0x4c).")
+XID_MESSAGE = ("Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function "
+               "76 (GSP_RM_CONTROL) (0x20801813 0x4c).")
+XID_LINE = f"NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=python3, {XID_MESSAGE}"
+# The persistence wait (SPEC S1) is a normal step of every remediation, not a refusal:
+# the story says what it is instead of the engine's "blocked".
+PHASE_WORDS = {("blocked", "S1"): "confirming"}
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 FAULTY = "gpu02"
 
@@ -93,18 +98,67 @@ def _replay_root(path: Path) -> Iterator[None]:
 
 
 class Narrator:
-    def __init__(self, out: TextIO, start: float) -> None:
+    """The demo's story: lines for people, or JSON lines (``--json``): ``{"t": seconds,
+    "node": NODE, "text": ...}`` for each step (``node`` absent on a heading), and one
+    last ``{"result": {...}}``."""
+
+    def __init__(self, out: TextIO, start: float, as_json: bool = False) -> None:
         self.out = out
         self.start = start
+        self.as_json = as_json
+        self.shown: list[tuple[str, str]] = []  # (long text already told, how to refer to it)
+
+    def told(self, text: str, label: str) -> None:
+        """``text`` was told in full: later lines refer to it as ``label`` instead of
+        repeating it (whole, or cut short as Slurm's reason cuts it)."""
+        self.shown.append((text, label))
+        self.shown.sort(key=lambda t: -len(t[0]))
+
+    def elide(self, line: str) -> str:
+        for text, label in self.shown:
+            i = line.find(text[:40])
+            if i < 0:
+                continue
+            n = 0  # how much of ``text`` the line repeats from there
+            while n < len(text) and i + n < len(line) and line[i + n] == text[n]:
+                n += 1
+            tail = line[i + n:]
+            if n < len(text) and tail.lstrip().startswith("..."):  # a reason's cut copy
+                tail = tail.lstrip()[len("..."):]
+            line = f"{line[:i].rstrip()} {label}{tail}"
+        return line
+
+    def _json(self, obj: dict[str, Any]) -> None:
+        self.out.write(json.dumps(obj, default=str) + "\n")
+        self.out.flush()
 
     def say(self, node: str, text: str) -> None:
-        self.out.write(f"{time.monotonic() - self.start:6.1f}s  {node:<6} {text}\n")
+        text = self.elide(text)
+        t = time.monotonic() - self.start
+        if self.as_json:
+            self._json({"t": round(t, 1), "node": node, "text": text})
+            return
+        self.out.write(f"{t:6.1f}s  {node:<6} {text}\n")
         self.out.flush()
+
+    def text(self, text: str) -> None:
+        """A heading or a part of the closing record (no time, no node)."""
+        if self.as_json:
+            if text.strip():
+                self._json({"t": round(time.monotonic() - self.start, 1), "text": text.strip()})
+            return
+        self.out.write(text)
+        self.out.flush()
+
+    def result(self, result: dict[str, Any]) -> None:
+        if self.as_json:
+            self._json({"result": result})
 
     def report(self, report: CycleReport) -> None:
         for rec in report.records:
             action = f" {rec.action.value}" if rec.action is not Action.NONE else ""
-            self.say(rec.node, f"[{rec.phase}]{action}  rule={rec.rule}  {rec.why}")
+            phase = PHASE_WORDS.get((rec.phase, rec.rule.split(":")[0]), rec.phase)
+            self.say(rec.node, f"[{phase}]{action}  rule={rec.rule}  {rec.why}")
         for ex in report.executed:
             e = ex.effect
             if e.kind == "poll" and ex.outcome == "running":
@@ -199,14 +253,15 @@ def _free_ports(count: int) -> int:
 
 
 def run_demo(out: TextIO, *, job_seconds: float = 6.0, deadline: float = 55.0,
-             interval: float = 0.5, workdir: Path | None = None, lab: bool = False) -> int:
+             interval: float = 0.5, workdir: Path | None = None, lab: bool = False,
+             as_json: bool = False) -> int:
     """Run the demo; return 0 when the node was repaired and resumed, else 1."""
     start = time.monotonic()
-    say = Narrator(out, start)
+    say = Narrator(out, start, as_json)
     tmp = Path(tempfile.mkdtemp(prefix="slurm-heal-demo-")) if workdir is None else workdir
     check_cfg = parse_config({"services": {"enabled": False}, "mounts": {"rw": ["/"]}})
     if lab:
-        out.write("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
+        say.text("starting the Slurm lab (slurmctld + 4 slurmd on 127.0.0.1)...\n")
     backend: MemoryBackend | LabBackend = LabBackend(tmp) if lab else MemoryBackend(tmp)
     cluster = backend.slurm
     # The lab's replay roots are DIR/root/NODE: a lab reboot gives them a new boot id
@@ -231,6 +286,7 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
             result = run_check(check_cfg, node_name=node, client=cluster)
         for f in result.findings:
             say.say(node, f"node check: {f.fault} ({f.severity.value}) {f.summary}")
+            say.told(f.summary, f"({f.fault} above)")
         for a in result.actions:
             say.say(node, f"node check: {a}")
         return len(result.findings)
@@ -242,10 +298,10 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
     policy = policy_from_dict(DEMO_POLICY, source="demo policy (SPEC P2 example)")
     store = Store(tmp / "state")
     with SimulatorServer(port=0, on_action=on_action, duration=1.0) as sim:
-        out.write(f"slurm-heal demo: {backend.name}, nodes {NODES[0]}..{NODES[-1]}; the "
-                  f"provider simulator on {sim.url}; state in {tmp}\n"
-                  "policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
-                  "migrate always needs a person\n\n")
+        say.text(f"slurm-heal demo: {backend.name}, nodes {NODES[0]}..{NODES[-1]}; the "
+                 f"provider simulator on {sim.url}; state in {tmp}\n")
+        say.text("policy: Xid 119 and 95 reboot automatically (rule P2:approvals[0]); "
+                 "migrate always needs a person\n\n")
         provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=30)
         controller = Controller(slurm=cluster, provider=provider, store=store, policy=policy,
                                 notifier=Notifier(tmp / "state" / "notifications.jsonl"))
@@ -256,7 +312,8 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
         say.say("*", f"all nodes healthy; the controller runs a cycle every {interval}s")
         say.report(controller.cycle())
         replay[FAULTY].kernel_says(XID_LINE)
-        say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE[:78]}...")
+        say.say(FAULTY, f"FAULT: the kernel logs {XID_LINE}")
+        say.told(XID_MESSAGE, "(the kernel's message above)")
         node_check(FAULTY)
         boot = cluster.node(FAULTY).boot_time
 
@@ -275,8 +332,9 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
                     health_check_at_boot)
         provider.close()
         stats = sim.stats()
-    if ok:
-        rem = [r for r in store.load().remediations if r.node == FAULTY][-1]
+    rems = [r for r in store.load().remediations if r.node == FAULTY]
+    if ok and not say.as_json:
+        rem = rems[-1]
         out.write("\naudit record (SPEC P4):\n")
         out.write(f"  remediation {rem.id}: {rem.action.value} of {rem.node} for {rem.fault}\n")
         out.write(f"  requested by {rem.requested_by}; approved by "
@@ -286,6 +344,9 @@ def _story(out: TextIO, say: Narrator, backend: MemoryBackend | LabBackend,
             out.write(f"  {phase:<10} {at.isoformat()}\n")
         out.write(f"  provider actions executed per idempotency key: {stats['executed']}\n")
         out.write(f"\n{FAULTY} was repaired and is back in service.\n")
+    say.result({"ok": ok, "exit": 0 if ok else 1, "node": FAULTY,
+                "remediation": rem_json(rems[-1]) if rems else None,
+                "executed_per_key": stats["executed"]})
     return 0 if ok else 1
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from slurm_heal import __version__, fsio
 from slurm_heal.errors import ConfigError, HealError
-from slurm_heal.location import DEFAULT_CONFIG, slurm_conf_path
+from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, slurm_conf_path
 
 DEFAULT_PREFIX = Path("/opt/slurm-heal")
 GLUE = ("slurm-heal-healthcheck", "slurm-heal-prolog", "slurm-heal-epilog")
@@ -257,6 +257,13 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
         unit.write_text(UNIT.format(prefix=prefix, config=config, slurm_conf=conf, path=path))
         out.say(f"wrote {unit}: `systemctl link {unit} && systemctl enable --now "
                 "slurm-heal`")
+        if config.resolve() != DEFAULT_CONFIG.resolve():
+            # the admin commands look at DEFAULT_CONFIG: elsewhere, they would read another
+            # store and say NO CONTROLLER (issue 25 item 9)
+            out.say(f"the config is not at {DEFAULT_CONFIG}, where the admin commands look "
+                    f"for it: set {ENV_CONFIG}={config.resolve()} for them (e.g. in "
+                    "/etc/profile.d/slurm-heal.sh), or pass --config to each; otherwise "
+                    "`slurm-heal status` reads another store")
     link = Path("/usr/local/bin/slurm-heal")
     if os.access(link.parent, os.W_OK) and prefix == DEFAULT_PREFIX and not link.exists():
         link.symlink_to(prefix / "bin" / "slurm-heal")

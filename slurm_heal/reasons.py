@@ -142,9 +142,19 @@ def format_marker(fault: str, remediation: str | None = None, by: str | None = N
         parts.append(f"rem={remediation}")
     if by:
         parts.append(f"by={by}")
-    if text:
-        parts.append(" ".join(text.split()))
-    return " ".join(parts)[:MAX_REASON]
+    head = " ".join(parts)
+    text = " ".join(text.split())
+    if not text:
+        return head[:MAX_REASON]
+    if len(head) + 1 + len(text) <= MAX_REASON:
+        return f"{head} {text}"
+    # Too long for Slurm's reason: cut the text at a whole word and say so, never
+    # mid-token (issue 25 item 9); the fault and keys come first and stay whole.
+    room = MAX_REASON - len(head) - len(" ...") - 1
+    cut = text[:room + 1].rsplit(" ", 1)[0] if room > 0 else ""
+    if len(cut) > room:
+        cut = ""
+    return f"{head} {cut} ..." if cut else f"{head} ..."[:MAX_REASON]
 
 
 def parse_marker(reason: str) -> Marker:

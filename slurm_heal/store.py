@@ -18,7 +18,7 @@ One JSON document (`models.State`) in a state directory next to slurmctld. The r
   ``<name>.corrupt-<UTC timestamp>`` and `StoreCorrupt` is raised. In its place the
   store writes a fresh document whose circuit breaker is open (SPEC S5), so automatic
   remediation stays stopped until a person has looked and runs
-  ``slurm-heal breaker reset``; manual remediations stay possible.
+  ``slurm-heal reset-breaker``; manual remediations stay possible.
 * **Idempotent** (SPEC S6, Q3). `Store.apply` creates a remediation only when neither its
   id nor (for an open one) its ``dedup_key`` is already there, and records an effect's
   intent (an `Attempt` with its idempotency key) before anyone acts on it: of two
@@ -296,7 +296,7 @@ class Store:
             ) from exc
         why = (f"the state store was corrupt and was moved aside to {target.name}; "
                "automatic remediation is stopped until a person checks it and runs "
-               "`slurm-heal breaker reset`")
+               "`slurm-heal reset-breaker`")
         now = datetime.now(timezone.utc)
         try:
             self._write(State(breaker=Breaker(open=True, opened_at=now, why=why),
@@ -310,11 +310,11 @@ class Store:
                       problem, target, exc)
             raise StoreCorrupt(f"{problem}; moved aside to {target}; writing a fresh "
                                f"document failed ({exc}); a person must check the disk and "
-                               "run `slurm-heal breaker reset`") from exc
+                               "run `slurm-heal reset-breaker`") from exc
         log.error("%s; moved aside to %s; automatic remediation stopped (breaker open)",
                   problem, target)
         raise StoreCorrupt(f"{problem}; moved aside to {target}; automatic remediation is "
-                           "stopped (breaker open) until a person runs `slurm-heal breaker reset`")
+                           "stopped (breaker open) until a person runs `slurm-heal reset-breaker`")
 
     def _write(self, state: State) -> None:
         """Atomically replace the document; the caller holds the lock."""

@@ -260,7 +260,10 @@ def _typed(file: str, key: str, value: Any, default: Any) -> Any:
 
 # Durations of the file, in seconds here: "1h", "30m" like every duration of slurm-heal,
 # or bare seconds (existing files) -- the rule of config.parse_seconds.
-DURATIONS = frozenset({"kernel_log.hold"})
+DURATIONS = frozenset({"kernel_log.hold", "check.timeout"})
+# ... and every key of a section with one of these names (issue 25 item 6).
+DURATION_KEYS = frozenset({"hold", "timeout", "tool_timeout", "connect_timeout", "window",
+                           "thermal_for", "unreachable_for"})
 
 
 def _seconds(file: str, key: str, value: Any) -> Any:
@@ -282,7 +285,7 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
             raise ConfigError(
                 f"unknown key (known: {', '.join(k for k in known if k != 'source_file')})",
                 file=file, key=f"{name}.{key}")
-        if f"{name}.{key}" in DURATIONS:
+        if f"{name}.{key}" in DURATIONS or key in DURATION_KEYS:
             value = _seconds(file, f"{name}.{key}", value)
         values[key] = _typed(file, f"{name}.{key}", value, known[key])
     for bad in set(values.get("modes", ())) - set(MODES):
@@ -312,6 +315,8 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
         if key not in ("state_dir", "timeout"):
             raise ConfigError("unknown key (known: state_dir, timeout)", file=file,
                               key=f"check.{key}")
+        if f"check.{key}" in DURATIONS:
+            value = _seconds(file, f"check.{key}", value)
         top[key] = _typed(file, f"check.{key}", value, getattr(CheckConfig(), key))
     if built["kernel_log"].source not in SOURCES:
         raise ConfigError(f"unknown source {built['kernel_log'].source!r} "

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from slurm_heal.checks import config, paths, runner
 from slurm_heal.errors import ConfigError, HealError, SlurmError, exit_code_for
@@ -52,8 +52,20 @@ def render_json(result: runner.CheckResult, out: TextIO) -> None:
     out.write("\n")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors are JSON too when --json was asked for."""
+
+    as_json = False
+
+    def error(self, message: str) -> NoReturn:
+        if self.as_json:
+            error(message, "UsageError", runner.EXIT_USAGE, True, sys.stdout, sys.stderr)
+            sys.exit(runner.EXIT_USAGE)
+        super().error(message)
+
+
+def parser() -> _Parser:
+    p = _Parser(
         prog="slurm-heal check",
         description="Run the node health checks, publish alerts in the node's Extra and "
                     "drain the node for faults that need it (SPEC D1-D4, I1, I2).")
@@ -61,11 +73,24 @@ def parser() -> argparse.ArgumentParser:
                    help="healthcheck (default), prolog or epilog")
     p.add_argument("--json", action="store_true", help="print findings as a JSON list")
     p.add_argument("--dry-run", action="store_true", help="write nothing to Slurm")
-    p.add_argument("--config", metavar="FILE", default=None,
-                   help=f"configuration file (default {paths.CONFIG_FILE} if present)")
+    p.add_argument("--check-config", "--config", dest="config", metavar="FILE", default=None,
+                   help=f"the node check's configuration (default {paths.CONFIG_FILE} if "
+                        "present); --config is the old spelling, kept for one release")
     p.add_argument("--node", metavar="NAME", default=None,
                    help="node name (default $SLURMD_NODENAME, else the short host name)")
     return p
+
+
+def error(message: str, kind: str, code: int, as_json: bool, out: TextIO,
+          err: TextIO) -> int:
+    """An error as the CLI prints every error (`slurm_heal.cli._fail`): one line on
+    stderr, or with --json one object ``{"error": {"message", "kind", "exit"}}`` on
+    stdout. Returns ``code``."""
+    if as_json:
+        out.write(json.dumps({"error": {"message": message, "kind": kind, "exit": code}}) + "\n")
+    else:
+        err.write(f"slurm-heal: error: {message}\n")
+    return code
 
 
 def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
@@ -76,17 +101,15 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
     try:
         cfg = config.load_config(config_file)
     except ConfigError as exc:
-        err.write(f"slurm-heal: error: {exc}\n")
-        return runner.EXIT_USAGE
+        return error(str(exc), type(exc).__name__, runner.EXIT_USAGE, as_json, out, err)
     name = runner.node_name(node)
     try:
         result = runner.run_check(cfg, node_name=name, mode=mode, dry_run=dry_run)
     except SlurmError as exc:
-        err.write(f"slurm-heal: error: publishing to Slurm failed: {exc}\n")
-        return runner.EXIT_SLURM
+        return error(f"publishing to Slurm failed: {exc}", type(exc).__name__,
+                     runner.EXIT_SLURM, as_json, out, err)
     except HealError as exc:
-        err.write(f"slurm-heal: error: {exc}\n")
-        return exit_code_for(exc)
+        return error(str(exc), type(exc).__name__, exit_code_for(exc), as_json, out, err)
     if as_json:
         render_json(result, out)
         for s in result.statuses:
@@ -99,5 +122,7 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
 
 def main(argv: list[str] | None = None) -> int:
     """``slurm-heal check`` argv (without "check") -> exit status."""
-    args = parser().parse_args(argv)
+    p = parser()
+    p.as_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    args = p.parse_args(argv)
     return run(args.mode, args.json, args.dry_run, args.config, args.node)

@@ -95,7 +95,17 @@ def default_client() -> SlurmClient:
     something must be written (pyslurm's import would cost more than the whole check)."""
     from slurm_heal.slurm import make_client
 
-    return make_client(backend="cli")
+    # A $SLURM_CONF that names no file is said at once, with its path: the Slurm commands
+    # would wait their whole timeout and blame slurmctld (issue 25 item 5). Unset, Slurm
+    # finds its config itself (its default path, or configless from slurmd).
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):
+        raise SlurmError(f"slurm.conf not found: {conf} ($SLURM_CONF); set SLURM_CONF to the "
+                         "cluster's slurm.conf (the glue carries it: docs/checks.md)")
+    if conf and not os.access(conf, os.R_OK):
+        raise SlurmError(f"slurm.conf not readable: {conf} ($SLURM_CONF); run the check as a "
+                         "user who can read it")
+    return make_client(backend="cli", slurm_conf=conf or None)
 
 
 def cordons(f: Finding) -> bool:

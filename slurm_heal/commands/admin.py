@@ -1,8 +1,8 @@
 """The operator's admin commands (SPEC I4): alerts, remediations, approve, deny, request,
-cancel, history, explain, breaker, pause, unpause, policy. Every command has ``--json`` (one JSON
+cancel, history, explain, breaker, reset-breaker, pause, unpause, policy. Every command has ``--json`` (one JSON
 object on stdout); plain output is for people.
 
-Commands that change something (approve, deny, cancel, request, breaker reset) never act
+Commands that change something (approve, deny, cancel, request, reset-breaker) never act
 themselves: they put a `models.Command` in the store's inbox and the controller consumes
 it at its next cycle, under the same checks as everything else (SPEC Q4, S3-S5).
 
@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal import operations
+from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate
 from slurm_heal.models import Command, Remediation, State
@@ -130,17 +131,6 @@ def state_options(func: F) -> F:
     return func
 
 
-def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    if value:  # read by _location (no stderr line) and the CLI's error handler (JSON)
-        ctx.find_root().meta["slurm_heal.json"] = True
-    return value
-
-
-def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
-                        help="Print one JSON object instead of text (SPEC I4).")(func)
-
-
 def force_option(func: F) -> F:
     return click.option("--force", is_flag=True,
                         help="Write even to a store no controller has a heartbeat in.")(func)
@@ -162,6 +152,18 @@ def _writable(state_dir: str | None, config: str | None, force: bool) -> None:
     if beat is not None and _now() - beat > STALE_HEARTBEAT:
         click.echo(f"warning: the controller's last heartbeat in {loc.heartbeat_file} is from "
                    f"{_ts(beat)}: is the daemon running? The command waits for it.", err=True)
+
+
+def _reason_length(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A reason is kept in the audit record and shown everywhere: at most MAX_REASON
+    characters, as the API takes (issue 25 item 9); longer is refused, not cut."""
+    from slurm_heal.api.bodies import MAX_REASON
+
+    if value and len(value) > MAX_REASON:
+        raise click.BadParameter(f"is {len(value)} characters long; at most {MAX_REASON} are "
+                                 "kept (the API takes as many): say why in short, and put "
+                                 "the long text in a ticket")
+    return value
 
 
 def by_option(func: F) -> F:
@@ -390,7 +392,7 @@ def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> cli
 
     run.__doc__ = help_text
     decorated = json_option(state_options(force_option(by_option(
-        click.option("--reason", default="", help=reason_help)(
+        click.option("--reason", callback=_reason_length, default="", help=reason_help)(
             click.argument("target", metavar="NODE|REMEDIATION_ID")(run))))))
     return click.command(name=kind, help=help_text)(decorated)
 
@@ -410,7 +412,7 @@ cancel = _target_command(
 @click.argument("node")
 @click.argument("action", type=click.Choice([a.value for a in (
     Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)]))
-@click.option("--reason", required=True, help="Why (kept in the audit record).")
+@click.option("--reason", callback=_reason_length, required=True, help="Why (kept in the audit record).")
 @click.option("--detector", default=None, help="The detector this request comes from (Q3).")
 @click.option("--id", "request_id", default=None,
               help="The detector's request id; detector + id deduplicate (SPEC Q3).")
@@ -448,7 +450,7 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
 @click.option("--level", type=click.IntRange(1, 4), default=None,
               help="The suite's {level} (e.g. dcgmi diag -r LEVEL); default: the policy's "
               "([validation] level, level_after_failure for a machine that failed before).")
-@click.option("--reason", default="", help="Why (kept in the validation's audit record).")
+@click.option("--reason", callback=_reason_length, default="", help="Why (kept in the validation's audit record).")
 @by_option
 @force_option
 @state_options
@@ -482,31 +484,48 @@ def _check_node(node: str, config: str | None) -> None:
 # --------------------------------------------------------------------------- breaker
 
 
+def _reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | None,
+                   config: str | None, as_json: bool) -> None:
+    state: State = _store(state_dir, config).load()
+    if not state.breaker.open:
+        if as_json:
+            _emit_json({"breaker": state.breaker.model_dump(mode="json"), "queued": None})
+        else:
+            click.echo("The breaker is closed; nothing to reset.")
+        return
+    cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
+    _queue(state_dir, config, cmd, as_json, force)
+
+
+def old_spelling(old: str, new: str) -> None:
+    """A spelling kept as an alias for one release (docs/cli.md "Grammar"): it works, and
+    says what to write instead (on stderr; never under --json)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None or not ctx.find_root().meta.get("slurm_heal.json"):
+        click.echo(f"slurm-heal: `{old}` is now `{new}`; the old spelling goes in the next "
+                   "release", err=True)
+
+
 @click.command()
-@click.argument("what", type=click.Choice(["show", "reset"]), default="show")
-@click.option("--reason", default="", help="Why it is reset (kept in the audit record).")
+@click.argument("what", type=click.Choice(["show", "reset"]), required=False, default=None,
+                metavar="")
+@click.option("--reason", callback=_reason_length, default="", hidden=True)
 @by_option
 @force_option
 @state_options
 @json_option
-def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str | None,
+def breaker(what: str | None, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
-    """Show the circuit breaker, or reset it (SPEC S5): a person's decision that automatic
-    remediation may start again."""
-    store = _store(state_dir, config)
-    state: State = store.load()
+    """Show the circuit breaker (SPEC S5); `slurm-heal reset-breaker` resets it. (`breaker
+    show` and `breaker reset` are the old spellings, kept for one release.)"""
+    if what is not None:
+        old_spelling(f"breaker {what}", "breaker" if what == "show" else "reset-breaker")
+    if what == "reset":
+        _reset_breaker(reason, by, force, state_dir, config, as_json)
+        return
+    state: State = _store(state_dir, config).load()
     b = state.breaker
     pending = [c for c in state.inbox if c.kind == "reset_breaker"]
-    if what == "reset":
-        if not b.open:
-            if as_json:
-                _emit_json({"breaker": b.model_dump(mode="json"), "queued": None})
-            else:
-                click.echo("The breaker is closed; nothing to reset.")
-            return
-        cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
-        _queue(state_dir, config, cmd, as_json, force)
-        return
     if as_json:
         _emit_json({"breaker": b.model_dump(mode="json"), "paused": state.paused,
                     "pause": _pause_json(state), "reset_pending": bool(pending)})
@@ -515,12 +534,25 @@ def breaker(what: str, reason: str, by: str | None, force: bool, state_dir: str 
         click.echo(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}")
         click.echo("Automatic remediation is stopped; manual requests still run. "
                    + ("A reset is queued for the next cycle." if pending
-                      else "Reset with `slurm-heal breaker reset` once you have looked."))
+                      else "Reset with `slurm-heal reset-breaker` once you have looked."))
     else:
         last = f" (last reset by {b.reset_by} at {_ts(b.reset_at)})" if b.reset_by else ""
         click.echo(f"Breaker closed: automatic remediation allowed{last}.")
     if state.paused:
         click.echo(paused_line(state))
+
+
+@click.command("reset-breaker")
+@click.option("--reason", callback=_reason_length, default="", help="Why it is reset (kept in the audit record).")
+@by_option
+@force_option
+@state_options
+@json_option
+def reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | None,
+                  config: str | None, as_json: bool) -> None:
+    """Reset the circuit breaker (SPEC S5): a person's decision that automatic remediation
+    may start again. Queued for the controller's next cycle, like every write."""
+    _reset_breaker(reason, by, force, state_dir, config, as_json)
 
 
 # --------------------------------------------------------------------------- pause
@@ -534,7 +566,7 @@ def _pause_command(kind: Literal["pause", "unpause"], reason: str, by: str | Non
 
 
 @click.command()
-@click.option("--reason", required=True, help="Why (shown by status and explain, kept in "
+@click.option("--reason", callback=_reason_length, required=True, help="Why (shown by status and explain, kept in "
                                               "the audit record).")
 @by_option
 @force_option
@@ -551,7 +583,7 @@ def pause(reason: str, by: str | None, force: bool, state_dir: str | None,
 
 
 @click.command()
-@click.option("--reason", default="", help="Why (kept in the audit record).")
+@click.option("--reason", callback=_reason_length, default="", help="Why (kept in the audit record).")
 @by_option
 @force_option
 @state_options
@@ -598,6 +630,7 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
         except HealError as exc:  # the file is still checked; the cluster part is not
             slurm_note = f"Slurm not asked ({exc})"
     report = check_config(file, client)
+    _daemon_and_serve_needs(file, report, no_slurm)
     p = report.policy
     if report.cluster_checked:
         slurm_note = "host lists and pools checked against the cluster"
@@ -616,6 +649,43 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
                f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
                + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
                + (f"; {slurm_note}" if slurm_note else "") + ")")
+
+
+def _daemon_and_serve_needs(file: str, report: Any, no_slurm: bool) -> None:
+    """What the daemon and `serve` open at start beyond the file itself (issue 25 item
+    4): the slurm.conf (not with --no-slurm: a file checked away from the cluster) and
+    `[api] tokens`. A configured path to nothing is the file's error (exit 2, naming the
+    key); no configured slurm.conf and none where Slurm looks is Slurm's (exit 3), as
+    the daemon would stop."""
+    from pathlib import Path
+
+    from slurm_heal.errors import ConfigError, SlurmError
+    from slurm_heal.location import slurm_conf_path
+
+    configured = report.settings.slurm_conf
+    obj = click.get_current_context().find_object(dict)
+    embedded = obj is not None and obj.get("slurm") is not None  # no slurm.conf is read
+    if not no_slurm and not embedded:
+        try:
+            slurm_conf_path(configured)
+        except SlurmError as exc:
+            if configured:
+                raise ConfigError(f"{configured} is no readable file: the daemon would stop "
+                                  "at start (it reads the cluster's slurm.conf from there)",
+                                  file=file, key="controller.slurm_conf") from None
+            raise SlurmError(f"{exc}: the daemon would stop at start") from None
+    if report.policy.api:
+        from slurm_heal.api.auth import TokenFile
+        from slurm_heal.api.settings import api_settings
+
+        tokens = api_settings(dict(report.policy.api), file, Path(file).resolve().parent).tokens
+        if tokens is not None:
+            try:
+                TokenFile(tokens)  # what serve reads at start: missing, unsafe, malformed
+            except ConfigError as exc:
+                raise ConfigError(f"{exc}: `slurm-heal serve` would stop at start (make it "
+                                  f"with `slurm-heal api-token NAME --file {tokens}`)",
+                                  file=file, key="api.tokens") from None
 
 
 @policy.command("show")

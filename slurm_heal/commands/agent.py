@@ -17,15 +17,19 @@ import click
 
 from slurm_heal.checks import agent as agent_mod
 from slurm_heal.checks import config, fastcli, runner
+from slurm_heal.commands.jsonmode import json_option
 
 
 @click.command("agent")
 @click.option("--interval", type=click.FloatRange(min=1.0), default=300.0, show_default=True,
               help="Seconds between full checks (the kernel log is followed in between).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON lines.")
+@json_option(help="JSON lines, one per changed check (docs/cli.md); an error is one JSON "
+             "object {\"error\": ...} on stdout.")
 @click.option("--dry-run", is_flag=True, help="Write nothing to Slurm.")
-@click.option("--config", "config_file", metavar="FILE", default=None,
-              help="Check configuration (default /etc/slurm-heal/check.toml if present).")
+@click.option("--check-config", "--config", "config_file", metavar="FILE", default=None,
+              help="The node check's configuration, check.toml (default "
+                   "/etc/slurm-heal/check.toml if present); --config is the old spelling, "
+                   "kept for one release.")
 @click.option("--node", metavar="NAME", default=None,
               help="Node name (default $SLURMD_NODENAME, else the short host name).")
 def agent(interval: float, as_json: bool, dry_run: bool, config_file: str | None,

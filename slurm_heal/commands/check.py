@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from slurm_heal.checks import fastcli
+from slurm_heal.commands.jsonmode import json_option
 
 
 @click.command("check")
@@ -17,10 +18,13 @@ from slurm_heal.checks import fastcli
               default="healthcheck", show_default=True,
               help="prolog: fail only for faults that make the node unusable; "
                    "epilog: fast checks, always exit 0.")
-@click.option("--json", "as_json", is_flag=True, help="Print findings as a JSON list.")
+@json_option(help="Print the findings as one JSON list (docs/cli.md); an error is one "
+             "JSON object {\"error\": ...} on stdout.")
 @click.option("--dry-run", is_flag=True, help="Write nothing to Slurm.")
-@click.option("--config", "config_file", metavar="FILE", default=None,
-              help="Check configuration (default /etc/slurm-heal/check.toml if present).")
+@click.option("--check-config", "--config", "config_file", metavar="FILE", default=None,
+              help="The node check's configuration, check.toml (default "
+                   "/etc/slurm-heal/check.toml if present); --config is the old spelling, "
+                   "kept for one release.")
 @click.option("--node", metavar="NAME", default=None,
               help="Node name (default $SLURMD_NODENAME, else the short host name).")
 @click.pass_context

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from slurm_heal.commands.jsonmode import json_option, setup_logging
+
 
 @click.command()
 @click.option("--config", "config_file", default=None, type=click.Path(dir_okay=False),
@@ -17,7 +19,10 @@ import click
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str) -> None:
+@json_option(help="Log JSON lines on stderr (the start line: {\"event\": \"start\", ...}); "
+                  "an error that stops the daemon is one JSON object on stdout (docs/cli.md).")
+def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str,
+           as_json: bool) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
     Each cycle reads the clock once, reads the cluster, decides under the policy,
@@ -37,8 +42,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     from slurm_heal.slurm import make_client
     from slurm_heal.store import Store
 
-    logging.basicConfig(level=getattr(logging, log_level),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(log_level, as_json)
     found = config_path(config_file)
     if found is None:
         raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
@@ -88,9 +92,13 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                             validator=validator)
     holder.append(controller)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
+    # the type as configured (`simulator` is served by the http client: say simulator)
+    provider_type = str(dict(policy.provider).get("type") or getattr(provider, "name", "?"))
     logging.getLogger("slurm_heal").info(
-        "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir,
-        getattr(provider, "name", "?"), settings.interval)
+        "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir, provider_type,
+        settings.interval, extra={"fields": {
+            "event": "start", "state_dir": str(state_dir), "provider": provider_type,
+            "interval_s": settings.interval, "config": config_path_}})
     leader = LeaderLock(state_dir)
     if notifications.routes:
         notifications.start()

@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from slurm_heal.commands.jsonmode import emit_line, json_option
 from slurm_heal.location import DEFAULT_CONFIG
+
+if TYPE_CHECKING:
+    from slurm_heal.install import Installed
 
 
 def _options(func: click.decorators.FC) -> click.decorators.FC:
@@ -31,9 +36,22 @@ def _options(func: click.decorators.FC) -> click.decorators.FC:
     return func
 
 
-def _report(done: object) -> None:
-    for line in getattr(done, "lines", []):
+def _report(done: Installed, role: str, as_json: bool) -> None:
+    """What the install did: its lines (and the slurm.conf snippet), or one JSON object
+    ``{"role", "prefix", "lines", "snippet_file", "snippet", "config", "slurm_bin"}``."""
+    if as_json:
+        emit_line({"role": role, "prefix": str(done.prefix), "lines": done.lines,
+                   "snippet_file": str(done.snippet) if done.snippet else None,
+                   "snippet": done.snippet.read_text() if done.snippet else None,
+                   "config": str(done.config) if done.config else None,
+                   "slurm_bin": str(done.slurm_bin) if done.slurm_bin else None})
+        return
+    for line in done.lines:
         click.echo(line)
+    if done.snippet is not None:
+        click.echo("")
+        click.echo(f"# slurm.conf ({done.snippet}):")
+        click.echo(done.snippet.read_text().rstrip())
 
 
 @click.command("install-node")
@@ -41,8 +59,10 @@ def _report(done: object) -> None:
 @click.option("--env", "env", multiple=True, metavar="NAME=VALUE",
               help="Extra environment for the glue (repeatable); ${NAME} expands when slurmd "
                    "runs it, e.g. SLURM_HEAL_ROOT=/srv/replay/${SLURMD_NODENAME}.")
+@json_option(help="Print one JSON object: what was done, the snippet (docs/cli.md).")
 def install_node(prefix: Path, slurm_conf: str | None, slurm_bin: str | None,
-                 source: str | None, no_venv: bool, env: tuple[str, ...]) -> None:
+                 source: str | None, no_venv: bool, env: tuple[str, ...],
+                 as_json: bool) -> None:
     """Install slurm-heal on a node: the venv, and the HealthCheckProgram, Prolog and
     Epilog wrappers at PREFIX/libexec/ with SLURM_CONF and the Slurm command directory
     carried in (SPEC I1)."""
@@ -50,22 +70,21 @@ def install_node(prefix: Path, slurm_conf: str | None, slurm_bin: str | None,
 
     done = install(prefix, "node", slurm_conf=slurm_conf, source=source,
                    env=parse_env(env), venv=not no_venv, slurm_bin=slurm_bin)
-    _report(done)
-    if done.snippet is not None:
-        click.echo("")
-        click.echo(f"# slurm.conf ({done.snippet}):")
-        click.echo(done.snippet.read_text().rstrip())
+    _report(done, "node", as_json)
 
 
 @click.command("install-controller")
 @_options
 @click.option("--config", type=click.Path(path_type=Path), default=str(DEFAULT_CONFIG),
               show_default=True, help="Where the daemon's config goes (kept when present).")
+@json_option(help="Print one JSON object: what was done (docs/cli.md).")
 def install_controller(prefix: Path, slurm_conf: str | None, slurm_bin: str | None,
-                       source: str | None, no_venv: bool, config: Path) -> None:
+                       source: str | None, no_venv: bool, config: Path,
+                       as_json: bool) -> None:
     """Install slurm-heal on the controller host (next to slurmctld): the venv, a starter
     config (recommend-only) and the systemd unit for the daemon."""
     from slurm_heal.install import install
 
     _report(install(prefix, "controller", slurm_conf=slurm_conf, source=source,
-                    config=config, venv=not no_venv, slurm_bin=slurm_bin))
+                    config=config, venv=not no_venv, slurm_bin=slurm_bin),
+            "controller", as_json)

@@ -1,4 +1,4 @@
-"""`slurm-heal plan --config FILE`: what the controller would do now (a dry run)."""
+"""`slurm-heal plan [--config FILE]`: what the controller would do now (a dry run)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,33 @@ from datetime import datetime, timezone
 
 import click
 
-from slurm_heal.commands.admin import _emit_json, _slurm, _store, json_option
+from slurm_heal.commands.admin import _emit_json, _slurm, _store
+from slurm_heal.commands.jsonmode import json_option
 
 
 @click.command()
-@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
-              help="The daemon's TOML config (policy, [controller], [provider]).")
+@click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="The daemon's TOML config (policy, [controller], [provider]; default: "
+                   "$SLURM_HEAL_CONFIG, else /etc/slurm-heal/heal.toml), as for `daemon`.")
 @click.option("--state-dir", default=None, help="The store directory (default: as the daemon).")
 @json_option
-def plan(config_path: str, state_dir: str | None, as_json: bool) -> None:
+def plan(config_path: str | None, state_dir: str | None, as_json: bool) -> None:
     """Read the cluster and the store, decide under the policy, and print the plan.
 
     Nothing is written and nothing is executed: the same `decide()` the daemon runs,
     on the same inputs, so an operator sees each step's rule and why before it happens.
     """
     from slurm_heal.config import load_policy
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG
+    from slurm_heal.location import config_path as find_config
     from slurm_heal.policy import decide
 
+    found = find_config(config_path)  # the daemon's config, found as the daemon finds it
+    if found is None:
+        raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
+                          f"{DEFAULT_CONFIG}")
+    config_path = str(found)
     policy = load_policy(config_path)
     store = _store(state_dir, config_path)
     view = _slurm(config_path).snapshot()

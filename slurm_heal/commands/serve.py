@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from slurm_heal.commands.admin import json_option, state_options
+from slurm_heal.commands.admin import state_options
+from slurm_heal.commands.jsonmode import json_option, setup_logging
 
 log = logging.getLogger("slurm_heal.api")
 
@@ -56,9 +57,11 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 @state_options
+@json_option(help="Log JSON lines on stderr (the listening line: {\"event\": \"listening\", "
+                  "\"url\": ...}); an error is one JSON object on stdout (docs/cli.md).")
 def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: str | None,
           trusted_proxies: tuple[str, ...], proxy_secret_file: str | None, log_level: str,
-          state_dir: str | None, config: str | None) -> None:
+          state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Serve the HTTP API and the web console (SPEC O5).
 
     JSON endpoints under /api/v1 (OpenAPI at /api/v1/openapi.json) for everything the
@@ -71,8 +74,7 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
     from slurm_heal.errors import ConfigError
     from slurm_heal.location import locate
 
-    logging.basicConfig(level=getattr(logging, log_level),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    setup_logging(log_level, as_json)
     loc = locate(state_dir, config)
     absolute = {k: str(Path(v).resolve()) for k, v in
                 (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key),
@@ -94,7 +96,9 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
     shown = f"[{host}]" if ":" in host else host
     log.info("listening on %s://%s:%s/ (API /api/v1, console /); store %s; %d threads, "
              "%gs timeout; serve never decides or acts", scheme, shown, port, loc.describe(),
-             settings.threads, settings.timeout.total_seconds())
+             settings.threads, settings.timeout.total_seconds(), extra={"fields": {
+                 "event": "listening", "url": f"{scheme}://{shown}:{port}/",
+                 "store": loc.as_json()}})
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)

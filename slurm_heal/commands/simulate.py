@@ -6,12 +6,14 @@ import json
 
 import click
 
+from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.errors import ScenarioError
 
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+@json_option(help="JSON lines: one decision record per line (docs/cli.md); an error is one "
+             "JSON object {\"error\": ...} on stdout.")
 def simulate(scenario: str, as_json: bool) -> None:
     """Run SCENARIO (JSON) on virtual time through the real decision engine."""
     from slurm_heal.simulation import load_scenario, record_json

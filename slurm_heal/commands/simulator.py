@@ -1,12 +1,14 @@
-"""`slurm-heal simulator`: the provider simulator in the foreground (for the lab, the
+"""`slurm-heal provider-simulator` (old name `simulator`): the provider simulator in the foreground (for the lab, the
 demo and manual tests). See slurm_heal/providers/simulator.py and docs/providers.md."""
 
 from __future__ import annotations
 
 import click
 
+from slurm_heal.commands.jsonmode import emit_line, json_option
 
-@click.command()
+
+@click.command("provider-simulator")
 @click.option("--port", type=click.IntRange(0, 65535), required=True,
               help="Port to listen on (0: any free port; the real one is printed).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
@@ -20,8 +22,11 @@ import click
               help="Seconds an operation takes at least.")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Require this bearer token on /v1 (file holds the token).")
+@json_option(help="The first line is one JSON object {\"event\": \"listening\", \"url\": "
+                  "...}; warnings and errors are JSON too (docs/cli.md).")
 def simulator(port: int, host: str, lab_dir: str | None, scratch_root: str | None,
-              slurm_conf: str | None, duration: float, token_file: str | None) -> None:
+              slurm_conf: str | None, duration: float, token_file: str | None,
+              as_json: bool) -> None:
     """Run the provider simulator: our http provider API, the Nova/Keystone subset,
     injectable faults (POST /_sim/faults) and per-key execution counts (GET /_sim/stats).
     """
@@ -37,14 +42,20 @@ def simulator(port: int, host: str, lab_dir: str | None, scratch_root: str | Non
 
             slurm = make_client(slurm_conf=slurm_conf)
         except Exception as exc:  # noqa: BLE001 - the simulator still works without it
-            click.echo(f"simulator: no Slurm client ({exc}); migrate will not set Extra",
-                       err=True)
+            warning = f"no Slurm client ({exc}); migrate will not set Extra"
+            if as_json:
+                emit_line({"warning": warning}, err=True)
+            else:
+                click.echo(f"simulator: {warning}", err=True)
         hook = LabHook(lab_dir, scratch_root=scratch_root, slurm=slurm)
     token = Path(token_file).read_text().strip() if token_file else None
     server = SimulatorServer(host=host, port=port, on_action=hook, duration=duration,
                              token=token)
     # The first line is machine-readable: scripts start us with --port 0 and read it.
-    click.echo(f"slurm-heal simulator listening on {server.url}", err=False)
+    if as_json:
+        emit_line({"event": "listening", "url": server.url})
+    else:
+        click.echo(f"slurm-heal simulator listening on {server.url}", err=False)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

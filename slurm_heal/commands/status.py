@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.readmodel.nodes import node_status
 from slurm_heal.types import NodeInfo
 
@@ -32,15 +33,8 @@ def _line(entry: dict[str, Any]) -> str:
     return text
 
 
-def _json_mode(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    if value:  # the CLI's error handler prints errors as JSON too (slurm_heal.cli)
-        ctx.find_root().meta["slurm_heal.json"] = True
-    return value
-
-
 @click.command()
-@click.option("--json", "as_json", is_flag=True, is_eager=True, callback=_json_mode,
-              help="Machine-readable output (one JSON object; errors too).")
+@json_option(help="Machine-readable output (one JSON object; errors too).")
 @click.option("--node", "nodes", multiple=True, metavar="NODES",
               help="Details of these nodes (a host list, e.g. gpu[01-04]; repeatable; "
                    "'all' for every node).")
@@ -97,6 +91,9 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
                          details=wanted, all_details="all" in nodes)
     if as_json:
         out = ov.model_dump(mode="json")
+        # the store as every command's JSON says it: {"dir", "from", "config"} (docs/cli.md);
+        # the sentence the text output shows stays as "text"
+        out["store"] = {**loc.as_json(), "text": out["store"]}
         # each node as the node checks and Slurm show it (the shape before the overview)
         out["node_status"] = [node_status(n, now) for n in infos or ()]
         click.echo(json.dumps(out, indent=2))

@@ -147,7 +147,7 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
             id=f"breaker:{now.isoformat()}", kind="breaker", severity="critical", at=now,
             title="circuit breaker OPEN: automatic remediation stopped",
             text=f"{plan.breaker.why}. Manual requests still run; reset with "
-                 "`slurm-heal breaker reset` once you have looked (SPEC S5)."))
+                 "`slurm-heal reset-breaker` once you have looked (SPEC S5)."))
     if plan.pause is not None:
         p = plan.pause
         word = "paused" if p.paused else "unpaused"

@@ -166,12 +166,21 @@ class _Section:
             raise ConfigError(f"must be a non-empty string, not {value!r}", key=self._key(name))
         return value
 
-    def number(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+    def seconds(self, name: str, default: float, *, minimum: float = 0.0) -> float:
+        """A duration (timeouts, backoff, deadline): "10s", "2m" like every duration of
+        slurm-heal, or bare seconds as these keys always were (`durations.parse_seconds`,
+        its words when it is neither)."""
+        from slurm_heal.durations import parse_seconds
+
         value = self.cfg.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-            raise ConfigError(f"must be a number >= {minimum:g}, not {value!r}",
+        try:
+            seconds = parse_seconds(value)
+        except ValueError as exc:
+            raise ConfigError(str(exc), key=self._key(name)) from None
+        if seconds < minimum:
+            raise ConfigError(f"must be at least {minimum:g}s, not {value!r}",
                               key=self._key(name))
-        return float(value)
+        return seconds
 
     def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
         value = self.cfg.get(name, default)
@@ -224,10 +233,10 @@ def _http_kwargs(s: _Section) -> dict[str, Any]:
     if token_file is not None and not Path(token_file).is_file():
         raise ConfigError(f"{token_file} is not a readable file", key=f"{SECTION}.token_file")
     return {"token_file": token_file,
-            "connect_timeout": s.number("connect_timeout", 3.0, minimum=0.001),
-            "read_timeout": s.number("read_timeout", 10.0, minimum=0.001),
-            "attempts": s.integer("attempts", 5), "backoff": s.number("backoff", 0.5),
-            "call_timeout": s.number("call_timeout", 60.0, minimum=0.001),
+            "connect_timeout": s.seconds("connect_timeout", 3.0, minimum=0.001),
+            "read_timeout": s.seconds("read_timeout", 10.0, minimum=0.001),
+            "attempts": s.integer("attempts", 5), "backoff": s.seconds("backoff", 0.5),
+            "call_timeout": s.seconds("call_timeout", 60.0, minimum=0.001),
             "actions": s.actions("actions", HTTP_ACTIONS)}
 
 
@@ -265,7 +274,7 @@ def _make_simulator(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     lab_dir, scratch = s.text("lab_dir"), s.text("scratch_root")
     hook = LabHook(lab_dir, scratch_root=scratch, slurm=slurm) if lab_dir else None
     server = SimulatorServer(port=s.integer("port", 0, minimum=0), on_action=hook,
-                             duration=s.number("duration", 1.0)).start()
+                             duration=s.seconds("duration", 1.0)).start()
     return _EmbeddedSimulator(HttpProvider(server.url, **kwargs), server)
 
 
@@ -317,7 +326,7 @@ def _make_exec(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
             raise ConfigError(f"{path} is not an executable file", key=key)
         scripts[action] = path
     return ExecProvider(scripts, state_dir=state_dir,
-                        timeout=s.number("timeout", 600.0, minimum=0.001), env=s.table("env"))
+                        timeout=s.seconds("timeout", 600.0, minimum=0.001), env=s.table("env"))
 
 
 def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
@@ -337,7 +346,7 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                           "stays drained through the reboot and slurm-heal resumes it after "
                           "the check", key=f"{SECTION}.nextstate")
     return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate="DRAIN",
-                               timeout=s.number("timeout", 1800.0, minimum=1))
+                               timeout=s.seconds("timeout", 1800.0, minimum=1))
 
 
 def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
@@ -356,7 +365,7 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         raise ConfigError(f"must be \"hard\" or \"soft\", not {reboot!r}",
                           key=f"{SECTION}.reboot")
     if "connect_timeout" in cfg:
-        s.number("connect_timeout", 3.0, minimum=0.001)
+        s.seconds("connect_timeout", 3.0, minimum=0.001)
         log.warning("[provider] connect_timeout is not used by the openstack provider "
                     "(openstacksdk takes one per-request timeout: read_timeout)")
     auth: dict[str, Any] = {}
@@ -410,12 +419,12 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         region=s.text("region") or auth.get("region_name"),
         image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
         reboot=reboot, verify=verify,
-        soft_reboot_timeout=s.number("soft_reboot_timeout", 300.0, minimum=1),
+        soft_reboot_timeout=s.seconds("soft_reboot_timeout", 300.0, minimum=1),
         state_dir=state_dir,
-        read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4), backoff=s.number("backoff", 0.5),
+        read_timeout=s.seconds("read_timeout", 15.0, minimum=0.001),
+        attempts=s.integer("attempts", 4), backoff=s.seconds("backoff", 0.5),
         application_credential_id=app_id, application_credential_secret=app_secret,
-        call_timeout=s.number("call_timeout", 60.0, minimum=0.001))
+        call_timeout=s.seconds("call_timeout", 60.0, minimum=0.001))
 
 
 def _read_secret(path: str, name: str) -> str:
@@ -488,10 +497,10 @@ def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         endpoint_url=_check_url(endpoint, f"{SECTION}.endpoint_url") if endpoint else None,
         instances=s.table("instances"), slurm=slurm, image=s.text("image"),
         state_dir=state_dir,
-        connect_timeout=s.number("connect_timeout", 3.0, minimum=0.001),
-        read_timeout=s.number("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4), deadline=s.number("deadline", 60.0, minimum=1),
-        backoff=s.number("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
+        connect_timeout=s.seconds("connect_timeout", 3.0, minimum=0.001),
+        read_timeout=s.seconds("read_timeout", 15.0, minimum=0.001),
+        attempts=s.integer("attempts", 4), deadline=s.seconds("deadline", 60.0, minimum=1),
+        backoff=s.seconds("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
 
 
 _BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password",
@@ -605,10 +614,10 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                           key=f"{SECTION}.reboot_types")
     return RedfishProvider(
         bmcs, verify=verify, state_dir=state_dir, reboot_types=reboot_types,
-        connect_timeout=s.number("connect_timeout", 5.0, minimum=0.001),
-        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
-        attempts=s.integer("attempts", 3), deadline=s.number("deadline", 90.0, minimum=1),
-        backoff=s.number("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
+        connect_timeout=s.seconds("connect_timeout", 5.0, minimum=0.001),
+        read_timeout=s.seconds("read_timeout", 30.0, minimum=0.001),
+        attempts=s.integer("attempts", 3), deadline=s.seconds("deadline", 90.0, minimum=1),
+        backoff=s.seconds("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
 
 
 def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
@@ -631,8 +640,8 @@ def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         instance_group_manager=s.text("instance_group_manager"), fault_behavior=behavior,
         api_endpoint=_check_url(endpoint, f"{SECTION}.api_endpoint") if endpoint else None,
         credentials_file=s.text("credentials_file"), state_dir=state_dir,
-        read_timeout=s.number("read_timeout", 30.0, minimum=0.001),
-        deadline=s.number("deadline", 90.0, minimum=1), backoff=s.number("backoff", 0.5),
+        read_timeout=s.seconds("read_timeout", 30.0, minimum=0.001),
+        deadline=s.seconds("deadline", 90.0, minimum=1), backoff=s.seconds("backoff", 0.5),
         actions=s.actions("actions", GCP_ACTIONS))
 
 

@@ -433,7 +433,7 @@ def render(ov: Overview) -> list[str]:
               if b.count_in_window is not None else "")
     if b.open:
         out.append(f"Breaker OPEN since {_ts(b.opened_at)}: {b.why}{window} "
-                   "(`slurm-heal breaker reset` once you have looked)")
+                   "(`slurm-heal reset-breaker` once you have looked)")
     else:
         last = f", last reset by {b.reset_by} at {_ts(b.reset_at)}" if b.reset_by else ""
         out.append(f"Breaker closed{window}{last}")

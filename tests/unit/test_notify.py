@@ -81,5 +81,5 @@ def test_a_breaker_that_opens_is_a_critical_event() -> None:
     plan = Plan(breaker=Breaker(open=True, opened_at=T0, why="3 automatic starts in 1h"))
     (event,) = cycle_events(State(), State(), plan, [], {}, T0)
     assert event.kind == "breaker" and event.severity == "critical"
-    assert "3 automatic starts" in event.text and "breaker reset" in event.text
+    assert "3 automatic starts" in event.text and "slurm-heal reset-breaker" in event.text
     assert cycle_events(State(breaker=Breaker(open=True)), State(), plan, [], {}, T0) == []

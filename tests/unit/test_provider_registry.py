@@ -38,7 +38,7 @@ def test_registering_a_name_twice_is_refused() -> None:
     ({"type": "http"}, "provider.url", "is required"),
     ({"type": "http", "url": "ftp://x"}, "provider.url", "http:// or https://"),
     ({"type": "http", "url": "http://x", "read_timeout": "5"}, "provider.read_timeout",
-     "must be a number"),
+     "'5' is not a duration"),  # one rule for every duration (issue 25 item 6)
     ({"type": "http", "url": "http://x", "colour": 1}, "provider.colour", "unknown key"),
     ({"type": "http", "url": "http://x", "actions": ["remove"]}, "provider.actions",
      "'remove' is not one of"),
@@ -56,7 +56,7 @@ def test_registering_a_name_twice_is_refused() -> None:
       "password": "x", "reboot": "gentle"}, "provider.reboot", 'must be "hard" or "soft"'),
     ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p",
       "password": "x", "soft_reboot_timeout": 0}, "provider.soft_reboot_timeout",
-     "must be a number >= 1"),
+     "must be at least 1s"),
     ({"type": "simulator", "url": "http://x", "duration": 1}, "provider.duration",
      "only applies to an embedded simulator"),
 ])
