@@ -147,7 +147,7 @@ def document() -> dict[str, Any]:
         "/api/v1/breaker": _read("The circuit breaker (`breaker`)", "Open or closed, since "
                                  "when, why, the last reset, whether a reset is queued."),
         "/api/v1/breaker/reset": _write(
-            "Reset the breaker (`breaker reset`)", "A person's decision that automatic "
+            "Reset the breaker (`reset-breaker`)", "A person's decision that automatic "
             "remediation may start again (SPEC S5). When the breaker is closed nothing is "
             "queued (200, queued null).", "ReasonBody", []),
         "/api/v1/pause": {**_read("Paused or not", "And who paused and why (SPEC O2)."),

@@ -51,7 +51,7 @@ def breaker_hold(w: Working, rem: Remediation) -> Hold | None:
     pol = w.policy.safety
     if w.breaker.open:
         return Hold("S5", "the breaker is open: automatic remediation waits for a person "
-                    "(slurm-heal breaker reset)")
+                    "(slurm-heal reset-breaker)")
     since = w.now - pol.breaker_window
     if w.breaker.reset_at and w.breaker.reset_at > since:
         since = w.breaker.reset_at  # a reset starts a fresh count
