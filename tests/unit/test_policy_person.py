@@ -208,6 +208,20 @@ def test_an_act_not_sent_because_a_person_resumed_the_node_is_recorded_as_s8() -
     assert "not sent" in plan.updates[0].steps[-1].why
 
 
+def test_an_eviction_not_sent_because_a_person_resumed_the_node_is_recorded_as_s8() -> None:
+    """SPEC S8: at the wait limit the requeue was not sent (the last look found gpu01 in
+    service again): the remediation ends with the person, no eviction is tried again."""
+    s, _ = cordoned()
+    (r,) = s.remediations
+    requeue = Attempt(key=idempotency_key(r.id, "requeue", 0), effect="requeue_jobs",
+                      started=T0, outcome="failed", finished=T0,
+                      detail=NOT_SENT + "gpu01 was resumed by someone else")
+    r = r.model_copy(update={"phase": Phase.DRAINING, "attempts": r.attempts + (requeue,),
+                             "data": r.data.but(evict_n=1, evict_at=T0)})
+    plan = run(gpu01(alerts=(xid(),)), State(remediations=(r,)), T0 + timedelta(hours=30))
+    assert phases(plan) == [("cancelled", "S8")] and kinds(plan) == []
+
+
 def test_an_act_not_sent_because_someone_drained_the_node_stays_d5() -> None:
     """House style 2 / D5: a node someone else drained with their own reason is theirs;
     the not-sent act fails with D5 as before."""
