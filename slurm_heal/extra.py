@@ -142,8 +142,8 @@ def our_section(alerts: list[Alert], checked_at: datetime,
     """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
     ``host`` (read by the controller as the machine identity) and ``machine``.
     ``acknowledged`` (SPEC S8): alerts a person's resume acknowledged, published under
-    their own key for people to see; the controller reads only ``alerts`` and never acts
-    on them."""
+    their own key for people to see; the controller acts only on ``alerts`` (it reads
+    ``acknowledged`` to tell a person's resume from a fault that cleared)."""
     out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
                            "alerts": [alert_to_json(a) for a in alerts]}
     if acknowledged:
@@ -161,6 +161,8 @@ class CheckData:
 
     alerts: tuple[Alert, ...] = ()
     checked_at: datetime | None = None  # when the node check last published
+    # SPEC S8: faults a person's resume acknowledged (shown to people; never acted on)
+    acknowledged: tuple[Alert, ...] = ()
     host: str | None = None  # machine identity: ``slurm_heal_host.host``, else ``slurm_heal.host``
     problem: str | None = None  # the first field that is wrong; None when all is well
 
@@ -282,9 +284,15 @@ def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
     if alerts is None:
         alerts = []
     _want(alerts, list, f"{KEY}.alerts", "a list")
+    acked = ours.get("acknowledged")
+    if acked is None:
+        acked = []
+    _want(acked, list, f"{KEY}.acknowledged", "a list")
     return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
                                   for i, a in enumerate(alerts)),
-                     checked_at=checked, host=host)
+                     checked_at=checked, host=host,
+                     acknowledged=tuple(_alert(node, a, f"{KEY}.acknowledged[{i}]", ctx)
+                                        for i, a in enumerate(acked)))
 
 
 def read_check_data(node: str, extra: dict[str, Any] | None, now: datetime) -> CheckData:

@@ -155,6 +155,13 @@ class Work(BaseModel):
     act_done: datetime | None = None
     # E1: the end of automatic work on the node: nothing automatic until a person acts.
     handed_to_person: bool = False
+    # S8: the node check had drained the node before our cordon (its return to service
+    # before our cordon is a person's resume, not the check's own release).
+    held_by_check: bool = False
+    # S8: ended because a person resumed the node; the evidence of its alert seen then
+    # (`policy.person.marks`): that alert opens nothing new until something new is seen.
+    resumed_by_person: bool = False
+    seen_evidence: tuple[str, ...] = ()
 
     @field_serializer("evict_at", "act_done")
     def _iso(self, value: datetime | None) -> str | None:

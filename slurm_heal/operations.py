@@ -234,6 +234,7 @@ def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], Stat
             last_decisions: int = 10) -> Explained:
     """Slurm's view of the node (degrading to the store alone when Slurm does not
     answer), its alerts, and the store's record. NotFound when neither knows it."""
+    from slurm_heal.extra import read_check_data
     from slurm_heal.store import decisions
 
     slurm_info: dict[str, Any] = {"reachable": False, "error": None}
@@ -242,6 +243,9 @@ def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], Stat
         client = slurm()
         info = client.node(node)
         slurm_info.update(reachable=True, states=sorted(info.states), reason=info.reason)
+        # SPEC S8: faults a person's resume acknowledged (shown, never acted on)
+        slurm_info["acknowledged"] = [a.fault for a in read_check_data(
+            info.name, info.extra, now()).acknowledged]
         found = alerts_of(client, node)
     except HealError as exc:  # degrade: the store alone still explains a lot
         slurm_info["error"] = str(exc)

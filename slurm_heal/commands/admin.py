@@ -329,6 +329,9 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
         click.echo(f"  Slurm: not reachable ({slurm_info['error']}); showing the store only")
     click.echo("Alerts:" if found else ("Alerts: none active" if slurm_info["reachable"]
                                         else "Alerts: unknown (Slurm not reachable)"))
+    if slurm_info.get("acknowledged"):
+        click.echo("Acknowledged by a person's resume (SPEC S8, never acted on): "
+                   + ", ".join(slurm_info["acknowledged"]))
     for a in found:
         j = _alert_json(a)
         click.echo(f"  {a.fault} ({a.severity.value}) since {_ts(a.first_seen)}: {a.summary}")

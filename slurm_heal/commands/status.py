@@ -30,6 +30,8 @@ def _line(entry: dict[str, Any]) -> str:
             text += f" ({reason['user']})"
     for alert in entry["alerts"]:
         text += f"\n{'':<12} alert {alert['severity']} {alert['fault']}: {alert['summary']}"
+    for alert in entry.get("acknowledged", ()):
+        text += f"\n{'':<12} acknowledged by a person's resume {alert['fault']} (SPEC S8)"
     return text
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+import slurm_heal.policy.person as person
 from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy.facts import acted_at, ended_at
@@ -136,6 +137,20 @@ class Escalation(Gates):
         self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
         if self.evidence(rem.node) is None:
             self.release(rem, "failed with no alert left")
+
+    def hand_back(self, rem: Remediation, why: str) -> None:
+        """SPEC S8: a person resumed the node: the remediation ends with them (recorded,
+        nothing disruptive after it), and its alert as seen now opens nothing new."""
+        ev = rem.data.evidence_fault
+        seen = None
+        if ev:
+            seen = next(iter(self.active(rem.node, ev)), None) \
+                or person.acknowledged(self, rem.node, ev)
+        self.step(rem, "cancelled", "S8", f"{why}: a person's hand wins; {rem.id} is handed "
+                  f"to them and nothing disruptive runs on {rem.node}"
+                  + (f"; {ev} opens nothing new until the node check sees something new"
+                     if ev else ""),
+                  data={"resumed_by_person": True, "seen_evidence": person.marks(seen)})
 
     def hand_to_person(self, rem: Remediation, rule: str, msg: str) -> None:
         """The end of automatic work on a node: an ``escalated`` step and a notification.

@@ -3,6 +3,7 @@ after S1 persistence, with the action of the catalog, E1 and E3."""
 
 from __future__ import annotations
 
+import slurm_heal.policy.person as person
 from slurm_heal import extra as extra_mod
 from slurm_heal import reasons
 from slurm_heal.config import format_duration
@@ -38,6 +39,9 @@ class Intake(Requests):
                                 action=act)
                 continue
             cands.append((a, act))
+        if cands:  # SPEC S8: an alert a person's resume took over opens nothing new
+            resumed = [r for r in self.of_node(name) if r.data.resumed_by_person]
+            cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in resumed)]
         if not cands:
             return
         ladder = self.policy.escalation.ladder
@@ -74,7 +78,7 @@ class Intake(Requests):
                 "E1" if whys else f"catalog:{alert.fault}"),
             escalated_from=action if chosen is not action else None,
             alert_first_seen=alert.first_seen, created=self.now, updated=self.now,
-            data=Work(evidence_fault=alert.fault))
+            data=Work(evidence_fault=alert.fault, held_by_check=person.check_drained(node)))
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         for w in whys:
@@ -97,6 +101,9 @@ class Intake(Requests):
                 since = end  # L5: the next recommendation follows E1
             elif old.phase in (Phase.DONE, Phase.WITHDRAWN) and alert.last_seen > end:
                 since = end  # seen again after it ended: a recurrence
+            elif old.data.resumed_by_person and not person.covers(old, alert,
+                                                                  self.node(name)):
+                since = end  # S8: something new since a person resumed the node
             else:
                 return None
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import slurm_heal.policy.person as person
 from slurm_heal.config import format_duration
 from slurm_heal.models import EffectKind, Phase, Remediation, idempotency_key
 from slurm_heal.policy.acting import Acting
@@ -63,6 +64,15 @@ class Lifecycle(Acting):
             if rem.phase in PRE_ACT:
                 self.step(rem, "cancelled", "L3", f"{rem.node} is no longer in Slurm")
             return
+        # SPEC S8: a person resumed the node: theirs now (before L4: their resume is no
+        # cleared alert, even once the node check has acknowledged it).
+        why = person.resumed(self, rem, node)
+        if why is not None:
+            self.hand_back(rem, why)
+            return
+        if rem.phase in person.BEFORE_CORDON and not rem.data.held_by_check \
+                and person.check_drained(node):
+            rem = self.put(rem.model_copy(update={"data": rem.data.but(held_by_check=True)}))
         ev = rem.data.evidence_fault
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
         unreadable = self.check_of(rem.node).problem
@@ -226,9 +236,9 @@ class Lifecycle(Acting):
                         f"outcome for {tmo} (the controller stopped before it ran?): sent again "
                         f"with the same key ({last.resent + 2} of {RESEND_TRIES + 1})", rem)
         elif last.outcome == "ok":
-            # Our drain took effect and the node is in service again: someone resumed it.
-            self.step(rem, "cancelled", "L1", f"{rem.node} was resumed by someone else after "
-                      "our cordon: the remediation is cancelled (the node is theirs now)")
+            # Our drain took effect and the node is in service again: a person resumed it
+            # (SPEC S8; advance() sees that first, this is the same end).
+            self.hand_back(rem, f"{rem.node} was resumed by a person after our cordon")
             return
         self.wake(self.now + POLL_EVERY)  # in flight: the next snapshot shows the drain
 

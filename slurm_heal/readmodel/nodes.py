@@ -1,7 +1,7 @@
 """One node's status as `status --json` (``node_status``), the API and the console show
 it (SPEC I4, D5): Slurm's state flags, the reason classified as ours (our cordon marker,
 parsed), a request (``heal-request:``) or foreign, and the alerts the node side published
-in ``Extra``.
+in ``Extra`` (and those a person's resume acknowledged, SPEC S8).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from slurm_heal import reasons
 from slurm_heal.errors import ReasonError
-from slurm_heal.extra import alerts_from_extra
+from slurm_heal.extra import read_check_data
 from slurm_heal.types import NodeInfo
 
 # Slurm's base node states; flags (DRAIN, REBOOT_ISSUED, ...) are listed after them.
@@ -51,7 +51,8 @@ def _reason(node: NodeInfo) -> dict[str, Any] | None:
 
 def node_status(node: NodeInfo, now: datetime) -> dict[str, Any]:
     """One node's status as a JSON-able dict (the `--json` shape)."""
-    alerts = alerts_from_extra(node.name, node.extra, now)
+    check = read_check_data(node.name, node.extra, now)
+    alerts = check.alerts
     return {
         "name": node.name,
         "states": sorted(node.states, key=lambda s: (s not in _BASE_STATES, s)),
@@ -59,6 +60,10 @@ def node_status(node: NodeInfo, now: datetime) -> dict[str, Any]:
         "alerts": [{"fault": a.fault, "severity": a.severity.value, "summary": a.summary,
                     "detector": a.detector, "first_seen": _iso(a.first_seen),
                     "last_seen": _iso(a.last_seen)} for a in alerts],
+        # SPEC S8: faults a person's resume acknowledged (never acted on)
+        "acknowledged": [{"fault": a.fault, "severity": a.severity.value,
+                          "summary": a.summary, "first_seen": _iso(a.first_seen)}
+                         for a in check.acknowledged],
         "extra_unparsed": node.extra is None,  # Extra holds someone's non-JSON text
         "partitions": list(node.partitions),
         "boot_time": _iso(node.boot_time),

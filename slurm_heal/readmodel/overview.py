@@ -124,6 +124,7 @@ class NodeLine(_M):
     states: tuple[str, ...]
     reason: str = ""
     alerts: tuple[str, ...] = ()
+    acknowledged: tuple[str, ...] = ()  # SPEC S8: by a person's resume, never acted on
     checked_at: datetime | None = None
     check_stale: bool = False
     check_erroring: bool = False
@@ -289,7 +290,8 @@ def classify(node: NodeInfo, state: State, now: datetime,
         mine = [r for r in state.remediations if r.node == node.name]
     open_ = [r for r in mine if not r.phase.terminal]
     last = max(mine, key=lambda r: r.updated) if mine else None
-    alerts = extra.alerts_from_extra(node.name, node.extra, now)
+    check = extra.read_check_data(node.name, node.extra, now)
+    alerts = check.alerts
     out_of_service = node.drained or node.down
     if last is not None and last.data.handed_to_person and not open_ and out_of_service:
         category = "handed_to_person"
@@ -307,7 +309,8 @@ def classify(node: NodeInfo, state: State, now: datetime,
     rem = open_[0] if open_ else None
     return NodeLine(
         name=node.name, category=category, states=tuple(sorted(node.states)),
-        reason=node.reason, alerts=tuple(a.fault for a in alerts), checked_at=checked,
+        reason=node.reason, alerts=tuple(a.fault for a in alerts),
+        acknowledged=tuple(a.fault for a in check.acknowledged), checked_at=checked,
         check_stale=checked is None or now - checked > check_stale,
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
@@ -485,5 +488,7 @@ def render(ov: Overview) -> list[str]:
         out.append(f"{n.name}: {n.category.replace('_', ' ')}{extra_}; "
                    f"{'+'.join(n.states)}" + (f"; reason: {n.reason}" if n.reason else "")
                    + (f"; alerts: {', '.join(n.alerts)}" if n.alerts else "")
+                   + (f"; acknowledged by a person's resume: {', '.join(n.acknowledged)}"
+                      if n.acknowledged else "")
                    + f"; checked {_ts(n.checked_at)}" + (" (stale)" if n.check_stale else ""))
     return out

@@ -124,7 +124,9 @@ def test_a_persons_resume_in_each_phase_is_never_undone(
         done = after[0]
         assert done.id == rid and done.phase.terminal
         if phase in ("proposed", "waiting"):  # before the act: it never runs
-            assert done.phase in (Phase.CANCELLED, Phase.WITHDRAWN), done.phase
+            # handed to the person (S8), not withdrawn as if the alert had cleared (L4)
+            assert done.phase is Phase.CANCELLED, done.phase
+            assert done.steps[-1].rule == "S8", done.steps[-1]
             assert not [a for a in done.attempts if a.effect == "act"]
     fig.notes.append(f"phase={phase} rounds={ROUNDS} persons' actions undone={len(undone)}")
     with capsys.disabled():

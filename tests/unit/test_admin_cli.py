@@ -290,6 +290,20 @@ def test_explain_puts_alert_meaning_remediation_and_decisions_together(
     assert data["decisions"][0]["rule"] == "S4"
 
 
+def test_explain_and_status_show_the_faults_a_persons_resume_acknowledged(
+        store: Store, slurm: MemorySlurm) -> None:
+    """SPEC S8 / I4: the node check moved the Xid to ``acknowledged`` after a person's
+    resume: explain and status say so (no active alert), text and --json."""
+    slurm.set_extra("gpu01", KEY, our_section([], T0, acknowledged=[xid79_alert()]))
+    out = run(store, ["explain", "gpu01"], slurm=slurm).output
+    assert "Alerts: none active" in out
+    assert "Acknowledged by a person's resume (SPEC S8, never acted on): gpu.xid.79" in out
+    data = json.loads(run(store, ["explain", "gpu01", "--json"], slurm=slurm).output)
+    assert data["slurm"]["acknowledged"] == ["gpu.xid.79"] and data["alerts"] == []
+    status = run(store, ["status", "--node", "gpu01"], slurm=slurm).output
+    assert "acknowledged by a person's resume: gpu.xid.79" in status
+
+
 def test_explain_without_slurm_still_explains_from_the_store(store: Store) -> None:
     store.apply(Plan(updates=(rem(phase=Phase.ACTING),)), T0)
     result = run(store, ["explain", "gpu01"], slurm=Unreachable())

@@ -688,15 +688,15 @@ def test_a_cordon_in_flight_is_waited_for() -> None:
 
 
 def test_a_node_resumed_by_a_person_after_our_cordon_cancels_the_remediation() -> None:
-    """SPEC L1: our cordon was applied, then someone resumed the node: it is theirs now;
-    the remediation is cancelled (it no longer holds an S3/S4 slot)."""
+    """SPEC L1, S8: our cordon was applied, then someone resumed the node: it is theirs
+    now; the remediation is cancelled (it no longer holds an S3/S4 slot), rule S8."""
     nodes = [node("gpu01"), node("gpu02")]
     al = {"gpu01": [alert("gpu01")]}
     p = run(nodes, al)
     s = apply(State(), p, outcome="ok")
     p2 = run(nodes, al, s, T0 + timedelta(minutes=1))
-    assert phases(p2, "gpu01") == [("cancelled", "L1")] and kinds(p2) == []
-    assert "resumed by someone else" in p2.records[0].why
+    assert phases(p2, "gpu01") == [("cancelled", "S8")] and kinds(p2) == []
+    assert "resumed by a person" in p2.records[0].why
 
 
 # ------------------------------------------------------------------ what counts as evidence (P1)
@@ -830,7 +830,7 @@ def test_a_persons_drain_before_the_act_holds_the_remediation(phase: Phase) -> N
     """House style 2 / D5 (issue 8, defect 11): the node's reason stopped being ours
     after our cordon: nothing disruptive runs (no act), the hold is recorded and a person
     is told, once."""
-    r = rem(phase=phase, acted=False)
+    r = rem(phase=phase, acted=False, alert_first_seen=T0)
     r = r.model_copy(update={"attempts": (Attempt(
         key=idempotency_key(r.id, "cordon", 0), effect="cordon", started=T0, outcome="ok",
         finished=T0),)})
@@ -843,10 +843,11 @@ def test_a_persons_drain_before_the_act_holds_the_remediation(phase: Phase) -> N
     again = run(nodes, al, s.model_copy(update={"data": plan.data or {}}),
                 T0 + timedelta(minutes=10))
     assert kinds(again) == [] and not [u for u in again.updates if u.phase is not phase]
-    # the person resumes the node: the remediation is cancelled, never acted
+    # the person resumes the node: the remediation is cancelled (S8), never acted, and
+    # its alert does not cordon the node again
     s = apply(s, again)
     after = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=15))
-    assert ("cancelled", "L1") in phases(after, "gpu01") and "act" not in kinds(after)
+    assert phases(after, "gpu01") == [("cancelled", "S8")] and kinds(after) == []
 
 
 def test_a_persons_drain_at_the_wait_limit_stops_the_eviction() -> None:

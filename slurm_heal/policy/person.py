@@ -1,0 +1,92 @@
+"""A person's hand wins (SPEC S8): a node slurm-heal is working on that a person resumed.
+
+Pure functions of the working set: whether a remediation's node is back in service
+because a person resumed it (`resumed`), and whether an alert is the one a remediation
+that ended so already handed to that person, with nothing new seen since (`covers`).
+The life cycle ends the remediation (``Escalation.hand_back``); intake opens nothing
+new from a covered alert.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from slurm_heal import reasons
+from slurm_heal.errors import ReasonError
+from slurm_heal.models import Phase, Remediation
+from slurm_heal.policy.facts import STARTED, act_attempts, ended_at
+from slurm_heal.policy.working import Working
+from slurm_heal.types import Alert, NodeInfo
+
+BEFORE_CORDON = frozenset({Phase.PROPOSED, Phase.APPROVED})
+
+
+def check_drained(node: NodeInfo) -> bool:
+    """The node is drained under the node check's own marker (``heal: ... by=check``)."""
+    if not node.drained or not reasons.is_ours(node.reason):
+        return False
+    try:
+        return reasons.parse_marker(node.reason).by == "check"
+    except ReasonError:
+        return False
+
+
+def marks(alert: Alert | None) -> tuple[str, ...]:
+    """The alert's evidence as short fingerprints (a later event of it is a new one)."""
+    if alert is None:
+        return ()
+    return tuple(sorted({hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode())
+                         .hexdigest()[:16] for e in alert.evidence}))
+
+
+def acknowledged(w: Working, name: str, fault: str) -> Alert | None:
+    """The node check's acknowledgement of ``fault`` on the node (published after a
+    person's resume), or None."""
+    return next((a for a in w.check_of(name).acknowledged if a.fault == fault), None)
+
+
+def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
+    """Why ``rem``'s node is in a person's hands now, or None: it is in service again
+    (not drained, not down) although
+
+    * our cordon took effect (a started remediation; not one sent in this very call);
+    * the act was never sent (acting; one the controller's last look did not send is
+      no act);
+    * the node check had drained it before our cordon, and the alert is still there
+      or acknowledged (the check's own release of a fault that cleared is L4's).
+    """
+    if node.drained or node.down:
+        return None
+    name = rem.node
+    if rem.phase in STARTED:
+        cordons = [a for a in rem.attempts if a.effect == "cordon"]
+        if ("cordon", rem.id) in w.planned or not cordons or cordons[-1].outcome != "ok":
+            return None  # our cordon is in flight or failed (cordon_again)
+        return f"{name} was resumed by a person after our cordon"
+    if rem.phase is Phase.ACTING:
+        if act_attempts(rem):
+            return None  # the action was sent: polled to its end (L5)
+        held = [a for a in rem.attempts if a.effect == "act"]
+        return (f"{name} was resumed by a person before the {rem.action.value} ran"
+                + (f" (not sent: {held[-1].detail})" if held else ""))
+    if rem.phase in BEFORE_CORDON and rem.data.held_by_check:
+        ev = rem.data.evidence_fault
+        if ev and not w.check_of(name).problem and not w.active(name, ev) \
+                and acknowledged(w, name, ev) is None:
+            return None  # the fault cleared and the check released its own drain (L4)
+        return f"{name}, drained by the node check, was resumed by a person before our cordon"
+    return None
+
+
+def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
+    """``old`` ended because a person resumed its node, and ``alert`` is the alert it
+    was about with nothing new since: the same fault instance (fault, first seen), no
+    evidence that was not seen then, no boot of the node since. Such an alert opens
+    nothing new (SPEC S8): the node check acknowledges it on its next run."""
+    if not old.data.resumed_by_person or old.fault != alert.fault \
+            or old.alert_first_seen != alert.first_seen:
+        return False
+    end = ended_at(old) or old.updated
+    if node is not None and node.boot_time is not None and node.boot_time > end:
+        return False  # a reboot ends the acknowledgement
+    return set(marks(alert)) <= set(old.data.seen_evidence)
