@@ -134,14 +134,24 @@ class RestSlurm:
     def api(self) -> str:
         """The OpenAPI version to use: the newest known one the server answers."""
         if self._api is None:
+            last = ""
             for version in API_VERSIONS:
-                status, _ = self._send("GET", f"/slurm/{version}/ping/")
+                try:
+                    status, _ = self._send("GET", f"/slurm/{version}/ping/")
+                except SlurmUnreachable:
+                    raise
+                except SlurmError as exc:
+                    # A version the server lacks: 25.11.7 answers v0.0.45 with a plain-text
+                    # 404. A refused token fails every version: said at the end.
+                    last = str(exc)
+                    continue
                 if status == 200:
                     self._api = version
                     break
+                last = f"{version}: HTTP {status}"
             else:
                 raise SlurmError(f"slurmrestd at {self.url} answers none of "
-                                 f"{', '.join(API_VERSIONS)}")
+                                 f"{', '.join(API_VERSIONS)} (last: {last})")
         return self._api
 
     def _path(self, tail: str) -> str:
