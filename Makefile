@@ -33,21 +33,22 @@ unit: setup
 # The Slurm version x backend matrix (SPEC I6), as passes: the pure-logic tests, then the
 # Slurm-marked tests on 22.05 (the two together are the whole suite on 22.05), on 25.11
 # through cli, pyslurm and rest, on 26.05 through cli and rest (pyslurm has no 26.05). The
-# passes run side by side, TEST_JOBS at a time (each starts its own lab in a directory of
-# its own on free ports, so they never collide; most of a lab pass is waiting on Slurm),
-# each pass's output printed whole when it ends. Every pass runs even when another fails
-# (-k) and `make test` fails when any did; a pass with nothing selected (pytest exit 5)
-# passes. A Slurm version with neither its build nor its source skips its tests with the
-# reason and the command that adds it (CI=true: fail).
-PASSES := unit 22.05-cli 25.11-cli 25.11-pyslurm 25.11-rest 26.05-cli 26.05-rest
-TEST_JOBS ?= 3
+# passes run side by side, TEST_JOBS at a time, the long ones first (each starts its own
+# lab in a directory of its own on free ports, so they never collide; a cli pass is
+# mostly waiting on Slurm: it took 12.5-13.5 min alone and with two others beside it,
+# the pure-logic pass 4.3 min, each pyslurm/rest pass 2.7-2.9 min), each pass's output
+# printed whole when it ends; lint runs beside them. Every pass runs even when another
+# fails (-k) and `make test` fails when any did; a pass with nothing selected (pytest
+# exit 5) passes. A Slurm version with neither its build nor its source skips its tests
+# with the reason and the command that adds it (CI=true: fail).
+PASSES := 22.05-cli 25.11-cli 26.05-cli unit 25.11-pyslurm 25.11-rest 26.05-rest
+TEST_JOBS ?= 4
 
 test: setup
 	contrib/lab/lab install --browser
 	contrib/lab/lab install --slurm 25.11 --if-available
 	contrib/lab/lab install --slurm 26.05 --if-available
-	$(MAKE) lint
-	$(MAKE) --no-print-directory -k -O -j$(TEST_JOBS) $(addprefix test-pass-,$(PASSES))
+	$(MAKE) --no-print-directory -k -O -j$(TEST_JOBS) lint $(addprefix test-pass-,$(PASSES))
 
 # One pass: `make test-pass-unit`, `make test-pass-26.05-rest`, ...
 test-pass-unit: setup
