@@ -35,8 +35,8 @@ unit: setup
 # through cli, pyslurm and rest, on 26.05 through cli and rest (pyslurm has no 26.05). The
 # passes run side by side, TEST_JOBS at a time, the long ones first (each starts its own
 # lab in a directory of its own on free ports, so they never collide; a cli pass is
-# mostly waiting on Slurm: it took 12.5-13.5 min alone and with two others beside it,
-# the pure-logic pass 4.3 min, each pyslurm/rest pass 2.7-2.9 min), each pass's output
+# mostly waiting on Slurm: 11-13.5 min alone or with others beside it, the pure-logic
+# pass 4.3 min, each pyslurm/rest pass 2.7-2.9 min), each pass's output
 # printed whole when it ends; lint runs beside them. Every pass runs even when another
 # fails (-k) and `make test` fails when any did; a pass with nothing selected (pytest
 # exit 5) passes. A Slurm version with neither its build nor its source skips its tests
