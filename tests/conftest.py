@@ -5,10 +5,16 @@ started). Where Slurm is not installed those tests skip with the reason, except 
 (env CI=true), where a missing Slurm is a failure, never a skip.
 
 The version matrix (SPEC I6): ``--slurm VERSION`` picks the lab's Slurm (22.05, the
-default, or 25.11) and ``--slurm-backend NAME`` the backend the Slurm-facing tests talk
-through (cli, the default; pyslurm and rest exist on 25.11). `make test` runs every
-pair. In a pyslurm or rest pass the Slurm-marked tests that do not go through the
-backend (they use the lab's own commands) are skipped: their cli pass ran them.
+default, 25.11 or 26.05) and ``--slurm-backend NAME`` the backend the Slurm-facing tests
+talk through (cli, the default; rest on 25.11 and 26.05; pyslurm on 25.11 only, as pyslurm
+has no 26.05 release). `make test` runs every pair. In a pyslurm or rest pass the
+Slurm-marked tests that do not go through the backend (they use the lab's own commands)
+are skipped: their cli pass ran them.
+
+A Slurm version the lab cannot run here (no build, no source to build it from, not
+root) skips every Slurm-marked test at collection with what is missing and the command
+that adds it, before any fixture of theirs runs; with CI=true the run stops there with
+that reason instead (a usage error, exit 4).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from slurm_heal.slurm.base import SlurmClient
-from tests.lab import BACKENDS, VERSIONS, Lab, make_backend, slurm_missing, version_bin
+from tests.lab import BACKENDS, VERSIONS, Lab, make_backend, skip_reason, version_bin
 
 LAB_NODES = 4
 # Fixtures through which a test reaches the backend under test.
@@ -39,7 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=os.environ.get("SLURM_HEAL_TEST_SLURM", "22.05"),
                     help="Slurm version of the test lab (default 22.05)")
     group.addoption("--slurm-backend", choices=("cli", "pyslurm", "rest"), default="cli",
-                    help="backend the Slurm-marked tests use (pyslurm, rest: 25.11 only)")
+                    help="backend the Slurm-marked tests use (rest: 25.11, 26.05; "
+                         "pyslurm: 25.11)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,16 +68,24 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `slurm` get the lab (and a clean one: `lab_clean`) automatically."""
+    """Tests marked `slurm` get the lab (and a clean one: `lab_clean`) automatically.
+    Where the lab cannot run they are skipped here, with the reason (CI=true: an error)."""
     backend = config.getoption("--slurm-backend")
-    for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.fixturenames.extend(f for f in ("lab", "lab_clean")
-                                     if f not in item.fixturenames)
-            if backend != "cli" and not set(BACKEND_FIXTURES) & set(item.fixturenames):
-                item.add_marker(pytest.mark.skip(
-                    reason=f"does not go through the Slurm backend; ran in the cli pass, "
-                           f"not again with {backend}"))
+    marked = [item for item in items if item.get_closest_marker("slurm") is not None]
+    unavailable = skip_reason(str(config.getoption("--slurm"))) if marked else ""
+    if unavailable and _in_ci():
+        raise pytest.UsageError(f"CI=true and {unavailable}")
+    for item in marked:
+        if unavailable:
+            item.add_marker(pytest.mark.skip(reason=unavailable))
+            continue
+        # The lab first: a test's own fixtures (a lab of its own, a pip install) run on it.
+        item.fixturenames[:0] = [f for f in ("lab",) if f not in item.fixturenames]
+        item.fixturenames.extend(f for f in ("lab_clean",) if f not in item.fixturenames)
+        if backend != "cli" and not set(BACKEND_FIXTURES) & set(item.fixturenames):
+            item.add_marker(pytest.mark.skip(
+                reason=f"does not go through the Slurm backend; ran in the cli pass, "
+                       f"not again with {backend}"))
 
 
 @pytest.fixture(scope="session")
@@ -84,18 +99,12 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     """A running Slurm lab of 4 nodes (gpu01..gpu04) on 127.0.0.1, for the session, of
     the --slurm version (with slurmrestd when the backend is rest)."""
     version = str(request.config.getoption("--slurm"))
-    missing = slurm_missing(version)
-    if missing:
-        message = (f"Slurm {version} lab needs {', '.join(missing)}; install with "
-                   f"`contrib/lab/lab install --slurm {version}` (root, Debian 12)")
+    # Slurm-marked tests were skipped at collection already; this catches the others.
+    unavailable = skip_reason(version)
+    if unavailable:
         if _in_ci():
-            pytest.fail(f"CI=true and {message}", pytrace=False)
-        pytest.skip(message)
-    if os.geteuid() != 0:
-        message = "the Slurm lab runs its daemons as root (SlurmUser=root); run the tests as root"
-        if _in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+            pytest.fail(f"CI=true and {unavailable}", pytrace=False)
+        pytest.skip(unavailable)
     rest = request.config.getoption("--slurm-backend") == "rest"
     if rest:
         # slurmrestd reads slurm.conf as an unprivileged user: pytest's temporary

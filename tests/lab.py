@@ -29,11 +29,17 @@ LAB_SCRIPT = REPO / "contrib" / "lab" / "lab"
 SLURM_BINARIES = ("/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "sinfo",
                   "scontrol", "squeue", "sbatch")
 # The Slurm versions the lab runs (contrib/lab/lab BUILDS): None = Debian's packages in /usr.
-VERSIONS = ("22.05", "25.11")
-SOURCE_BUILDS = {"25.11": (Path("/opt/slurm-heal/slurm-25.11.7"), "slurm-25.11.7.tar.xz")}
-# Backends that exist on each version: pyslurm needs a matching libslurm (25.11 here),
-# rest needs slurmrestd (which the 25.11 build has).
-BACKENDS = {"22.05": ("cli",), "25.11": ("cli", "pyslurm", "rest")}
+VERSIONS = ("22.05", "25.11", "26.05")
+# Where the lab builds the source versions (LAB_BUILD_ROOT, as contrib/lab/lab reads it).
+BUILD_ROOT = Path(os.environ.get("LAB_BUILD_ROOT") or "/opt/slurm-heal")
+# version -> (prefix, vendored tarball, SchedMD's git tag the tarball is `git archive`d from)
+SOURCE_BUILDS = {
+    "25.11": (BUILD_ROOT / "slurm-25.11.7", "slurm-25.11.7.tar.xz"),
+    "26.05": (BUILD_ROOT / "slurm-26.05.3", "slurm-26.05.3.tar.xz"),
+}
+# Backends that exist on each version: pyslurm needs a matching libslurm (25.11 here; there
+# is no pyslurm release for 26.05), rest needs slurmrestd (which the source builds have).
+BACKENDS = {"22.05": ("cli",), "25.11": ("cli", "pyslurm", "rest"), "26.05": ("cli", "rest")}
 
 T = TypeVar("T")
 
@@ -44,17 +50,35 @@ class LabError(RuntimeError):
 
 def slurm_missing(version: str = "22.05") -> list[str]:
     """What the lab of that Slurm version needs and lacks (programs, a built source
-    tree, the vendored tarball), as short phrases for a skip/fail reason."""
+    tree, the vendored tarball), each as a phrase that says what is missing, where it
+    comes from and the command that adds it, for a skip/fail reason."""
+    install = "`contrib/lab/lab install` (as root on Debian 12; apt-get installs them)"
     if version not in SOURCE_BUILDS:
-        return [b for b in SLURM_BINARIES if shutil.which(b) is None and not Path(b).exists()]
+        gone = [b for b in SLURM_BINARIES if shutil.which(b) is None and not Path(b).exists()]
+        return [f"{', '.join(gone)} (Debian's slurmctld slurmd slurm-client munge): "
+                f"{install}"] if gone else []
     prefix, tarball = SOURCE_BUILDS[version]
-    missing = [b for b in ("/usr/sbin/munged",) if not Path(b).exists()]
+    missing = [f"/usr/sbin/munged (Debian's munge): {install}"
+               for b in ("/usr/sbin/munged",) if not Path(b).exists()]
     if (prefix / ".slurm-heal-built").is_file():
         return missing
     if vendor_tarball(tarball) is None:
-        return missing + [f"the Slurm {version} source {tarball} (not in ../shared/vendor)"]
-    return missing + [f"a Slurm {version} build in {prefix} "
-                      f"(`contrib/lab/lab install --slurm {version}`)"]
+        return missing + [source_hint(version)]
+    return missing + [f"a Slurm {version} build in {prefix}: "
+                      f"`contrib/lab/lab install --slurm {version}` (root; about 5 minutes)"]
+
+
+def source_hint(version: str) -> str:
+    """Why there is no Slurm `version` source here, and how to get it."""
+    prefix, tarball = SOURCE_BUILDS[version]
+    base = tarball.removesuffix(".tar.xz")
+    tag = "slurm-" + base.removeprefix("slurm-").replace(".", "-") + "-1"
+    return (f"the Slurm {version} source {tarball}, looked for in shared/vendor beside the "
+            f"clone and in $LAB_VENDOR_DIR: make it from SchedMD's tag {tag} "
+            f"(`git clone -b {tag} --depth 1 https://github.com/SchedMD/slurm && "
+            f"git -C slurm archive --prefix={base}/ HEAD | xz > DIR/{tarball}`), then "
+            f"`LAB_VENDOR_DIR=DIR contrib/lab/lab install --slurm {version}` builds it "
+            f"into {prefix}")
 
 
 def vendor_tarball(name: str) -> Path | None:
@@ -72,6 +96,17 @@ def vendor_tarball(name: str) -> Path | None:
 def version_bin(version: str) -> Path | None:
     """Where that version's commands live when they are not the system's."""
     return SOURCE_BUILDS[version][0] / "bin" if version in SOURCE_BUILDS else None
+
+
+def skip_reason(version: str) -> str:
+    """Why the Slurm `version` lab cannot run here (what to add, and how), '' when it can."""
+    missing = slurm_missing(version)
+    if missing:
+        return f"no Slurm {version} lab here; it needs " + "; and ".join(missing)
+    if os.geteuid() != 0:
+        return ("the Slurm lab runs its daemons as root (SlurmUser=root): run the tests as "
+                "root")
+    return ""
 
 
 def _port_free(port: int) -> bool:

@@ -3,7 +3,9 @@
 `make_client()` picks the backend: ``cli`` (the Slurm commands), ``pyslurm`` (libslurm
 through pyslurm), ``rest`` (slurmrestd with a JWT) or ``auto``: pyslurm when it is
 installed and its libslurm's version is the running slurmctld's, the commands
-everywhere else. All behave the same (the contract tests run each on the real lab).
+everywhere else (on 26.05 always: pyslurm has no 26.05 release, so a pyslurm 25.11 is
+passed over there, run live). All behave the same (the contract tests run each on the
+real lab).
 """
 
 from __future__ import annotations

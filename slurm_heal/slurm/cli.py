@@ -15,9 +15,9 @@ Slurm 22.05 quirks this module works around (seen on 22.05.8):
 - `scontrol` prints times as local time without a zone (``2026-01-05T00:00:00``);
   the JSON carries epoch seconds (0 = unset).
 
-Slurm 23.02 and later (seen on 25.11.7), read through the "data_parser" dialect:
+Slurm 23.02 and later (seen on 25.11.7 and 26.05.3), read through the "data_parser" dialect:
 - The version is asked once per client (`sinfo --version`); newer versions than the
-  newest known (25.11) are read like it, with a warning.
+  newest known (26.05) are read like it, with a warning.
 - `sinfo --json` prints partition/node groups, not nodes: per-node data comes from
   `scontrol --json show node [NAME]`: ``"state": ["IDLE", "DRAIN"]``, times as
   ``{"set": true, "infinite": false, "number": EPOCH}``, lists for features/partitions.
@@ -473,9 +473,9 @@ def parse_scontrol_nodes(text: str) -> tuple[NodeInfo, ...]:
 # 22.05 prints OpenAPI v0.0.38 (`sinfo --json` has a per-node list; no `scontrol
 # --json`); from 23.02 on the data_parser plugins print per-node objects through
 # `scontrol --json show node` (state lists, {"set","infinite","number"} times).
-# Checked live: 22.05.8 and 25.11.7 (README, "Supported Slurm versions").
+# Checked live: 22.05.8, 25.11.7 and 26.05.3 (README, "Supported Slurm versions").
 DIALECTS = (((22, 5), "v0.0.38"), ((23, 2), "data_parser"))
-NEWEST_KNOWN = (25, 11)
+NEWEST_KNOWN = (26, 5)
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 
 

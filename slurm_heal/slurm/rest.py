@@ -7,11 +7,12 @@ controller that runs where no Slurm commands are installed.
   ``sun`` claim unless configured.
 - The node and job objects are the data_parser ones `scontrol --json` prints, so the cli
   backend's parsers read them (`node_from_json`, `job_from_json`).
-- slurmrestd (25.11) has no call to reboot a node or requeue a job. Those two go
+- slurmrestd (25.11, 26.05) has no call to reboot a node or requeue a job. Those two go
   through the Slurm commands when they are installed (`scontrol`), else they are a clear
   SlurmError saying so.
 - The API version is the newest this module knows that the server answers
-  (``/slurm/v0.0.44/ping`` first); checked live against 25.11.7 (v0.0.44).
+  (``/slurm/v0.0.45/ping`` first); checked live against 25.11.7 (v0.0.44) and 26.05.3
+  (v0.0.45, its data_parser's newest).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from slurm_heal.slurm.cli import (
 )
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
-API_VERSIONS = ("v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41")
+API_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41")
 _NOT_FOUND = ("Unable to query node", "Failure to query node", "Invalid node name",
               "not found", "Unknown node")
 _JOB_GONE = ("already completing or completed", "Invalid job id", "Job has already finished")
@@ -136,14 +137,24 @@ class RestSlurm:
     def api(self) -> str:
         """The OpenAPI version to use: the newest known one the server answers."""
         if self._api is None:
+            last = ""
             for version in API_VERSIONS:
-                status, _ = self._send("GET", f"/slurm/{version}/ping/")
+                try:
+                    status, _ = self._send("GET", f"/slurm/{version}/ping/")
+                except SlurmUnreachable:
+                    raise
+                except SlurmError as exc:
+                    # A version the server lacks: 25.11.7 answers v0.0.45 with a plain-text
+                    # 404. A refused token fails every version: said at the end.
+                    last = str(exc)
+                    continue
                 if status == 200:
                     self._api = version
                     break
+                last = f"{version}: HTTP {status}"
             else:
                 raise SlurmError(f"slurmrestd at {self.url} answers none of "
-                                 f"{', '.join(API_VERSIONS)}")
+                                 f"{', '.join(API_VERSIONS)} (last: {last})")
         return self._api
 
     def _path(self, tail: str) -> str:

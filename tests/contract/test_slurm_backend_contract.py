@@ -1,5 +1,5 @@
 """Each Slurm backend against the real lab (SPEC I3, I2, I6): the same calls, the same
-answers, on 22.05 (cli) and 25.11 (cli, pyslurm, rest). `--slurm` and
+answers, on 22.05 (cli), 25.11 (cli, pyslurm, rest) and 26.05 (cli, rest). `--slurm` and
 `--slurm-backend` pick the pair (tests/conftest.py); `make test` runs them all.
 
 The in-process simulated cluster (`MemorySlurm`, what `slurm-heal demo` and the
@@ -12,6 +12,7 @@ waits in its time: real seconds on the lab, the fake's own clock in memory."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -296,9 +297,27 @@ def test_controller_down_is_unreachable(lab: Lab, tmp_path: Path) -> None:
 
 
 @pytest.mark.slurm
+def test_every_version_of_the_matrix_is_one_the_backends_know(
+        lab: Lab, slurm: SlurmClient, backend: str, caplog: pytest.LogCaptureFixture) -> None:
+    """SPEC I6: the lab's Slurm is read as a known version (no "newer than the newest
+    version slurm-heal knows" warning), and slurmrestd through its newest OpenAPI."""
+    cli = CliSlurm(slurm_conf=str(lab.conf))
+    with caplog.at_level(logging.WARNING, logger="slurm_heal.slurm"):
+        assert "{}.{:02d}".format(*cli.version) == lab.slurm
+        assert sorted(n.name for n in slurm.nodes()) == lab.nodes
+    assert not [r.getMessage() for r in caplog.records if "newer than" in r.getMessage()]
+    if backend == "rest":
+        from slurm_heal.slurm.rest import RestSlurm
+
+        assert isinstance(slurm, RestSlurm)
+        assert slurm.api == {"25.11": "v0.0.44", "26.05": "v0.0.45"}[lab.slurm]
+
+
+@pytest.mark.slurm
 def test_auto_uses_pyslurm_only_where_it_matches_the_running_slurmctld(lab: Lab) -> None:
     """SPEC I3: "auto" picks pyslurm when it is installed and its libslurm's version is
-    the running slurmctld's (25.11 here); on 22.05 the same pyslurm is passed over."""
+    the running slurmctld's (25.11 here); on 22.05 and on 26.05 (no pyslurm release) the
+    same pyslurm is passed over for the commands."""
     import importlib.util
 
     from slurm_heal.slurm import make_client

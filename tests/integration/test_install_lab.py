@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -84,10 +85,16 @@ timeout = 120
 def installed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, Lab]]:
     prefix = tmp_path / "opt" / "slurm-heal"
     lines = readme_slurm_conf_lines(prefix)
-    # README step 1, as written: a venv under the prefix, pip install of this checkout.
+    # README step 1, as written: a venv under the prefix, pip install of this checkout,
+    # from a copy of it: pip builds in the source tree, and the cli passes of the other
+    # Slurm versions run this test at the same time (`make test` runs passes side by side).
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".lab*", "build", "*.egg-info", ".*_cache", ".hypothesis",
+        "__pycache__"))
     run([sys.executable, "-m", "venv", str(prefix)], timeout=120)
     run([str(prefix / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-         str(REPO)], timeout=600)
+         str(checkout)], timeout=600)
     # The session's Slurm version (--slurm), as every other lab of the run: a 22.05 lab
     # here in a 25.11 run had the 25.11 commands on PATH talk to a 22.05 slurmctld.
     lab = Lab(tmp_path / "lab", nodes=3, conf_lines=lines,

@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
+from tests.realdata import MISSING, REAL
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 NV = DATA / "nvidia"
 AMD = DATA / "amd"
-REAL = Path(os.environ.get("SLURM_HEAL_REAL_FIXTURES") or
-            Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real")
 IB = REAL / "sys-class-infiniband-h100"
 BUSES = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]
 needs_ib = pytest.mark.skipif(
     not IB.is_dir() and os.environ.get("CI") != "true",
-    reason="../shared/fixtures/real is absent (the real InfiniBand capture is not in the repo)")
+    reason=MISSING)
 
 
 class Replay:

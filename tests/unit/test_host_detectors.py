@@ -18,15 +18,14 @@ import pytest
 from slurm_heal.checks import config, state
 from slurm_heal.checks.detectors import disk, infiniband, network
 from slurm_heal.errors import ConfigError
+from tests.realdata import MISSING, REAL
 
-REAL = Path(os.environ.get("SLURM_HEAL_REAL_FIXTURES") or
-            Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real")
 IB = REAL / "sys-class-infiniband-h100"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 needs_real = pytest.mark.skipif(
     not IB.is_dir() and os.environ.get("CI") != "true",
-    reason="../shared/fixtures/real is absent (real captures are not in the repo)")
+    reason=MISSING)
 
 
 def ib_copy(tmp_path: Path) -> Path:

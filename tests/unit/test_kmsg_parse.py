@@ -17,9 +17,9 @@ import pytest
 from slurm_heal import catalog
 from slurm_heal.checks import kernlog
 from slurm_heal.types import Severity
+from tests.realdata import MISSING, REAL
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kmsg"
-REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real"
 NOW = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 
 
@@ -60,7 +60,7 @@ def test_real_xid_119_capture_is_one_critical_alert_on_the_right_gpu() -> None:
     between; the RPC history lines are not events."""
     path = REAL / "dmesg-xid-119.log"
     if not path.exists():
-        pytest.skip("../shared/fixtures/real is absent (real captures are not in the repo)")
+        pytest.skip(MISSING)
     res = kernlog.scan(path.read_bytes())
     assert [e.fault for e in res.events] == ["gpu.xid.119"] * 5
     assert {e.pci for e in res.events} == {"0000:9b:00"}
@@ -76,7 +76,7 @@ def test_real_xid_119_capture_is_one_critical_alert_on_the_right_gpu() -> None:
 def test_real_kmsg_capture_without_faults_yields_nothing() -> None:
     path = REAL / "kmsg-1.log"
     if not path.exists():
-        pytest.skip("../shared/fixtures/real is absent (real captures are not in the repo)")
+        pytest.skip(MISSING)
     assert kernlog.scan(path.read_bytes()).events == []
 
 

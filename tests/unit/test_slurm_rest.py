@@ -74,8 +74,14 @@ class FakeRestd:
                         self._answer(200, {"errors": [], "warnings": []})
                     else:
                         self._answer(200, dict(nodes, nodes=found))
-                else:
-                    self._answer(404, {"errors": [{"error": "Unable find requested URL"}]})
+                else:  # as slurmrestd 25.11.7 answers a path it lacks (e.g. v0.0.45): text
+                    data = (b"Unable to find requested URL endpoint. Please query the "
+                            b"'/openapi/v3' endpoint")
+                    self.send_response(404)
+                    self.send_header("Content-Type", "text/plain")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -119,6 +125,17 @@ def test_drain_posts_the_state_list_and_reason(restd: tuple[FakeRestd, Path]) ->
     method, path, _, body = server.seen[-1]
     assert (method, path) == ("POST", "/slurm/v0.0.44/node/gpu01")
     assert body == {"state": ["DRAIN"], "reason": "heal: gpu.xid.79 by=controller"}
+
+
+def test_the_newest_openapi_the_server_has_is_used_a_newer_one_is_passed_over(
+        restd: tuple[FakeRestd, Path]) -> None:
+    """SPEC I3, I6: v0.0.45 (26.05) is asked first; a 25.11 server answers it with a
+    plain-text 404, and the client goes on with v0.0.44 instead of failing."""
+    server, token_file = restd
+    client = RestSlurm(server.url, str(token_file))
+    assert client.api == "v0.0.44"
+    assert [path for _, path, _, _ in server.seen] == ["/slurm/v0.0.45/ping/",
+                                                         "/slurm/v0.0.44/ping/"]
 
 
 def test_unknown_node_is_not_found(restd: tuple[FakeRestd, Path]) -> None:

@@ -132,12 +132,22 @@ def test_the_22_05_commands_still_read_sinfo_json(on_path) -> None:  # type: ign
 
 def test_an_unknown_newer_slurm_is_read_with_the_newest_parser_and_a_warning(
         on_path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
-    client = on_path("26.05.1", (NEW / "scontrol_show_node.json").read_text())
+    client = on_path("26.11.1", (NEW / "scontrol_show_node.json").read_text())
     with caplog.at_level(logging.WARNING, logger="slurm_heal.slurm"):
         assert len(client.nodes()) == 4
         client.nodes()
-    warnings = [r.getMessage() for r in caplog.records if "26.05" in r.getMessage()]
-    assert len(warnings) == 1 and "25.11" in warnings[0]  # asked once, warned once
+    warnings = [r.getMessage() for r in caplog.records if "26.11" in r.getMessage()]
+    assert len(warnings) == 1 and "(26.05)" in warnings[0]  # asked once, warned once
+
+
+def test_slurm_26_05_is_a_known_version_read_without_a_warning(
+        on_path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    """SPEC I6: 26.05 runs live in the matrix, so it is no longer "newer than known"."""
+    client = on_path("26.05.3", (NEW / "scontrol_show_node.json").read_text())
+    with caplog.at_level(logging.WARNING, logger="slurm_heal.slurm"):
+        assert len(client.nodes()) == 4
+    assert client.dialect == "data_parser"
+    assert not [r for r in caplog.records if "newer than" in r.getMessage()]
 
 
 def test_zero_nodes_where_slurm_lists_nodes_is_an_error_not_an_empty_cluster(

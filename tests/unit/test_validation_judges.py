@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 from slurm_heal.errors import ConfigError
 from slurm_heal.validation import judges
 from slurm_heal.validation.suite import Step, StepResult, evaluate, validation_from
+from tests.realdata import MISSING, REAL
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validation"
-REAL = Path(os.environ.get("SLURM_HEAL_REAL_FIXTURES") or
-            Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "real")
 IB_TREE = REAL / "sys-class-infiniband-h100"
 
 H100_NCCL = {"min_busbw_gbps": 400}
@@ -176,8 +175,7 @@ def test_v3_ibstat_port_states_and_rates() -> None:
 
 
 @pytest.mark.skipif(not IB_TREE.is_dir() and os.environ.get("CI") != "true",
-                    reason="../shared/fixtures/real is absent (the real InfiniBand capture "
-                           "is not in the repo)")
+                    reason=MISSING)
 def test_v3_port_states_read_from_a_real_h100_sysfs_tree_with_grep() -> None:
     out = subprocess.run(["grep", "-r", "-H", ".", "--include=state", "--include=rate",
                           "--include=link_layer", str(IB_TREE)],
