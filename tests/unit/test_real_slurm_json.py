@@ -1,6 +1,6 @@
 """The cli backend's parsers on real Slurm JSON (tests/data/real/slurm, origins in
 tests/data/real/SOURCES.md): 21.08 and 23.02 from a Slurm exporter's test data, 22.05.8
-and 25.11.7 captured from this project's lab (real slurmctld/slurmd). SPEC I3, I6: every
+and 25.11.7 and 26.05.3 captured from this project's lab (real slurmctld/slurmd). SPEC I3, I6: every
 version's answer is read, or refused with a SlurmError; never an empty cluster."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def test_i6_squeue_json_of_21_08_reads_plain_and_set_number_time_limits() -> Non
 
 
 @pytest.mark.parametrize("name", ["sinfo-N-json-23.02.5-rivos.json",
-                                  "lab-sinfo-json-25.11.json"])
+                                  "lab-sinfo-json-25.11.json", "lab-sinfo-json-26.05.json"])
 def test_i6_a_23_02_plus_sinfo_json_is_refused_not_an_empty_cluster(name: str) -> None:
     """SPEC I6 on real `sinfo --json` of 23.02.5 (data_parser v0.0.39, an exporter's
     fixture) and 25.11.7 (v0.0.44, the lab): from 23.02 `sinfo --json` prints
@@ -83,12 +83,14 @@ def test_i6_22_05_lab_sinfo_json_and_scontrol_o_agree() -> None:
     assert js["gpu01"].partitions == ("gpu",) and js["gpu01"].features == ("lab",)
 
 
-def test_i6_25_11_lab_scontrol_json_and_scontrol_o_agree() -> None:
-    """SPEC I3, I6 on the 25.11.7 lab (same set-up): `scontrol --json show node`
-    (data_parser v0.0.44: state lists, string version numbers) reads like the -o line."""
-    js = by_name(cli.parse_sinfo_json(text("lab-scontrol-json-show-node-25.11.json"),
+@pytest.mark.parametrize("version", ["25.11", "26.05"])
+def test_i6_25_11_lab_scontrol_json_and_scontrol_o_agree(version: str) -> None:
+    """SPEC I3, I6 on the 25.11.7 and 26.05.3 labs (same set-up): `scontrol --json show
+    node` (data_parser v0.0.44 / v0.0.45: state lists, string version numbers) reads like
+    the -o line."""
+    js = by_name(cli.parse_sinfo_json(text(f"lab-scontrol-json-show-node-{version}.json"),
                                       what="scontrol --json show node"))
-    line = by_name(cli.parse_scontrol_nodes(text("lab-scontrol-show-node-o-25.11.txt")))
+    line = by_name(cli.parse_scontrol_nodes(text(f"lab-scontrol-show-node-o-{version}.txt")))
     assert sorted(js) == sorted(line) == ["gpu01", "gpu02", "gpu03"]
     for name in js:
         assert js[name].states == line[name].states, name
@@ -104,7 +106,8 @@ def test_i6_25_11_lab_scontrol_json_and_scontrol_o_agree() -> None:
     assert js["gpu01"].address == "127.0.0.1" and js["gpu01"].hostname == "gpu01"
 
 
-@pytest.mark.parametrize("name", ["lab-squeue-json-22.05.json", "lab-squeue-json-25.11.json"])
+@pytest.mark.parametrize("name", ["lab-squeue-json-22.05.json", "lab-squeue-json-25.11.json",
+                                  "lab-squeue-json-26.05.json"])
 def test_i6_lab_squeue_json_reads_the_running_and_the_held_job(name: str) -> None:
     """SPEC I6 on the labs' real `squeue --json` (22.05.8: v0.0.38; 25.11.7: v0.0.44,
     ``job_state`` a list, times as set/number objects): the running job on gpu01 with
@@ -176,8 +179,10 @@ def test_i6_22_05_squeue_json_with_the_controller_down_is_unreachable() -> None:
         cli.parse_squeue_json(text("lab-squeue-json-ctld-down-22.05.json"), ["squeue", "--json"])
 
 
-def test_i6_25_11_scontrol_json_of_an_unknown_node_is_no_node_and_no_error() -> None:
+@pytest.mark.parametrize("version", ["25.11", "26.05"])
+def test_i6_25_11_scontrol_json_of_an_unknown_node_is_no_node_and_no_error(version: str) -> None:
     """The 25.11.7 lab's `scontrol --json show node nosuch`: exit 0, ``nodes: []``, no
     errors, a warning "No nodes to dump". The parser reads no node (the backend turns
     that into NotFound for `node()`, and cross-checks `sinfo -h -o %N` for `nodes()`)."""
-    assert cli.parse_sinfo_json(text("lab-scontrol-json-show-node-nosuch-25.11.json")) == ()
+    assert cli.parse_sinfo_json(
+        text(f"lab-scontrol-json-show-node-nosuch-{version}.json")) == ()
