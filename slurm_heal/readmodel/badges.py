@@ -36,7 +36,7 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
     "held by RULE" in amber, whatever phase it reached (an approved one waiting for
     evidence, P1, or for room, S3-S5)."""
     phase = str(rem.get("phase", ""))
-    held = (rem.get("data") or {}).get("blocked")
+    held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
     if held and rem.get("open", True):
         return f"{phase}, held by {held}", "phase-held", _said(held)
     return phase, f"phase-{phase}", ""
