@@ -9,7 +9,7 @@ Which nodes need attention (names ``n00001`` ... zero-padded to 5 digits):
 * every 1,000th from 250 (``n00250``, ``n01250``, ...): drained by someone else (D5);
 * ``n00007``: drained under a detector's ``heal-request:`` (Q1), no alert behind it;
 * ``n09999``: an open remediation (reboot, acting) in the store;
-* the rest healthy; nodes below 5,000 in pool ``gpu``, the others in ``cpu``.
+* the rest healthy; the first half of the nodes in pool ``gpu``, the others in ``cpu``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def attention(n: int) -> list[str]:
 
 
 def cluster(n: int, now: datetime) -> MemorySlurm:
-    slurm = MemorySlurm([(name(i), "gpu" if i < 5000 else "cpu") for i in range(1, n + 1)],
+    slurm = MemorySlurm([(name(i), "gpu" if i <= n // 2 else "cpu") for i in range(1, n + 1)],
                         clock=lambda: now)
     fresh = extra.our_section([], now)
     for i in range(1, n + 1):
