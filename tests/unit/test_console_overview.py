@@ -20,7 +20,6 @@ from slurm_heal.api.app import ApiApp
 from slurm_heal.api.settings import ApiSettings
 from slurm_heal.location import Location
 from slurm_heal.models import Phase, Remediation, State, Step, Work
-from slurm_heal.readmodel import rulewords
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import DECISIONS_KEY, Store
 from slurm_heal.types import Action, Severity
@@ -70,6 +69,8 @@ def small() -> MemorySlurm:
 
 
 def test_every_rule_id_of_the_console_is_said_in_words_from_the_rules_page() -> None:
+    from slurm_heal.readmodel import rulewords
+
     doc = (Path(__file__).resolve().parents[2] / "docs" / "rules.md").read_text()
     for rule in ("Q1", "Q3", "P1", "P2:default", "P2:approvals[3]", "[L5]"):
         words = rulewords.short(rule)
