@@ -18,6 +18,7 @@ from werkzeug.test import Client
 
 from slurm_heal.api.app import ApiApp
 from slurm_heal.api.settings import ApiSettings
+from slurm_heal.errors import SlurmUnreachable
 from slurm_heal.location import Location
 from slurm_heal.models import Phase, Remediation, State, Step, Work
 from slurm_heal.slurm.memory import MemorySlurm
@@ -29,15 +30,20 @@ from tests.apiserve import make_tokens
 NOW = datetime.now(timezone.utc)
 
 
-def _console(tmp_path: Path, slurm: MemorySlurm, state: State | None = None) -> Client:
+def _console(tmp_path: Path, slurm: MemorySlurm | None, state: State | None = None) -> Client:
     state_dir = tmp_path / "state"
     state_dir.mkdir(exist_ok=True)
     if state is not None:
         with Store(state_dir).transaction() as txn:
             txn.state = state
     tokens = make_tokens(tmp_path / "tokens.toml")
+    def client() -> MemorySlurm:
+        if slurm is None:
+            raise SlurmUnreachable("slurmctld does not answer (connection refused)")
+        return slurm
+
     app = ApiApp(ApiSettings(tokens=tmp_path / "tokens.toml"),
-                 Location(state_dir=state_dir, source="test"), slurm=lambda: slurm)
+                 Location(state_dir=state_dir, source="test"), slurm=client)
     client = Client(app)
     page = client.get("/login").text
     nonce = re.search(r'name="login_csrf" value="([^"]+)"', page)
@@ -115,9 +121,16 @@ def test_a_node_drained_under_a_request_counts_with_alerts_and_needs_attention(
         tmp_path: Path, small: MemorySlurm) -> None:
     small.drain("gpu03", "heal-request: reboot detector=ibmon id=1 link flaps")
     html = _console(tmp_path, small).get("/").text
-    assert re.search(r'id="attention-count">1</span> need attention, 1 with alerts', html)
+    assert re.search(r'id="attention-count">1</span> needs attention, 1 with alerts', html)
     assert _rows(html)[0] == "gpu03"
     assert "drained by a request" in html
+
+
+def test_without_slurm_the_overview_says_so_and_shows_no_empty_node_list(
+        tmp_path: Path) -> None:
+    html = _console(tmp_path, None).get("/").text
+    assert "Slurm did not answer: slurmctld does not answer" in html
+    assert 'id="node-filters"' not in html and "No node matches" not in html
 
 
 @pytest.fixture(scope="module")
