@@ -199,7 +199,8 @@ def _drained_without_alert(n: NodeInfo, at: datetime) -> Alert:
     seen = n.reason_time or at
     state = "DOWN" if n.down else "drained"
     return Alert(node=n.name, fault=fault, severity=severity, detector="slurm",
-                 summary=f"{state} by {n.reason!r} with no alert in Extra",
+                 summary=f"{state} by {n.reason!r}: no node check reports a fault on it "
+                         "(its Extra field holds no alert)",
                  first_seen=seen, last_seen=seen)
 
 

@@ -203,6 +203,10 @@ class ApiApp:
                                  lstrip_blocks=True)
         self.jinja.filters["ts"] = _ts
         self.jinja.filters["ago"] = _ago
+        from slurm_heal.readmodel import badges, rulewords  # the console's words (issue 25)
+
+        self.jinja.globals.update(rule_words=rulewords.short, step_badge=badges.step_badge,
+                                  rem_badge=badges.rem_badge)
         self.url_map = Map([
             Rule("/healthz", endpoint="healthz", methods=["GET"]),
             Rule("/api/v1/openapi.json", endpoint="openapi", methods=["GET"]),
@@ -665,7 +669,10 @@ class ApiApp:
         p = self._page_principal(request)
         if isinstance(p, Response):
             return p
-        return self._render(request, "overview.html", p, o=views.overview(self.src))
+        from slurm_heal.readmodel.nodepage import parse_query
+
+        return self._render(request, "overview.html", p,
+                            o=views.overview(self.src, parse_query(request.args)))
 
     def on_page_approvals(self, request: Request) -> Response:
         p = self._page_principal(request)

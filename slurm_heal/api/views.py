@@ -17,6 +17,7 @@ from slurm_heal import operations
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import Location
 from slurm_heal.models import Command, Phase, Remediation, State
+from slurm_heal.readmodel.nodepage import NodeQuery
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Alert, NodeInfo
 
@@ -65,10 +66,15 @@ def pause_info(state: State) -> dict[str, Any]:
             "pending": pending}
 
 
-def overview(src: Sources) -> dict[str, Any]:
+def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
     """The cluster at a glance: what ``slurm-heal status`` gathers (each node's state,
     reason, alerts) and the store's summary (controller heartbeat, breaker, pause,
-    counts, approvals waiting). Slurm not answering is said, not an error."""
+    counts, approvals waiting). Slurm not answering is said, not an error.
+
+    With ``query`` (the console): ``nodes`` is one page of the nodes that match it,
+    attention first, and ``page`` says where it is (`readmodel.nodepage`); without, every
+    node by name (the API's shape)."""
+    from slurm_heal.readmodel import nodepage
     from slurm_heal.readmodel import overview as status_overview
     from slurm_heal.readmodel.nodes import node_status
 
@@ -80,14 +86,21 @@ def overview(src: Sources) -> dict[str, Any]:
     try:
         client = src.slurm()
         infos = sorted(client.nodes(), key=lambda n: n.name)
-        nodes = [node_status(n, now) for n in infos]
+        if query is None:
+            nodes = [node_status(n, now) for n in infos]
     except HealError as exc:
         slurm_error = str(exc)
     # The same overview `slurm-heal status --json` prints (one gathering for both, I4/O5).
     status = status_overview.gather(state, infos, now, heartbeat=src.loc.heartbeat_record(),
-                                    store=src.loc.describe(), slurm_error=slurm_error)
+                                    store=src.loc.describe(), slurm_error=slurm_error,
+                                    all_details=query is not None)
+    page = nodepage.page(query, infos or (), status.nodes, now) if query is not None else None
+    lines = {ln.name: ln for ln in status.nodes}
     open_rems = [r for r in state.remediations if not r.phase.terminal]
     waiting = [r for r in open_rems if waits_for_person(r)]
+    status_json = status.model_dump(mode="json")
+    if query is not None:
+        status_json["nodes"] = []  # the page has them; 10,000 lines are not sent twice
     return {
         "at": now.isoformat(),
         "store": src.loc.as_json(),
@@ -95,10 +108,14 @@ def overview(src: Sources) -> dict[str, Any]:
         "breaker": state.breaker.model_dump(mode="json"),
         "pause": pause_info(state),
         "counts": {
-            "nodes": len(nodes),
-            "nodes_with_alerts": sum(1 for n in nodes if n["alerts"]),
-            "foreign_drains": sum(1 for n in nodes
-                                  if (n["reason"] or {}).get("kind") == "foreign"),
+            "nodes": len(infos or ()),
+            # what `alerts` lists: the node checks' alerts, and a node out of service for
+            # any reason (ours, a request, someone else's: D5) says so (issue 25 item 8)
+            "nodes_with_alerts": sum(1 for n in infos or () if (
+                (n.drained or n.down) and n.reason) or (
+                lines[n.name].alerts if n.name in lines else
+                any(True for _ in _extra_alerts(n, now)))),
+            "foreign_drains": status.counts.get("drained_by_others", 0),
             "open_remediations": len(open_rems),
             "in_progress": sum(1 for r in open_rems if r.phase.disruptive),
             "waiting_for_approval": len(waiting),
@@ -107,15 +124,23 @@ def overview(src: Sources) -> dict[str, Any]:
         "approvals_waiting": [r.id for r in waiting],
         "open_remediations": [summary(r) for r in open_rems],
         "slurm": {"reachable": slurm_error is None, "error": slurm_error},
-        "nodes": nodes,
-        "status": status.model_dump(mode="json"),
+        "nodes": page["nodes"] if page is not None else nodes,
+        "page": page,
+        "status": status_json,
     }
+
+
+def _extra_alerts(n: NodeInfo, now: datetime) -> list[Alert]:
+    from slurm_heal.extra import alerts_from_extra
+
+    return alerts_from_extra(n.name, n.extra, now)
 
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
+            "open": not rem.phase.terminal, "blocked": rem.data.blocked,
             "why": rem.steps[-1].why if rem.steps else ""}
 
 

@@ -209,6 +209,7 @@ def test_a_person_approves_in_the_browser_and_watches_the_node_reach_done(
     b.open("/approvals")
     card = b.find(f"#proposal-{rid}")
     assert "gpu.xid.119" in card.text and "reboot" in card.text and "P2:default" in card.text
+    assert "no approval rule matched" in card.text  # the rule in words (issue 25 item 8)
     assert any("NVRM: Xid" in e.text for e in b.all(f"#proposal-{rid} pre.evidence"))
     b.shot("approvals")
     b.shot("approvals-phone", PHONE)

@@ -263,7 +263,7 @@ def test_a_node_drained_by_someone_else_is_reported_not_ours(store: Store,
     assert [(a["node"], a["fault"]) for a in data["alerts"]] == [
         ("gpu02", "slurm.node_drain"), ("gpu03", "gpu.xid.79")]
     assert "bad fan - ticket 123" in data["alerts"][0]["summary"]
-    assert "no alert in Extra" in data["alerts"][1]["summary"]
+    assert "no node check reports a fault on it" in data["alerts"][1]["summary"]
 
 
 def test_alerts_exit_3_when_slurm_does_not_answer(store: Store) -> None:

@@ -1,0 +1,42 @@
+"""The console's phase badges in words (issue 25 item 8, SPEC P2, Q3, O6): a remediation
+that a limit holds is never shown as a green "approved"; a harmless duplicate request
+(Q3) or a wait (S1 persistence, L3 one at a time) is not a red "blocked".
+
+``badge`` returns (label, css class, title): the title is the rule in plain words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurm_heal.readmodel import rulewords
+
+# A "blocked" record under these rules holds nothing back that needs a person: a
+# duplicate dropped (Q3), a wait that ends by itself (S1, L3).
+NEUTRAL = {"Q3": "duplicate", "S1": "waiting", "L3": "waiting"}
+
+
+def _said(rule: str | None, why: str = "") -> str:
+    words = rulewords.short(rule)
+    head = f"{rule}: {words}" if rule and words else (rule or "")
+    return f"{head} ({why})" if why and head else (why or head)
+
+
+def step_badge(phase: str, rule: str | None = None, why: str = "") -> tuple[str, str, str]:
+    """A timeline step or a decision record."""
+    if phase == "blocked":
+        if rule in NEUTRAL:
+            return NEUTRAL[rule], "phase-neutral", _said(rule)
+        return "blocked", "phase-blocked", _said(rule)
+    return phase, f"phase-{phase}", _said(rule)
+
+
+def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
+    """A remediation (its ``--json`` shape): its phase, unless a limit holds it now, then
+    "held by RULE" in amber, whatever phase it reached (an approved one waiting for
+    evidence, P1, or for room, S3-S5)."""
+    phase = str(rem.get("phase", ""))
+    held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
+    if held and rem.get("open", True):
+        return f"{phase}, held by {held}", "phase-held", _said(held)
+    return phase, f"phase-{phase}", ""
