@@ -164,6 +164,19 @@ def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     for n in nodes:
         found = alerts_from_extra(n.name, n.extra, at)
         out.extend(found)
+        problem = reasons.request_problem(n.reason) if (n.down or n.drained) else ""
+        if problem:
+            # SPEC Q1, O6: a malformed request holds the node and nothing acts on it:
+            # an alert that says what is wrong in it, with or without alerts in Extra.
+            seen = n.reason_time or at
+            fault = catalog.load().get("request.malformed")
+            out.append(Alert(
+                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
+                summary=f"{'DOWN' if n.down else 'drained'} by a request that does not "
+                        f"parse ({problem}): nothing is done; fix the detector, then "
+                        f"scontrol update nodename={n.name} state=resume",
+                first_seen=seen, last_seen=seen))
+            continue
         if (n.down or n.drained) and n.reason and not found and (
                 reasons.is_ours(n.reason) or reasons.is_request(n.reason)):
             # Issue 11: what drained the node is shown even when no alert says so (Extra

@@ -98,7 +98,8 @@ def overview(src: Sources) -> dict[str, Any]:
             "nodes": len(nodes),
             "nodes_with_alerts": sum(1 for n in nodes if n["alerts"]),
             "foreign_drains": sum(1 for n in nodes
-                                  if (n["reason"] or {}).get("kind") == "foreign"),
+                                  if (n["reason"] or {}).get("kind") == "foreign"
+                                  or malformed_request(n)),  # O6: never healthy
             "open_remediations": len(open_rems),
             "in_progress": sum(1 for r in open_rems if r.phase.disruptive),
             "waiting_for_approval": len(waiting),
@@ -110,6 +111,14 @@ def overview(src: Sources) -> dict[str, Any]:
         "nodes": nodes,
         "status": status.model_dump(mode="json"),
     }
+
+
+def malformed_request(node: dict[str, Any]) -> bool:
+    """A node held by a ``heal-request:`` that does not parse (Q1, O6)."""
+    reason = node.get("reason") or {}
+    return bool(reason.get("kind") == "request" and reason.get("error")
+                and any(s in ("DRAIN", "DRAINED", "DRAINING", "DOWN")
+                        for s in node.get("states") or ()))
 
 
 def summary(rem: Remediation) -> dict[str, Any]:

@@ -167,8 +167,16 @@ class Requests(Lifecycle):
             req = reasons.parse_request(node.reason)
         except ReasonError as exc:
             if self.once(f"malformed:{node.name}", node.reason):
+                # SPEC O6: the node is held and nothing acts on it: said and notified once.
                 self.record(node.name, "alert", "Q1", f"request.malformed: {exc}; the node is "
                             "left as it is")
+                self.effect("notify", node.name, None, "notify", rule="Q1",
+                            reason=f"malformed:{node.name}",
+                            why=f"request.malformed: {node.name} is drained by a heal "
+                                f"request that does not parse ({exc}): nothing is done and "
+                                "the node stays out of service; fix the detector that wrote "
+                                f"{node.reason!r}, then scontrol update "
+                                f"nodename={node.name} state=resume")
             return
         self.request(node.name, req.action, req.detector, req.request_id,
                      by=f"detector:{req.detector or '?'}", person=False,

@@ -11,7 +11,8 @@ Node categories (each node is in exactly one, first match wins):
 * ``handed_to_person``: its last remediation ended handed to a person (E1) and the node
   is still out of service;
 * ``remediating``: it has an open remediation (any phase before the end);
-* ``drained_by_others``: DOWN or drained for a reason slurm-heal did not set (D5);
+* ``drained_by_others``: DOWN or drained for a reason slurm-heal did not set (D5), or
+  for a ``heal-request:`` that does not parse (Q1, O6: never "healthy");
 * ``cordoned``: drained with our reason and no open remediation (the node check's own
   drain, waiting for the controller);
 * ``alerting``: in service with active alerts in Extra;
@@ -114,6 +115,8 @@ class Foreign(_M):
     reason: str
     user: str = ""
     since: datetime | None = None
+    problem: str = ""  # a malformed heal-request: what is wrong in it (Q1, O6)
+    resolve: str = ""  # the command that resolves it, when there is one
 
 
 class NodeLine(_M):
@@ -275,9 +278,12 @@ def _checked_at(node: NodeInfo) -> datetime | None:
 
 
 def _foreign(node: NodeInfo) -> bool:
-    return bool((node.drained or node.down) and node.reason and not (
-        reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-        or reasons.is_slurm_reboot(node.reason)))
+    """Someone else's drain (D5); a malformed request is one too (O6): nothing of ours
+    will ever act on it, so it is never counted as healthy."""
+    return bool((node.drained or node.down) and node.reason and (
+        reasons.request_problem(node.reason) or not (
+            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
+            or reasons.is_slurm_reboot(node.reason))))
 
 
 def classify(node: NodeInfo, state: State, now: datetime,
@@ -311,6 +317,13 @@ def classify(node: NodeInfo, state: State, now: datetime,
         check_stale=checked is None or now - checked > check_stale,
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
+
+
+def malformed_resolve(node: str) -> str:
+    """What resolves a malformed request drain (O6): the detector fixed, the node resumed
+    (a person's drain reason is never ours to undo, house style 2)."""
+    return (f"fix the detector that wrote it, then `scontrol update nodename={node} "
+            "state=resume` (or write a request that parses)")
 
 
 def unrecorded(node: NodeInfo, state: State, known: frozenset[str]) -> Unrecorded | None:
@@ -378,9 +391,11 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         if line.check_erroring:
             erroring.append(node.name)
         if line.category == "drained_by_others":
+            problem = reasons.request_problem(node.reason)
             foreign.append(Foreign(node=node.name, state="down" if node.down else "drained",
                                    reason=node.reason, user=node.reason_user,
-                                   since=node.reason_time))
+                                   since=node.reason_time, problem=problem,
+                                   resolve=malformed_resolve(node.name) if problem else ""))
         if (u := unrecorded(node, state, known)) is not None:
             lost.append(u)
         if all_details or node.name in wanted:
@@ -480,6 +495,9 @@ def render(ov: Overview) -> list[str]:
         for fn in ov.foreign:
             who = f" by {fn.user}" if fn.user else ""
             out.append(f"  {fn.node} {fn.state}{who} since {_ts(fn.since)}: {fn.reason}")
+            if fn.problem:
+                out.append(f"    MALFORMED REQUEST, nothing is done: {fn.problem}; "
+                           f"{fn.resolve}")
     for n in ov.nodes:
         extra_ = f" {n.phase} [{n.remediation}]" if n.remediation else ""
         out.append(f"{n.name}: {n.category.replace('_', ' ')}{extra_}; "
