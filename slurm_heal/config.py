@@ -278,6 +278,9 @@ class Requests(_Section):
     # to accept the request itself as evidence enough.
     operator_is_evidence: bool = False
     detector_is_evidence: bool = False
+    # O6: the longest a request waits for that evidence; then it is withdrawn (and our
+    # cordon, if any, released). Never forever: a request holds a drained node.
+    evidence_wait: Duration = timedelta(hours=1)
 
 
 class Capacity(_Section):

@@ -126,8 +126,11 @@ def slurm_client(controller: dict[str, Any]) -> SlurmClient:
 
 def rem_json(rem: Remediation) -> dict[str, Any]:
     """A remediation as the CLI's ``--json`` shows it: the whole record plus ``open``."""
+    from slurm_heal.readmodel.words import waiting_for_evidence
+
     out: dict[str, Any] = rem.model_dump(mode="json")
     out["open"] = not rem.phase.terminal
+    out["waiting_for_evidence"] = waiting_for_evidence(rem)  # O6: "" when it does not
     return out
 
 

@@ -123,9 +123,13 @@ def malformed_request(node: dict[str, Any]) -> bool:
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
+    from slurm_heal.readmodel.words import waiting_for_evidence
+
+    waiting = waiting_for_evidence(rem)
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
-            "why": rem.steps[-1].why if rem.steps else ""}
+            "why": waiting or (rem.steps[-1].why if rem.steps else ""),
+            "waiting_for_evidence": bool(waiting)}  # O6: shown as held, not "approved"
 
 
 # --------------------------------------------------------------------------- remediations

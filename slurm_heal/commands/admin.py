@@ -35,7 +35,7 @@ from slurm_heal.models import Command, Remediation, State
 from slurm_heal.operations import alert_json as _alert_json
 from slurm_heal.operations import alerts_of as _alerts_of
 from slurm_heal.operations import rem_json as _rem_json
-from slurm_heal.readmodel.words import approval, requester
+from slurm_heal.readmodel.words import approval, requester, waiting_for_evidence
 from slurm_heal.readmodel.words import plain as _plain
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
@@ -235,6 +235,9 @@ def _print_remediation(rem: Remediation) -> None:
     state = "open" if not rem.phase.terminal else "finished"
     click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
                f"({state})")
+    waiting = waiting_for_evidence(rem)
+    if waiting:  # O6: held for want of evidence, neither approved nor running
+        click.echo(f"  WAITING FOR EVIDENCE: {waiting}")
     click.echo(f"  requested by {requester(rem)}; {approval(rem)}; "
                f"action chosen by {rem.action_rule or '-'}"
                + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))

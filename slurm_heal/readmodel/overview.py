@@ -36,6 +36,7 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.readmodel.words import waiting_for_evidence
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -105,6 +106,7 @@ class InFlight(_M):
     phase: str
     since: datetime  # when it entered the phase
     for_s: float
+    waiting_for: str = ""  # a request held for want of evidence: what it waits for (O6)
 
 
 class Foreign(_M):
@@ -367,8 +369,10 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         key=lambda w: w.since))
     flying = tuple(sorted((
         InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
-                 phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)))
-        for r in state.remediations if not r.phase.terminal and r.phase is not Phase.PROPOSED),
+                 phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)),
+                 waiting_for=waiting_for_evidence(r))
+        for r in state.remediations if not r.phase.terminal
+        and (r.phase is not Phase.PROPOSED or waiting_for_evidence(r))),
         key=lambda f: f.since))
     counts = {c: 0 for c in CATEGORIES}
     groups: dict[str, list[str]] = {c: [] for c in CATEGORIES}
@@ -473,6 +477,10 @@ def render(ov: Overview) -> list[str]:
     if ov.in_flight:
         out.append(f"Remediations in flight: {len(ov.in_flight)}")
         for f in ov.in_flight:
+            if f.waiting_for:  # O6: held, not approved nor running
+                out.append(f"  {f.node} {f.action} ({f.fault}) WAITING FOR EVIDENCE for "
+                           f"{_dur(f.for_s)} [{f.remediation}]: {f.waiting_for}")
+                continue
             out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
                        f"[{f.remediation}]")
     if ov.validations:

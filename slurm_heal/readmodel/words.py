@@ -26,6 +26,8 @@ def approval(rem: Remediation) -> str:
     decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
     if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
         return decided.why if decided is not None and decided.phase == "denied" else "denied"
+    if waiting_for_evidence(rem) and decided is None:
+        return "not put to approval yet: waiting for evidence (SPEC P1)"
     if decided is not None:
         if rem.approved_by:
             return (decided.why if decided.why.startswith("approved by")
@@ -35,6 +37,15 @@ def approval(rem: Remediation) -> str:
         return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
                 f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
     return f"never approved ({rem.phase.value} before approval)"
+
+
+def waiting_for_evidence(rem: Remediation) -> str:
+    """What a request held for want of evidence waits for (P1/Q4, O6), in the engine's
+    words, or "" when it does not: such a request is neither approved nor running."""
+    if rem.origin == "alert" or rem.phase.value not in ("proposed", "approved") \
+            or rem.data.blocked != "P1":
+        return ""
+    return next((s.why for s in reversed(rem.steps) if s.rule == "P1"), "waits for evidence")
 
 
 def plain(value: Any) -> Any:

@@ -10,10 +10,11 @@ and a real controller cycle feeding the real notification queue.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner, Result
 from prometheus_client import generate_latest
 
@@ -132,3 +133,156 @@ def test_a_malformed_request_is_notified_once(tmp_path: Path) -> None:
     assert len(about) == 1, [e.title for e in sent]
     assert "request.malformed" in about[0].text and WRONG in about[0].text
     assert "scontrol update nodename=ceo4 state=resume" in about[0].text
+
+
+# ------------------------------------------------------------------ item 2: waiting for evidence
+REQUEST = "heal-request: reboot detector=ibmon id=4711 link flaps"  # the README's example
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _waiting_rig(tmp_path: Path, policy: str = "") -> tuple[MemorySlurm, Controller,
+                                                             Notifications, list[Event], Clock]:
+    clock = Clock()
+    slurm = MemorySlurm([(f"gpu0{i}", "a") for i in range(1, 5)], clock=clock)
+    sent: list[Event] = []
+
+    def send(urls: list[str], event: Event) -> bool:
+        sent.append(event)
+        return True
+
+    queue = Notifications(notify_settings({"urls": ["json://127.0.0.1:9/hook"]}),
+                          tmp_path / "state", send=send, clock=clock)
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n' + policy)
+    pol = load_policy(cfg)
+    ctl = Controller(slurm=slurm, provider=make_provider(dict(pol.provider)),
+                     store=Store(tmp_path / "state"), policy=pol, clock=clock,
+                     observers=[queue])
+    return slurm, ctl, queue, sent, clock
+
+
+def _cycles(ctl: Controller, queue: Notifications, n: int = 3) -> None:
+    for _ in range(n):
+        ctl.cycle()
+        queue.deliver_due()
+
+
+def test_a_detector_request_without_evidence_says_it_waits_and_is_not_put_to_a_person(
+        tmp_path: Path) -> None:
+    """SPEC P1/Q4, O6: said when taken, with the key that changes it; one notification,
+    and no approval request to a person for what cannot run."""
+    slurm, ctl, queue, sent, _ = _waiting_rig(tmp_path)
+    slurm.drain("gpu01", REQUEST)
+    _cycles(ctl, queue)
+    [rem] = Store(tmp_path / "state").load().remediations
+    assert rem.phase.value == "proposed" and not rem.data.approval_pending
+    taken = rem.steps[0].why
+    assert "waits for a confirmed alert on gpu01: SPEC P1" in taken, taken
+    assert "set requests.detector_is_evidence = true to take requests as evidence" in taken
+    assert [e.kind for e in sent] == ["person"], [(e.kind, e.title) for e in sent]
+    assert "waits for a confirmed alert on gpu01" in sent[0].text
+
+
+def test_a_request_waiting_for_evidence_is_shown_so_in_status_explain_api_and_console(
+        tmp_path: Path) -> None:
+    """SPEC O6: waiting for evidence everywhere, never a green "approved"."""
+    slurm, ctl, queue, _, _ = _waiting_rig(tmp_path)
+    slurm.drain("gpu01", REQUEST)
+    _cycles(ctl, queue, 2)
+    state = str(tmp_path / "state")
+    text = _cli(["status", "--state-dir", state], slurm).stdout
+    assert "gpu01 reboot (request) WAITING FOR EVIDENCE" in text, text
+    assert "requests.detector_is_evidence" in text
+    doc = json.loads(_cli(["status", "--json", "--state-dir", state], slurm).stdout)
+    assert "SPEC P1" in doc["in_flight"][0]["waiting_for"]
+    explained = _cli(["explain", "gpu01", "--state-dir", state], slurm).stdout
+    assert "WAITING FOR EVIDENCE: waits for a confirmed alert on gpu01" in explained, explained
+    assert "waiting for evidence (SPEC P1)" in explained
+    got = json.loads(_cli(["explain", "gpu01", "--json", "--state-dir", state], slurm).stdout)
+    assert "SPEC P1" in got["open_remediations"][0]["waiting_for_evidence"]
+    loc = Location(state_dir=tmp_path / "state", source="--state-dir")
+    o = overview(Sources(loc, lambda: slurm))
+    assert o["open_remediations"][0]["waiting_for_evidence"] is True
+    app = ApiApp(ApiSettings(), loc, slurm=lambda: slurm)
+    html = app.jinja.get_template("overview.html").render(
+        me=None, csrf="", flash=None, path="/", new_key=lambda: "k", o=o)
+    assert "waiting for evidence</span>" in html and "phase-approved" not in html
+
+
+def test_a_persons_request_without_evidence_says_which_key_and_waits(tmp_path: Path) -> None:
+    """SPEC P1/Q4, O6: `slurm-heal request NODE reboot` through the real command."""
+    slurm, ctl, queue, sent, _ = _waiting_rig(tmp_path)
+    state = str(tmp_path / "state")
+    queued = _cli(["request", "gpu02", "reboot", "--force", "--state-dir", state,
+                   "--reason", "looks slow"], slurm)
+    assert queued.exit_code == 0, queued.output
+    _cycles(ctl, queue)
+    [rem] = Store(tmp_path / "state").load().remediations
+    assert "set requests.operator_is_evidence = true" in rem.steps[0].why, rem.steps
+    assert rem.phase.value == "proposed" and rem.data.blocked == "P1"
+    assert [e.kind for e in sent] == ["person"], [(e.kind, e.title) for e in sent]
+
+
+def test_the_wait_for_evidence_is_bounded_then_the_request_is_withdrawn(tmp_path: Path) -> None:
+    """SPEC O6: requests.evidence_wait (here 30m), then withdrawn; the detector's own
+    drain is the detector's (never resumed by us), and the outcome is notified."""
+    slurm, ctl, queue, sent, clock = _waiting_rig(tmp_path, '[requests]\nevidence_wait = "30m"\n')
+    slurm.drain("gpu01", REQUEST)
+    _cycles(ctl, queue, 1)
+    clock.now = T0 + timedelta(minutes=29)
+    _cycles(ctl, queue, 1)
+    assert not Store(tmp_path / "state").load().remediations[0].phase.terminal
+    clock.now = T0 + timedelta(minutes=30)
+    _cycles(ctl, queue, 2)
+    [rem] = Store(tmp_path / "state").load().remediations
+    assert rem.phase.value == "withdrawn", rem.steps
+    assert "within 30m (requests.evidence_wait)" in rem.steps[-2].why + rem.steps[-1].why
+    assert slurm.node("gpu01").reason == REQUEST  # not ours to undo (house style 2)
+    assert [e.kind for e in sent] == ["person", "outcome"], [e.title for e in sent]
+
+
+def test_a_request_taken_under_our_cordon_is_released_when_the_wait_ends() -> None:
+    """SPEC O6: after the wait the node is released where our marker holds it."""
+    from slurm_heal.config import policy_from_dict
+    from slurm_heal.models import Command, State
+    from slurm_heal.policy import decide
+    from slurm_heal.types import ClusterView, NodeInfo
+
+    pol = policy_from_dict({})
+    cmd = Command(id="c1", kind="request", by="alice", node="gpu01", action="reboot",
+                  at=T0)
+    nodes = tuple(NodeInfo(name=f"gpu0{i}", states=frozenset({"IDLE"}), partitions=("a",))
+                  for i in range(1, 4))
+    plan = decide(ClusterView(nodes=nodes), State(inbox=(cmd,)), T0, pol, {})
+    [rem] = plan.updates
+    assert rem.data.blocked == "P1" and plan.next_wake == T0 + timedelta(hours=1)
+    # our marker on the node (e.g. the node check's cordon for this request)
+    from slurm_heal import reasons
+    ours = reasons.format_marker(fault="request", remediation=rem.id, by="controller")
+    held = (NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}), partitions=("a",),
+                     reason=ours),) + nodes[1:]
+    later = decide(ClusterView(nodes=held), State(remediations=(rem,)),
+                   T0 + timedelta(hours=1), pol, {})
+    assert [r.phase.value for r in later.updates] == ["withdrawn"]
+    assert [e.kind for e in later.effects] == ["release"]
+
+
+@pytest.mark.parametrize(("value", "words"), [(3600, "requests.evidence_wait"),
+                                             ("1 hour", "requests.evidence_wait")])
+def test_evidence_wait_is_a_policy_duration_validated_as_every_other(value: object,
+                                                                     words: str) -> None:
+    from slurm_heal.config import policy_from_dict
+    from slurm_heal.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        policy_from_dict({"requests": {"evidence_wait": value}})
+    assert words in str(err.value)
+    assert policy_from_dict({"requests": {"evidence_wait": "90m"}}).requests.evidence_wait \
+        == timedelta(minutes=90)
