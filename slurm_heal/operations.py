@@ -126,11 +126,15 @@ def slurm_client(controller: dict[str, Any]) -> SlurmClient:
 
 def rem_json(rem: Remediation) -> dict[str, Any]:
     """A remediation as the CLI's ``--json`` shows it: the whole record plus ``open``."""
-    from slurm_heal.readmodel.words import waiting_for_evidence
+    from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
 
     out: dict[str, Any] = rem.model_dump(mode="json")
     out["open"] = not rem.phase.terminal
     out["waiting_for_evidence"] = waiting_for_evidence(rem)  # O6: "" when it does not
+    trouble = provider_error(rem)  # O6: the provider does not answer the act
+    out["provider_error"] = None if trouble is None else {
+        "error": trouble.last_error, "tries": trouble.errors,
+        "at": trouble.last_error_at.isoformat() if trouble.last_error_at else None}
     return out
 
 

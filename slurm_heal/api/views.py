@@ -123,13 +123,17 @@ def malformed_request(node: dict[str, Any]) -> bool:
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
-    from slurm_heal.readmodel.words import waiting_for_evidence
+    from slurm_heal.readmodel.words import provider_error, provider_words, waiting_for_evidence
 
     waiting = waiting_for_evidence(rem)
+    trouble = provider_error(rem)
+    if trouble is not None:  # O6: the cause beside the remediation, with its age
+        waiting = "provider not answering: " + provider_words(trouble, _now())
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
             "why": waiting or (rem.steps[-1].why if rem.steps else ""),
-            "waiting_for_evidence": bool(waiting)}  # O6: shown as held, not "approved"
+            "waiting_for_evidence": bool(waiting) and trouble is None,  # O6: not "approved"
+            "provider_error": trouble is not None}
 
 
 # --------------------------------------------------------------------------- remediations

@@ -35,7 +35,13 @@ from slurm_heal.models import Command, Remediation, State
 from slurm_heal.operations import alert_json as _alert_json
 from slurm_heal.operations import alerts_of as _alerts_of
 from slurm_heal.operations import rem_json as _rem_json
-from slurm_heal.readmodel.words import approval, requester, waiting_for_evidence
+from slurm_heal.readmodel.words import (
+    approval,
+    provider_error,
+    provider_words,
+    requester,
+    waiting_for_evidence,
+)
 from slurm_heal.readmodel.words import plain as _plain
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
@@ -235,6 +241,10 @@ def _print_remediation(rem: Remediation) -> None:
     state = "open" if not rem.phase.terminal else "finished"
     click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
                f"({state})")
+    trouble = provider_error(rem)
+    if trouble is not None:  # O6: the cause beside the remediation, with its age
+        click.echo("  PROVIDER NOT ANSWERING: "
+                   + provider_words(trouble, datetime.now(timezone.utc)))
     waiting = waiting_for_evidence(rem)
     if waiting:  # O6: held for want of evidence, neither approved nor running
         click.echo(f"  WAITING FOR EVIDENCE: {waiting}")

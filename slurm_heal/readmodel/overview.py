@@ -36,7 +36,7 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
-from slurm_heal.readmodel.words import waiting_for_evidence
+from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -107,6 +107,9 @@ class InFlight(_M):
     since: datetime  # when it entered the phase
     for_s: float
     waiting_for: str = ""  # a request held for want of evidence: what it waits for (O6)
+    provider_error: str = ""  # O6: the provider does not answer: the last error
+    provider_error_at: datetime | None = None
+    provider_errors: int = 0  # failed tries in a row
 
 
 class Foreign(_M):
@@ -263,6 +266,14 @@ def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
                        reset_at=b.reset_at)
 
 
+def _provider(rem: Remediation) -> dict[str, Any]:
+    a = provider_error(rem)
+    if a is None:
+        return {}
+    return {"provider_error": a.last_error, "provider_error_at": a.last_error_at,
+            "provider_errors": a.errors}
+
+
 def _phase_since(rem: Remediation) -> datetime:
     return rem.phase_times.get(rem.phase.value) or rem.updated
 
@@ -370,7 +381,7 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     flying = tuple(sorted((
         InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                  phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)),
-                 waiting_for=waiting_for_evidence(r))
+                 waiting_for=waiting_for_evidence(r), **_provider(r))
         for r in state.remediations if not r.phase.terminal
         and (r.phase is not Phase.PROPOSED or waiting_for_evidence(r))),
         key=lambda f: f.since))
@@ -483,6 +494,12 @@ def render(ov: Overview) -> list[str]:
                 continue
             out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
                        f"[{f.remediation}]")
+            if f.provider_errors:  # O6: the cause beside the remediation, with its age
+                age = (f", the last {_dur(_age(ov.at, f.provider_error_at))} ago"
+                       if f.provider_error_at else "")
+                out.append(f"    PROVIDER NOT ANSWERING: {f.provider_errors} failed "
+                           f"tr{'y' if f.provider_errors == 1 else 'ies'}{age}: "
+                           f"{f.provider_error}")
     if ov.validations:
         out.append(f"Validations (open, and finished in the last day): {len(ov.validations)}")
         for v in ov.validations:

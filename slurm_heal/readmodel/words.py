@@ -5,11 +5,11 @@ plain JSON data in the file's own form (durations as "30m").
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_heal.durations import format_duration
-from slurm_heal.models import Remediation
+from slurm_heal.models import Attempt, Remediation
 from slurm_heal.types import Action
 
 
@@ -46,6 +46,26 @@ def waiting_for_evidence(rem: Remediation) -> str:
             or rem.data.blocked != "P1":
         return ""
     return next((s.why for s in reversed(rem.steps) if s.rule == "P1"), "waits for evidence")
+
+
+def provider_error(rem: Remediation) -> Attempt | None:
+    """The act attempt the provider has not answered (O6): failed tries in a row, the
+    last error and when; None while the provider answers (or nothing was sent)."""
+    if rem.phase.terminal:
+        return None
+    return next((a for a in reversed(rem.attempts) if a.effect in ("act", "poll")
+                 and a.outcome in (None, "running") and a.errors), None)
+
+
+def provider_words(a: Attempt, now: datetime) -> str:
+    """"4 failed tries, the last 2m ago: connection refused"."""
+    ago = ""
+    if a.last_error_at is not None:
+        s = int(max(0.0, (now - a.last_error_at).total_seconds()))
+        ago = f", the last {s}s ago" if s < 120 else (f", the last {s // 60}m ago" if s < 7200
+                                                      else f", the last {s // 3600}h ago")
+    return (f"{a.errors} failed tr{'y' if a.errors == 1 else 'ies'}"
+            f"{ago}: {a.last_error}")
 
 
 def plain(value: Any) -> Any:

@@ -286,3 +286,85 @@ def test_evidence_wait_is_a_policy_duration_validated_as_every_other(value: obje
     assert words in str(err.value)
     assert policy_from_dict({"requests": {"evidence_wait": "90m"}}).requests.evidence_wait \
         == timedelta(minutes=90)
+
+
+# ------------------------------------------------------------------ item 3: provider unreachable
+def _outage_rig(tmp_path: Path) -> tuple[MemorySlurm, Controller, Notifications, list[Event],
+                                         Clock]:
+    """An Xid 119 on gpu01 (approved automatically by the default policy) and a provider
+    that refuses every connection (nothing listens on 127.0.0.1:9)."""
+    from slurm_heal import extra
+    from slurm_heal.types import Alert, Severity
+
+    slurm, _, queue, sent, clock = _waiting_rig(tmp_path)
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\nattempts = 1\n'
+                   '[approvals]\ndefault = "auto"\n')
+    pol = load_policy(cfg)
+    ctl = Controller(slurm=slurm, provider=make_provider(dict(pol.provider)),
+                     store=Store(tmp_path / "state"), policy=pol, clock=clock,
+                     observers=[queue])
+    alert = Alert(node="gpu01", fault="gpu.xid.119", severity=Severity.CRITICAL,
+                  summary="GSP timeout", first_seen=T0, last_seen=T0)
+    slurm.set_extra("gpu01", extra.KEY, extra.our_section([alert], T0))
+    return slurm, ctl, queue, sent, clock
+
+
+def _until_acting(ctl: Controller, queue: Notifications, clock: Clock, store: Store) -> None:
+    for _ in range(10):
+        ctl.cycle()
+        queue.deliver_due()
+        clock.now += timedelta(minutes=1)
+        rems = store.load().remediations
+        if rems and rems[0].phase.value == "acting":
+            return
+    raise AssertionError(f"never acting: {[s.why for s in store.load().remediations[0].steps]}")
+
+
+def test_an_unreachable_provider_is_shown_beside_the_remediation_with_its_age(
+        tmp_path: Path) -> None:
+    """SPEC O6: status, explain, the API and the console show the last provider error
+    and how long ago it was, not only "acting"."""
+    slurm, ctl, queue, _, clock = _outage_rig(tmp_path)
+    store = Store(tmp_path / "state")
+    _until_acting(ctl, queue, clock, store)
+    ctl.cycle()  # the act, or its poll, meets a refused connection
+    act = next(a for a in store.load().remediations[0].attempts if a.effect == "act")
+    assert act.outcome is None and act.errors >= 1 and act.last_error, act
+    state = str(tmp_path / "state")
+    text = _cli(["status", "--state-dir", state], slurm).stdout
+    assert "PROVIDER NOT ANSWERING: " in text and act.last_error[:40] in text, text
+    assert "the last " in text and " ago: " in text
+    explained = _cli(["explain", "gpu01", "--state-dir", state], slurm).stdout
+    assert "PROVIDER NOT ANSWERING: " in explained and act.last_error[:40] in explained
+    got = json.loads(_cli(["explain", "gpu01", "--json", "--state-dir", state], slurm).stdout)
+    trouble = got["open_remediations"][0]["provider_error"]
+    assert trouble["tries"] == act.errors and trouble["error"] == act.last_error
+    doc = json.loads(_cli(["status", "--json", "--state-dir", state], slurm).stdout)
+    assert doc["in_flight"][0]["provider_errors"] == act.errors
+    loc = Location(state_dir=tmp_path / "state", source="--state-dir")
+    o = overview(Sources(loc, lambda: slurm))
+    assert o["open_remediations"][0]["provider_error"] is True
+    app = ApiApp(ApiSettings(), loc, slurm=lambda: slurm)
+    html = app.jinja.get_template("overview.html").render(
+        me=None, csrf="", flash=None, path="/", new_key=lambda: "k", o=o)
+    assert "provider not answering: " in html
+
+
+def test_an_unreachable_provider_is_notified_once_after_the_bounded_tries(
+        tmp_path: Path) -> None:
+    """SPEC O6: safety.provider_errors_notify (3) failed tries, then one notification."""
+    slurm, ctl, queue, sent, clock = _outage_rig(tmp_path)
+    store = Store(tmp_path / "state")
+    _until_acting(ctl, queue, clock, store)
+    told: list[Event] = []
+    for _ in range(8):
+        ctl.cycle()
+        queue.deliver_due()
+        clock.now += timedelta(minutes=1)
+        act = next(a for a in store.load().remediations[0].attempts if a.effect == "act")
+        told = [e for e in sent if "did not answer" in e.text]
+        if act.errors < 3:
+            assert not told, "notified before safety.provider_errors_notify tries"
+    assert act.errors >= 5 and len(told) == 1, [e.title for e in sent]
+    assert act.last_error[:40] in told[0].text and "safety.act_timeout" in told[0].text
