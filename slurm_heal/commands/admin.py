@@ -456,6 +456,26 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
                                  detector=detector, request_id=request_id,
                                  reason=reason.strip())
     _queue(state_dir, config, cmd, as_json, force)
+    note = _evidence_note(node, config) if act is not Action.REMOVE and not as_json else ""
+    if note:
+        click.echo(f"Note: {note}")
+
+
+def _evidence_note(node: str, config: str | None) -> str:
+    """SPEC P1/Q4, O6: said when the request is made, not found out later: under the
+    policy the daemon reads, a person's request needs a confirmed alert on the node."""
+    from slurm_heal.config import format_duration, load_policy, policy_from_dict
+
+    try:
+        path = config_path(config)
+        pol = load_policy(path) if path is not None else policy_from_dict({})
+    except HealError:
+        return ""  # the daemon's own check says what is wrong with its policy
+    if pol.requests.operator_is_evidence:
+        return ""
+    return (f"unless {node} has a confirmed alert, this waits for one: SPEC P1; set "
+            "requests.operator_is_evidence = true to take requests as evidence; withdrawn "
+            f"after {format_duration(pol.requests.evidence_wait)} (requests.evidence_wait)")
 
 
 @click.command()

@@ -223,6 +223,8 @@ def test_a_persons_request_without_evidence_says_which_key_and_waits(tmp_path: P
     queued = _cli(["request", "gpu02", "reboot", "--force", "--state-dir", state,
                    "--reason", "looks slow"], slurm)
     assert queued.exit_code == 0, queued.output
+    assert "this waits for one: SPEC P1; set requests.operator_is_evidence = true" \
+        in queued.stdout, queued.stdout
     _cycles(ctl, queue)
     [rem] = Store(tmp_path / "state").load().remediations
     assert "set requests.operator_is_evidence = true" in rem.steps[0].why, rem.steps
