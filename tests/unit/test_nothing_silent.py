@@ -370,3 +370,24 @@ def test_an_unreachable_provider_is_notified_once_after_the_bounded_tries(
             assert not told, "notified before safety.provider_errors_notify tries"
     assert act.errors >= 5 and len(told) == 1, [e.title for e in sent]
     assert act.last_error[:40] in told[0].text and "safety.act_timeout" in told[0].text
+
+
+def test_a_waiting_request_goes_on_to_approval_once_its_evidence_comes(tmp_path: Path) -> None:
+    """SPEC P1/Q4, P2: the wait ends with a confirmed alert; only then is a person asked."""
+    from slurm_heal import extra
+    from slurm_heal.types import Alert, Severity
+
+    slurm, ctl, queue, sent, clock = _waiting_rig(tmp_path)
+    slurm.drain("gpu01", REQUEST)
+    _cycles(ctl, queue, 2)
+    alert = Alert(node="gpu01", fault="ib.link_down", severity=Severity.CRITICAL,
+                  summary="port 1 down", first_seen=T0, last_seen=T0)
+    clock.now = T0 + timedelta(minutes=20)
+    slurm.set_extra("gpu01", extra.KEY, extra.our_section([alert], clock.now))
+    _cycles(ctl, queue, 2)
+    [rem] = Store(tmp_path / "state").load().remediations
+    assert rem.data.approval_pending and rem.phase.value == "proposed", rem.steps
+    assert [e.kind for e in sent if e.node == "gpu01"][:1] == ["person"]
+    assert "approval" in [e.kind for e in sent], [(e.kind, e.title) for e in sent]
+    text = _cli(["status", "--state-dir", str(tmp_path / "state")], slurm).stdout
+    assert "WAITING FOR EVIDENCE" not in text and "Waiting for approval: 1" in text, text
