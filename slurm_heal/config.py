@@ -208,6 +208,9 @@ class Safety(_Section):
     # L5: a provider operation still "running" this long after the act is given up on:
     # its outcome is unknown, so the node goes to a person (never retried, never escalated).
     act_timeout: Duration = timedelta(hours=2)
+    # O6: after this many failed tries in a row to reach the provider for an act (or its
+    # poll), a person is notified once (the act stays in flight until act_timeout).
+    provider_errors_notify: int = Field(default=3, ge=1)
     # L1 (issue 8): a step recorded before it ran that has no outcome this long (the
     # controller stopped between recording and acting) is resolved: sent again under the
     # same key where that is safe (at most twice), else failed and handed to a person.
@@ -278,6 +281,9 @@ class Requests(_Section):
     # to accept the request itself as evidence enough.
     operator_is_evidence: bool = False
     detector_is_evidence: bool = False
+    # O6: the longest a request waits for that evidence; then it is withdrawn (and our
+    # cordon, if any, released). Never forever: a request holds a drained node.
+    evidence_wait: Duration = timedelta(hours=1)
 
 
 class Capacity(_Section):

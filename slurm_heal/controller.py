@@ -326,6 +326,7 @@ class Controller:
                 # (SPEC S6), and the engine's act timeout hands it to a person at the end.
                 log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
                             effect.kind, exc)
+                self._provider_error(effect.remediation, record_key, str(exc), now, where)
                 return Executed(effect, None, str(exc))
             outcome, detail = "failed", str(exc)
         except SlurmError as exc:
@@ -352,6 +353,16 @@ class Controller:
             except Exception:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+    def _provider_error(self, rid: str | None, key: str, error: str, now: datetime,
+                        where: str) -> None:
+        """O6: the provider's error kept on the act's attempt, for status and the engine."""
+        if not rid:
+            return
+        try:
+            self.store.record_provider_error(rid, key, error, now)
+        except Exception as exc:  # a store that cannot say it must not stop the cycle
+            log.error("%s could not record the provider error: %s", where, exc)
 
     def _vacated(self, effect: Effect, op: Operation, outcome: Outcome, now: datetime) -> None:
         """SPEC V1, L2: a migrate or remove that succeeded hands its machine to

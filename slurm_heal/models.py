@@ -123,6 +123,12 @@ class Attempt(Stored):
     # Times this intent was handed out again with the same key because it had no outcome
     # after safety.step_timeout (the controller stopped between recording and acting).
     resent: int = 0
+    # O6: an act (or a poll of it) the provider did not answer (connection refused, a
+    # timeout, 5xx after retries): failed tries in a row, the last error and when. The
+    # attempt stays in flight (its outcome is unknown); an answer resets the count.
+    errors: int = 0
+    last_error: str = ""
+    last_error_at: datetime | None = None
 
 
 class Work(BaseModel):

@@ -126,8 +126,15 @@ def slurm_client(controller: dict[str, Any]) -> SlurmClient:
 
 def rem_json(rem: Remediation) -> dict[str, Any]:
     """A remediation as the CLI's ``--json`` shows it: the whole record plus ``open``."""
+    from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
+
     out: dict[str, Any] = rem.model_dump(mode="json")
     out["open"] = not rem.phase.terminal
+    out["waiting_for_evidence"] = waiting_for_evidence(rem)  # O6: "" when it does not
+    trouble = provider_error(rem)  # O6: the provider does not answer the act
+    out["provider_error"] = None if trouble is None else {
+        "error": trouble.last_error, "tries": trouble.errors,
+        "at": trouble.last_error_at.isoformat() if trouble.last_error_at else None}
     return out
 
 
@@ -164,6 +171,19 @@ def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     for n in nodes:
         found = alerts_from_extra(n.name, n.extra, at)
         out.extend(found)
+        problem = reasons.request_problem(n.reason) if (n.down or n.drained) else ""
+        if problem:
+            # SPEC Q1, O6: a malformed request holds the node and nothing acts on it:
+            # an alert that says what is wrong in it, with or without alerts in Extra.
+            seen = n.reason_time or at
+            fault = catalog.load().get("request.malformed")
+            out.append(Alert(
+                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
+                summary=f"{'DOWN' if n.down else 'drained'} by a request that does not "
+                        f"parse ({problem}): nothing is done; fix the detector, then "
+                        f"scontrol update nodename={n.name} state=resume",
+                first_seen=seen, last_seen=seen))
+            continue
         if (n.down or n.drained) and n.reason and not found and (
                 reasons.is_ours(n.reason) or reasons.is_request(n.reason)):
             # Issue 11: what drained the node is shown even when no alert says so (Extra

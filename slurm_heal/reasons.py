@@ -200,3 +200,15 @@ def parse_request(reason: str) -> ReasonRequest:
     keys, text = _split_keys(words[1:], _REQUEST_KEYS, "heal request")
     return ReasonRequest(action=action, detector=keys.get("detector"),
                          request_id=keys.get("id"), text=text)
+
+
+def request_problem(reason: str | None) -> str:
+    """What is wrong in a ``heal-request:`` reason that does not parse (SPEC Q1, O6);
+    "" for a request that parses and for a reason that is no request at all."""
+    if not is_request(reason):
+        return ""
+    try:
+        parse_request(reason or "")
+    except ReasonError as exc:
+        return str(exc)
+    return ""

@@ -138,10 +138,18 @@ def _extra_alerts(n: NodeInfo, now: datetime) -> list[Alert]:
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
+    from slurm_heal.readmodel.words import provider_error, provider_words, waiting_for_evidence
+
+    waiting = waiting_for_evidence(rem)
+    trouble = provider_error(rem)
+    if trouble is not None:  # O6: the cause beside the remediation, with its age
+        waiting = "provider not answering: " + provider_words(trouble, _now())
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
             "open": not rem.phase.terminal, "blocked": rem.data.blocked,
-            "why": rem.steps[-1].why if rem.steps else ""}
+            "why": waiting or (rem.steps[-1].why if rem.steps else ""),
+            "waiting_for_evidence": bool(waiting) and trouble is None,  # O6: not "approved"
+            "provider_error": trouble is not None}
 
 
 # --------------------------------------------------------------------------- remediations

@@ -35,7 +35,13 @@ from slurm_heal.models import Command, Remediation, State
 from slurm_heal.operations import alert_json as _alert_json
 from slurm_heal.operations import alerts_of as _alerts_of
 from slurm_heal.operations import rem_json as _rem_json
-from slurm_heal.readmodel.words import approval, requester
+from slurm_heal.readmodel.words import (
+    approval,
+    provider_error,
+    provider_words,
+    requester,
+    waiting_for_evidence,
+)
 from slurm_heal.readmodel.words import plain as _plain
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
@@ -235,6 +241,13 @@ def _print_remediation(rem: Remediation) -> None:
     state = "open" if not rem.phase.terminal else "finished"
     click.echo(f"{rem.id}  {rem.node}  {rem.fault}  {rem.action.value}  phase={rem.phase.value} "
                f"({state})")
+    trouble = provider_error(rem)
+    if trouble is not None:  # O6: the cause beside the remediation, with its age
+        click.echo("  PROVIDER NOT ANSWERING: "
+                   + provider_words(trouble, datetime.now(timezone.utc)))
+    waiting = waiting_for_evidence(rem)
+    if waiting:  # O6: held for want of evidence, neither approved nor running
+        click.echo(f"  WAITING FOR EVIDENCE: {waiting}")
     click.echo(f"  requested by {requester(rem)}; {approval(rem)}; "
                f"action chosen by {rem.action_rule or '-'}"
                + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))
@@ -446,6 +459,26 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
                                  detector=detector, request_id=request_id,
                                  reason=reason.strip())
     _queue(state_dir, config, cmd, as_json, force)
+    note = _evidence_note(node, config) if act is not Action.REMOVE and not as_json else ""
+    if note:
+        click.echo(f"Note: {note}")
+
+
+def _evidence_note(node: str, config: str | None) -> str:
+    """SPEC P1/Q4, O6: said when the request is made, not found out later: under the
+    policy the daemon reads, a person's request needs a confirmed alert on the node."""
+    from slurm_heal.config import format_duration, load_policy, policy_from_dict
+
+    try:
+        path = config_path(config)
+        pol = load_policy(path) if path is not None else policy_from_dict({})
+    except HealError:
+        return ""  # the daemon's own check says what is wrong with its policy
+    if pol.requests.operator_is_evidence:
+        return ""
+    return (f"unless {node} has a confirmed alert, this waits for one: SPEC P1; set "
+            "requests.operator_is_evidence = true to take requests as evidence; withdrawn "
+            f"after {format_duration(pol.requests.evidence_wait)} (requests.evidence_wait)")
 
 
 @click.command()

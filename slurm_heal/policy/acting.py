@@ -8,7 +8,7 @@ from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import NOT_SENT, Remediation, idempotency_key
 from slurm_heal.policy.escalation import Escalation
-from slurm_heal.policy.facts import POLL_EVERY, RESEND_TRIES, STARTED, acted_at
+from slurm_heal.policy.facts import POLL_EVERY, RESEND_TRIES, STARTED, acted_at, iso
 from slurm_heal.types import NodeInfo, Severity
 
 
@@ -77,6 +77,22 @@ class Acting(Escalation):
             self.record(rem.node, rem.phase.value, "L1", f"step {key} settled as {outcome}: "
                         f"{detail}", rem)
 
+    def provider_unreachable(self, rem: Remediation, act_key: str) -> None:
+        """O6: an act the provider has not answered ``safety.provider_errors_notify``
+        times in a row is said and notified once (per outage), with the last error."""
+        act = next((a for a in rem.attempts if a.key == act_key), None)
+        limit = self.policy.safety.provider_errors_notify
+        if act is None or act.errors < limit or not self.once(f"provider:{rem.id}", act_key):
+            return
+        tmo = format_duration(self.policy.safety.act_timeout)
+        why = (f"the provider did not answer the {rem.action.value} of {rem.node} "
+               f"{act.errors} times in a row (last at "
+               f"{iso(act.last_error_at) if act.last_error_at else '?'}: "
+               f"{act.last_error}); it is asked again every cycle under the same key, and "
+               f"handed to a person after {tmo} (safety.act_timeout); check the provider")
+        self.record(rem.node, rem.phase.value, "O6", why, rem)
+        self.effect("notify", rem.node, rem, "notify-provider", why=why, rule="O6")
+
     def acting(self, rem: Remediation) -> None:
         act_key = idempotency_key(rem.id, "act", 0)
         seen = [a for a in rem.attempts if a.effect in ("act", "poll")]
@@ -112,6 +128,7 @@ class Acting(Escalation):
                                     "automatically)")
                 return
             self.wake(limit)
+            self.provider_unreachable(rem, act_key)
             polls = sum(1 for a in rem.attempts if a.effect == "poll")
             self.effect("poll", rem.node, rem, "poll", polls, ref=act_key, rule="S6",
                         why=f"is the {rem.action.value} of {rem.node} finished?")

@@ -65,6 +65,17 @@ def breaker_hold(w: Working, rem: Remediation) -> Hold | None:
                 opens_breaker=True)
 
 
+def evidence_words(w: Working, rem: Remediation) -> str:
+    """What a request without evidence waits for, the key that takes requests as
+    evidence, and when the wait ends (P1/Q4, O6)."""
+    key = ("requests.operator_is_evidence" if rem.origin == "operator"
+           else "requests.detector_is_evidence")
+    wait = w.policy.requests.evidence_wait
+    return (f"waits for a confirmed alert on {rem.node}: SPEC P1; set {key} = true to take "
+            f"requests as evidence; withdrawn at {iso(rem.created + wait)} if none comes "
+            f"(requests.evidence_wait = {format_duration(wait)})")
+
+
 def request_evidence(w: Working, rem: Remediation) -> tuple[Hold | None, str | None]:
     """P1/Q4: a request needs a confirmed alert unless policy says the request is
     evidence enough. Returns the hold, or the fault to keep as the request's evidence."""
@@ -72,8 +83,7 @@ def request_evidence(w: Working, rem: Remediation) -> tuple[Hold | None, str | N
     enough = pol.operator_is_evidence if rem.origin == "operator" else pol.detector_is_evidence
     ev = w.evidence(rem.node)
     if ev is None and not enough:
-        return Hold("P1", f"no confirmed alert on {rem.node}: a request needs evidence "
-                    "(SPEC P1/Q4); it waits for one"), None
+        return Hold("P1", evidence_words(w, rem)), None
     if ev is not None and rem.data.evidence_fault is None and not enough:
         return None, ev.fault
     return None, None

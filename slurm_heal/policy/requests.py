@@ -6,10 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from slurm_heal import reasons
+from slurm_heal.config import format_duration
 from slurm_heal.errors import ReasonError
 from slurm_heal.models import Breaker, Command, Pause, Phase, Remediation, remediation_id
 from slurm_heal.policy.escalation import migrate_refused
 from slurm_heal.policy.facts import PRE_ACT
+from slurm_heal.policy.gates import request_evidence, start_hold
 from slurm_heal.policy.lifecycle import Lifecycle
 from slurm_heal.types import REQUESTABLE_ACTIONS, Action, NodeInfo, Severity
 
@@ -153,12 +155,43 @@ class Requests(Lifecycle):
             requested_by=by, detector=detector, request_id=request_id, action_rule=rule,
             escalated_from=action if chosen is not action else None,
             alert_first_seen=ev.first_seen if ev else None, created=self.now, updated=self.now)
+        waits, _ = request_evidence(self, rem)
+        if waits is not None:  # O6: said when the request is taken, not found out later
+            why += f"; {waits.why}"
         self.put(rem)
         rem = self.step(rem, "proposed", rule, why)
         if chosen is not action:
             rem = self.step(rem, "escalated", "E3", "migrate needs evidence: rebuild instead")
         self.advance(rem)
         return False
+
+    def advance(self, rem: Remediation) -> None:
+        """SPEC P1/Q4, O6: a request held for want of evidence waits for it before it is
+        put to anyone's approval (a person is not asked to approve what cannot run), is
+        recorded and notified once, and waits at most ``requests.evidence_wait``."""
+        if rem.origin != "alert" and rem.phase in (Phase.PROPOSED, Phase.APPROVED) \
+                and self.node(rem.node) is not None:
+            hold, _ = start_hold(self, rem)
+            if hold is not None and hold.rule == "P1":
+                self.wait_for_evidence(rem, hold.why)
+                return
+        super().advance(rem)
+
+    def wait_for_evidence(self, rem: Remediation, why: str) -> None:
+        wait = self.policy.requests.evidence_wait
+        deadline = rem.created + wait
+        if self.now >= deadline:
+            rem = self.step(rem, "withdrawn", "P1", f"no confirmed alert on {rem.node} within "
+                            f"{format_duration(wait)} (requests.evidence_wait): the "
+                            f"{rem.action.value} request is withdrawn")
+            self.release(rem, "withdrawn")
+            return
+        if rem.data.blocked != "P1":
+            self.blocked(rem, "P1", why)
+            who = rem.requested_by if rem.origin == "operator" else f"detector {rem.detector}"
+            self.effect("notify", rem.node, rem, "notify-evidence", rule="P1",
+                        why=f"{rem.action.value} of {rem.node} requested by {who} {why}")
+        self.wake(deadline)
 
     def create_from_reason(self, node: NodeInfo) -> None:
         if not reasons.is_request(node.reason):
@@ -167,8 +200,16 @@ class Requests(Lifecycle):
             req = reasons.parse_request(node.reason)
         except ReasonError as exc:
             if self.once(f"malformed:{node.name}", node.reason):
+                # SPEC O6: the node is held and nothing acts on it: said and notified once.
                 self.record(node.name, "alert", "Q1", f"request.malformed: {exc}; the node is "
                             "left as it is")
+                self.effect("notify", node.name, None, "notify", rule="Q1",
+                            reason=f"malformed:{node.name}",
+                            why=f"request.malformed: {node.name} is drained by a heal "
+                                f"request that does not parse ({exc}): nothing is done and "
+                                "the node stays out of service; fix the detector that wrote "
+                                f"{node.reason!r}, then scontrol update "
+                                f"nodename={node.name} state=resume")
             return
         self.request(node.name, req.action, req.detector, req.request_id,
                      by=f"detector:{req.detector or '?'}", person=False,

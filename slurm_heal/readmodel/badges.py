@@ -36,6 +36,10 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
     "held by RULE" in amber, whatever phase it reached (an approved one waiting for
     evidence, P1, or for room, S3-S5)."""
     phase = str(rem.get("phase", ""))
+    waiting = rem.get("waiting_for_evidence")
+    if waiting and rem.get("open", True):  # O6: a request without evidence, never "approved"
+        return "waiting for evidence", "phase-held", (
+            waiting if isinstance(waiting, str) else _said("P1"))
     held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
     if held and rem.get("open", True):
         return f"{phase}, held by {held}", "phase-held", _said(held)

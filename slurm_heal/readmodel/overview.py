@@ -11,7 +11,8 @@ Node categories (each node is in exactly one, first match wins):
 * ``handed_to_person``: its last remediation ended handed to a person (E1) and the node
   is still out of service;
 * ``remediating``: it has an open remediation (any phase before the end);
-* ``drained_by_others``: DOWN or drained for a reason slurm-heal did not set (D5);
+* ``drained_by_others``: DOWN or drained for a reason slurm-heal did not set (D5), or
+  for a ``heal-request:`` that does not parse (Q1, O6: never "healthy");
 * ``cordoned``: drained with our reason and no open remediation (the node check's own
   drain, waiting for the controller);
 * ``alerting``: in service with active alerts in Extra;
@@ -35,6 +36,7 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -104,6 +106,10 @@ class InFlight(_M):
     phase: str
     since: datetime  # when it entered the phase
     for_s: float
+    waiting_for: str = ""  # a request held for want of evidence: what it waits for (O6)
+    provider_error: str = ""  # O6: the provider does not answer: the last error
+    provider_error_at: datetime | None = None
+    provider_errors: int = 0  # failed tries in a row
 
 
 class Foreign(_M):
@@ -114,6 +120,8 @@ class Foreign(_M):
     reason: str
     user: str = ""
     since: datetime | None = None
+    problem: str = ""  # a malformed heal-request: what is wrong in it (Q1, O6)
+    resolve: str = ""  # the command that resolves it, when there is one
 
 
 class NodeLine(_M):
@@ -259,6 +267,14 @@ def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
                        reset_at=b.reset_at)
 
 
+def _provider(rem: Remediation) -> dict[str, Any]:
+    a = provider_error(rem)
+    if a is None:
+        return {}
+    return {"provider_error": a.last_error, "provider_error_at": a.last_error_at,
+            "provider_errors": a.errors}
+
+
 def _phase_since(rem: Remediation) -> datetime:
     return rem.phase_times.get(rem.phase.value) or rem.updated
 
@@ -276,9 +292,12 @@ def _checked_at(node: NodeInfo) -> datetime | None:
 
 
 def _foreign(node: NodeInfo) -> bool:
-    return bool((node.drained or node.down) and node.reason and not (
-        reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-        or reasons.is_slurm_reboot(node.reason)))
+    """Someone else's drain (D5); a malformed request is one too (O6): nothing of ours
+    will ever act on it, so it is never counted as healthy."""
+    return bool((node.drained or node.down) and node.reason and (
+        reasons.request_problem(node.reason) or not (
+            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
+            or reasons.is_slurm_reboot(node.reason))))
 
 
 def classify(node: NodeInfo, state: State, now: datetime,
@@ -314,6 +333,13 @@ def classify(node: NodeInfo, state: State, now: datetime,
         check_stale=checked is None or now - checked > check_stale,
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
+
+
+def malformed_resolve(node: str) -> str:
+    """What resolves a malformed request drain (O6): the detector fixed, the node resumed
+    (a person's drain reason is never ours to undo, house style 2)."""
+    return (f"fix the detector that wrote it, then `scontrol update nodename={node} "
+            "state=resume` (or write a request that parses)")
 
 
 def unrecorded(node: NodeInfo, state: State, known: frozenset[str]) -> Unrecorded | None:
@@ -357,8 +383,10 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         key=lambda w: w.since))
     flying = tuple(sorted((
         InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
-                 phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)))
-        for r in state.remediations if not r.phase.terminal and r.phase is not Phase.PROPOSED),
+                 phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)),
+                 waiting_for=waiting_for_evidence(r), **_provider(r))
+        for r in state.remediations if not r.phase.terminal
+        and (r.phase is not Phase.PROPOSED or waiting_for_evidence(r))),
         key=lambda f: f.since))
     counts = {c: 0 for c in CATEGORIES}
     groups: dict[str, list[str]] = {c: [] for c in CATEGORIES}
@@ -381,9 +409,11 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         if line.check_erroring:
             erroring.append(node.name)
         if line.category == "drained_by_others":
+            problem = reasons.request_problem(node.reason)
             foreign.append(Foreign(node=node.name, state="down" if node.down else "drained",
                                    reason=node.reason, user=node.reason_user,
-                                   since=node.reason_time))
+                                   since=node.reason_time, problem=problem,
+                                   resolve=malformed_resolve(node.name) if problem else ""))
         if (u := unrecorded(node, state, known)) is not None:
             lost.append(u)
         if all_details or node.name in wanted:
@@ -461,8 +491,18 @@ def render(ov: Overview) -> list[str]:
     if ov.in_flight:
         out.append(f"Remediations in flight: {len(ov.in_flight)}")
         for f in ov.in_flight:
+            if f.waiting_for:  # O6: held, not approved nor running
+                out.append(f"  {f.node} {f.action} ({f.fault}) WAITING FOR EVIDENCE for "
+                           f"{_dur(f.for_s)} [{f.remediation}]: {f.waiting_for}")
+                continue
             out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
                        f"[{f.remediation}]")
+            if f.provider_errors:  # O6: the cause beside the remediation, with its age
+                age = (f", the last {_dur(_age(ov.at, f.provider_error_at))} ago"
+                       if f.provider_error_at else "")
+                out.append(f"    PROVIDER NOT ANSWERING: {f.provider_errors} failed "
+                           f"tr{'y' if f.provider_errors == 1 else 'ies'}{age}: "
+                           f"{f.provider_error}")
     if ov.validations:
         out.append(f"Validations (open, and finished in the last day): {len(ov.validations)}")
         for v in ov.validations:
@@ -483,6 +523,9 @@ def render(ov: Overview) -> list[str]:
         for fn in ov.foreign:
             who = f" by {fn.user}" if fn.user else ""
             out.append(f"  {fn.node} {fn.state}{who} since {_ts(fn.since)}: {fn.reason}")
+            if fn.problem:
+                out.append(f"    MALFORMED REQUEST, nothing is done: {fn.problem}; "
+                           f"{fn.resolve}")
     for n in ov.nodes:
         extra_ = f" {n.phase} [{n.remediation}]" if n.remediation else ""
         out.append(f"{n.name}: {n.category.replace('_', ' ')}{extra_}; "

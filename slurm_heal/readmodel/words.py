@@ -5,11 +5,11 @@ plain JSON data in the file's own form (durations as "30m").
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from slurm_heal.durations import format_duration
-from slurm_heal.models import Remediation
+from slurm_heal.models import Attempt, Remediation
 from slurm_heal.types import Action
 
 
@@ -26,6 +26,8 @@ def approval(rem: Remediation) -> str:
     decided = next((s for s in reversed(rem.steps) if s.phase in ("approved", "denied")), None)
     if rem.phase.value == "denied" or (decided is not None and decided.phase == "denied"):
         return decided.why if decided is not None and decided.phase == "denied" else "denied"
+    if waiting_for_evidence(rem) and decided is None:
+        return "not put to approval yet: waiting for evidence (SPEC P1)"
     if decided is not None:
         if rem.approved_by:
             return (decided.why if decided.why.startswith("approved by")
@@ -35,6 +37,35 @@ def approval(rem: Remediation) -> str:
         return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
                 f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
     return f"never approved ({rem.phase.value} before approval)"
+
+
+def waiting_for_evidence(rem: Remediation) -> str:
+    """What a request held for want of evidence waits for (P1/Q4, O6), in the engine's
+    words, or "" when it does not: such a request is neither approved nor running."""
+    if rem.origin == "alert" or rem.phase.value not in ("proposed", "approved") \
+            or rem.data.blocked != "P1":
+        return ""
+    return next((s.why for s in reversed(rem.steps) if s.rule == "P1"), "waits for evidence")
+
+
+def provider_error(rem: Remediation) -> Attempt | None:
+    """The act attempt the provider has not answered (O6): failed tries in a row, the
+    last error and when; None while the provider answers (or nothing was sent)."""
+    if rem.phase.terminal:
+        return None
+    return next((a for a in reversed(rem.attempts) if a.effect in ("act", "poll")
+                 and a.outcome in (None, "running") and a.errors), None)
+
+
+def provider_words(a: Attempt, now: datetime) -> str:
+    """"4 failed tries, the last 2m ago: connection refused"."""
+    ago = ""
+    if a.last_error_at is not None:
+        s = int(max(0.0, (now - a.last_error_at).total_seconds()))
+        ago = f", the last {s}s ago" if s < 120 else (f", the last {s // 60}m ago" if s < 7200
+                                                      else f", the last {s // 3600}h ago")
+    return (f"{a.errors} failed tr{'y' if a.errors == 1 else 'ies'}"
+            f"{ago}: {a.last_error}")
 
 
 def plain(value: Any) -> Any:

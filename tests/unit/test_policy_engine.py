@@ -264,10 +264,14 @@ def test_same_detector_and_id_make_one_remediation() -> None:
 
 
 def test_a_malformed_request_reason_is_recorded_and_the_node_left_alone() -> None:
-    """SPEC Q1: request.malformed, nothing done."""
+    """SPEC Q1: request.malformed, nothing done to the node; O6: a person is told once."""
     n = node("gpu01", "IDLE", "DRAIN", reason="heal-request: reboot detectr=x")
     plan = run([n, node("gpu02")])
-    assert phases(plan) == [("alert", "Q1")] and plan.effects == ()
+    assert phases(plan) == [("alert", "Q1")] and kinds(plan) == ["notify"]
+    assert "detectr" in plan.effects[0].why and plan.updates == ()
+    again = run([n, node("gpu02")], state=State(data=plan.data or {}),
+                now=T0 + timedelta(minutes=5))
+    assert again.effects == () and again.records == ()
 
 
 def test_capacity_holds_a_remediation_when_the_pool_is_short() -> None:
