@@ -8,7 +8,15 @@ from datetime import datetime
 from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.errors import ReasonError
-from slurm_heal.models import Breaker, Command, Pause, Phase, Remediation, remediation_id
+from slurm_heal.models import (
+    Breaker,
+    Command,
+    Pause,
+    Phase,
+    Remediation,
+    idempotency_key,
+    remediation_id,
+)
 from slurm_heal.policy.escalation import migrate_refused
 from slurm_heal.policy.facts import PRE_ACT
 from slurm_heal.policy.gates import request_evidence, start_hold
@@ -188,9 +196,16 @@ class Requests(Lifecycle):
             return
         if rem.data.blocked != "P1":
             self.blocked(rem, "P1", why)
-            who = rem.requested_by if rem.origin == "operator" else f"detector {rem.detector}"
-            self.effect("notify", rem.node, rem, "notify-evidence", rule="P1",
-                        why=f"{rem.action.value} of {rem.node} requested by {who} {why}")
+            # Once per remediation: a person's approve while it waits unblocks it, and the
+            # next look (in this call or a later one) holds it again without a second notice
+            # under the same key (S6).
+            told = idempotency_key(rem.id, "notify-evidence", 0)
+            if not any(a.key == told for a in rem.attempts) \
+                    and not any(e.key == told for e in self.effects):
+                who = rem.requested_by if rem.origin == "operator" else \
+                    f"detector {rem.detector}"
+                self.effect("notify", rem.node, rem, "notify-evidence", rule="P1",
+                            why=f"{rem.action.value} of {rem.node} requested by {who} {why}")
         self.wake(deadline)
 
     def create_from_reason(self, node: NodeInfo) -> None:

@@ -235,6 +235,12 @@ class Checker:
          config={"approvals": {"default": "auto"},
                  "safety": {"breaker_threshold": 4, "concurrency": 2, "one_per_pool": True},
                  "waiting": {"max_wait": "30m"}})  # issue 8, defect 8: paused at the limit
+@example(events=[(0, {"type": "request", "node": "gpu01", "action": "reboot", "who": "person",
+                      "id": "1"}),
+                 (0, {"type": "approve", "node": "gpu01"})],
+         config={"approvals": {"default": "auto"},
+                 "safety": {"breaker_threshold": 1, "concurrency": 1, "one_per_pool": False},
+                 "waiting": {"max_wait": "30m"}})  # O6: approved while waiting for evidence
 def test_invariants_hold_over_random_event_streams(events: list[tuple[int, dict[str, Any]]],
                                                    config: dict[str, Any]) -> None:
     sc = parse_scenario(scenario(events, config))
