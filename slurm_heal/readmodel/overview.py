@@ -366,6 +366,17 @@ def unrecorded(node: NodeInfo, state: State, known: frozenset[str]) -> Unrecorde
                 'set aside"')
 
 
+def _interval_s(value: Any) -> float | None:
+    """``controller.interval`` in seconds, written "2s" or 2 (the one duration rule); a
+    value the daemon would refuse shows as unknown here, never a crash of `status`."""
+    from slurm_heal.durations import parse_seconds
+
+    try:
+        return parse_seconds(value) if value not in (None, "", 0) else None
+    except ValueError:
+        return None
+
+
 def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
            heartbeat: Heartbeat | None, store: str = "", policy: Any = None,
            slurm_error: str | None = None, details: Iterable[str] = (),
@@ -374,7 +385,7 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     says why); the store's part is shown anyway. ``details`` names the nodes whose lines
     are included (``status --node``)."""
     interval = getattr(getattr(policy, "controller", None), "get", lambda *_: None)("interval")
-    ctl = controller_view(heartbeat, state, now, float(interval) if interval else None)
+    ctl = controller_view(heartbeat, state, now, _interval_s(interval))
     waiting = tuple(sorted((
         Waiting(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                 since=r.created, age_s=_age(now, r.created), rule=r.approval_rule,

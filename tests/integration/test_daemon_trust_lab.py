@@ -52,13 +52,15 @@ def _once(d: LabDaemon, *extra: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(("command", "answer", "says"), [
     ("squeue", '{"jobs": [{"job_id": 7, "nodes": "gpu[", "job_state": "RUNNING"}]}',
      "host list"),
-    ("sinfo", '{"nodes": true}', "not a list"),
+    ("nodes", '{"nodes": true}', "not a list"),
 ])
 def test_slurm_garbage_skips_the_cycle_and_never_kills_the_daemon(
         lab_clean: Lab, tmp_path: Path, sim: SimulatorServer, command: str, answer: str,
         says: str) -> None:
     """Issue 22 item 2 (SPEC I6, O1): `--once` says it in one line, exit 3; a running
     daemon skips each cycle, logs why, keeps going and stops cleanly on SIGTERM."""
+    if command == "nodes":  # the node list's JSON: `sinfo --json` on 22.05, from 23.02 on
+        command = "sinfo" if lab_clean.slurm == "22.05" else "scontrol"  # `scontrol --json`
     d = LabDaemon(lab_clean, tmp_path, sim,
                   path_prefix=_garbage(tmp_path / "bin", command, answer))
     out = _once(d, "--once")

@@ -99,3 +99,17 @@ def test_the_daemon_start_line_names_the_provider_type_as_configured(tmp_path: P
     (start,) = [line for line in logs if line.get("event") == "start"]
     assert start["provider"] == "simulator" and "provider=simulator" in start["message"]
     assert json.loads(proc.stdout)["error"]["kind"] == "SlurmUnreachable"
+
+
+@pytest.mark.parametrize("interval", ["2s", 2, "1m"])
+def test_status_reads_controller_interval_in_the_one_duration_syntax(interval: object) -> None:
+    """Issue 25 (the operator's walk): `interval = "2s"` passed `policy check` and the
+    daemon, and `status` died in the overview with float('2s')."""
+    from slurm_heal.config import policy_from_dict
+    from slurm_heal.models import State
+    from slurm_heal.readmodel import overview
+
+    policy = policy_from_dict({"controller": {"interval": interval}})
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    ov = overview.gather(State(), [], now, heartbeat=None, policy=policy)
+    assert ov.controller is not None
