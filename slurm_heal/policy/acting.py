@@ -8,7 +8,14 @@ from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import NOT_SENT, Remediation, idempotency_key
 from slurm_heal.policy.escalation import Escalation
-from slurm_heal.policy.facts import POLL_EVERY, RESEND_TRIES, STARTED, acted_at, iso
+from slurm_heal.policy.facts import (
+    BOOT_TIME_SLACK,
+    POLL_EVERY,
+    RESEND_TRIES,
+    STARTED,
+    acted_at,
+    iso,
+)
 from slurm_heal.types import NodeInfo, Severity
 
 
@@ -171,7 +178,10 @@ class Acting(Escalation):
         if checked is None:
             health_ran = self.policy.safety.health_check == "if_present"
         else:
-            health_ran = checked >= since
+            # Slurm's BootTime is now - uptime in whole seconds and can stand up to a
+            # second after the real boot: the check slurmd runs as it starts may carry an
+            # earlier time (seen on 22.05 under load); never earlier than the act.
+            health_ran = checked >= max(acted, since - BOOT_TIME_SLACK)
         limit = done + self.policy.safety.return_timeout
         if back and health_ran:
             bad = [a for a in self.active(rem.node)

@@ -15,6 +15,9 @@ from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 # How soon to look again while an action runs (the daemon's own interval may be shorter).
 POLL_EVERY = timedelta(minutes=1)
+# Slurm's BootTime (now - uptime, whole seconds) may stand up to a second after the real
+# boot; a check slurmd ran as it started can carry an earlier time (SPEC L5).
+BOOT_TIME_SLACK = timedelta(seconds=2)
 # SPEC L1: how many times a failed cordon is sent (one per cycle) before a person looks.
 CORDON_TRIES = 3
 # L1 (issue 8): how many times a step with no outcome after safety.step_timeout is sent

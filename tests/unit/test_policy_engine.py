@@ -785,6 +785,21 @@ def test_a_node_returns_only_after_its_health_check_ran(checked: datetime | None
     assert ("resume" in kinds(plan)) is done
 
 
+@pytest.mark.parametrize(("before_boot", "done"), [
+    (timedelta(milliseconds=500), True),  # the check slurmd ran as it started (seen, 22.05)
+    (timedelta(minutes=1), False),  # after the act but well before the boot: from before it
+])
+def test_the_check_slurmd_runs_at_start_counts_although_slurms_boot_time_rounds_up(
+        before_boot: timedelta, done: bool) -> None:
+    """SPEC L5: Slurm's BootTime is now - uptime in whole seconds, so the health check
+    slurmd runs as it starts can carry a time a fraction of a second before it; that
+    check ran on the rebooted node (the next one is HealthCheckInterval away)."""
+    r, n = _back(T0 + timedelta(minutes=2) - before_boot)
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,)), T0 + timedelta(minutes=10))
+    assert (("done", "L5") in phases(plan)) is done
+    assert ("resume" in kinds(plan)) is done
+
+
 def test_a_node_that_never_reports_its_health_check_fails_at_the_return_timeout() -> None:
     """SPEC L5: with health_check = "required", silence is not a pass."""
     r, n = _back(None)
