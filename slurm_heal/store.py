@@ -53,7 +53,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -490,33 +490,29 @@ class Store:
         """
         if outcome not in ("ok", "failed", "running"):
             raise ValueError(f"outcome must be ok, failed or running, not {outcome!r}")
-        now = _utc(now)
-        with self.transaction() as txn:
-            state = txn.state
-            rem = state.get(remediation_id)
-            if rem is None:
-                raise NotFound(f"no remediation {remediation_id!r} in {self.file}")
-            attempts = list(rem.attempts)
-            i = next((n for n, a in enumerate(attempts) if a.key == key), None)
-            if i is None:
-                raise NotFound(f"remediation {remediation_id} has no attempt with key {key!r}")
-            a = attempts[i]
-            attempts[i] = a.model_copy(update={
+        def answered(a: Attempt) -> Attempt:
+            return a.model_copy(update={
                 "outcome": outcome, "errors": 0,  # an answer: the provider is reachable
                 "finished": None if outcome == "running" else now,
                 "operation": operation if operation is not None else a.operation,
                 "detail": detail[-MAX_DETAIL:] if detail else a.detail,
             })
-            new_rem = rem.model_copy(update={"attempts": tuple(attempts), "updated": now})
-            txn.state = state.model_copy(update={"remediations": tuple(
-                new_rem if r.id == remediation_id else r for r in state.remediations)})
-        return txn.state
+
+        now = _utc(now)
+        return self._update_attempt(remediation_id, key, now, answered)
 
     def record_provider_error(self, remediation_id: str, key: str, error: str,
                               now: datetime) -> State:
         """O6: the provider did not answer the attempt ``key`` (it stays in flight): count
         the failed try and keep the error and its time. NotFound as record_outcome."""
         now = _utc(now)
+        return self._update_attempt(remediation_id, key, now, lambda a: a.model_copy(update={
+            "errors": a.errors + 1, "last_error": error[-MAX_DETAIL:], "last_error_at": now}))
+
+    def _update_attempt(self, remediation_id: str, key: str, now: datetime,
+                        change: Callable[[Attempt], Attempt]) -> State:
+        """The attempt ``key`` of a remediation replaced by ``change(attempt)``, in one
+        locked transaction; NotFound when the remediation or the attempt is not there."""
         with self.transaction() as txn:
             state = txn.state
             rem = state.get(remediation_id)
@@ -524,9 +520,7 @@ class Store:
                 raise NotFound(f"no remediation {remediation_id!r} in {self.file}")
             if not any(a.key == key for a in rem.attempts):
                 raise NotFound(f"remediation {remediation_id} has no attempt with key {key!r}")
-            attempts = tuple(a.model_copy(update={
-                "errors": a.errors + 1, "last_error": error[-MAX_DETAIL:],
-                "last_error_at": now}) if a.key == key else a for a in rem.attempts)
+            attempts = tuple(change(a) if a.key == key else a for a in rem.attempts)
             new_rem = rem.model_copy(update={"attempts": attempts, "updated": now})
             txn.state = state.model_copy(update={"remediations": tuple(
                 new_rem if r.id == remediation_id else r for r in state.remediations)})
