@@ -248,6 +248,7 @@ class Controller:
         where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
         record_key = effect.key
         operation: str | None = None
+        sent = True  # False: the last look found the node taken over; nothing was sent
         try:
             if effect.kind == "poll":
                 act = _act_attempt(state, effect.remediation, effect.ref)
@@ -268,7 +269,7 @@ class Controller:
                     taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
                 # step; someone else drained the node since the snapshot: nothing is sent.
-                outcome, detail = "failed", NOT_SENT + taken
+                outcome, detail, sent = "failed", NOT_SENT + taken, False
             elif effect.kind == "act":
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
@@ -347,7 +348,8 @@ class Controller:
         if effect.remediation and record_key:
             try:
                 self.store.record_outcome(effect.remediation, record_key, outcome, now,
-                                          operation=operation, detail=detail[:2000])
+                                          operation=operation, detail=detail[:2000],
+                                          sent=sent)
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
             except Exception:

@@ -63,6 +63,7 @@ from pydantic import ValidationError
 from slurm_heal import fsio, jsonsafe
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
 from slurm_heal.models import (
+    SCHEMA_MINOR,
     SCHEMA_VERSION,
     Attempt,
     Breaker,
@@ -72,6 +73,7 @@ from slurm_heal.models import (
     Plan,
     Remediation,
     State,
+    key_step,
 )
 
 log = logging.getLogger(__name__)
@@ -318,6 +320,10 @@ class Store:
 
     def _write(self, state: State) -> None:
         """Atomically replace the document; the caller holds the lock."""
+        if state.schema_minor < SCHEMA_MINOR:
+            # What this build writes has this minor's fields (an older document read and
+            # written back has them now too); a newer minor's number is kept.
+            state = state.model_copy(update={"schema_minor": SCHEMA_MINOR})
         # Serialize first: a state that cannot be written touches nothing on disk.
         try:
             payload = state.model_dump_json(indent=1).encode("utf-8") + b"\n"
@@ -451,7 +457,7 @@ class Store:
                     execute.append(effect)
                     continue
                 attempt = Attempt(key=effect.key, effect=effect.kind, action=effect.action,
-                                  started=now)
+                                  started=now, step=effect.step or key_step(effect.key))
                 records[i] = rem.model_copy(update={"attempts": rem.attempts + (attempt,),
                                                     "updated": now})
                 execute.append(effect)
@@ -481,11 +487,13 @@ class Store:
         return new, tuple(execute)
 
     def record_outcome(self, remediation_id: str, key: str, outcome: OutcomeKind,
-                       now: datetime, operation: str | None = None, detail: str = "") -> State:
+                       now: datetime, operation: str | None = None, detail: str = "",
+                       sent: bool = True) -> State:
         """Record what happened to the attempt ``key`` of a remediation; return the state.
 
         ``running`` means the provider accepted it and an operation is under way (the
-        engine polls it); ``ok``/``failed`` finish the attempt. NotFound when the
+        engine polls it); ``ok``/``failed`` finish the attempt. ``sent=False``: the step
+        was not sent at all (``detail`` says why; `Attempt.sent`). NotFound when the
         remediation or the attempt is not in the store.
         """
         if outcome not in ("ok", "failed", "running"):
@@ -493,6 +501,7 @@ class Store:
         def answered(a: Attempt) -> Attempt:
             return a.model_copy(update={
                 "outcome": outcome, "errors": 0,  # an answer: the provider is reachable
+                "sent": sent,
                 "finished": None if outcome == "running" else now,
                 "operation": operation if operation is not None else a.operation,
                 "detail": detail[-MAX_DETAIL:] if detail else a.detail,
