@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
@@ -78,18 +78,24 @@ class ControllerSettings(BaseModel):
     slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
     heartbeat: str | None = None  # default: <state_dir>/heartbeat
     notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
-    # P4: how long a closed remediation's audit record stays in the store before the
-    # daemon's retention moves it to the audit archive (docs/store.md).
+    # Before issue 26: how long a closed remediation stayed in state.json. Now every ended
+    # remediation is kept for good in the audit archive, where every reader of history
+    # finds it, and `hot_retention` says how long it stays in state.json too; this key
+    # still loads (validated) and the daemon says that it no longer moves anything.
     audit_retention: str = "90d"
+    # Issue 26: how long an ended remediation stays in the hot store (state.json) before
+    # the daemon's retention moves it to the audit archive beside it (docs/store.md);
+    # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
+    hot_retention: str = "14d"
 
-    @field_validator("audit_retention", mode="before")
+    @field_validator("audit_retention", "hot_retention", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> str:
+    def _duration(cls, value: Any, info: ValidationInfo) -> str:
         # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
         from slurm_heal.durations import parse_duration_knob
 
         if parse_duration_knob(value) <= timedelta(0):
-            raise ValueError("audit_retention must be a positive duration, e.g. 90d")
+            raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
         return str(value)
 
 

@@ -211,6 +211,13 @@ class Store:
         self.lock_file = self.file.with_name(self.file.name + ".lock")
         self.archive_file = self.file.with_name(AUDIT_ARCHIVE)
         self.lock_timeout = lock_timeout
+        # Issue 20: the document this Store last read or wrote, byte for byte, and its
+        # state. A read that finds the same bytes returns that very State (the same
+        # record objects), so the daemon's index of them (policy/records.py) is reused
+        # from cycle to cycle instead of rebuilt; any other bytes are parsed afresh.
+        # Keyed by the content, not the file's mtime/size: a write by another process
+        # within the clock's granularity cannot be mistaken for no change.
+        self._last: tuple[bytes, State] | None = None
 
     def __repr__(self) -> str:
         return f"Store({str(self.file)!r})"
@@ -234,7 +241,16 @@ class Store:
             yield
 
     def _parse(self, raw: bytes) -> State:
-        """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer."""
+        """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer.
+        The same bytes as last read or written give the same State object (issue 20)."""
+        last = self._last
+        if last is not None and last[0] == raw:
+            return last[1]
+        state = self._decode(raw)
+        self._last = (raw, state)
+        return state
+
+    def _decode(self, raw: bytes) -> State:
         try:
             doc = jsonsafe.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:  # TooDeep is a ValueError
@@ -340,6 +356,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot write the store {self.file}: {exc.strerror or exc}; "
                              "nothing was changed") from exc
+        self._last = (payload, state)
 
     # ----------------------------------------------------------------- public API
 
@@ -360,6 +377,24 @@ class Store:
         # replaced the file since, and only one process may set it aside.
         with self._locked():
             return self._read_locked()
+
+    def load_history(self, *, node: str | None = None, host: str | None = None,
+                     remediation: str | None = None) -> State:
+        """The current state with the ended remediations retention moved to the audit
+        archive put back in front of its own (oldest first): what the readers of history
+        (``history``, ``explain``, ``remediations --all``, the API) show. With ``node``,
+        ``host`` or ``remediation`` (an id), only the archived records that match every
+        one given are read. For reading only: a state written back would return the
+        archived records to the hot store. Raises as `load`.
+        """
+        state = self.load()
+        old = archived(self.archive_file, node=node, host=host, remediation=remediation)
+        if not old:
+            return state
+        hot = {r.id for r in state.remediations}
+        back = tuple(r for r in old if r.id not in hot)
+        return state.model_copy(update={"remediations": back + state.remediations}) \
+            if back else state
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Txn]:
@@ -622,20 +657,31 @@ class Store:
                              "nothing was pruned") from exc
 
 
-def archived(path: Path | str) -> list[Remediation]:
+def archived(path: Path | str, *, node: str | None = None, host: str | None = None,
+             remediation: str | None = None) -> list[Remediation]:
     """The remediations of an audit archive, the last line of each id winning, oldest
-    first. A malformed line (a torn last write) is skipped."""
+    first; with ``node``, ``host`` or ``remediation`` (an id) only those that match every
+    one given. A malformed line (a torn last write) is skipped."""
+    wanted = {k: v for k, v in (("node", node), ("host", host), ("id", remediation))
+              if v is not None}
+    # A line that does not even contain the value (as JSON writes it) is not parsed: a
+    # node's history out of a year's archive reads the text once, not every record.
+    needles = [json.dumps(v).encode("utf-8") for v in wanted.values()]
     out: dict[str, Remediation] = {}
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise StoreError(f"cannot read the audit archive {path}: {exc}") from exc
-    for line in text.splitlines():
+    for line in data.splitlines():
+        if not all(n in line for n in needles):
+            continue
         try:
             rem = Remediation.model_validate(json.loads(line)["remediation"])
         except (ValueError, KeyError, TypeError, ValidationError):
+            continue
+        if any(getattr(rem, k) != v for k, v in wanted.items()):
             continue
         out.pop(rem.id, None)
         out[rem.id] = rem
