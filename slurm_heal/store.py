@@ -26,12 +26,15 @@ One JSON document (`models.State`) in a state directory next to slurmctld. The r
 * **Written only when something changed.** `Store.apply` of a plan that changes
   nothing (the steady state of a healthy cluster) leaves the file alone: no rewrite, no
   fsync (issue 13).
-* **Pruned, with an audit archive.** `Store.prune` drops what no rule can count any
-  more and whose audit time is over: the daemon runs it (at most hourly) keeping
-  terminal records for the audit retention (``[controller] audit_retention``, default
-  90 days, never less than the E1/E2 window, E3's evidence window or 14 days). What it
-  drops is first appended to ``audit.jsonl`` beside the store (JSON lines, one
-  remediation each, fsynced), so the P4 record outlives the store. See docs/store.md.
+* **A hot store and an audit archive** (issue 26). `Store.prune` drops what no rule can
+  count any more: the daemon runs it (at most hourly) keeping terminal records for
+  ``[controller] hot_retention`` (default 14 days, never less than the E1/E2 window,
+  E3's evidence window or 14 days). What it drops is first appended to ``audit.jsonl``
+  beside the store (JSON lines, one remediation each, fsynced), where the P4 record is
+  kept for good and every reader of history finds it (`Store.load_history`). See
+  docs/store.md.
+* **Parsed once per change.** A Store returns the very same `State` for the same bytes
+  it last read or wrote (issue 20: the engine's index of the records lives on).
 
 The daemon's cycle (ARCHITECTURE "the flow")::
 
@@ -73,6 +76,7 @@ from slurm_heal.models import (
     Plan,
     Remediation,
     State,
+    ValidationRun,
     key_step,
 )
 
@@ -251,6 +255,23 @@ class Store:
         return state
 
     def _decode(self, raw: bytes) -> State:
+        """The document parsed: a document that looks like one this build writes (its
+        first key an integer ``schema_version`` it understands) is validated straight from
+        its bytes (pydantic's own JSON parser, about twice as fast as ``json.loads`` and
+        then validating the objects, issue 26); anything else, and anything that parse
+        refuses, goes the careful way below, which names the problem."""
+        m = _OURS.match(raw)
+        if m is not None and int(m.group(1)) <= SCHEMA_VERSION:
+            try:
+                state = State.model_validate_json(raw)
+            except ValidationError:
+                pass  # not valid, or nested past the parser's limit: said below
+            else:
+                # The same major as the first key said (a repeated key wins in JSON), and
+                # no free-form part nested deeper than the store allows (the parser's own
+                # limit is 200 levels; the store's is jsonsafe.MAX_DEPTH).
+                if state.schema_version == int(m.group(1)) and not _too_deep(state):
+                    return state
         try:
             doc = jsonsafe.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:  # TooDeep is a ValueError
@@ -689,6 +710,31 @@ def archived(path: Path | str, *, node: str | None = None, host: str | None = No
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+# The start of a document this build (or any since schema 1) writes: `_decode`'s fast way.
+_OURS = re.compile(rb'\A\s*\{\s*"schema_version"\s*:\s*([1-9][0-9]{0,5})\s*,')
+# The free-form parts lie at most this deep in the document (state > remediations >
+# remediation > attempts > attempt > its unknown field): their own depth is bounded by the rest.
+_FREE_FORM_AT = 6
+
+
+def _too_deep(state: State) -> bool:
+    """Whether a free-form part of ``state`` (``data``, and the fields a newer build
+    added that this one keeps as they are) nests deeper than the store allows."""
+    limit = jsonsafe.MAX_DEPTH - _FREE_FORM_AT
+    parts: list[Any] = [state.data]
+    models: list[Any] = [state, state.breaker, state.pause, *state.inbox]
+    owners: list[Remediation | ValidationRun] = [*state.remediations, *state.validations]
+    for r in owners:
+        models.append(r)
+        models.append(r.__dict__.get("data"))
+        models.append(r.__dict__.get("previous"))
+        models.extend(r.steps)
+        models.extend(r.attempts)
+    parts.extend(m.__pydantic_extra__ for m in models
+                 if m is not None and m.__pydantic_extra__)
+    return any(jsonsafe.depth_exceeds(p, limit) for p in parts)
 
 
 def _end_key(r: Remediation) -> tuple[datetime, str]:

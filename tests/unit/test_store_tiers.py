@@ -19,10 +19,10 @@ from slurm_heal.api import views
 from slurm_heal.cli import cli
 from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller, controller_settings
-from slurm_heal.errors import ConfigError, NotFound
+from slurm_heal.errors import ConfigError, NotFound, StoreCorrupt, StoreError
 from slurm_heal.extra import KEY, our_section
 from slurm_heal.location import Location
-from slurm_heal.models import Attempt, Command, Phase, Plan, Remediation
+from slurm_heal.models import Attempt, Command, Phase, Plan, Remediation, State
 from slurm_heal.policy.incremental import Decide
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
@@ -227,3 +227,66 @@ def test_the_daemon_reuses_its_store_index_while_the_store_does_not_change(
             assert run.records is not index
         finally:
             provider.close()
+
+
+# ------------------------------------------------------------------ the parse
+def test_the_fast_parse_reads_exactly_what_the_careful_one_reads(tmp_path: Path) -> None:
+    """Issue 26: a document is validated straight from its bytes; the state is the one
+    ``json.loads`` + validation gives, for main's store and for one with unknown fields."""
+    main = Path(__file__).resolve().parents[2] / "tests" / "data" / "store" / "main-af95cff"
+    raw = (main / "state.json").read_bytes()
+    doc = json.loads(raw)
+    doc["future_top"] = {"a": [1, {"b": None}]}
+    doc["remediations"][0]["attempts"][0]["future_attempt"] = [[1], [2]]
+    for text in (raw, json.dumps(doc, indent=1).encode()):
+        (tmp_path / "state.json").write_bytes(text)
+        got = Store(tmp_path).load()
+        assert got == State.model_validate(json.loads(text))
+        assert got.model_dump(mode="json") == State.model_validate(
+            json.loads(text)).model_dump(mode="json")
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("where", ["data", "attempt", "command"])
+def test_a_free_form_part_nested_past_the_limit_is_still_corrupt(tmp_path: Path,
+                                                                 where: str) -> None:
+    """House style 5 (docs/store.md: nested more than 64 levels deep is corrupt), under
+    the fast parse too: 100 levels (which pydantic's parser alone would take) in the
+    engine's data, in an attempt's or a command's unknown field."""
+    store = tiered(tmp_path)
+    store.add_command(Command(id="c-1", at=T0, kind="pause", by="bob"))
+    doc = json.loads(store.file.read_text())
+    if where == "data":
+        doc["data"]["x"] = _deep(100)
+    elif where == "attempt":
+        doc["remediations"][0]["attempts"][0]["future"] = _deep(100)
+    else:
+        doc["inbox"][0]["future"] = _deep(100)
+    store.file.write_text(json.dumps(doc))
+    with pytest.raises(StoreCorrupt, match="nested too deeply"):
+        Store(tmp_path).load()
+
+
+@pytest.mark.parametrize("version", ['"1"', "1.0", "true"])
+def test_a_schema_version_that_is_not_an_integer_is_corrupt(tmp_path: Path,
+                                                            version: str) -> None:
+    """SPEC I5: pydantic would read "1", 1.0 and true as 1; the store does not."""
+    (tmp_path / "state.json").write_text(f'{{"schema_version": {version}, "paused": true}}')
+    with pytest.raises(StoreCorrupt, match="schema_version is missing or invalid"):
+        Store(tmp_path).load()
+
+
+def test_a_repeated_schema_version_is_read_as_json_reads_it(tmp_path: Path) -> None:
+    """SPEC I5: the last of two ``schema_version`` keys wins, as in ``json.loads``: a
+    newer major there is refused and the file left as it is."""
+    text = '{"schema_version": 1, "paused": true, "schema_version": 9}'
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(StoreError, match="schema_version 9 is newer"):
+        Store(tmp_path).load()
+    assert (tmp_path / "state.json").read_text() == text
