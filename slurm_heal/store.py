@@ -56,7 +56,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -645,13 +645,18 @@ class Store:
                          if not r.phase.terminal or _utc(r.updated) >= now - keep
                          or r.id in held)
             inbox = tuple(c for c in state.inbox if _utc(c.at) >= now - command_ttl)
-            if archive and len(kept) != len(state.remediations):
-                ids = {r.id for r in kept}
-                self._archive([r for r in state.remediations if r.id not in ids], now)
             # SPEC V2: a finished validation is kept as long as a remediation's record; an
             # open one (the machine is held or under test) is never dropped.
             vals = tuple(v for v in state.validations
                          if not v.terminal or _utc(v.updated) >= now - keep)
+            if archive and len(kept) != len(state.remediations):
+                ids = {r.id for r in kept}
+                self._archive([r for r in state.remediations if r.id not in ids], now)
+            if archive and len(vals) != len(state.validations):
+                # Issue 26: a validation's audit record (P4) outlives the hot store too.
+                ids = {v.id for v in vals}
+                self._archive([v for v in state.validations if v.id not in ids], now,
+                              "validation")
             if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox) or \
                     len(vals) != len(state.validations):
                 log.info("store prune: %d remediation(s), %d command(s), %d validation(s) "
@@ -662,10 +667,12 @@ class Store:
         return txn.state
 
 
-    def _archive(self, dropped: list[Remediation], now: datetime) -> None:
-        """Append remediations to the audit archive; the caller holds the lock."""
+    def _archive(self, dropped: Sequence[Remediation | ValidationRun], now: datetime,
+                 kind: Literal["remediation", "validation"] = "remediation") -> None:
+        """Append remediations (or validations: lines keyed ``validation``, which
+        `archived` skips) to the audit archive; the caller holds the lock."""
         lines = b"".join(
-            json.dumps({"archived_at": now.isoformat(), "remediation": r.model_dump(mode="json")},
+            json.dumps({"archived_at": now.isoformat(), kind: r.model_dump(mode="json")},
                        separators=(",", ":")).encode("utf-8") + b"\n"
             for r in dropped)
         try:

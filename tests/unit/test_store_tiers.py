@@ -22,7 +22,7 @@ from slurm_heal.controller import Controller, controller_settings
 from slurm_heal.errors import ConfigError, NotFound, StoreCorrupt, StoreError
 from slurm_heal.extra import KEY, our_section
 from slurm_heal.location import Location
-from slurm_heal.models import Attempt, Command, Phase, Plan, Remediation, State
+from slurm_heal.models import Attempt, Command, Phase, Plan, Remediation, State, ValidationRun
 from slurm_heal.policy.incremental import Decide
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
@@ -290,3 +290,22 @@ def test_a_repeated_schema_version_is_read_as_json_reads_it(tmp_path: Path) -> N
     with pytest.raises(StoreError, match="schema_version 9 is newer"):
         Store(tmp_path).load()
     assert (tmp_path / "state.json").read_text() == text
+
+
+def test_a_finished_validation_leaving_the_hot_store_is_archived_too(tmp_path: Path) -> None:
+    """Issue 26, SPEC V2/P4: a validation that ended before the hot window leaves
+    state.json for the archive (a ``validation`` line, whole), as remediations do; the
+    open one stays; archived() reads remediations only."""
+    store = tiered(tmp_path)
+    old = ValidationRun(id="v-old", node="gpu01", phase="passed", created=T0 - timedelta(days=30),
+                        updated=T0 - timedelta(days=30), outcome="pass")
+    running = ValidationRun(id="v-now", node="gpu02", phase="running",
+                            created=T0 - timedelta(days=30), updated=T0 - timedelta(days=30))
+    with store.transaction() as txn:
+        txn.state = txn.state.model_copy(update={"validations": (old, running)})
+    store.prune(T0, keep=timedelta(days=14), archive=True)
+    assert [v.id for v in store.load().validations] == ["v-now"]
+    lines = [json.loads(line) for line in store.archive_file.read_text().splitlines()]
+    (kept,) = [d["validation"] for d in lines if "validation" in d]
+    assert ValidationRun.model_validate(kept) == old
+    assert [r.id for r in archived(store.archive_file)] == ["r-old"]
