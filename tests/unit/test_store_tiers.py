@@ -48,6 +48,7 @@ def ended(rid: str, node: str, days_ago: float, host: str | None = None) -> Reme
 def tiered(tmp_path: Path) -> Store:
     """gpu01's reboot 40 days ago (archived by the retention), gpu01's and gpu02's of
     3 days ago (hot); a heartbeat, as a store a controller runs on."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "heartbeat").write_text(datetime.now(timezone.utc).isoformat() + "\n")
     store = Store(tmp_path)
     store.apply(Plan(updates=(ended("r-old", "gpu01", 40), ended("r-new", "gpu01", 3),
@@ -309,3 +310,30 @@ def test_a_finished_validation_leaving_the_hot_store_is_archived_too(tmp_path: P
     (kept,) = [d["validation"] for d in lines if "validation" in d]
     assert ValidationRun.model_validate(kept) == old
     assert [r.id for r in archived(store.archive_file)] == ["r-old"]
+
+
+def test_a_failed_validations_ticket_carries_the_archived_history_of_the_machine(
+        tmp_path: Path) -> None:
+    """Issue 26, SPEC V2: the hardware ticket's fault history and escalation path are
+    the machine's whole record: the remediation retention archived (gpu01's reboot 40
+    days ago) comes before the hot one."""
+    from slurm_heal.validation import flow
+    from slurm_heal.validation.service import Validator
+    from slurm_heal.validation.suite import validation_from
+
+    store = tiered(tmp_path / "state")
+    logs = tmp_path / "results" / "v-1"
+    logs.mkdir(parents=True)
+    (logs / "results.json").write_text(json.dumps({
+        "node": "gpu01", "vendor": "nvidia", "outcome": "fail", "started": "a",
+        "finished": "b", "steps": [{"name": "gpu-diag", "kind": "command", "outcome": "fail",
+                                    "reason": "exit status 1"}]}))
+    vrun = ValidationRun(id="v-1", node="gpu01", phase="ticketing", created=T0, updated=T0,
+                         results_dir=str(logs), summary="gpu-diag fail: exit status 1")
+    cfg = validation_from({"tickets": [{"kind": "directory", "path": str(tmp_path / "t")}]})
+    v = Validator(store=store, slurm=MemorySlurm(NODES, clock=lambda: T0), state_dir=tmp_path)
+    outcome, detail, _ = v.execute(flow.VEffect(kind="ticket", key="v-1:ticketing:ticket",
+                                                node="gpu01"), vrun, cfg, T0, store.load())
+    assert outcome == "ok", detail
+    ticket = json.loads((tmp_path / "t" / "v-1.json").read_text())
+    assert [f["remediation"] for f in ticket["faults"]] == ["r-old", "r-new"]
