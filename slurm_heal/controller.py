@@ -182,6 +182,7 @@ class Controller:
         self.liveness: Heartbeat | None = None
         self.last_failure: HealError | None = None  # why the last cycle tried failed
         # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
+        # Since issue 26 the daemon passes [controller] hot_retention here.
         self.audit_retention = audit_retention
         self._retained_at: datetime | None = None
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
@@ -234,7 +235,7 @@ class Controller:
         return report
 
     def _retain(self, now: datetime) -> None:
-        """The store's retention (docs/store.md): keep what E1-E3 need and the audit
+        """The store's retention (docs/store.md): keep what E1-E3 need and the hot
         retention, archive the rest (P4). Never fails the cycle."""
         if self.audit_retention is None or (
                 self._retained_at is not None and now - self._retained_at < RETAIN_EVERY):
