@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
@@ -78,18 +78,24 @@ class ControllerSettings(BaseModel):
     slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
     heartbeat: str | None = None  # default: <state_dir>/heartbeat
     notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
-    # P4: how long a closed remediation's audit record stays in the store before the
-    # daemon's retention moves it to the audit archive (docs/store.md).
+    # Before issue 26: how long a closed remediation stayed in state.json. Now every ended
+    # remediation is kept for good in the audit archive, where every reader of history
+    # finds it, and `hot_retention` says how long it stays in state.json too; this key
+    # still loads (validated) and the daemon says that it no longer moves anything.
     audit_retention: str = "90d"
+    # Issue 26: how long an ended remediation stays in the hot store (state.json) before
+    # the daemon's retention moves it to the audit archive beside it (docs/store.md);
+    # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
+    hot_retention: str = "14d"
 
-    @field_validator("audit_retention", mode="before")
+    @field_validator("audit_retention", "hot_retention", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> str:
+    def _duration(cls, value: Any, info: ValidationInfo) -> str:
         # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
         from slurm_heal.durations import parse_duration_knob
 
         if parse_duration_knob(value) <= timedelta(0):
-            raise ValueError("audit_retention must be a positive duration, e.g. 90d")
+            raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
         return str(value)
 
 
@@ -176,6 +182,7 @@ class Controller:
         self.liveness: Heartbeat | None = None
         self.last_failure: HealError | None = None  # why the last cycle tried failed
         # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
+        # Since issue 26 the daemon passes [controller] hot_retention here.
         self.audit_retention = audit_retention
         self._retained_at: datetime | None = None
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
@@ -228,7 +235,7 @@ class Controller:
         return report
 
     def _retain(self, now: datetime) -> None:
-        """The store's retention (docs/store.md): keep what E1-E3 need and the audit
+        """The store's retention (docs/store.md): keep what E1-E3 need and the hot
         retention, archive the rest (P4). Never fails the cycle."""
         if self.audit_retention is None or (
                 self._retained_at is not None and now - self._retained_at < RETAIN_EVERY):
@@ -248,6 +255,7 @@ class Controller:
         where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
         record_key = effect.key
         operation: str | None = None
+        sent = True  # False: the last look found the node taken over; nothing was sent
         try:
             if effect.kind == "poll":
                 act = _act_attempt(state, effect.remediation, effect.ref)
@@ -268,7 +276,7 @@ class Controller:
                     taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
                 # step; someone else drained the node since the snapshot: nothing is sent.
-                outcome, detail = "failed", NOT_SENT + taken
+                outcome, detail, sent = "failed", NOT_SENT + taken, False
             elif effect.kind == "act":
                 op = self.provider.submit(effect.node, effect.action, effect.key)
                 outcome, detail, operation = _op_outcome(op)
@@ -347,7 +355,8 @@ class Controller:
         if effect.remediation and record_key:
             try:
                 self.store.record_outcome(effect.remediation, record_key, outcome, now,
-                                          operation=operation, detail=detail[:2000])
+                                          operation=operation, detail=detail[:2000],
+                                          sent=sent)
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
             except Exception:

@@ -31,12 +31,16 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_serializer,
     model_serializer,
+    model_validator,
 )
 
 from slurm_heal.types import Action, Severity
 
 SCHEMA_VERSION = 1  # the major: a store with a newer one is refused, never overwritten
-SCHEMA_MINOR = 0  # a newer minor only adds fields, which this version keeps as they are
+# A newer minor only adds fields, which this version keeps as they are. Minor 1 (issue 21)
+# added `Attempt.sent` and `Attempt.step`; a minor-0 document gets both from what it
+# recorded (see `Attempt`).
+SCHEMA_MINOR = 1
 
 
 class Frozen(BaseModel):
@@ -103,10 +107,20 @@ class Step(Stored):
     by: str | None = None  # a person, or None for slurm-heal itself
 
 
-# An Attempt.detail that starts with this: the controller did not send the step at all
-# (its last look at the node found it taken over by someone else, house style 2), so the
-# step "failed" without anything having run.
+# The words an Attempt.detail starts with when the controller did not send the step at
+# all (its last look found the node taken over by someone else, house style 2, so the
+# step "failed" without anything having run). Before schema minor 1 these words were the
+# flag; now `Attempt.sent` is, and the words are read only to give a record written
+# before it its ``sent`` (issue 21).
 NOT_SENT = "not sent: "
+
+
+def key_step(key: str) -> str:
+    """The step an idempotency key names (``<owner id>:<step>:<n>``, a validation's
+    ``<run id>:<phase>:<effect>``): what a record written before `Attempt.step` existed
+    is given as its step; "" for a key of another shape."""
+    parts = key.rsplit(":", 2)
+    return parts[1] if len(parts) == 3 else ""
 
 
 class Attempt(Stored):
@@ -129,6 +143,31 @@ class Attempt(Stored):
     errors: int = 0
     last_error: str = ""
     last_error_at: datetime | None = None
+    # False: the controller did not send the step at all (its last look found the node
+    # taken over by someone else, house style 2); it "failed" without anything having
+    # run, and ``detail`` says why ("not sent: ..."). E1/S2 count no such act (issue 21:
+    # typed, where the detail's first words were the flag).
+    sent: bool = True
+    # The step of its owner the attempt belongs to: a remediation's "act", "cordon",
+    # "notify-held", ...; a validation's phase. Rules count attempts by it, never by a
+    # prefix of the key (issue 21).
+    step: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_minor_0(cls, data: Any) -> Any:
+        """A record written before minor 1: ``step`` from its key, ``sent`` from the
+        words its detail starts with (kept as they are: the audit record's text)."""
+        if not isinstance(data, dict) or ("step" in data and "sent" in data):
+            return data
+        data = dict(data)
+        if "step" not in data and isinstance(data.get("key"), str):
+            data["step"] = key_step(data["key"])
+        if "sent" not in data:
+            detail = data.get("detail")
+            if isinstance(detail, str) and detail.startswith(NOT_SENT):
+                data["sent"] = False
+        return data
 
 
 class Work(BaseModel):
@@ -318,12 +357,11 @@ class ValidationRun(Stored):
 
     def pending(self) -> tuple[Attempt, ...]:
         """The current phase's attempts that have no outcome yet (in flight)."""
-        prefix = f"{self.id}:{self.phase}:"
-        return tuple(a for a in self.attempts if a.key.startswith(prefix) and a.outcome is None)
+        return tuple(a for a in self.attempts if a.step == self.phase and a.outcome is None)
 
     def of_phase(self) -> tuple[Attempt, ...]:
-        prefix = f"{self.id}:{self.phase}:"
-        return tuple(a for a in self.attempts if a.key.startswith(prefix))
+        """The current phase's attempts (by their typed step, issue 21)."""
+        return tuple(a for a in self.attempts if a.step == self.phase)
 
 
 class State(Stored):
@@ -375,6 +413,7 @@ class Effect(Frozen):
     why: str = ""
     rule: str = ""
     ref: str = ""  # poll: the key of the act Attempt being asked about
+    step: str = ""  # the step its key names (Attempt.step of the intent recorded for it)
     # Send again under the SAME key: its Attempt was recorded but never got an outcome
     # (issue 8). The store hands it out once more instead of refusing the known key.
     resend: bool = False

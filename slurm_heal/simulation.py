@@ -30,7 +30,16 @@ from slurm_heal import catalog as catalog_mod
 from slurm_heal import jsonsafe, reasons
 from slurm_heal.config import Policy, parse_duration, policy_from_dict
 from slurm_heal.errors import CatalogError, ConfigError, ReasonError, ScenarioError
-from slurm_heal.models import Attempt, Command, Decision, Effect, Plan, Remediation, State
+from slurm_heal.models import (
+    Attempt,
+    Command,
+    Decision,
+    Effect,
+    Plan,
+    Remediation,
+    State,
+    key_step,
+)
 from slurm_heal.policy.incremental import Decide
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
 
@@ -511,7 +520,8 @@ class Simulation:
                     # Record intent before acting (ARCHITECTURE "record intent, act, record
                     # outcome"); the daemon records every intent of a plan before it runs any.
                     rem = rem.model_copy(update={"attempts": rem.attempts + (Attempt(
-                        key=eff.key, effect=eff.kind, action=eff.action, started=t),)})
+                        key=eff.key, effect=eff.kind, action=eff.action, started=t,
+                        step=eff.step or key_step(eff.key)),)})
                 else:
                     # Sent again under the same key (its intent never got an outcome), as the
                     # store records it.

@@ -26,12 +26,15 @@ One JSON document (`models.State`) in a state directory next to slurmctld. The r
 * **Written only when something changed.** `Store.apply` of a plan that changes
   nothing (the steady state of a healthy cluster) leaves the file alone: no rewrite, no
   fsync (issue 13).
-* **Pruned, with an audit archive.** `Store.prune` drops what no rule can count any
-  more and whose audit time is over: the daemon runs it (at most hourly) keeping
-  terminal records for the audit retention (``[controller] audit_retention``, default
-  90 days, never less than the E1/E2 window, E3's evidence window or 14 days). What it
-  drops is first appended to ``audit.jsonl`` beside the store (JSON lines, one
-  remediation each, fsynced), so the P4 record outlives the store. See docs/store.md.
+* **A hot store and an audit archive** (issue 26). `Store.prune` drops what no rule can
+  count any more: the daemon runs it (at most hourly) keeping terminal records for
+  ``[controller] hot_retention`` (default 14 days, never less than the E1/E2 window,
+  E3's evidence window or 14 days). What it drops is first appended to ``audit.jsonl``
+  beside the store (JSON lines, one remediation each, fsynced), where the P4 record is
+  kept for good and every reader of history finds it (`Store.load_history`). See
+  docs/store.md.
+* **Parsed once per change.** A Store returns the very same `State` for the same bytes
+  it last read or wrote (issue 20: the engine's index of the records lives on).
 
 The daemon's cycle (ARCHITECTURE "the flow")::
 
@@ -53,7 +56,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -63,6 +66,7 @@ from pydantic import ValidationError
 from slurm_heal import fsio, jsonsafe
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
 from slurm_heal.models import (
+    SCHEMA_MINOR,
     SCHEMA_VERSION,
     Attempt,
     Breaker,
@@ -72,6 +76,8 @@ from slurm_heal.models import (
     Plan,
     Remediation,
     State,
+    ValidationRun,
+    key_step,
 )
 
 log = logging.getLogger(__name__)
@@ -209,6 +215,13 @@ class Store:
         self.lock_file = self.file.with_name(self.file.name + ".lock")
         self.archive_file = self.file.with_name(AUDIT_ARCHIVE)
         self.lock_timeout = lock_timeout
+        # Issue 20: the document this Store last read or wrote, byte for byte, and its
+        # state. A read that finds the same bytes returns that very State (the same
+        # record objects), so the daemon's index of them (policy/records.py) is reused
+        # from cycle to cycle instead of rebuilt; any other bytes are parsed afresh.
+        # Keyed by the content, not the file's mtime/size: a write by another process
+        # within the clock's granularity cannot be mistaken for no change.
+        self._last: tuple[bytes, State] | None = None
 
     def __repr__(self) -> str:
         return f"Store({str(self.file)!r})"
@@ -232,7 +245,33 @@ class Store:
             yield
 
     def _parse(self, raw: bytes) -> State:
-        """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer."""
+        """Decode the document; StoreCorrupt (not yet set aside) or StoreError on newer.
+        The same bytes as last read or written give the same State object (issue 20)."""
+        last = self._last
+        if last is not None and last[0] == raw:
+            return last[1]
+        state = self._decode(raw)
+        self._last = (raw, state)
+        return state
+
+    def _decode(self, raw: bytes) -> State:
+        """The document parsed: a document that looks like one this build writes (its
+        first key an integer ``schema_version`` it understands) is validated straight from
+        its bytes (pydantic's own JSON parser, about twice as fast as ``json.loads`` and
+        then validating the objects, issue 26); anything else, and anything that parse
+        refuses, goes the careful way below, which names the problem."""
+        m = _OURS.match(raw)
+        if m is not None and int(m.group(1)) <= SCHEMA_VERSION:
+            try:
+                state = State.model_validate_json(raw)
+            except ValidationError:
+                pass  # not valid, or nested past the parser's limit: said below
+            else:
+                # The same major as the first key said (a repeated key wins in JSON), and
+                # no free-form part nested deeper than the store allows (the parser's own
+                # limit is 200 levels; the store's is jsonsafe.MAX_DEPTH).
+                if state.schema_version == int(m.group(1)) and not _too_deep(state):
+                    return state
         try:
             doc = jsonsafe.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:  # TooDeep is a ValueError
@@ -318,6 +357,10 @@ class Store:
 
     def _write(self, state: State) -> None:
         """Atomically replace the document; the caller holds the lock."""
+        if state.schema_minor < SCHEMA_MINOR:
+            # What this build writes has this minor's fields (an older document read and
+            # written back has them now too); a newer minor's number is kept.
+            state = state.model_copy(update={"schema_minor": SCHEMA_MINOR})
         # Serialize first: a state that cannot be written touches nothing on disk.
         try:
             payload = state.model_dump_json(indent=1).encode("utf-8") + b"\n"
@@ -334,6 +377,7 @@ class Store:
         except OSError as exc:
             raise StoreError(f"cannot write the store {self.file}: {exc.strerror or exc}; "
                              "nothing was changed") from exc
+        self._last = (payload, state)
 
     # ----------------------------------------------------------------- public API
 
@@ -354,6 +398,24 @@ class Store:
         # replaced the file since, and only one process may set it aside.
         with self._locked():
             return self._read_locked()
+
+    def load_history(self, *, node: str | None = None, host: str | None = None,
+                     remediation: str | None = None) -> State:
+        """The current state with the ended remediations retention moved to the audit
+        archive put back in front of its own (oldest first): what the readers of history
+        (``history``, ``explain``, ``remediations --all``, the API) show. With ``node``,
+        ``host`` or ``remediation`` (an id), only the archived records that match every
+        one given are read. For reading only: a state written back would return the
+        archived records to the hot store. Raises as `load`.
+        """
+        state = self.load()
+        old = archived(self.archive_file, node=node, host=host, remediation=remediation)
+        if not old:
+            return state
+        hot = {r.id for r in state.remediations}
+        back = tuple(r for r in old if r.id not in hot)
+        return state.model_copy(update={"remediations": back + state.remediations}) \
+            if back else state
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Txn]:
@@ -451,7 +513,7 @@ class Store:
                     execute.append(effect)
                     continue
                 attempt = Attempt(key=effect.key, effect=effect.kind, action=effect.action,
-                                  started=now)
+                                  started=now, step=effect.step or key_step(effect.key))
                 records[i] = rem.model_copy(update={"attempts": rem.attempts + (attempt,),
                                                     "updated": now})
                 execute.append(effect)
@@ -481,11 +543,13 @@ class Store:
         return new, tuple(execute)
 
     def record_outcome(self, remediation_id: str, key: str, outcome: OutcomeKind,
-                       now: datetime, operation: str | None = None, detail: str = "") -> State:
+                       now: datetime, operation: str | None = None, detail: str = "",
+                       sent: bool = True) -> State:
         """Record what happened to the attempt ``key`` of a remediation; return the state.
 
         ``running`` means the provider accepted it and an operation is under way (the
-        engine polls it); ``ok``/``failed`` finish the attempt. NotFound when the
+        engine polls it); ``ok``/``failed`` finish the attempt. ``sent=False``: the step
+        was not sent at all (``detail`` says why; `Attempt.sent`). NotFound when the
         remediation or the attempt is not in the store.
         """
         if outcome not in ("ok", "failed", "running"):
@@ -493,6 +557,7 @@ class Store:
         def answered(a: Attempt) -> Attempt:
             return a.model_copy(update={
                 "outcome": outcome, "errors": 0,  # an answer: the provider is reachable
+                "sent": sent,
                 "finished": None if outcome == "running" else now,
                 "operation": operation if operation is not None else a.operation,
                 "detail": detail[-MAX_DETAIL:] if detail else a.detail,
@@ -580,13 +645,18 @@ class Store:
                          if not r.phase.terminal or _utc(r.updated) >= now - keep
                          or r.id in held)
             inbox = tuple(c for c in state.inbox if _utc(c.at) >= now - command_ttl)
-            if archive and len(kept) != len(state.remediations):
-                ids = {r.id for r in kept}
-                self._archive([r for r in state.remediations if r.id not in ids], now)
             # SPEC V2: a finished validation is kept as long as a remediation's record; an
             # open one (the machine is held or under test) is never dropped.
             vals = tuple(v for v in state.validations
                          if not v.terminal or _utc(v.updated) >= now - keep)
+            if archive and len(kept) != len(state.remediations):
+                ids = {r.id for r in kept}
+                self._archive([r for r in state.remediations if r.id not in ids], now)
+            if archive and len(vals) != len(state.validations):
+                # Issue 26: a validation's audit record (P4) outlives the hot store too.
+                ids = {v.id for v in vals}
+                self._archive([v for v in state.validations if v.id not in ids], now,
+                              "validation")
             if len(kept) != len(state.remediations) or len(inbox) != len(state.inbox) or \
                     len(vals) != len(state.validations):
                 log.info("store prune: %d remediation(s), %d command(s), %d validation(s) "
@@ -597,10 +667,12 @@ class Store:
         return txn.state
 
 
-    def _archive(self, dropped: list[Remediation], now: datetime) -> None:
-        """Append remediations to the audit archive; the caller holds the lock."""
+    def _archive(self, dropped: Sequence[Remediation | ValidationRun], now: datetime,
+                 kind: Literal["remediation", "validation"] = "remediation") -> None:
+        """Append remediations (or validations: lines keyed ``validation``, which
+        `archived` skips) to the audit archive; the caller holds the lock."""
         lines = b"".join(
-            json.dumps({"archived_at": now.isoformat(), "remediation": r.model_dump(mode="json")},
+            json.dumps({"archived_at": now.isoformat(), kind: r.model_dump(mode="json")},
                        separators=(",", ":")).encode("utf-8") + b"\n"
             for r in dropped)
         try:
@@ -613,20 +685,31 @@ class Store:
                              "nothing was pruned") from exc
 
 
-def archived(path: Path | str) -> list[Remediation]:
+def archived(path: Path | str, *, node: str | None = None, host: str | None = None,
+             remediation: str | None = None) -> list[Remediation]:
     """The remediations of an audit archive, the last line of each id winning, oldest
-    first. A malformed line (a torn last write) is skipped."""
+    first; with ``node``, ``host`` or ``remediation`` (an id) only those that match every
+    one given. A malformed line (a torn last write) is skipped."""
+    wanted = {k: v for k, v in (("node", node), ("host", host), ("id", remediation))
+              if v is not None}
+    # A line that does not even contain the value (as JSON writes it) is not parsed: a
+    # node's history out of a year's archive reads the text once, not every record.
+    needles = [json.dumps(v).encode("utf-8") for v in wanted.values()]
     out: dict[str, Remediation] = {}
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise StoreError(f"cannot read the audit archive {path}: {exc}") from exc
-    for line in text.splitlines():
+    for line in data.splitlines():
+        if not all(n in line for n in needles):
+            continue
         try:
             rem = Remediation.model_validate(json.loads(line)["remediation"])
         except (ValueError, KeyError, TypeError, ValidationError):
+            continue
+        if any(getattr(rem, k) != v for k, v in wanted.items()):
             continue
         out.pop(rem.id, None)
         out[rem.id] = rem
@@ -634,6 +717,31 @@ def archived(path: Path | str) -> list[Remediation]:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+# The start of a document this build (or any since schema 1) writes: `_decode`'s fast way.
+_OURS = re.compile(rb'\A\s*\{\s*"schema_version"\s*:\s*([1-9][0-9]{0,5})\s*,')
+# The free-form parts lie at most this deep in the document (state > remediations >
+# remediation > attempts > attempt > its unknown field): their own depth is bounded by the rest.
+_FREE_FORM_AT = 6
+
+
+def _too_deep(state: State) -> bool:
+    """Whether a free-form part of ``state`` (``data``, and the fields a newer build
+    added that this one keeps as they are) nests deeper than the store allows."""
+    limit = jsonsafe.MAX_DEPTH - _FREE_FORM_AT
+    parts: list[Any] = [state.data]
+    models: list[Any] = [state, state.breaker, state.pause, *state.inbox]
+    owners: list[Remediation | ValidationRun] = [*state.remediations, *state.validations]
+    for r in owners:
+        models.append(r)
+        models.append(r.__dict__.get("data"))
+        models.append(r.__dict__.get("previous"))
+        models.extend(r.steps)
+        models.extend(r.attempts)
+    parts.extend(m.__pydantic_extra__ for m in models
+                 if m is not None and m.__pydantic_extra__)
+    return any(jsonsafe.depth_exceeds(p, limit) for p in parts)
 
 
 def _end_key(r: Remediation) -> tuple[datetime, str]:

@@ -38,6 +38,13 @@ class Sources:
 
         return Store(self.loc.state_dir).load()
 
+    def history(self, **only: str | None) -> State:
+        """The state with the archived remediations that match ``only`` (node, host,
+        remediation) put back: what pages of history show (Store.load_history)."""
+        from slurm_heal.store import Store
+
+        return Store(self.loc.state_dir).load_history(**only)
+
 
 def _iso(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).isoformat() if value else None
@@ -195,10 +202,12 @@ def remediation_detail(state: State, rem: Remediation) -> dict[str, Any]:
 
 
 def remediation(src: Sources, rid: str) -> dict[str, Any]:
-    state = src.state()
+    state = src.history(remediation=rid)
     rem = state.get(rid)
     if rem is None:
-        raise NotFound(f"no remediation {rid!r} in the store (finished ones are kept 14 days)")
+        raise NotFound(f"no remediation {rid!r} in the store or its audit archive")
+    # the machine's earlier remediations, the archived ones too (issue 26)
+    state = src.history(host=rem.host) if rem.host else src.history(node=rem.node)
     out = remediation_detail(state, rem)
     out["store"] = src.loc.as_json()
     return out
@@ -206,7 +215,7 @@ def remediation(src: Sources, rid: str) -> dict[str, Any]:
 
 def remediations(src: Sources, show_all: bool, node: str | None) -> dict[str, Any]:
     """What ``slurm-heal remediations --json`` prints."""
-    state = src.state()
+    state = src.history(node=node) if show_all else src.state()
     rems = [r for r in state.remediations
             if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
     pending = [c for c in state.inbox if node is None or c.node == node]
@@ -218,7 +227,7 @@ def remediations(src: Sources, show_all: bool, node: str | None) -> dict[str, An
 
 def history(src: Sources, node: str) -> dict[str, Any]:
     """What ``slurm-heal history NODE --json`` prints."""
-    state = src.state()
+    state = src.history(node=node)
     rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
     if not rems:
         try:
@@ -286,7 +295,7 @@ def _explanation(fault: str) -> str | None:
 
 def node(src: Sources, name: str) -> dict[str, Any]:
     """What ``slurm-heal explain NODE --json`` prints, plus the node's whole history."""
-    got = operations.explain(name, src.slurm, src.state)
+    got = operations.explain(name, src.slurm, lambda: src.history(node=name))
     out = got.as_json()
     out["history"] = [operations.rem_json(r) for r in sorted(
         (r for r in got.state.remediations if r.node == name), key=lambda r: r.created)]

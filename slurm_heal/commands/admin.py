@@ -204,7 +204,9 @@ def _last_why(rem: Remediation) -> str:
 def remediations(show_all: bool, node: str | None, state_dir: str | None, config: str | None,
                  as_json: bool) -> None:
     """List open remediations (with --all, finished ones too)."""
-    state: State = _store(state_dir, config).load()
+    store = _store(state_dir, config)
+    # --all: the finished ones the audit archive holds too (issue 26)
+    state: State = store.load_history(node=node) if show_all else store.load()
     rems = [r for r in state.remediations
             if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
     pending = [c for c in state.inbox if node is None or c.node == node]
@@ -267,7 +269,7 @@ def _print_remediation(rem: Remediation) -> None:
 @json_option
 def history(node: str, state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Every remediation of NODE with its steps: phase, time, rule, why, who (SPEC P4)."""
-    state: State = _store(state_dir, config).load()
+    state: State = _store(state_dir, config).load_history(node=node)  # + the archive
     rems = sorted((r for r in state.remediations if r.node == node), key=lambda r: r.created)
     if not rems:
         _known_somewhere(node, config)  # like explain: a node nobody knows exits 6
@@ -275,7 +277,7 @@ def history(node: str, state_dir: str | None, config: str | None, as_json: bool)
         _emit_json({"node": node, "remediations": [_rem_json(r) for r in rems]})
         return
     if not rems:
-        click.echo(f"No remediation recorded for {node} (finished ones are kept 14 days).")
+        click.echo(f"No remediation recorded for {node}.")
         return
     for i, rem in enumerate(rems):
         if i:
@@ -327,8 +329,9 @@ def alerts(node: str | None, state_dir: str | None, config: str | None, as_json:
 def explain(node: str, state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Why NODE is in the state it is: alerts, what they mean, the open remediation and
     the last decisions with their rule ids (house style 9). Works without Slurm."""
-    got = operations.explain(node, lambda: _slurm(config), _store(state_dir, config).load,
-                             EXPLAIN_DECISIONS)
+    store = _store(state_dir, config)
+    got = operations.explain(node, lambda: _slurm(config),
+                             lambda: store.load_history(node=node), EXPLAIN_DECISIONS)
     slurm_info, found, state = got.slurm, got.alerts, got.state
     open_rems, recent, recs = got.open, got.recent, got.decisions
     if as_json:

@@ -88,9 +88,15 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     validator = Validator(store=store, slurm=slurm, state_dir=state_dir, slurm_conf=slurm_conf)
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
                             notifier=Notifier(notify), observers=observers,
-                            audit_retention=parse_duration(settings.audit_retention),
+                            audit_retention=parse_duration(settings.hot_retention),
                             validator=validator)
     holder.append(controller)
+    if "audit_retention" in settings.model_fields_set:
+        logging.getLogger("slurm_heal").warning(
+            "controller.audit_retention no longer moves anything: every ended remediation "
+            "is kept in %s for good (history, explain and the API read it there); it stays "
+            "in the hot store for controller.hot_retention (%s)", store.archive_file,
+            settings.hot_retention)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     # the type as configured (`simulator` is served by the http client: say simulator)
     provider_type = str(dict(policy.provider).get("type") or getattr(provider, "name", "?"))

@@ -149,10 +149,10 @@ class Acting(Escalation):
                       data={"act_done": done})
             self.wake(self.now + POLL_EVERY)
             return
-        if latest.detail.startswith(NOT_SENT):
+        if not latest.sent:
             # House style 2 (issue 8, defect 11): someone else took the node over between
             # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
-            why = latest.detail[len(NOT_SENT):]
+            why = latest.detail.removeprefix(NOT_SENT)  # the words, not the flag
             rem = self.step(rem, "failed", "D5", f"the {rem.action.value} of {rem.node} was not "
                             f"sent: {why}", data={"handed_to_person": True})
             self.hand_to_person(rem, "D5", f"the {rem.action.value} of {rem.node} was not sent "

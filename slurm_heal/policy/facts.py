@@ -10,7 +10,7 @@ from slurm_heal import extra as extra_mod
 from slurm_heal import reasons
 from slurm_heal.catalog import Catalog
 from slurm_heal.errors import CatalogError
-from slurm_heal.models import NOT_SENT, Attempt, Phase, Remediation
+from slurm_heal.models import Attempt, Phase, Remediation
 from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 # How soon to look again while an action runs (the daemon's own interval may be shorter).
@@ -62,7 +62,7 @@ def is_automatic(rem: Remediation) -> bool:
 
 def act_attempts(rem: Remediation) -> list[Attempt]:
     """Acts that were sent (one the controller did not send at all is no attempt, E1/S2)."""
-    return [a for a in rem.attempts if a.effect == "act" and not a.detail.startswith(NOT_SENT)]
+    return [a for a in rem.attempts if a.effect == "act" and a.sent]
 
 
 def acted_at(rem: Remediation) -> datetime | None:

@@ -211,7 +211,7 @@ class Gates(Cordon):
                    f"runs on it; {rem.id} is held until that person resumes the node "
                    "(the remediation is then cancelled) or cancels it")
             self.blocked(rem, "D5", why)
-            n = sum(1 for a in rem.attempts if a.key.startswith(f"{rem.id}:notify-held:"))
+            n = sum(1 for a in rem.attempts if a.step == "notify-held")
             self.effect("notify", rem.node, rem, "notify-held", n, why=why, rule="D5")
         self.wake(self.now + POLL_EVERY)
         return True

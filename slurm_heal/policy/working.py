@@ -177,7 +177,7 @@ class Working:
         self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
                                    action=rem.action if rem else Action.NONE,
                                    key=same or idempotency_key(base, step, n),
-                                   resend=same is not None, **fields))
+                                   step=step, resend=same is not None, **fields))
         self.planned.add((kind, rem.id if rem else f"node:{node}"))
         if kind in ("release", "resume"):
             self.planned.add(("undo", node))

@@ -341,7 +341,7 @@ def _enter(run: ValidationRun, now: datetime, phase: VPhase, rule: str, why: str
         if kind == "drain" and not reason:
             reason = marker(run, f"failed validation, ticket {run.id}")
         out.append(VEffect(kind=kind, key=key, node=run.node, reason=reason, why=why))
-        attempts.append(Attempt(key=key, effect=kind, started=now, detail=reason))
+        attempts.append(Attempt(key=key, effect=kind, started=now, detail=reason, step=phase))
     return Advance(run.model_copy(update={"attempts": tuple(attempts)}), out)
 
 

@@ -391,9 +391,19 @@ class Validator:
         except (OSError, ValueError, ValidationError) as exc:
             raise ValidationFlowError(f"the results in {logs} cannot be read for the ticket: {exc}") \
                 from exc
-        rems = sorted((r for r in state.remediations
-                       if r.node == run.node or (run.host and r.host == run.host)),
-                      key=lambda r: r.created)
+        mine = {r.id: r for r in state.remediations
+                if r.node == run.node or (run.host and r.host == run.host)}
+        # The machine's whole history: what retention moved to the audit archive too
+        # (issue 26; the hot store holds days of it).
+        archive = getattr(self.store, "archive_file", None)
+        if archive is not None:
+            from slurm_heal.store import archived
+
+            for only in ({"node": run.node}, {"host": run.host} if run.host else {}):
+                if only:
+                    for r in archived(archive, **only):
+                        mine.setdefault(r.id, r)
+        rems = sorted(mine.values(), key=lambda r: r.created)
         identity = {"node": run.node}
         if run.host:
             identity["host"] = run.host

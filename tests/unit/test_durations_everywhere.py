@@ -23,6 +23,7 @@ NOT_A_DURATION = "'10x' is not a duration (use e.g."
 # (section, key): every duration of heal.toml, its provider sections included
 HEAL_DURATIONS = [
     ("controller", "interval"), ("controller", "audit_retention"),
+    ("controller", "hot_retention"),
     ("notify", "backoff"), ("notify", "max_backoff"), ("notify", "poll"),
     ("api", "session_ttl"), ("safety", "cooldown"), ("safety", "return_timeout"),
     ("safety", "act_timeout"), ("waiting", "max_wait"), ("escalation", "window"),

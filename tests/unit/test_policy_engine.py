@@ -1079,7 +1079,8 @@ def test_an_act_the_controller_did_not_send_counts_for_no_escalation() -> None:
     """SPEC E1/E2 (issue 8, defect 11): an act recorded as "not sent" (the node was taken
     over before it ran) did not happen: it is no reboot towards the ladder."""
     hist = tuple(r.model_copy(update={"attempts": (r.attempts[0].model_copy(update={
-        "outcome": "failed", "detail": "not sent: gpu01 was drained by someone else"}),)})
+        "outcome": "failed", "sent": False,
+        "detail": "not sent: gpu01 was drained by someone else"}),)})
         for r in history(2, phase=Phase.FAILED))
     plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]},
                State(remediations=hist))
