@@ -353,10 +353,10 @@ class Controller:
 
     def _cordon(self, effect: Effect, state: State, now: datetime) -> Done:
         node = self.slurm.node(effect.node)
-        if (node.drained or node.down) and node.reason and not (
-                reasons.is_ours(node.reason) or reasons.is_request(node.reason)):
-            # house style 2: a person's drain is never relabelled (the engine holds such
-            # nodes too; this guards the moment between its read and ours)
+        if (node.drained or node.down) and reasons.owner(node.reason) in ("slurm", "person"):
+            # house style 2: a person's drain (or Slurm's own reboot reason) is never
+            # relabelled (the engine holds such nodes too; this guards the moment between
+            # its read and ours)
             return "failed", (f"{effect.node} is out of service for a reason not ours "
                               f"({node.reason!r}); not relabelled"), None
         self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
@@ -385,7 +385,7 @@ class Controller:
             # person's drain, the node check's own drain): not ours to undo.
             return "failed", (f"reason changed since it was planned ({effect.reason!r}, "
                               f"now {node.reason!r}); left alone"), None
-        if reasons.is_ours(node.reason) or _our_reboot(node, state, effect):
+        if reasons.owner(node.reason) == "ours" or _our_reboot(node, state, effect):
             self.slurm.resume(effect.node)
             return "ok", "resumed", None
         # house style 2: never resume a node somebody else took out of service
@@ -455,9 +455,7 @@ HANDLERS: dict[str, Handler] = {
 def _foreign_reason(node: NodeInfo) -> str:
     """Why the node is someone else's now (drained or down for a reason that is neither
     ours, a request, nor Slurm's own reboot reason), or "" when it is not."""
-    if (node.drained or node.down) and node.reason and not (
-            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-            or reasons.is_slurm_reboot(node.reason)):
+    if (node.drained or node.down) and reasons.owner(node.reason) == "person":
         return (f"{node.name} was {'set DOWN' if node.down else 'drained'} by someone else "
                 f"({node.reason!r})")
     return ""
@@ -466,7 +464,7 @@ def _foreign_reason(node: NodeInfo) -> str:
 def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:
     """The node is out of service only because of the reboot our action caused: Slurm's
     own reboot reason replaced our marker, and the boot came after our act."""
-    if (not reasons.is_slurm_reboot(node.reason) or node.boot_time is None
+    if (reasons.owner(node.reason) != "slurm" or node.boot_time is None
             or reasons.slurm_rebooting(node.states)):
         return False  # a reboot pending or under way now is not the one our act caused
     act = _act_attempt(state, effect.remediation, "")

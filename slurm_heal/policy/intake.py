@@ -110,7 +110,7 @@ class Intake(Requests):
 
     def observe(self, node: NodeInfo) -> None:
         name = node.name
-        ours_rebooting = reasons.is_slurm_reboot(node.reason) and any(
+        ours_rebooting = reasons.owner(node.reason) == "slurm" and any(
             r.phase in (Phase.ACTING, Phase.RETURNING)
             for r in self.of_node(name))  # Slurm's reason for the reboot we caused
         if self.foreign(node) and not ours_rebooting:

@@ -295,9 +295,7 @@ def _foreign(node: NodeInfo) -> bool:
     """Someone else's drain (D5); a malformed request is one too (O6): nothing of ours
     will ever act on it, so it is never counted as healthy."""
     return bool((node.drained or node.down) and node.reason and (
-        reasons.request_problem(node.reason) or not (
-            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-            or reasons.is_slurm_reboot(node.reason))))
+        reasons.request_problem(node.reason) or reasons.owner(node.reason) == "person"))
 
 
 def classify(node: NodeInfo, state: State, now: datetime,
