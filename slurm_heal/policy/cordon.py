@@ -40,7 +40,8 @@ class Cordon(Working):
             return  # a person's node now, or it ended in this call (release() decided)
         ref = marker.remediation or "?"
         if self.healthy_but_for_us(name):
-            self.effect("release", name, None, "release", reason=node.reason, rule="L1",
+            self.effect("release", name, None, "release", topic=ref, reason=node.reason,
+                        rule="L1",
                         why=f"{name} is still cordoned for {ref}, which is over: undo the "
                         "cordon")
             if self.once(f"orphan:{name}", ref):
@@ -81,7 +82,7 @@ class Cordon(Working):
                    "person; nothing is resumed, released or started on it until a person "
                    "resumes the node or asks for an action")
             self.record(node.name, "blocked", "I5", why)
-            self.effect("notify", node.name, None, "notify", why=why, rule="I5")
+            self.effect("notify", node.name, None, "notify", topic=ref, why=why, rule="I5")
 
     def release(self, rem: Remediation, what: str) -> None:
         """Undo our cordon (never a reason that is not ours, house style 2)."""
