@@ -31,10 +31,17 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers._proc import run
 from slurm_heal.providers._records import KeyRecords, operation
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    ProviderSettings,
+    StrTable,
+    Timeout,
+)
 from slurm_heal.types import Action
 
 # After the timeout the runner kills the script's process group and writes the outcome;
@@ -169,3 +176,18 @@ def _runner_alive(rec: Mapping[str, Any]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class ExecSettings(ProviderSettings):
+    """``type = "exec"``: one script per action (docs/providers.md)."""
+
+    scripts: StrTable = Field(default=None, validate_default=True)
+    timeout: Timeout = 600.0
+    env: StrTable = Field(default_factory=dict)
+
+    @field_validator("scripts", mode="before")
+    @classmethod
+    def _some(cls, value: Any) -> Any:
+        if not value:  # missing or empty: nothing to run
+            raise ValueError("needs at least one action = \"/path/to/script\"")
+        return value

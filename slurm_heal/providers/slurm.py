@@ -33,6 +33,11 @@ from typing import Any
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers._records import KeyRecords, operation
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    LongTimeout,
+    ProviderSettings,
+    Text,
+)
 from slurm_heal.reasons import (
     OUR_PREFIX,
     format_marker,
@@ -175,3 +180,9 @@ def _parse(value: Any) -> datetime | None:
         return None
     return _aware(datetime.fromisoformat(value))
 
+
+class SlurmSettings(ProviderSettings):
+    """``type = "slurm"``: `scontrol reboot` through slurmctld (docs/providers.md)."""
+
+    nextstate: Text = "DRAIN"
+    timeout: LongTimeout = 1800.0
