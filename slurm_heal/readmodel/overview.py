@@ -36,7 +36,9 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.readmodel.words import elapsed as _dur
 from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
+from slurm_heal.readmodel.words import stamp as _ts
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -234,17 +236,6 @@ def controller_view(beat: Heartbeat | None, state: State | None, now: datetime,
     return ControllerView(state="running", words=(
         f"Controller running: last cycle {_dur(age)} ago{mode}"
         + (f", version {beat.version}" if beat.version else "")), **common)
-
-
-def _dur(seconds: float) -> str:
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
 def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
@@ -453,10 +444,6 @@ def _validations(state: State, now: datetime) -> tuple[VLine, ...]:
                          why=v.steps[-1].why if v.steps else v.reason,
                          since=v.phase_times.get(v.phase, v.created)))
     return tuple(sorted(out, key=lambda x: (x.since, x.node)))
-
-
-def _ts(value: datetime | None) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
 def render(ov: Overview) -> list[str]:
