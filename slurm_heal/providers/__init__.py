@@ -202,19 +202,15 @@ class _EmbeddedSimulator:
 def _make_exec(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                state_dir: Path | None) -> Provider:
     from slurm_heal.providers.script import EXEC_ACTIONS, ExecProvider, ExecSettings
-    from slurm_heal.providers.settings import read_provider_section
+    from slurm_heal.providers.settings import read_provider_section, supported_action, words_of
 
     s = read_provider_section(ExecSettings, cfg)
     scripts: dict[Action, str] = {}
     for name, path in s.scripts.items():
         key = f"{SECTION}.scripts.{name}"
-        try:
-            action = Action(name)
-        except ValueError:
-            action = Action.NONE
-        if action not in EXEC_ACTIONS:
-            raise ConfigError(f"not an action; one of "
-                              f"{', '.join(sorted(a.value for a in EXEC_ACTIONS))}", key=key)
+        action = supported_action(name, EXEC_ACTIONS)
+        if action is None:
+            raise ConfigError(f"not an action; one of {words_of(EXEC_ACTIONS)}", key=key)
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             raise ConfigError(f"{path} is not an executable file", key=key)
         scripts[action] = path

@@ -132,17 +132,10 @@ class AwsProvider(SteppedOperations):
         for client in (self._reads, self._acts):
             client.close()
 
-    def supports(self, action: Action) -> bool:
-        """reboot, rebuild, migrate, power_cycle (those enabled)."""
-        return action in self.actions
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Start ``action`` on the instance of ``node`` once per ``key``."""
-        if not self.supports(action):
-            raise ProviderRefused(f"aws provider: action {action.value!r} is not available "
-                                  f"(enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)  # reboot, rebuild, migrate, power_cycle
         if known is not None:
             return known
         instance_id = self.instance_id(node)

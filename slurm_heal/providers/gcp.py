@@ -110,10 +110,7 @@ class GcpProvider(SteppedOperations):
             raise ProviderRefused("gcp provider: rebuild recreates the VM from its managed "
                                   "instance group's template; set [provider] "
                                   "instance_group_manager")
-        if not self.supports(action):
-            raise ProviderRefused(f"gcp provider: action {action.value!r} is not available "
-                                  f"(enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)
         if known is not None:
             return known
         zone, instance = self._instance(node)

@@ -34,6 +34,7 @@ from urllib.parse import quote
 from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providers._records import not_enabled, require_key
 from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
 from slurm_heal.providers.base import Operation, OperationStatus
 from slurm_heal.providers.settings import (
@@ -121,10 +122,8 @@ class HttpProvider:
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Create ``action`` on ``node`` with Idempotency-Key ``key`` (same key: same op)."""
         if not self.supports(action):
-            raise ProviderRefused(f"{self.name} provider: action {action.value!r} is not "
-                                  f"enabled (enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
+            raise not_enabled(self.name, action, self.actions)
+        require_key(key)
         body = self._call("POST", f"/v1/nodes/{quote(node, safe='')}/actions",
                           json_body={"action": action.value}, headers={"Idempotency-Key": key})
         op = _operation(_field(body, "operation", dict), f"POST /v1/nodes/{node}/actions")

@@ -106,6 +106,7 @@ class OpenStackProvider(SteppedOperations):
     """Nova client (openstacksdk) for reboot / rebuild / migrate."""
 
     name = "openstack"
+    actions = OPENSTACK_ACTIONS  # reboot, rebuild (from the server's image), migrate
 
     def __init__(self, *, auth_url: str, username: str = "", password: str = "",
                  project_name: str = "", user_domain: str = "Default",
@@ -150,16 +151,10 @@ class OpenStackProvider(SteppedOperations):
             self._conn.close()
             self._conn = None
 
-    def supports(self, action: Action) -> bool:
-        """reboot, rebuild (from the server's image), migrate."""
-        return action in OPENSTACK_ACTIONS
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Start the Nova action for ``node`` once per ``key``."""
-        if action not in OPENSTACK_ACTIONS:
-            raise ProviderRefused(f"openstack provider cannot {action.value} a node")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)
         if known is not None:
             return known
         server = self._server_id(node)

@@ -107,17 +107,10 @@ class RedfishProvider(SteppedOperations):
         """Close the HTTP session."""
         self._http.close()
 
-    def supports(self, action: Action) -> bool:
-        """reboot and power_cycle (those enabled)."""
-        return action in self.actions
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Reset the system of ``node`` once per ``key``."""
-        if not self.supports(action):
-            raise ProviderRefused(f"redfish provider cannot {action.value} a node (a BMC "
-                                  f"can: {', '.join(sorted(a.value for a in self.actions))})")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)  # a BMC can reboot and power_cycle
         if known is not None:
             return known
         bmc = self._bmc(node)

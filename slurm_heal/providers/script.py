@@ -35,7 +35,12 @@ from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers._proc import run
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import (
+    KeyRecords,
+    RecordedOperations,
+    operation,
+    require_key,
+)
 from slurm_heal.providers.base import Operation
 from slurm_heal.providers.settings import (
     ProviderSettings,
@@ -51,7 +56,7 @@ OTHER_HOST_GRACE = timedelta(seconds=30)
 EXEC_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 
 
-class ExecProvider:
+class ExecProvider(RecordedOperations):
     """Runs the configured script for each action."""
 
     name = "exec"
@@ -76,8 +81,7 @@ class ExecProvider:
             raise ProviderRefused(
                 f"exec provider: no script configured for {action.value!r} "
                 f"(configured: {', '.join(sorted(a.value for a in self.scripts)) or 'none'})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
+        require_key(key)
         with self.records.locked() as records:
             seen = records.get(key)
             if seen is None:
@@ -113,14 +117,10 @@ class ExecProvider:
         self.records.put(key, rec)
         return operation(key, rec)
 
-    def status(self, key: str) -> Operation | None:
-        """What the script run for ``key`` did; None when no script ran for it."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
+    def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
+        """A script run on record without its outcome (``status``: what the script run
+        for ``key`` did; None when no script ran for it)."""
         op = operation(key, rec)
-        if op.status != "running":
-            return op
         host = rec.get("hostname")
         if host != socket.gethostname():
             # Another replica's run (shared state dir, S6): its process is not visible

@@ -102,6 +102,19 @@ def _verify(value: Any) -> bool | str:
     return value
 
 
+def supported_action(name: Any, supported: frozenset[Action]) -> Action | None:
+    """The action ``name`` names when it is one of ``supported``, else None."""
+    try:
+        action = Action(name)
+    except ValueError:
+        return None
+    return action if action in supported else None
+
+
+def words_of(actions: frozenset[Action]) -> str:
+    return ", ".join(sorted(a.value for a in actions))
+
+
 def actions_of(supported: frozenset[Action]) -> BeforeValidator:
     """The ``actions`` key: a list of some of the ``supported`` actions."""
     def actions(value: Any) -> frozenset[Action]:
@@ -109,13 +122,9 @@ def actions_of(supported: frozenset[Action]) -> BeforeValidator:
             raise ValueError("must be a list of actions")
         out = set()
         for item in value:
-            try:
-                action = Action(item)
-            except ValueError:
-                action = Action.NONE
-            if action not in supported:
-                raise ValueError(f"{item!r} is not one of "
-                                 f"{', '.join(sorted(a.value for a in supported))}")
+            action = supported_action(item, supported)
+            if action is None:
+                raise ValueError(f"{item!r} is not one of {words_of(supported)}")
             out.add(action)
         return frozenset(out)
     return BeforeValidator(actions)
