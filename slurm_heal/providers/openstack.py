@@ -48,13 +48,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline
+from slurm_heal.providers._transport import Deadline, call_within
 from slurm_heal.providers.base import Operation
 from slurm_heal.providers.settings import (
     Count,
@@ -405,18 +405,8 @@ class OpenStackProvider(SteppedOperations):
         if left <= 0:
             raise _Retryable(f"openstack: {what}: the deadline of {deadline.seconds:g}s "
                              "is spent", timed_out=True)
-        result: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                result["value"] = fn()
-            except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
-                result["error"] = exc
-
-        worker = threading.Thread(target=work, name="openstack-call", daemon=True)
-        worker.start()
-        worker.join(left)
-        if worker.is_alive():
+        call = call_within(fn, left, "openstack-call")
+        if not call.done:
             # The worker keeps only its own thread until requests' read timeout ends it,
             # and the connection it holds: keystoneauth's auth plugin locks while it
             # fetches a token, so a trickled token answer would block every later call.
@@ -428,10 +418,9 @@ class OpenStackProvider(SteppedOperations):
             if read:
                 raise _Retryable(message, timed_out=True)
             raise _Unknown(message)
-        if "error" in result:
-            raise _classify(what, result["error"], read=read) from result["error"]
-        value: T = result["value"]
-        return value
+        if call.error is not None:
+            raise _classify(what, call.error, read=read) from call.error
+        return cast(T, call.value)
 
 
 def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
