@@ -104,6 +104,41 @@ def controller_settings(raw: dict[str, Any], source: str = "config") -> Controll
     return read_section(ControllerSettings, raw, file=source, key="controller")
 
 
+# What an effect's handler says: its outcome, the detail recorded, the provider's
+# operation id (act and poll; None for the others).
+Done = tuple[Outcome, str, "str | None"]
+# The disruptive steps: the last look (`Controller._taken_over`) comes before each.
+DISRUPTIVE = frozenset({"act", "signal_jobs", "requeue_jobs", "cancel_jobs"})
+
+
+def failure_outcome(kind: str, exc: Exception) -> tuple[Outcome | None, str]:
+    """The one map from what an effect's step raised to its outcome and detail; None:
+    left in flight (unknown whether it ran), asked about by its key next cycle (S6).
+
+    - ProviderRefused: a definite no from the provider, nothing ran: failed.
+    - any other ProviderError on an act or poll (a timeout, a 5xx after retries, a lost
+      connection): whether the action ran is unknown, so it stays in flight; the next
+      cycle asks by the same key, and the engine's act timeout hands it to a person at
+      the end. On any other effect: failed.
+    - SlurmError: failed, in Slurm's words; any other HealError (NotFound for a node gone
+      from Slurm, a store error): failed, named by its class.
+    - anything else (issue 8, defect 7: an OSError from a full disk, a bug): that effect
+      fails; an act or poll stays in flight, since whether the action ran is unknown.
+    """
+    in_flight = kind in ("act", "poll")
+    if isinstance(exc, ProviderRefused):
+        return "failed", str(exc)
+    if isinstance(exc, ProviderError):
+        return (None if in_flight else "failed"), str(exc)
+    if isinstance(exc, SlurmError):
+        return "failed", str(exc)
+    if isinstance(exc, HealError):
+        return "failed", f"{type(exc).__name__}: {exc}"
+    if in_flight:
+        return None, f"{type(exc).__name__}: {exc}"
+    return "failed", f"unexpected {type(exc).__name__}: {exc}"
+
+
 @dataclass
 class Executed:
     effect: Effect
@@ -252,104 +287,42 @@ class Controller:
 
     # -- effects -----------------------------------------------------------------------
     def _run(self, effect: Effect, state: State, now: datetime) -> Executed:
+        """Run one effect through its handler (`HANDLERS`), each isolated: whatever it
+        raises becomes its outcome through `failure_outcome`, and the cycle goes on."""
         where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
         record_key = effect.key
+        if effect.kind == "poll":
+            act = _act_attempt(state, effect.remediation, effect.ref)
+            if act is None:
+                log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
+                return Executed(effect, None, "no act attempt to poll")
+            record_key = act.key  # the answer goes on the act's attempt
+        outcome: Outcome
         operation: str | None = None
         sent = True  # False: the last look found the node taken over; nothing was sent
         try:
-            if effect.kind == "poll":
-                act = _act_attempt(state, effect.remediation, effect.ref)
-                if act is None:
-                    log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
-                    return Executed(effect, None, "no act attempt to poll")
-                record_key = act.key
-                op = self.provider.status(act.key)
-                if op is None:
-                    # The provider never saw the key: the submit never arrived. Sending it
-                    # again with the SAME key cannot execute twice (the key dedups).
-                    log.warning("%s provider has no record of key=%s; re-sending with the "
-                                "same key", where, act.key)
-                    op = self.provider.submit(effect.node, act.action, act.key)
-                outcome, detail, operation = _op_outcome(op)
-                self._vacated(effect, op, outcome, now)
-            elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
-                    taken := self._taken_over(effect.node)):
+            if effect.kind in DISRUPTIVE and (taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
                 # step; someone else drained the node since the snapshot: nothing is sent.
                 outcome, detail, sent = "failed", NOT_SENT + taken, False
-            elif effect.kind == "act":
-                op = self.provider.submit(effect.node, effect.action, effect.key)
-                outcome, detail, operation = _op_outcome(op)
-                self._vacated(effect, op, outcome, now)
-            elif effect.kind == "cordon":
-                node = self.slurm.node(effect.node)
-                if (node.drained or node.down) and node.reason and not (
-                        reasons.is_ours(node.reason) or reasons.is_request(node.reason)):
-                    # house style 2: a person's drain is never relabelled (the engine holds
-                    # such nodes too; this guards the moment between its read and ours)
-                    outcome, detail = "failed", (f"{effect.node} is out of service for a "
-                                                 f"reason not ours ({node.reason!r}); not "
-                                                 "relabelled")
-                else:
-                    self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
-                        "request", remediation=effect.remediation, by="controller"))
-                    outcome, detail = "ok", "drained"
-            elif effect.kind == "signal_jobs":
-                self.slurm.signal_jobs(effect.node, effect.signal or "USR1")
-                outcome, detail = "ok", f"signal {effect.signal or 'USR1'} sent"
-            elif effect.kind == "requeue_jobs":
-                self.slurm.requeue_jobs(effect.node)
-                outcome, detail = "ok", "jobs requeued"
-            elif effect.kind == "cancel_jobs":
-                self.slurm.cancel_jobs(effect.node)
-                outcome, detail = "ok", "jobs cancelled"
-            elif effect.kind in ("resume", "release"):
-                node = self.slurm.node(effect.node)
-                if not (node.drained or node.down):
-                    outcome, detail = "ok", "already in service"
-                elif effect.reason and node.reason != effect.reason:
-                    # house style 2 / issue 8: the reason changed since the plan was made
-                    # (a person's drain, the node check's own drain): not ours to undo.
-                    outcome, detail = "failed", (f"reason changed since it was planned "
-                                                 f"({effect.reason!r}, now {node.reason!r}); "
-                                                 "left alone")
-                elif reasons.is_ours(node.reason) or _our_reboot(node, state, effect):
-                    self.slurm.resume(effect.node)
-                    outcome, detail = "ok", "resumed"
-                else:
-                    # house style 2: never resume a node somebody else took out of service
-                    outcome, detail = "failed", f"reason is not ours ({node.reason!r}); left alone"
-            elif effect.kind == "notify":
-                self.notifier(effect, now)
-                outcome, detail = "ok", "sent to support"
-            else:  # pragma: no cover - Effect.kind is a closed Literal
-                outcome, detail = "failed", f"unknown effect {effect.kind}"
-        except ProviderRefused as exc:
-            # A definite no from the provider: nothing ran.
-            outcome, detail = "failed", str(exc)
-        except ProviderError as exc:
-            if effect.kind in ("act", "poll"):
-                # A timeout, a 5xx after retries, a lost connection: we do not know whether
-                # the action ran. Leave it in flight; the next cycle asks by the same key
-                # (SPEC S6), and the engine's act timeout hands it to a person at the end.
-                log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
-                            effect.kind, exc)
-                self._provider_error(effect.remediation, record_key, str(exc), now, where)
-                return Executed(effect, None, str(exc))
-            outcome, detail = "failed", str(exc)
-        except SlurmError as exc:
-            outcome, detail = "failed", str(exc)
-        except HealError as exc:  # NotFound (a node gone from Slurm), a store error, ...
-            outcome, detail = "failed", f"{type(exc).__name__}: {exc}"
+            elif (handler := HANDLERS.get(effect.kind)) is None:  # pragma: no cover
+                outcome, detail = "failed", f"unknown effect {effect.kind}"  # a closed Literal
+            else:
+                outcome, detail, operation = handler(self, effect, state, now)
         except Exception as exc:
-            # Issue 8 (defect 7): one effect's unexpected error (an OSError from a full
-            # disk, a bug) fails that effect only; the traceback is logged once, here, and
-            # the cycle goes on with the next effect. An act or poll is left in flight:
-            # whether the action ran is unknown, so the next cycle asks by its key.
-            log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
-            if effect.kind in ("act", "poll"):
-                return Executed(effect, None, f"{type(exc).__name__}: {exc}")
-            outcome, detail = "failed", f"unexpected {type(exc).__name__}: {exc}"
+            settled, detail = failure_outcome(effect.kind, exc)
+            if not isinstance(exc, HealError):
+                # Issue 8 (defect 7): one effect's unexpected error (an OSError from a
+                # full disk, a bug) fails that effect only; the traceback is logged once,
+                # here, and the cycle goes on with the next effect.
+                log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
+            if settled is None:
+                if isinstance(exc, ProviderError):
+                    log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
+                                effect.kind, exc)
+                    self._provider_error(effect.remediation, record_key, str(exc), now, where)
+                return Executed(effect, None, detail)
+            outcome = settled
         log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
                  effect.action.value, outcome, detail[:200])
         if effect.remediation and record_key:
@@ -362,6 +335,74 @@ class Controller:
             except Exception:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+    # One small handler per effect kind (`HANDLERS`): each does its step and says how it
+    # went; an exception is turned into the outcome by `failure_outcome`, not here.
+    def _poll(self, effect: Effect, state: State, now: datetime) -> Done:
+        act = _act_attempt(state, effect.remediation, effect.ref)
+        assert act is not None  # _run answered a poll without one
+        op = self.provider.status(act.key)
+        if op is None:
+            # The provider never saw the key: the submit never arrived. Sending it
+            # again with the SAME key cannot execute twice (the key dedups).
+            log.warning("%s provider has no record of key=%s; re-sending with the same key",
+                        _fields(node=effect.node, remediation=effect.remediation,
+                                rule=effect.rule), act.key)
+            op = self.provider.submit(effect.node, act.action, act.key)
+        return self._operation(effect, op, now)
+
+    def _act(self, effect: Effect, state: State, now: datetime) -> Done:
+        return self._operation(effect, self.provider.submit(effect.node, effect.action,
+                                                            effect.key), now)
+
+    def _operation(self, effect: Effect, op: Operation, now: datetime) -> Done:
+        outcome, detail, operation = _op_outcome(op)
+        self._vacated(effect, op, outcome, now)
+        return outcome, detail, operation
+
+    def _cordon(self, effect: Effect, state: State, now: datetime) -> Done:
+        node = self.slurm.node(effect.node)
+        if (node.drained or node.down) and reasons.owner(node.reason) in ("slurm", "person"):
+            # house style 2: a person's drain (or Slurm's own reboot reason) is never
+            # relabelled (the engine holds such nodes too; this guards the moment between
+            # its read and ours)
+            return "failed", (f"{effect.node} is out of service for a reason not ours "
+                              f"({node.reason!r}); not relabelled"), None
+        self.slurm.drain(effect.node, effect.reason or reasons.format_marker(
+            "request", remediation=effect.remediation, by="controller"))
+        return "ok", "drained", None
+
+    def _signal_jobs(self, effect: Effect, state: State, now: datetime) -> Done:
+        self.slurm.signal_jobs(effect.node, effect.signal or "USR1")
+        return "ok", f"signal {effect.signal or 'USR1'} sent", None
+
+    def _requeue_jobs(self, effect: Effect, state: State, now: datetime) -> Done:
+        self.slurm.requeue_jobs(effect.node)
+        return "ok", "jobs requeued", None
+
+    def _cancel_jobs(self, effect: Effect, state: State, now: datetime) -> Done:
+        self.slurm.cancel_jobs(effect.node)
+        return "ok", "jobs cancelled", None
+
+    def _resume(self, effect: Effect, state: State, now: datetime) -> Done:
+        """``resume`` and ``release`` alike: only a node out of service for our reason."""
+        node = self.slurm.node(effect.node)
+        if not (node.drained or node.down):
+            return "ok", "already in service", None
+        if effect.reason and node.reason != effect.reason:
+            # house style 2 / issue 8: the reason changed since the plan was made (a
+            # person's drain, the node check's own drain): not ours to undo.
+            return "failed", (f"reason changed since it was planned ({effect.reason!r}, "
+                              f"now {node.reason!r}); left alone"), None
+        if reasons.owner(node.reason) == "ours" or _our_reboot(node, state, effect):
+            self.slurm.resume(effect.node)
+            return "ok", "resumed", None
+        # house style 2: never resume a node somebody else took out of service
+        return "failed", f"reason is not ours ({node.reason!r}); left alone", None
+
+    def _notify(self, effect: Effect, state: State, now: datetime) -> Done:
+        self.notifier(effect, now)
+        return "ok", "sent to support", None
 
     def _provider_error(self, rid: str | None, key: str, error: str, now: datetime,
                         where: str) -> None:
@@ -405,12 +446,25 @@ class Controller:
         return _foreign_reason(node)
 
 
+Handler = Callable[[Controller, Effect, State, datetime], Done]
+# Effects dispatched by kind (models.EffectKind): one small handler each.
+HANDLERS: dict[str, Handler] = {
+    "poll": Controller._poll,
+    "act": Controller._act,
+    "cordon": Controller._cordon,
+    "signal_jobs": Controller._signal_jobs,
+    "requeue_jobs": Controller._requeue_jobs,
+    "cancel_jobs": Controller._cancel_jobs,
+    "resume": Controller._resume,
+    "release": Controller._resume,
+    "notify": Controller._notify,
+}
+
+
 def _foreign_reason(node: NodeInfo) -> str:
     """Why the node is someone else's now (drained or down for a reason that is neither
     ours, a request, nor Slurm's own reboot reason), or "" when it is not."""
-    if (node.drained or node.down) and node.reason and not (
-            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-            or reasons.is_slurm_reboot(node.reason)):
+    if (node.drained or node.down) and reasons.owner(node.reason) == "person":
         return (f"{node.name} was {'set DOWN' if node.down else 'drained'} by someone else "
                 f"({node.reason!r})")
     return ""
@@ -419,7 +473,7 @@ def _foreign_reason(node: NodeInfo) -> str:
 def _our_reboot(node: NodeInfo, state: State, effect: Effect) -> bool:
     """The node is out of service only because of the reboot our action caused: Slurm's
     own reboot reason replaced our marker, and the boot came after our act."""
-    if (not reasons.is_slurm_reboot(node.reason) or node.boot_time is None
+    if (reasons.owner(node.reason) != "slurm" or node.boot_time is None
             or reasons.slurm_rebooting(node.states)):
         return False  # a reboot pending or under way now is not the one our act caused
     act = _act_attempt(state, effect.remediation, "")

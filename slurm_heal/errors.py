@@ -70,7 +70,9 @@ class StoreLocked(StoreError):
 
 
 class SlurmError(HealError):
-    """A Slurm command failed. Carries the argv, exit status and stderr."""
+    """A Slurm command failed. Carries the argv, exit status and stderr, and Slurm's own
+    error number where the backend has one (``errno``: slurm/slurm_errno.h, e.g. 2018
+    ESLURM_INVALID_NODE_NAME; pyslurm's RPCError carries it)."""
 
     def __init__(
         self,
@@ -79,10 +81,12 @@ class SlurmError(HealError):
         command: Sequence[str] = (),
         returncode: int | None = None,
         stderr: str = "",
+        errno: int | None = None,
     ):
         self.command = list(command)
         self.returncode = returncode
         self.stderr = stderr
+        self.errno = errno
         detail = message
         if self.command:
             detail += f" (command: {' '.join(self.command)}"

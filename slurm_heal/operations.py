@@ -184,14 +184,13 @@ def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
                         f"scontrol update nodename={n.name} state=resume",
                 first_seen=seen, last_seen=seen))
             continue
-        if (n.down or n.drained) and n.reason and not found and (
-                reasons.is_ours(n.reason) or reasons.is_request(n.reason)):
+        whose = reasons.owner(n.reason)
+        if (n.down or n.drained) and not found and whose in ("ours", "request"):
             # Issue 11: what drained the node is shown even when no alert says so (Extra
             # not writable, the alert cleared while our cordon stays, a detector's request)
             out.append(_drained_without_alert(n, at))
             continue
-        if (n.down or n.drained) and n.reason and not reasons.is_ours(n.reason) \
-                and not reasons.is_request(n.reason):
+        if (n.down or n.drained) and whose in ("slurm", "person"):
             fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
             seen = n.reason_time or at
             out.append(Alert(

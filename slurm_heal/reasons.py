@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from slurm_heal.errors import ReasonError
 from slurm_heal.types import Action
@@ -107,6 +108,28 @@ def slurm_rebooting(states: frozenset[str] | set[str]) -> bool:
     return bool(SLURM_REBOOT_FLAGS & set(states))
 
 
+# Who a node's reason belongs to (house style 2, SPEC D5, Q1): the one classifier the
+# engine, the controller, the node check and the read model ask.
+Owner = Literal["none", "ours", "request", "slurm", "person"]
+
+
+def owner(reason: str | None) -> Owner:
+    """Whose ``reason`` is: ``"ours"`` (our cordon marker, ``heal:``), ``"request"`` (a
+    ``heal-request:``, well formed or not), ``"slurm"`` (only Slurm's own reboot reasons,
+    `is_slurm_reboot`), ``"person"`` (anything else: a person's, or another tool's) and
+    ``"none"`` (no reason at all; a blank one is a person's). What to do with each is the caller's rule: e.g. a
+    Slurm reboot reason is ours to clear only after the boot our own action caused."""
+    if not reason:
+        return "none"
+    if is_ours(reason):
+        return "ours"
+    if is_request(reason):
+        return "request"
+    if is_slurm_reboot(reason):
+        return "slurm"
+    return "person"
+
+
 def is_request(reason: str | None) -> bool:
     """True when ``reason`` is (or tries to be) a heal request."""
     return bool(reason) and reason.lstrip().startswith(REQUEST_PREFIX)  # type: ignore[union-attr]
@@ -166,6 +189,17 @@ def parse_marker(reason: str) -> Marker:
         raise ReasonError(f"slurm-heal reason without a fault id: {reason!r}")
     keys, text = _split_keys(words[1:], _MARKER_KEYS, "slurm-heal reason")
     return Marker(fault=words[0], remediation=keys.get("rem"), by=keys.get("by"), text=text)
+
+
+def marker_of(reason: str | None) -> Marker | None:
+    """Our cordon marker in ``reason``, parsed; None when the reason is not ours or does
+    not parse (then nothing in it is read as ours: no remediation, no ``by``)."""
+    if owner(reason) != "ours":
+        return None
+    try:
+        return parse_marker(reason or "")
+    except ReasonError:
+        return None
 
 
 def format_request(action: Action, detector: str | None = None,

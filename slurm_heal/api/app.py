@@ -58,6 +58,7 @@ from slurm_heal.errors import (
 )
 from slurm_heal.location import Location
 from slurm_heal.models import Command
+from slurm_heal.readmodel import words
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 
@@ -796,32 +797,28 @@ def _redirect(location: str) -> Response:
     return Response("", status=303, headers={"Location": location})
 
 
+def _instant(value: Any) -> datetime | None:
+    """An ISO time (a template's JSON value) as an aware datetime; None when not one."""
+    try:
+        at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
+
+
 def _ts(value: Any) -> str:
-    """An ISO time as "2026-01-05 10:00:00Z" (UTC), "-" for none."""
+    """An ISO time as `status` writes it, "2026-01-05 10:00:00Z" (UTC); "-" for none."""
     if not value:
         return "-"
-    try:
-        at = datetime.fromisoformat(str(value))
-    except ValueError:
-        return str(value)
-    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    at = _instant(value)
+    return words.stamp(at) if at is not None else str(value)
 
 
 def _ago(value: Any) -> str:
-    """How long ago an ISO time was, in words ("3 min ago")."""
+    """How long ago an ISO time was, in `status`'s words ("12m ago"); "never" for none."""
     if not value:
         return "never"
-    try:
-        at = datetime.fromisoformat(str(value))
-    except ValueError:
+    at = _instant(value)
+    if at is None:
         return str(value)
-    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-    secs = int((datetime.now(timezone.utc) - at).total_seconds())
-    if secs < 60:
-        return f"{max(secs, 0)} s ago"
-    if secs < 3600:
-        return f"{secs // 60} min ago"
-    if secs < 86400:
-        return f"{secs // 3600} h ago"
-    return f"{secs // 86400} d ago"
+    return f"{words.elapsed((datetime.now(timezone.utc) - at).total_seconds())} ago"

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import kernlog, node, paths, proc, sources, state
 from slurm_heal.checks.config import CheckConfig
-from slurm_heal.errors import HealError, ReasonError, SlurmError, SlurmUnreachable
+from slurm_heal.errors import HealError, SlurmError, SlurmUnreachable
 from slurm_heal.types import Alert, Evidence, Finding, Severity
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
@@ -536,7 +536,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     worst = [f for f in findings if cordons(f)]
     if worst:
         info = client.node(name)
-        if info.down or (info.drained and not reasons.is_ours(info.reason)):
+        if info.down or (info.drained and reasons.owner(info.reason) != "ours"):
             # House style 2: a node someone else took out of service keeps their reason.
             result.notes.append(f"{name} is already {'down' if info.down else 'drained'} "
                                 f"by someone else ({info.reason!r}); left as it is")
@@ -559,10 +559,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     pub["held"] = ""
     if not info.drained:
         return
-    try:
-        marker = reasons.parse_marker(info.reason) if reasons.is_ours(info.reason) else None
-    except ReasonError:
-        marker = None
+    marker = reasons.marker_of(info.reason)
     if marker is not None and marker.by == "check":
         client.resume(name)
         result.actions.append(f"resumed {name} (its fault is gone)")

@@ -136,7 +136,8 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
                     fault = a.fault
                     evidence = tuple(alert_to_json(a).get("evidence") or ())
         out.append(Event(
-            id=f"{kind}:{eff.key or eff.reason or eff.node}:{eff.why[:80]}", kind=kind,
+            # by the effect's key (what it is about), never its words (issue 21)
+            id=f"{kind}:{eff.key or eff.reason or eff.node}", kind=kind,
             severity="warning", at=now,
             title=(f"support: {fault} on {eff.node}" if kind == "support"
                    else f"{eff.node} needs a person ({eff.rule})"),

@@ -58,8 +58,9 @@ class Acting(Escalation):
             elif a.effect == "cordon":
                 if rem.phase in STARTED and node is not None and not node.drained:
                     continue  # cordon_again() sends it again under the same key
-                mine = (node is not None and node.drained and reasons.is_ours(node.reason)
-                        and f"rem={rem.id}" in node.reason)
+                marker = reasons.marker_of(node.reason) if node is not None else None
+                mine = (node is not None and node.drained and marker is not None
+                        and marker.remediation == rem.id)
                 settled[a.key] = ("ok", f"{why}; {rem.node} is drained with our marker") \
                     if mine else ("failed", f"{why}; not sent again: the remediation went on")
             elif a.effect == "notify":
@@ -205,8 +206,9 @@ class Acting(Escalation):
             # 0/1): that boot is the one our action caused, so it is ours to clear.
             # A reboot still pending or under way (REBOOT_REQUESTED/ISSUED) is not the one
             # our finished action caused: someone asked Slurm for another one.
-            ours = reasons.is_ours(node.reason) or (
-                reasons.is_slurm_reboot(node.reason) and node.boot_time is not None
+            whose = reasons.owner(node.reason)
+            ours = whose == "ours" or (
+                whose == "slurm" and node.boot_time is not None
                 and node.boot_time > acted and not reasons.slurm_rebooting(node.states))
             if out and ours:
                 self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",

@@ -4,7 +4,6 @@ the node out (house style 2, SPEC L1, I5)."""
 from __future__ import annotations
 
 from slurm_heal import reasons
-from slurm_heal.errors import ReasonError
 from slurm_heal.models import Remediation
 from slurm_heal.policy.working import Working
 from slurm_heal.types import NodeInfo
@@ -23,11 +22,8 @@ class Cordon(Working):
         (release() skipped it while a fault was active, or its resume failed). Undo it
         once the node is healthy but for us; until then a person is told, once. A node
         handed to a person (E1) stays as it is: that is theirs to decide."""
-        if not node.drained or not reasons.is_ours(node.reason):
-            return
-        try:
-            marker = reasons.parse_marker(node.reason)
-        except ReasonError:
+        marker = reasons.marker_of(node.reason)
+        if not node.drained or marker is None:
             return
         if marker.by != "controller":
             return  # the node check's own drain clears itself (checks/)
@@ -44,7 +40,8 @@ class Cordon(Working):
             return  # a person's node now, or it ended in this call (release() decided)
         ref = marker.remediation or "?"
         if self.healthy_but_for_us(name):
-            self.effect("release", name, None, "release", reason=node.reason, rule="L1",
+            self.effect("release", name, None, "release", topic=ref, reason=node.reason,
+                        rule="L1",
                         why=f"{name} is still cordoned for {ref}, which is over: undo the "
                         "cordon")
             if self.once(f"orphan:{name}", ref):
@@ -63,11 +60,10 @@ class Cordon(Working):
         were doing to that node (it may be mid-rebuild), so it is a person's to look at,
         never ours to resume or act on again. None when the marker is on record or the
         node carries no controller marker."""
-        if not (node.drained or node.down) or not reasons.is_ours(node.reason):
+        if not (node.drained or node.down) or reasons.owner(node.reason) != "ours":
             return None
-        try:
-            marker = reasons.parse_marker(node.reason)
-        except ReasonError:
+        marker = reasons.marker_of(node.reason)
+        if marker is None:
             return "?"
         if marker.by != "controller":
             return None
@@ -86,18 +82,18 @@ class Cordon(Working):
                    "person; nothing is resumed, released or started on it until a person "
                    "resumes the node or asks for an action")
             self.record(node.name, "blocked", "I5", why)
-            self.effect("notify", node.name, None, "notify", why=why, rule="I5")
+            self.effect("notify", node.name, None, "notify", topic=ref, why=why, rule="I5")
 
     def release(self, rem: Remediation, what: str) -> None:
         """Undo our cordon (never a reason that is not ours, house style 2)."""
         node = self.node(rem.node)
-        if node is not None and node.drained and reasons.is_request(node.reason):
+        if node is not None and node.drained and reasons.owner(node.reason) == "request":
             # The detector's own drain is not ours to undo (house style 2): say who must.
             self.step(rem, rem.phase.value, "Q1", f"{what}: {rem.node} stays drained by the "
                       f"detector's request ({node.reason!r}); a person resumes it: "
                       f"scontrol update nodename={rem.node} state=resume")
             return
-        if node is None or not node.drained or not reasons.is_ours(node.reason):
+        if node is None or not node.drained or reasons.owner(node.reason) != "ours":
             return
         if not self.healthy_but_for_us(rem.node):
             self.record(rem.node, rem.phase.value, "L1", f"{what}, but {rem.node} stays drained: "

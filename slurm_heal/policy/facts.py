@@ -77,9 +77,7 @@ def ended_at(rem: Remediation) -> datetime | None:
 def foreign(node: NodeInfo) -> bool:
     """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
     request: a person (or Slurm) owns the node, and we never cordon or resume it."""
-    return bool((node.down or node.drained) and node.reason
-                and not reasons.is_ours(node.reason)
-                and not reasons.is_request(node.reason))
+    return (node.down or node.drained) and reasons.owner(node.reason) in ("slurm", "person")
 
 
 def fault_action(catalog: Catalog, power_cycle: bool, alert: Alert) -> Action:

@@ -64,7 +64,8 @@ class Intake(Requests):
             if self.once(f"ladder-end:{name}:{alert.fault}"):
                 self.record(name, "escalated", "E1", "; ".join(whys) + f"; {name} is handed to "
                             "a person with a removal recommendation (SPEC Q2)", action=Action.REMOVE)
-                self.effect("notify", name, None, "notify", why="; ".join(whys), rule="E1")
+                self.effect("notify", name, None, "notify", topic=alert.fault,
+                            why="; ".join(whys), rule="E1")
             return
         e3_why = ""
         if chosen is Action.MIGRATE:
@@ -110,7 +111,7 @@ class Intake(Requests):
 
     def observe(self, node: NodeInfo) -> None:
         name = node.name
-        ours_rebooting = reasons.is_slurm_reboot(node.reason) and any(
+        ours_rebooting = reasons.owner(node.reason) == "slurm" and any(
             r.phase in (Phase.ACTING, Phase.RETURNING)
             for r in self.of_node(name))  # Slurm's reason for the reboot we caused
         if self.foreign(node) and not ours_rebooting:
@@ -133,5 +134,5 @@ class Intake(Requests):
                 why = (f"{a.fault} ({a.severity.value}): {a.summary or self.explain(a.fault)}; "
                        "no action is mapped: recorded and sent to support")
                 self.record(name, "notified", "D8", why)
-                self.effect("notify", name, None, "notify", why=why, rule="D8",
+                self.effect("notify", name, None, "notify", topic=key, why=why, rule="D8",
                             reason=key)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 
 from slurm_heal import reasons
-from slurm_heal.errors import ReasonError
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy.facts import STARTED, act_attempts, ended_at
 from slurm_heal.policy.working import Working
@@ -23,12 +22,8 @@ BEFORE_CORDON = frozenset({Phase.PROPOSED, Phase.APPROVED})
 
 def check_drained(node: NodeInfo) -> bool:
     """The node is drained under the node check's own marker (``heal: ... by=check``)."""
-    if not node.drained or not reasons.is_ours(node.reason):
-        return False
-    try:
-        return reasons.parse_marker(node.reason).by == "check"
-    except ReasonError:
-        return False
+    marker = reasons.marker_of(node.reason)
+    return node.drained and marker is not None and marker.by == "check"
 
 
 def marks(alert: Alert | None) -> tuple[str, ...]:

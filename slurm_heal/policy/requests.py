@@ -218,7 +218,7 @@ class Requests(Lifecycle):
                 # SPEC O6: the node is held and nothing acts on it: said and notified once.
                 self.record(node.name, "alert", "Q1", f"request.malformed: {exc}; the node is "
                             "left as it is")
-                self.effect("notify", node.name, None, "notify", rule="Q1",
+                self.effect("notify", node.name, None, "notify", topic=node.reason, rule="Q1",
                             reason=f"malformed:{node.name}",
                             why=f"request.malformed: {node.name} is drained by a heal "
                                 f"request that does not parse ({exc}): nothing is done and "

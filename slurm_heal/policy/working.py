@@ -36,6 +36,14 @@ _NAME = operator.attrgetter("name")
 _OUT = frozenset({"DOWN", "DRAIN"})
 
 
+def node_key(node: str, rule: str, topic: str) -> str:
+    """The base of the idempotency key of an effect no remediation owns (a notice, the
+    release of an orphaned cordon): the node, the rule and what the effect is about,
+    never its words, so rewording a message changes no key (issue 21). A remediation's
+    effects are keyed by its id (models.idempotency_key), which stores hold."""
+    return "n-" + hashlib.sha256(f"{node}|{rule}|{topic}".encode()).hexdigest()[:12]
+
+
 @dataclass(frozen=True, slots=True)
 class NodeContext:
     """One node as the rules of one call see it: looked up once, by name."""
@@ -170,10 +178,11 @@ class Working:
         return bool(self.old_noted.get(key) != value)
 
     def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
-               same: str | None = None, **fields: Any) -> None:
-        """Plan an effect; ``same`` sends an unfinished attempt again under its own key."""
-        base = rem.id if rem else "n-" + hashlib.sha256(
-            f"{node}|{fields.get('why', '')}".encode()).hexdigest()[:12]
+               same: str | None = None, topic: str = "", **fields: Any) -> None:
+        """Plan an effect; ``same`` sends an unfinished attempt again under its own key.
+        One no remediation owns is keyed by `node_key` on ``topic`` (what it is about:
+        the fault, the marker's remediation), never on its ``why``."""
+        base = rem.id if rem else node_key(node, str(fields.get("rule", "")), topic)
         self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
                                    action=rem.action if rem else Action.NONE,
                                    key=same or idempotency_key(base, step, n),

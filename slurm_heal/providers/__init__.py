@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,109 +136,8 @@ def make_provider(cfg: Mapping[str, Any], *, slurm: SlurmClient | None = None,
     return factory(cfg, slurm=slurm, state_dir=sd)
 
 
-# --- config validation ------------------------------------------------------------------
-@dataclass
-class _Section:
-    """Typed, named access to a ``[provider]`` table; every problem names its key."""
-
-    cfg: Mapping[str, Any]
-    allowed: frozenset[str]
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.cfg) - self.allowed - {"type", "state_dir"})
-        if unknown:
-            raise ConfigError(f"unknown key for provider type {self.cfg.get('type')!r}; "
-                              f"allowed: {', '.join(sorted(self.allowed))}",
-                              key=f"{SECTION}.{unknown[0]}")
-
-    def _key(self, name: str) -> str:
-        return f"{SECTION}.{name}"
-
-    def text(self, name: str, default: str | None = None, *, required: bool = False
-            ) -> str | None:
-        value = self.cfg.get(name, default)
-        if value is None:
-            if required:
-                raise ConfigError("is required", key=self._key(name))
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"must be a non-empty string, not {value!r}", key=self._key(name))
-        return value
-
-    def seconds(self, name: str, default: float, *, minimum: float = 0.0) -> float:
-        """A duration (timeouts, backoff, deadline): "10s", "2m" like every duration of
-        slurm-heal, or bare seconds as these keys always were (`durations.parse_seconds`,
-        its words when it is neither)."""
-        from slurm_heal.durations import parse_seconds
-
-        value = self.cfg.get(name, default)
-        try:
-            seconds = parse_seconds(value)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key=self._key(name)) from None
-        if seconds < minimum:
-            raise ConfigError(f"must be at least {minimum:g}s, not {value!r}",
-                              key=self._key(name))
-        return seconds
-
-    def integer(self, name: str, default: int, *, minimum: int = 1) -> int:
-        value = self.cfg.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigError(f"must be an integer >= {minimum}, not {value!r}",
-                              key=self._key(name))
-        return value
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.cfg.get(name, default)
-        if not isinstance(value, bool):
-            raise ConfigError(f"must be true or false, not {value!r}", key=self._key(name))
-        return value
-
-    def table(self, name: str) -> dict[str, str]:
-        value = self.cfg.get(name, {})
-        if not isinstance(value, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()):
-            raise ConfigError("must be a table of name = \"string\"", key=self._key(name))
-        return dict(value)
-
-    def actions(self, name: str, default: frozenset[Action]) -> frozenset[Action]:
-        value = self.cfg.get(name)
-        if value is None:
-            return default
-        if not isinstance(value, list):
-            raise ConfigError("must be a list of actions", key=self._key(name))
-        out = set()
-        for item in value:
-            try:
-                action = Action(item)
-            except ValueError:
-                action = Action.NONE
-            if action not in default:
-                raise ConfigError(f"{item!r} is not one of "
-                                  f"{', '.join(sorted(a.value for a in default))}",
-                                  key=self._key(name))
-            out.add(action)
-        return frozenset(out)
-
-
-_HTTP_KEYS = frozenset({"url", "token_file", "connect_timeout", "read_timeout", "attempts",
-                        "backoff", "actions", "call_timeout"})
-
-
-def _http_kwargs(s: _Section) -> dict[str, Any]:
-    from slurm_heal.providers.http import HTTP_ACTIONS
-
-    token_file = s.text("token_file")
-    if token_file is not None and not Path(token_file).is_file():
-        raise ConfigError(f"{token_file} is not a readable file", key=f"{SECTION}.token_file")
-    return {"token_file": token_file,
-            "connect_timeout": s.seconds("connect_timeout", 3.0, minimum=0.001),
-            "read_timeout": s.seconds("read_timeout", 10.0, minimum=0.001),
-            "attempts": s.integer("attempts", 5), "backoff": s.seconds("backoff", 0.5),
-            "call_timeout": s.seconds("call_timeout", 60.0, minimum=0.001),
-            "actions": s.actions("actions", HTTP_ACTIONS)}
-
-
+# --- the factories: each reads its section through the provider's own settings model
+# (providers/settings.py, config.read_section); what spans keys is checked here.
 def _check_url(url: str, key: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"must be an http:// or https:// URL, not {url!r}", key=key)
@@ -248,33 +146,31 @@ def _check_url(url: str, key: str) -> str:
 
 def _make_http(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                state_dir: Path | None) -> Provider:
-    from slurm_heal.providers.http import HttpProvider
+    from slurm_heal.providers.http import HttpProvider, HttpSettings
+    from slurm_heal.providers.settings import read_provider_section
 
-    s = _Section(cfg, _HTTP_KEYS)
-    url = _check_url(s.text("url", required=True) or "", f"{SECTION}.url")
-    return HttpProvider(url, **_http_kwargs(s))
+    s = read_provider_section(HttpSettings, cfg)
+    return HttpProvider(s.url, **s.client_kwargs())
 
 
 def _make_simulator(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
     """An http provider against a simulator: the one at ``url``, or (no url) one started
     in this process on 127.0.0.1 (for the demo); `close()` stops it."""
-    from slurm_heal.providers.http import HttpProvider
+    from slurm_heal.providers.http import HttpProvider, SimulatorSettings
+    from slurm_heal.providers.settings import read_provider_section
     from slurm_heal.providers.simulator import LabHook, SimulatorServer
 
-    s = _Section(cfg, _HTTP_KEYS | {"duration", "lab_dir", "scratch_root", "port"})
-    url = s.text("url")
-    kwargs = _http_kwargs(s)
-    if url is not None:
+    s = read_provider_section(SimulatorSettings, cfg)
+    kwargs = s.client_kwargs()
+    if s.url is not None:
         for embedded_only in ("duration", "lab_dir", "scratch_root", "port"):
             if embedded_only in cfg:
                 raise ConfigError("only applies to an embedded simulator (no url)",
                                   key=f"{SECTION}.{embedded_only}")
-        return HttpProvider(_check_url(url, f"{SECTION}.url"), **kwargs)
-    lab_dir, scratch = s.text("lab_dir"), s.text("scratch_root")
-    hook = LabHook(lab_dir, scratch_root=scratch, slurm=slurm) if lab_dir else None
-    server = SimulatorServer(port=s.integer("port", 0, minimum=0), on_action=hook,
-                             duration=s.seconds("duration", 1.0)).start()
+        return HttpProvider(s.url, **kwargs)
+    hook = LabHook(s.lab_dir, scratch_root=s.scratch_root, slurm=slurm) if s.lab_dir else None
+    server = SimulatorServer(port=s.port, on_action=hook, duration=s.duration).start()
     return _EmbeddedSimulator(HttpProvider(server.url, **kwargs), server)
 
 
@@ -305,39 +201,32 @@ class _EmbeddedSimulator:
 
 def _make_exec(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                state_dir: Path | None) -> Provider:
-    from slurm_heal.providers.script import EXEC_ACTIONS, ExecProvider
+    from slurm_heal.providers.script import EXEC_ACTIONS, ExecProvider, ExecSettings
+    from slurm_heal.providers.settings import read_provider_section, supported_action, words_of
 
-    s = _Section(cfg, frozenset({"scripts", "timeout", "env"}))
-    raw = s.table("scripts")
-    if not raw:
-        raise ConfigError("needs at least one action = \"/path/to/script\"",
-                          key=f"{SECTION}.scripts")
+    s = read_provider_section(ExecSettings, cfg)
     scripts: dict[Action, str] = {}
-    for name, path in raw.items():
+    for name, path in s.scripts.items():
         key = f"{SECTION}.scripts.{name}"
-        try:
-            action = Action(name)
-        except ValueError:
-            action = Action.NONE
-        if action not in EXEC_ACTIONS:
-            raise ConfigError(f"not an action; one of "
-                              f"{', '.join(sorted(a.value for a in EXEC_ACTIONS))}", key=key)
+        action = supported_action(name, EXEC_ACTIONS)
+        if action is None:
+            raise ConfigError(f"not an action; one of {words_of(EXEC_ACTIONS)}", key=key)
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
             raise ConfigError(f"{path} is not an executable file", key=key)
         scripts[action] = path
-    return ExecProvider(scripts, state_dir=state_dir,
-                        timeout=s.seconds("timeout", 600.0, minimum=0.001), env=s.table("env"))
+    return ExecProvider(scripts, state_dir=state_dir, timeout=s.timeout, env=s.env)
 
 
 def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                 state_dir: Path | None) -> Provider:
-    from slurm_heal.providers.slurm import SlurmRebootProvider
+    from slurm_heal.providers.settings import read_provider_section
+    from slurm_heal.providers.slurm import SlurmRebootProvider, SlurmSettings
 
-    s = _Section(cfg, frozenset({"nextstate", "timeout"}))
+    s = read_provider_section(SlurmSettings, cfg)
     if slurm is None:
         raise ConfigError("the slurm provider needs a Slurm client (none was given)",
                           key=f"{SECTION}.type")
-    nextstate = (s.text("nextstate", "DRAIN") or "DRAIN").upper()
+    nextstate = s.nextstate.upper()
     if nextstate != "DRAIN":
         # SPEC L5: RESUME let Slurm put the node back to IDLE ~5 s before the health
         # check; DOWN comes back by itself under ReturnToService=2 (both seen on the lab).
@@ -346,39 +235,30 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                           "stays drained through the reboot and slurm-heal resumes it after "
                           "the check", key=f"{SECTION}.nextstate")
     return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate="DRAIN",
-                               timeout=s.seconds("timeout", 1800.0, minimum=1))
+                               timeout=s.timeout)
 
 
 def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
     _need("openstack", "openstack")
-    from slurm_heal.providers.openstack import OpenStackProvider
+    from slurm_heal.providers.openstack import OpenStackProvider, OpenStackSettings
+    from slurm_heal.providers.settings import read_provider_section
 
-    s = _Section(cfg, frozenset({
-        "auth_url", "username", "password", "password_file", "project_name", "user_domain",
-        "project_domain", "compute_url", "interface", "region", "image", "live", "servers",
-        "connect_timeout", "read_timeout", "attempts", "call_timeout", "cloud", "clouds_yaml",
-        "application_credential_id", "application_credential_secret_file", "reboot",
-        "soft_reboot_timeout", "backoff", "verify"}))
-    reboot = s.text("reboot", "hard") or "hard"
-    if reboot not in ("hard", "soft"):
-        raise ConfigError(f"must be \"hard\" or \"soft\", not {reboot!r}",
-                          key=f"{SECTION}.reboot")
-    if "connect_timeout" in cfg:
-        s.seconds("connect_timeout", 3.0, minimum=0.001)
+    s = read_provider_section(OpenStackSettings, cfg)
+    if s.connect_timeout is not None:
         log.warning("[provider] connect_timeout is not used by the openstack provider "
                     "(openstacksdk takes one per-request timeout: read_timeout)")
     auth: dict[str, Any] = {}
-    cloud = s.text("cloud")
+    cloud = s.cloud
     if cloud is not None:
-        auth = _clouds_yaml(cloud, s.text("clouds_yaml"))
-    verify = cfg.get("verify", auth.get("verify", True))
+        auth = _clouds_yaml(cloud, s.clouds_yaml)
+    verify = s.verify if s.verify is not None else auth.get("verify", True)
     if not isinstance(verify, (bool, str)) or verify == "":
         raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
-    password = s.text("password")
-    password_file = s.text("password_file")
-    app_id = s.text("application_credential_id") or auth.get("application_credential_id")
-    app_secret_file = s.text("application_credential_secret_file")
+    password = s.password
+    password_file = s.password_file
+    app_id = s.application_credential_id or auth.get("application_credential_id")
+    app_secret_file = s.application_credential_secret_file
     app_secret = auth.get("application_credential_secret")
     if app_secret_file is not None:
         app_secret = _read_secret(app_secret_file, "application_credential_secret_file")
@@ -397,34 +277,29 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                           "application credential, or cloud)", key=f"{SECTION}.password_file")
     if password_file is not None:
         password = _read_secret(password_file, "password_file")
-    auth_url = s.text("auth_url") or auth.get("auth_url")
+    auth_url = s.auth_url or auth.get("auth_url")
     if not auth_url:
         raise ConfigError("is required (here or in the clouds.yaml entry)",
                           key=f"{SECTION}.auth_url")
-    username = s.text("username") or auth.get("username") or ""
-    project = s.text("project_name") or auth.get("project_name") or ""
+    username = s.username or auth.get("username") or ""
+    project = s.project_name or auth.get("project_name") or ""
     if app_id is None and (not username or not project):
         raise ConfigError("username and project_name are required with a password",
                           key=f"{SECTION}.username" if not username
                           else f"{SECTION}.project_name")
-    compute_url = s.text("compute_url")
     return OpenStackProvider(
         auth_url=_check_url(str(auth_url), f"{SECTION}.auth_url"),
         username=username, password=password or "", project_name=project,
-        user_domain=s.text("user_domain") or auth.get("user_domain_name") or "Default",
-        project_domain=s.text("project_domain") or auth.get("project_domain_name")
-        or "Default",
-        compute_url=_check_url(compute_url, f"{SECTION}.compute_url") if compute_url else None,
-        interface=s.text("interface") or auth.get("interface") or "public",
-        region=s.text("region") or auth.get("region_name"),
-        image=s.text("image"), live=s.flag("live", False), servers=s.table("servers"),
-        reboot=reboot, verify=verify,
-        soft_reboot_timeout=s.seconds("soft_reboot_timeout", 300.0, minimum=1),
-        state_dir=state_dir,
-        read_timeout=s.seconds("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4), backoff=s.seconds("backoff", 0.5),
-        application_credential_id=app_id, application_credential_secret=app_secret,
-        call_timeout=s.seconds("call_timeout", 60.0, minimum=0.001))
+        user_domain=s.user_domain or auth.get("user_domain_name") or "Default",
+        project_domain=s.project_domain or auth.get("project_domain_name") or "Default",
+        compute_url=s.compute_url,
+        interface=s.interface or auth.get("interface") or "public",
+        region=s.region or auth.get("region_name"),
+        image=s.image, live=s.live, servers=s.servers,
+        reboot=s.reboot, verify=verify, soft_reboot_timeout=s.soft_reboot_timeout,
+        state_dir=state_dir, read_timeout=s.read_timeout, attempts=s.attempts,
+        backoff=s.backoff, application_credential_id=app_id,
+        application_credential_secret=app_secret, call_timeout=s.call_timeout)
 
 
 def _read_secret(path: str, name: str) -> str:
@@ -482,25 +357,19 @@ def _need(module: str, extra: str) -> None:
 def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
     _need("boto3", "aws")
-    from slurm_heal.providers.aws import AWS_ACTIONS, AwsProvider
+    from slurm_heal.providers.aws import AwsProvider, AwsSettings
+    from slurm_heal.providers.settings import read_provider_section
 
     for secret in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
         if secret in cfg:
             raise ConfigError("AWS credentials never go in this file: use the environment, "
                               "a profile or the instance role", key=f"{SECTION}.{secret}")
-    s = _Section(cfg, frozenset({"region", "profile", "endpoint_url", "instances", "image",
-                                 "connect_timeout", "read_timeout", "attempts", "deadline",
-                                 "backoff", "actions"}))
-    endpoint = s.text("endpoint_url")
+    s = read_provider_section(AwsSettings, cfg)
     return AwsProvider(
-        region=s.text("region"), profile=s.text("profile"),
-        endpoint_url=_check_url(endpoint, f"{SECTION}.endpoint_url") if endpoint else None,
-        instances=s.table("instances"), slurm=slurm, image=s.text("image"),
-        state_dir=state_dir,
-        connect_timeout=s.seconds("connect_timeout", 3.0, minimum=0.001),
-        read_timeout=s.seconds("read_timeout", 15.0, minimum=0.001),
-        attempts=s.integer("attempts", 4), deadline=s.seconds("deadline", 60.0, minimum=1),
-        backoff=s.seconds("backoff", 0.5), actions=s.actions("actions", AWS_ACTIONS))
+        region=s.region, profile=s.profile, endpoint_url=s.endpoint_url,
+        instances=s.instances, slurm=slurm, image=s.image, state_dir=state_dir,
+        connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+        attempts=s.attempts, deadline=s.deadline, backoff=s.backoff, actions=s.actions)
 
 
 _BMC_KEYS = frozenset({"address", "system", "username", "password_file", "password",
@@ -512,20 +381,14 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
     at its top level; only there may a ``password`` be written out). A BMC with
     ``protocol = "ipmi"`` is driven over IPMI (pyghmi) instead of Redfish (sushy)."""
-    from slurm_heal.providers.redfish import (
-        DEFAULT_REBOOT_TYPES,
-        REDFISH_ACTIONS,
-        Bmc,
-        RedfishProvider,
-    )
+    from slurm_heal.providers.redfish import Bmc, RedfishProvider, RedfishSettings
+    from slurm_heal.providers.settings import read_provider_section
 
     if "password" in cfg:
         raise ConfigError("never in this file: use password_file", key=f"{SECTION}.password")
-    s = _Section(cfg, frozenset({"bmcs", "bmcs_file", "username", "password_file", "verify",
-                                 "reboot_types", "connect_timeout", "read_timeout",
-                                 "attempts", "deadline", "backoff", "actions"}))
+    s = read_provider_section(RedfishSettings, cfg)
     entries: dict[str, tuple[Mapping[str, Any], str]] = {}
-    bmcs_file = s.text("bmcs_file")
+    bmcs_file = s.bmcs_file
     if bmcs_file is not None:
         if sys.version_info >= (3, 11):
             import tomllib
@@ -538,10 +401,7 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                               key=f"{SECTION}.bmcs_file") from exc
         for node, entry in data.items():
             entries[node] = (entry, f"{bmcs_file}: {node}")
-    inline = cfg.get("bmcs", {})
-    if not isinstance(inline, Mapping):
-        raise ConfigError("must be a table of node = {address = ...}", key=f"{SECTION}.bmcs")
-    for node, entry in inline.items():
+    for node, entry in s.bmcs.items():
         if isinstance(entry, Mapping) and "password" in entry:
             raise ConfigError("never in this file: use password_file or bmcs_file",
                               key=f"{SECTION}.bmcs.{node}.password")
@@ -549,8 +409,8 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     if not entries:
         raise ConfigError("no BMCs: add [provider.bmcs.NODE] tables or a bmcs_file",
                           key=f"{SECTION}.bmcs")
-    default_user = s.text("username")
-    default_pw_file = s.text("password_file")
+    default_user = s.username
+    default_pw_file = s.password_file
     bmcs: dict[str, Bmc] = {}
     for node, (entry, where) in entries.items():
         if not isinstance(entry, Mapping):
@@ -604,45 +464,25 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         _need("sushy", "redfish")
     if any(b.protocol == "ipmi" for b in bmcs.values()):
         _need("pyghmi", "ipmi")
-    verify = cfg.get("verify", True)
-    if not isinstance(verify, (bool, str)) or verify == "":
-        raise ConfigError("must be true, false or a CA bundle path", key=f"{SECTION}.verify")
-    reboot_types = cfg.get("reboot_types", list(DEFAULT_REBOOT_TYPES))
-    if not isinstance(reboot_types, list) or not reboot_types or not all(
-            t in ("ForceRestart", "GracefulRestart", "PowerCycle") for t in reboot_types):
-        raise ConfigError("must be a list of ForceRestart, GracefulRestart, PowerCycle",
-                          key=f"{SECTION}.reboot_types")
     return RedfishProvider(
-        bmcs, verify=verify, state_dir=state_dir, reboot_types=reboot_types,
-        connect_timeout=s.seconds("connect_timeout", 5.0, minimum=0.001),
-        read_timeout=s.seconds("read_timeout", 30.0, minimum=0.001),
-        attempts=s.integer("attempts", 3), deadline=s.seconds("deadline", 90.0, minimum=1),
-        backoff=s.seconds("backoff", 0.5), actions=s.actions("actions", REDFISH_ACTIONS))
+        bmcs, verify=s.verify, state_dir=state_dir, reboot_types=s.reboot_types,
+        connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+        attempts=s.attempts, deadline=s.deadline, backoff=s.backoff, actions=s.actions)
 
 
 def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
     _need("google.cloud.compute_v1", "gcp")
-    from slurm_heal.providers.gcp import GCP_ACTIONS, GcpProvider
+    from slurm_heal.providers.gcp import GcpProvider, GcpSettings
+    from slurm_heal.providers.settings import read_provider_section
 
-    s = _Section(cfg, frozenset({"project", "zone", "instances", "instance_group_manager",
-                                 "fault_behavior", "api_endpoint", "credentials_file",
-                                 "read_timeout", "deadline", "backoff", "actions"}))
-    behavior = s.text("fault_behavior", "UNRECOVERABLE_GPU_ERROR") or ""
-    if behavior not in ("UNRECOVERABLE_GPU_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION",
-                        "CHIP_ERROR", "BEHAVIOR_UNSPECIFIED"):
-        raise ConfigError(f"{behavior!r} is not a reportHostAsFaulty behavior",
-                          key=f"{SECTION}.fault_behavior")
-    endpoint = s.text("api_endpoint")
+    s = read_provider_section(GcpSettings, cfg)
     return GcpProvider(
-        project=s.text("project", required=True) or "", zone=s.text("zone", required=True) or "",
-        instances=s.table("instances"),
-        instance_group_manager=s.text("instance_group_manager"), fault_behavior=behavior,
-        api_endpoint=_check_url(endpoint, f"{SECTION}.api_endpoint") if endpoint else None,
-        credentials_file=s.text("credentials_file"), state_dir=state_dir,
-        read_timeout=s.seconds("read_timeout", 30.0, minimum=0.001),
-        deadline=s.seconds("deadline", 90.0, minimum=1), backoff=s.seconds("backoff", 0.5),
-        actions=s.actions("actions", GCP_ACTIONS))
+        project=s.project, zone=s.zone, instances=s.instances,
+        instance_group_manager=s.instance_group_manager, fault_behavior=s.fault_behavior,
+        api_endpoint=s.api_endpoint, credentials_file=s.credentials_file,
+        state_dir=state_dir, read_timeout=s.read_timeout, deadline=s.deadline,
+        backoff=s.backoff, actions=s.actions)
 
 
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),

@@ -12,12 +12,12 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from slurm_heal import fsio
-from slurm_heal.errors import ProviderError
+from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -32,6 +32,20 @@ def operation(key: str, rec: Any) -> Operation:
     return Operation(id=str(rec["id"]), key=key, node=str(rec["node"]),
                      action=Action(rec["action"]), status=rec["status"],
                      detail=str(rec.get("detail", "")))
+
+
+def require_key(key: str) -> None:
+    """Every submit carries its idempotency key (SPEC S6): none is an error, never sent."""
+    if not key:
+        raise ProviderError("an idempotency key is required")
+
+
+def not_enabled(name: str, action: Action, enabled: Iterable[Action]) -> ProviderRefused:
+    """The refusal of an action the provider does not do or was not enabled for (its
+    ``actions`` key): a definite no, nothing is sent."""
+    return ProviderRefused(f"{name} provider cannot {action.value} a node ({action.value!r} "
+                           f"is not enabled; enabled: "
+                           f"{', '.join(sorted(a.value for a in enabled)) or 'none'})")
 
 
 class KeyRecords:
@@ -102,11 +116,10 @@ class KeyRecords:
         fsio.atomic_write(self.path, json.dumps(records, indent=1, sort_keys=True), 0o600)
 
 
-class SteppedOperations:
-    """Shared by the providers whose operation is a recorded sequence of platform calls,
-    advanced one step per ``status`` poll (aws, gcp, redfish): the same key answers with
-    the same operation, the intent is recorded before anything is sent, and a replica
-    that recorded the key first wins (SPEC S6)."""
+class RecordedOperations:
+    """Shared by the providers that keep each key's operation in `KeyRecords` (exec,
+    slurm, aws, gcp, redfish, openstack): ``status`` answers a finished operation from
+    its record and asks `_advance` where one still running stands."""
 
     records: KeyRecords
 
@@ -122,11 +135,31 @@ class SteppedOperations:
             return operation(key, rec)
         return self._advance(key, rec)
 
+
+class SteppedOperations(RecordedOperations):
+    """Shared by the providers whose operation is a recorded sequence of platform calls,
+    advanced one step per ``status`` poll (aws, gcp, redfish, openstack): the same key
+    answers with the same operation, the intent is recorded before anything is sent, and
+    a replica that recorded the key first wins (SPEC S6)."""
+
+    name: str
+    actions: frozenset[Action]
+
+    def supports(self, action: Action) -> bool:
+        """The actions this provider does and was enabled for (``actions``)."""
+        return action in self.actions
+
+    def _repeat(self, key: str, node: str, action: Action) -> Operation | None:
+        """The start of every submit: an action not enabled is refused, and a key seen
+        before answers with its operation (None: a new one is to be started)."""
+        if not self.supports(action):
+            raise not_enabled(self.name, action, self.actions)
+        return self._known(key, node, action)
+
     def _known(self, key: str, node: str, action: Action) -> Operation | None:
         """The operation already recorded under ``key`` (a repeat submit), or None. A key
         used for another node or action is an error."""
-        if not key:
-            raise ProviderError("an idempotency key is required")
+        require_key(key)
         rec = self.records.get(key)
         if rec is None:
             return None

@@ -17,9 +17,9 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from slurm_heal import jsonsafe
 from slurm_heal.errors import ProviderError, ProviderTimeout
@@ -67,6 +67,39 @@ class Answer:
         return jsonsafe.loads(self.content)
 
 
+T = TypeVar("T")
+
+
+@dataclass
+class Call(Generic[T]):
+    """What `call_within` saw: ``done`` False when the call had not finished in time."""
+
+    done: bool = False
+    value: T | None = None
+    error: BaseException | None = None  # what the call raised, handed to the caller
+
+
+def call_within(fn: Callable[[], T], seconds: float, name: str) -> Call[T]:
+    """``fn()`` in a daemon worker thread named ``name``, waited for at most ``seconds``.
+    A call still running then is left to end by itself (it keeps only its own thread,
+    never the daemon); the caller says what that means (a timeout, an unknown outcome)."""
+    call: Call[T] = Call()
+
+    def work() -> None:
+        try:
+            call.value = fn()
+        except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
+            call.error = exc
+        call.done = True
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        return Call()  # not the worker's own: it may still finish and fill that one in
+    return call
+
+
 def exchange(session: Any, method: str, url: str, *, deadline: Deadline,
              timeout: tuple[float, float], what: str, **kwargs: Any) -> Answer:
     """Send one request and read the whole answer before ``deadline``.
@@ -81,29 +114,20 @@ def exchange(session: Any, method: str, url: str, *, deadline: Deadline,
     left = deadline.left()
     if left <= 0:
         raise ProviderTimeout(f"timed out: the deadline of {deadline.seconds:g}s is spent")
-    result: dict[str, Any] = {}
     cancelled = threading.Event()
-
-    def work() -> None:
-        try:
-            result["answer"] = _send(session, method, url, deadline, cancelled,
-                                     (timeout[0], min(timeout[1], left)), what, kwargs)
-        except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
-            result["error"] = exc
-
-    worker = threading.Thread(target=work, name="provider-call", daemon=True)
-    worker.start()
-    worker.join(left)
-    if worker.is_alive():
+    call = call_within(lambda: _send(session, method, url, deadline, cancelled,
+                                     (timeout[0], min(timeout[1], left)), what, kwargs),
+                       left, "provider-call")
+    if not call.done:
         # The worker stops at its next chunk; a server still trickling headers keeps
         # only that thread, never the daemon.
         cancelled.set()
         raise ProviderTimeout(f"timed out: no complete answer within the deadline of "
                               f"{deadline.seconds:g}s")
-    if "error" in result:
-        raise result["error"]
-    answer: Answer = result["answer"]
-    return answer
+    if call.error is not None:
+        raise call.error
+    assert call.value is not None
+    return call.value
 
 
 def _send(session: Any, method: str, url: str, deadline: Deadline,

@@ -38,11 +38,24 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    Count,
+    Duration,
+    LongTimeout,
+    ProviderSettings,
+    StrTable,
+    Text,
+    Timeout,
+    Url,
+    actions_of,
+)
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
@@ -119,17 +132,10 @@ class AwsProvider(SteppedOperations):
         for client in (self._reads, self._acts):
             client.close()
 
-    def supports(self, action: Action) -> bool:
-        """reboot, rebuild, migrate, power_cycle (those enabled)."""
-        return action in self.actions
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Start ``action`` on the instance of ``node`` once per ``key``."""
-        if not self.supports(action):
-            raise ProviderRefused(f"aws provider: action {action.value!r} is not available "
-                                  f"(enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)  # reboot, rebuild, migrate, power_cycle
         if known is not None:
             return known
         instance_id = self.instance_id(node)
@@ -376,3 +382,19 @@ def _snake(op: str) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
+
+
+class AwsSettings(ProviderSettings):
+    """``type = "aws"`` (docs/providers.md); credentials never in the file."""
+
+    region: Text | None = None
+    profile: Text | None = None
+    endpoint_url: Url | None = None
+    instances: StrTable = Field(default_factory=dict)
+    image: Text | None = None
+    connect_timeout: Timeout = 3.0
+    read_timeout: Timeout = 15.0
+    attempts: Count = 4
+    deadline: LongTimeout = 60.0
+    backoff: Duration = 0.5
+    actions: Annotated[frozenset[Action], actions_of(AWS_ACTIONS)] = AWS_ACTIONS

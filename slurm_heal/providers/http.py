@@ -28,12 +28,26 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
+from pydantic import Field, field_validator
+
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providers._records import not_enabled, require_key
 from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
 from slurm_heal.providers.base import Operation, OperationStatus
+from slurm_heal.providers.settings import (
+    Count,
+    Duration,
+    Port,
+    ProviderSettings,
+    RequiredUrl,
+    Text,
+    Timeout,
+    Url,
+    actions_of,
+)
 from slurm_heal.types import Action
 
 HTTP_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
@@ -108,10 +122,8 @@ class HttpProvider:
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Create ``action`` on ``node`` with Idempotency-Key ``key`` (same key: same op)."""
         if not self.supports(action):
-            raise ProviderRefused(f"{self.name} provider: action {action.value!r} is not "
-                                  f"enabled (enabled: {', '.join(sorted(a.value for a in self.actions))})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
+            raise not_enabled(self.name, action, self.actions)
+        require_key(key)
         body = self._call("POST", f"/v1/nodes/{quote(node, safe='')}/actions",
                           json_body={"action": action.value}, headers={"Idempotency-Key": key})
         op = _operation(_field(body, "operation", dict), f"POST /v1/nodes/{node}/actions")
@@ -265,3 +277,43 @@ def _operation(raw: Any, where: str) -> Operation:
     return Operation(id=raw["id"], key=str(raw.get("idempotency_key") or ""), node=raw["node"],
                      action=action, status=status, detail=str(raw.get("detail") or ""),
                      previous_host=str(raw.get("previous_host") or ""))
+
+
+
+# -- the [provider] section of type "http" (issue 21: the provider owns its settings) ----
+class HttpSettings(ProviderSettings):
+    """``type = "http"``: our provider API at ``url`` (docs/providers.md)."""
+
+    url: RequiredUrl = Field(default=None, validate_default=True)
+    token_file: Text | None = None
+    connect_timeout: Timeout = 3.0
+    read_timeout: Timeout = 10.0
+    attempts: Count = 5
+    backoff: Duration = 0.5
+    call_timeout: Timeout = CALL_TIMEOUT
+    actions: Annotated[frozenset[Action], actions_of(HTTP_ACTIONS)] = HTTP_ACTIONS
+
+    @field_validator("token_file")
+    @classmethod
+    def _readable(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_file():
+            raise ValueError(f"{value} is not a readable file")
+        return value
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """What HttpProvider takes besides the URL."""
+        return {"token_file": self.token_file, "connect_timeout": self.connect_timeout,
+                "read_timeout": self.read_timeout, "attempts": self.attempts,
+                "backoff": self.backoff, "call_timeout": self.call_timeout,
+                "actions": self.actions}
+
+
+class SimulatorSettings(HttpSettings):
+    """``type = "simulator"``: an http provider against the simulator at ``url``, or
+    (no url) one started in this process on 127.0.0.1 with these knobs."""
+
+    url: Url | None = None  # type: ignore[assignment]
+    duration: Duration = 1.0
+    lab_dir: Text | None = None
+    scratch_root: Text | None = None
+    port: Port = 0

@@ -48,12 +48,26 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
+
+from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline
+from slurm_heal.providers._transport import Deadline, call_within
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    Count,
+    Duration,
+    Flag,
+    LongTimeout,
+    ProviderSettings,
+    StrTable,
+    Text,
+    Timeout,
+    Url,
+    Verify,
+)
 from slurm_heal.types import Action
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
@@ -92,6 +106,7 @@ class OpenStackProvider(SteppedOperations):
     """Nova client (openstacksdk) for reboot / rebuild / migrate."""
 
     name = "openstack"
+    actions = OPENSTACK_ACTIONS  # reboot, rebuild (from the server's image), migrate
 
     def __init__(self, *, auth_url: str, username: str = "", password: str = "",
                  project_name: str = "", user_domain: str = "Default",
@@ -136,16 +151,10 @@ class OpenStackProvider(SteppedOperations):
             self._conn.close()
             self._conn = None
 
-    def supports(self, action: Action) -> bool:
-        """reboot, rebuild (from the server's image), migrate."""
-        return action in OPENSTACK_ACTIONS
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Start the Nova action for ``node`` once per ``key``."""
-        if action not in OPENSTACK_ACTIONS:
-            raise ProviderRefused(f"openstack provider cannot {action.value} a node")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)
         if known is not None:
             return known
         server = self._server_id(node)
@@ -396,18 +405,8 @@ class OpenStackProvider(SteppedOperations):
         if left <= 0:
             raise _Retryable(f"openstack: {what}: the deadline of {deadline.seconds:g}s "
                              "is spent", timed_out=True)
-        result: dict[str, Any] = {}
-
-        def work() -> None:
-            try:
-                result["value"] = fn()
-            except BaseException as exc:  # handed to the caller's thread  # noqa: BLE001
-                result["error"] = exc
-
-        worker = threading.Thread(target=work, name="openstack-call", daemon=True)
-        worker.start()
-        worker.join(left)
-        if worker.is_alive():
+        call = call_within(fn, left, "openstack-call")
+        if not call.done:
             # The worker keeps only its own thread until requests' read timeout ends it,
             # and the connection it holds: keystoneauth's auth plugin locks while it
             # fetches a token, so a trickled token answer would block every later call.
@@ -419,10 +418,9 @@ class OpenStackProvider(SteppedOperations):
             if read:
                 raise _Retryable(message, timed_out=True)
             raise _Unknown(message)
-        if "error" in result:
-            raise _classify(what, result["error"], read=read) from result["error"]
-        value: T = result["value"]
-        return value
+        if call.error is not None:
+            raise _classify(what, call.error, read=read) from call.error
+        return cast(T, call.value)
 
 
 def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
@@ -497,3 +495,41 @@ def _never_sent(exc: BaseException) -> bool:
     text = repr(exc)
     return any(s in text for s in ("NewConnectionError", "Connection refused",
                                    "Name or service not known", "NameResolutionError"))
+
+
+class OpenStackSettings(ProviderSettings):
+    """``type = "openstack"`` (docs/providers.md): a password, a password file, an
+    application credential or a clouds.yaml entry (checked together when it is built)."""
+
+    auth_url: Text | None = None
+    username: Text | None = None
+    password: Text | None = None
+    password_file: Text | None = None
+    project_name: Text | None = None
+    user_domain: Text | None = None
+    project_domain: Text | None = None
+    compute_url: Url | None = None
+    interface: Text | None = None
+    region: Text | None = None
+    image: Text | None = None
+    live: Flag = False
+    servers: StrTable = Field(default_factory=dict)
+    connect_timeout: Timeout | None = None  # not used (openstacksdk: read_timeout)
+    read_timeout: Timeout = 15.0
+    attempts: Count = 4
+    call_timeout: Timeout = 60.0
+    cloud: Text | None = None
+    clouds_yaml: Text | None = None
+    application_credential_id: Text | None = None
+    application_credential_secret_file: Text | None = None
+    reboot: Text = "hard"
+    soft_reboot_timeout: LongTimeout = 300.0
+    backoff: Duration = 0.5
+    verify: Verify | None = None  # None: clouds.yaml's, else true
+
+    @field_validator("reboot")
+    @classmethod
+    def _reboot(cls, value: str) -> str:
+        if value not in ("hard", "soft"):
+            raise ValueError(f"must be \"hard\" or \"soft\", not {value!r}")
+        return value

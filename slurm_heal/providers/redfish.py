@@ -38,11 +38,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    Count,
+    Duration,
+    LongTimeout,
+    ProviderSettings,
+    Text,
+    Timeout,
+    Verify,
+    actions_of,
+)
 from slurm_heal.types import Action
 
 REDFISH_ACTIONS = frozenset({Action.REBOOT, Action.POWER_CYCLE})
@@ -95,17 +107,10 @@ class RedfishProvider(SteppedOperations):
         """Close the HTTP session."""
         self._http.close()
 
-    def supports(self, action: Action) -> bool:
-        """reboot and power_cycle (those enabled)."""
-        return action in self.actions
-
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:
         """Reset the system of ``node`` once per ``key``."""
-        if not self.supports(action):
-            raise ProviderRefused(f"redfish provider cannot {action.value} a node (a BMC "
-                                  f"can: {', '.join(sorted(a.value for a in self.actions))})")
-        known = self._known(key, node, action)
+        known = self._repeat(key, node, action)  # a BMC can reboot and power_cycle
         if known is not None:
             return known
         bmc = self._bmc(node)
@@ -405,3 +410,39 @@ def _redfish_message(resp: Any) -> str:
             return str(extended[0].get("Message") or err.get("message", ""))
         return str(err.get("message", ""))
     return str(body)[:300]
+
+
+REBOOT_TYPES = DEFAULT_REBOOT_TYPES
+
+
+class RedfishSettings(ProviderSettings):
+    """``type = "redfish"`` (docs/providers.md): BMCs from ``[provider.bmcs.NODE]``
+    tables and/or ``bmcs_file`` (each BMC's table is checked when it is built)."""
+
+    bmcs: dict[str, Any] = Field(default_factory=dict)
+    bmcs_file: Text | None = None
+    username: Text | None = None
+    password_file: Text | None = None
+    verify: Verify = True
+    reboot_types: list[str] = Field(default_factory=lambda: list(DEFAULT_REBOOT_TYPES))
+    connect_timeout: Timeout = 5.0
+    read_timeout: Timeout = 30.0
+    attempts: Count = 3
+    deadline: LongTimeout = 90.0
+    backoff: Duration = 0.5
+    actions: Annotated[frozenset[Action], actions_of(REDFISH_ACTIONS)] = REDFISH_ACTIONS
+
+    @field_validator("bmcs", mode="before")
+    @classmethod
+    def _table(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ValueError("must be a table of node = {address = ...}")
+        return value
+
+    @field_validator("reboot_types", mode="before")
+    @classmethod
+    def _types(cls, value: Any) -> Any:
+        if not isinstance(value, list) or not value or not all(
+                t in REBOOT_TYPES for t in value):
+            raise ValueError("must be a list of ForceRestart, GracefulRestart, PowerCycle")
+        return value

@@ -31,10 +31,22 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, field_validator
+
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers._proc import run
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import (
+    KeyRecords,
+    RecordedOperations,
+    operation,
+    require_key,
+)
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    ProviderSettings,
+    StrTable,
+    Timeout,
+)
 from slurm_heal.types import Action
 
 # After the timeout the runner kills the script's process group and writes the outcome;
@@ -44,7 +56,7 @@ OTHER_HOST_GRACE = timedelta(seconds=30)
 EXEC_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 
 
-class ExecProvider:
+class ExecProvider(RecordedOperations):
     """Runs the configured script for each action."""
 
     name = "exec"
@@ -69,8 +81,7 @@ class ExecProvider:
             raise ProviderRefused(
                 f"exec provider: no script configured for {action.value!r} "
                 f"(configured: {', '.join(sorted(a.value for a in self.scripts)) or 'none'})")
-        if not key:
-            raise ProviderError("an idempotency key is required")
+        require_key(key)
         with self.records.locked() as records:
             seen = records.get(key)
             if seen is None:
@@ -106,14 +117,10 @@ class ExecProvider:
         self.records.put(key, rec)
         return operation(key, rec)
 
-    def status(self, key: str) -> Operation | None:
-        """What the script run for ``key`` did; None when no script ran for it."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
+    def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
+        """A script run on record without its outcome (``status``: what the script run
+        for ``key`` did; None when no script ran for it)."""
         op = operation(key, rec)
-        if op.status != "running":
-            return op
         host = rec.get("hostname")
         if host != socket.gethostname():
             # Another replica's run (shared state dir, S6): its process is not visible
@@ -169,3 +176,18 @@ def _runner_alive(rec: Mapping[str, Any]) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class ExecSettings(ProviderSettings):
+    """``type = "exec"``: one script per action (docs/providers.md)."""
+
+    scripts: StrTable = Field(default=None, validate_default=True)
+    timeout: Timeout = 600.0
+    env: StrTable = Field(default_factory=dict)
+
+    @field_validator("scripts", mode="before")
+    @classmethod
+    def _some(cls, value: Any) -> Any:
+        if not value:  # missing or empty: nothing to run
+            raise ValueError("needs at least one action = \"/path/to/script\"")
+        return value

@@ -31,8 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
-from slurm_heal.providers._records import KeyRecords, operation
+from slurm_heal.providers._records import (
+    KeyRecords,
+    RecordedOperations,
+    operation,
+    require_key,
+)
 from slurm_heal.providers.base import Operation
+from slurm_heal.providers.settings import (
+    LongTimeout,
+    ProviderSettings,
+    Text,
+)
 from slurm_heal.reasons import (
     OUR_PREFIX,
     format_marker,
@@ -50,7 +60,7 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class SlurmRebootProvider:
+class SlurmRebootProvider(RecordedOperations):
     """Reboots nodes with ``scontrol reboot``; refuses every other action."""
 
     name = "slurm"
@@ -76,8 +86,7 @@ class SlurmRebootProvider:
                 f"slurm provider cannot {action.value} a node: Slurm can only reboot it "
                 "(through the site's RebootProgram); configure an exec, http or openstack "
                 "provider for rebuild, migrate and power_cycle")
-        if not key:
-            raise ProviderError("an idempotency key is required")
+        require_key(key)
         existing = self.status(key)
         if existing is not None:
             if existing.node != node:
@@ -116,13 +125,8 @@ class SlurmRebootProvider:
         self.records.put(key, rec)
         return operation(key, rec)
 
-    def status(self, key: str) -> Operation | None:
-        """Ask Slurm whether the node rebooted for ``key`` is back."""
-        rec = self.records.get(key)
-        if rec is None:
-            return None
-        if rec["status"] in ("succeeded", "failed"):
-            return operation(key, rec)
+    def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
+        """Ask Slurm whether the node rebooted for ``key`` is back (``status``)."""
         node = str(rec["node"])
         try:
             info = self.slurm.node(node)
@@ -175,3 +179,9 @@ def _parse(value: Any) -> datetime | None:
         return None
     return _aware(datetime.fromisoformat(value))
 
+
+class SlurmSettings(ProviderSettings):
+    """``type = "slurm"``: `scontrol reboot` through slurmctld (docs/providers.md)."""
+
+    nextstate: Text = "DRAIN"
+    timeout: LongTimeout = 1800.0

@@ -36,7 +36,9 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.readmodel.words import elapsed as _dur
 from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
+from slurm_heal.readmodel.words import stamp as _ts
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -236,17 +238,6 @@ def controller_view(beat: Heartbeat | None, state: State | None, now: datetime,
         + (f", version {beat.version}" if beat.version else "")), **common)
 
 
-def _dur(seconds: float) -> str:
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
-
-
 def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
     b = state.breaker
     count = threshold = window_s = None
@@ -295,9 +286,7 @@ def _foreign(node: NodeInfo) -> bool:
     """Someone else's drain (D5); a malformed request is one too (O6): nothing of ours
     will ever act on it, so it is never counted as healthy."""
     return bool((node.drained or node.down) and node.reason and (
-        reasons.request_problem(node.reason) or not (
-            reasons.is_ours(node.reason) or reasons.is_request(node.reason)
-            or reasons.is_slurm_reboot(node.reason))))
+        reasons.request_problem(node.reason) or reasons.owner(node.reason) == "person"))
 
 
 def classify(node: NodeInfo, state: State, now: datetime,
@@ -455,10 +444,6 @@ def _validations(state: State, now: datetime) -> tuple[VLine, ...]:
                          why=v.steps[-1].why if v.steps else v.reason,
                          since=v.phase_times.get(v.phase, v.created)))
     return tuple(sorted(out, key=lambda x: (x.since, x.node)))
-
-
-def _ts(value: datetime | None) -> str:
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
 
 
 def render(ov: Overview) -> list[str]:

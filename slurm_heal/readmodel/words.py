@@ -5,12 +5,30 @@ plain JSON data in the file's own form (durations as "30m").
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slurm_heal.durations import format_duration
 from slurm_heal.models import Attempt, Remediation
 from slurm_heal.types import Action
+
+
+def stamp(at: datetime | None) -> str:
+    """A time as "2026-01-05 10:00:00Z" (UTC), "-" for none: `status` and the console."""
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if at else "-"
+
+
+def elapsed(seconds: float) -> str:
+    """A time span in a few characters ("45s", "12m", "3h05m", "2d4h"): how long ago or
+    for how long, in `status` and the console alike."""
+    s = max(int(seconds), 0)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
 def requester(rem: Remediation) -> str:

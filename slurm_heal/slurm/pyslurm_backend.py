@@ -49,6 +49,34 @@ from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 SUPPORTED_MAJOR = 25  # pyslurm's version follows Slurm's: 25.11.x needs libslurm 25.11
 
+# Slurm's error numbers (slurm/slurm_errno.h; the same values in 25.11 and 26.05), which
+# pyslurm's RPCError carries as ``errno``: errors are told apart by number, never by
+# their words (slurm_strerror's text may change between releases).
+# No controller reached: SLURM_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR,
+# SLURMCTLD_COMMUNICATIONS_{CONNECTION,SEND,RECEIVE,SHUTDOWN}_ERROR, _BACKOFF,
+# _HARD_DROP and SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT.
+UNREACHABLE_ERRNOS = frozenset({1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 1804, 1805,
+                                5004})
+# Nothing of that name: ESLURM_INVALID_JOB_ID, ESLURM_INVALID_NODE_NAME.
+NOT_FOUND_ERRNOS = frozenset({2017, 2018})
+
+
+def slurm_errno(exc: BaseException) -> int | None:
+    """Slurm's error number on an exception from pyslurm (RPCError.errno), or None."""
+    code = getattr(exc, "errno", None)
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
+def classify(what: str, exc: Exception) -> SlurmError | NotFound:
+    """The project's error for what a pyslurm call raised, by Slurm's errno."""
+    code = slurm_errno(exc)
+    text = f"pyslurm {what}: {exc}" + (f" (slurm errno {code})" if code is not None else "")
+    if code in UNREACHABLE_ERRNOS:
+        return SlurmUnreachable(text, errno=code)
+    if code in NOT_FOUND_ERRNOS:
+        return NotFound(text)
+    return SlurmError(text, errno=code)
+
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     """A field of a pyslurm object or of its ``to_dict()`` form."""
@@ -244,13 +272,8 @@ class PyslurmSlurm:
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except Exception as exc:  # pyslurm raises RPCError and friends
-            text = str(exc)
-            if "Unable to contact" in text or "connect" in text.lower():
-                raise SlurmUnreachable(f"pyslurm {what}: {text}") from exc
-            if "not found" in text.lower() or "Invalid node name" in text:
-                raise NotFound(f"pyslurm {what}: {text}") from exc
-            raise SlurmError(f"pyslurm {what}: {text}") from exc
+        except Exception as exc:  # pyslurm raises RPCError (with Slurm's errno) and friends
+            raise classify(what, exc) from exc
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         loaded = self._call("Nodes.load", self._pyslurm.Nodes.load)

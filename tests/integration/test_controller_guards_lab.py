@@ -15,7 +15,7 @@ import pytest
 
 from slurm_heal import reasons
 from slurm_heal.config import Policy
-from slurm_heal.controller import Controller
+from slurm_heal.controller import Controller, Executed
 from slurm_heal.models import Attempt, Effect, Phase, Plan, Remediation, State
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
@@ -71,6 +71,20 @@ def test_a_persons_reboot_like_drain_is_never_resumed(lab_clean: Lab, tmp_path: 
     assert info.drained and info.reason == bob
 
 
+def _act_while_acting(lab: Lab, tmp_path: Path, sim: SimulatorServer, node: str,
+                      rid: str) -> Executed:
+    """Our remediation ``rid`` of ``node`` stored as acting, and a plan with its act: the
+    one effect the controller's cycle ran."""
+    rem = acted_long_ago(node).model_copy(update={"id": rid, "attempts": (),
+                                                  "phase": Phase.ACTING})
+    with Store(tmp_path).transaction() as txn:
+        txn.state = State(remediations=(rem,))
+    plan = Plan(effects=(Effect(kind="act", node=node, remediation=rid,
+                                action=Action.REBOOT, key=f"{rid}:act:0"),))
+    (ex,) = controller(lab, tmp_path, sim, plan).cycle().executed
+    return ex
+
+
 def test_an_act_on_a_node_someone_drained_since_the_snapshot_is_not_sent(
         lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
     """House style 2 (issue 8, defect 11): the controller's last look before the act
@@ -78,14 +92,7 @@ def test_an_act_on_a_node_someone_drained_since_the_snapshot_is_not_sent(
     node = lab_clean.nodes[1]
     reason = "NHC: check_hw_ib: No IB port is ACTIVE"
     lab_clean.scontrol("update", f"nodename={node}", "state=drain", f"reason={reason}")
-    rem = acted_long_ago(node).model_copy(update={"id": "r-000000000002", "attempts": (),
-                                                  "phase": Phase.ACTING})
-    with Store(tmp_path).transaction() as txn:
-        txn.state = State(remediations=(rem,))
-    plan = Plan(effects=(Effect(kind="act", node=node, remediation=rem.id,
-                                action=Action.REBOOT, key="r-000000000002:act:0"),))
-    report = controller(lab_clean, tmp_path, sim, plan).cycle()
-    (ex,) = report.executed
+    ex = _act_while_acting(lab_clean, tmp_path, sim, node, "r-000000000002")
     assert ex.outcome == "failed" and ex.detail.startswith("not sent: ")
     assert sim.stats()["executed"] == {}
     info = CliSlurm(slurm_conf=str(lab_clean.conf)).node(node)
@@ -102,14 +109,7 @@ def test_an_act_on_a_node_a_person_resumed_since_the_snapshot_is_not_sent(
     marker = reasons.format_marker("gpu.xid.79", "r-000000000003", "controller", "for reboot")
     lab_clean.scontrol("update", f"nodename={node}", "state=drain", f"reason={marker}")
     lab_clean.scontrol("update", f"nodename={node}", "state=resume")
-    rem = acted_long_ago(node).model_copy(update={"id": "r-000000000003", "attempts": (),
-                                                  "phase": Phase.ACTING})
-    with Store(tmp_path).transaction() as txn:
-        txn.state = State(remediations=(rem,))
-    plan = Plan(effects=(Effect(kind="act", node=node, remediation=rem.id,
-                                action=Action.REBOOT, key="r-000000000003:act:0"),))
-    report = controller(lab_clean, tmp_path, sim, plan).cycle()
-    (ex,) = report.executed
+    ex = _act_while_acting(lab_clean, tmp_path, sim, node, "r-000000000003")
     assert ex.outcome == "failed" and ex.detail.startswith("not sent: ")
     assert "resumed" in ex.detail
     assert sim.stats()["executed"] == {}

@@ -296,3 +296,32 @@ def test_critical_alert_on_an_idle_node_is_cordoned_within_a_few_cycles(
     assert cordoned and cordoned[0] < LIVENESS_CYCLES, \
         f"{fault} on idle {node} at +{minute}m: no cordon within {LIVENESS_CYCLES} " \
         f"cycles; cycles seen: {seen[:LIVENESS_CYCLES + 2]}"
+
+
+# The one classifier of reasons (slurm_heal.reasons.owner) the engine, the controller
+# and the node check ask agrees with the D5 oracle above (written out on its own) on our
+# markers, requests, Slurm's own reboot reasons (alone and appended to ours) and the
+# lookalikes, and on any text at all.
+_REASONS = st.one_of(
+    st.sampled_from(FOREIGN_REASONS), st.sampled_from(sorted(SLURM_REBOOT)),
+    st.sampled_from(["heal: gpu.xid.79 rem=r-1 by=controller for reboot",
+                     "heal: gpu.xid.79 by=check GPU fell off the bus",
+                     "heal: gpu.xid.79 rem=r-1 by=controller for reboot : reboot issued",
+                     "heal-request: reboot detector=ibmon id=4711 flapping",
+                     "heal-request: explode", "reboot issued : Reboot ASAP", "",
+                     " heal: x", "reboot issued : bob's BIOS update"]),
+    st.text(max_size=40))
+
+
+@settings(max_examples=300, deadline=None)
+@given(reason=_REASONS, down=st.booleans())
+def test_the_reason_classifier_agrees_with_the_d5_oracle(reason: str, down: bool) -> None:
+    """D5 / house style 2: a node out of service is someone else's exactly when owner()
+    says "person"; Slurm's own reboot reasons are "slurm", never a person's."""
+    from slurm_heal.reasons import owner
+
+    n = NodeInfo(name="gpu01", states=frozenset({"IDLE", "DOWN" if down else "DRAIN"}),
+                 reason=reason)
+    assert foreign(n) == (owner(reason) == "person" and bool(reason.strip()))
+    if reason.strip() and all(p.strip() in SLURM_REBOOT for p in reason.strip().split(" : ")):
+        assert owner(reason) == "slurm"

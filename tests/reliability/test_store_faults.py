@@ -9,14 +9,12 @@ file size limit, or a small tmpfs where we may mount one) is a clear error from
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from slurm_heal.providers.http import HttpProvider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.types import Action
+from tests.disks import fill, small_tmpfs
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 REPO = Path(__file__).resolve().parents[2]
@@ -217,36 +216,11 @@ def test_request_on_a_full_disk_is_a_clear_error_and_writes_nothing(tmp_path: Pa
     _assert_clear_and_intact(res, tmp_path, before)
 
 
-@contextlib.contextmanager
-def _small_tmpfs(where: Path, size: str = "256k") -> Iterator[Path]:
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (the file-size-limit test covers a full disk)")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                         capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(disk: Path) -> None:
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, b"\0" * 4096):
-                pass
-    finally:
-        os.close(fd)
-
-
 def test_request_on_a_full_tmpfs_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
     """The same on a really full file system (ENOSPC), a small tmpfs."""
-    with _small_tmpfs(tmp_path / "disk") as disk:
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
         before = _real_store(disk, pad=8 * 1024)
-        _fill(disk)
+        fill(disk)
         env = dict(os.environ, PATH="/nonexistent")
         res = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "request", "gpu01",
                               "reboot", "--reason", "disk test", "--by", "alice",
@@ -260,9 +234,9 @@ def test_the_daemon_skips_cycles_on_a_full_disk_and_recovers(tmp_path: Path) -> 
     the daemon neither crashes nor acts (nothing recorded, nothing executed); once space
     is back the next cycle works. (Before: an OSError out of run_forever, and systemd's
     crash loop.)"""
-    with _small_tmpfs(tmp_path / "disk") as disk:
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
         before = _real_store(disk, pad=8 * 1024)
-        _fill(disk)
+        fill(disk)
         script = textwrap.dedent(f"""
             import logging, sys
             from pathlib import Path

@@ -462,15 +462,27 @@ def test_the_committed_openapi_document_is_the_served_one_and_names_every_route(
 # --------------------------------------------------------------------------- console forms
 
 
+def _login_page(srv: Serve, s: requests.Session,
+                **params: str) -> tuple[requests.Response, str]:
+    """The console's login form as a browser gets it, and the form's nonce."""
+    page = s.get(srv.url + "/login", params=params or None, timeout=10)
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text)
+    assert nonce, page.text
+    return page, nonce.group(1)
+
+
+def _post_login(srv: Serve, s: requests.Session, nonce: str, token: str,
+                nxt: str) -> requests.Response:
+    """The login form sent with ``token`` and ``next`` (its redirect not followed)."""
+    return s.post(srv.url + "/login", data={"login_csrf": nonce, "token": token, "next": nxt},
+                  allow_redirects=False, timeout=10)
+
+
 def _login(srv: Serve, token: str) -> requests.Session:
     """Log in to the console as a browser does: the login form's nonce, then the token."""
     s = requests.Session()
-    page = s.get(srv.url + "/login", timeout=10)
-    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text)
-    assert nonce, page.text
-    resp = s.post(srv.url + "/login", data={"login_csrf": nonce.group(1), "token": token,
-                                            "next": "/approvals"},
-                  allow_redirects=False, timeout=10)
+    _, nonce = _login_page(srv, s)
+    resp = _post_login(srv, s, nonce, token, "/approvals")
     assert resp.status_code == 303 and resp.headers["Location"] == "/approvals", resp.text
     return s
 
@@ -523,11 +535,8 @@ def test_console_pages_need_a_login_and_never_redirect_off_site(srv: Serve, fres
     resp = requests.get(srv.url + "/approvals", allow_redirects=False, timeout=10)
     assert resp.status_code == 303 and resp.headers["Location"] == "/login?next=/approvals"
     s = requests.Session()
-    page = s.get(srv.url + "/login", timeout=10)
-    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
-                                            "next": "//evil.example/"},
-                  allow_redirects=False, timeout=10)
+    _, nonce = _login_page(srv, s)
+    resp = _post_login(srv, s, nonce, fresh.tokens["alice"], "//evil.example/")
     assert resp.headers["Location"] == "/"
     assert "HttpOnly" in resp.headers["Set-Cookie"] and "SameSite=Strict" in \
         resp.headers["Set-Cookie"]
@@ -542,22 +551,17 @@ def test_after_login_a_next_that_a_browser_reads_as_another_host_goes_home(
     ``//host``) and read a backslash as a slash: such a ``next`` is refused (``/``), on the
     form's GET and POST alike, never a redirect elsewhere nor a 500."""
     s = requests.Session()
-    page = s.get(srv.url + "/login", params={"next": nxt}, timeout=10)
+    page, nonce = _login_page(srv, s, next=nxt)
     assert page.status_code == 200, page.text
     assert 'name="next" value="/"' in page.text
-    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
-                                            "next": nxt}, allow_redirects=False, timeout=10)
+    resp = _post_login(srv, s, nonce, fresh.tokens["alice"], nxt)
     assert resp.status_code == 303 and resp.headers["Location"] == "/", resp.text
 
 
 def test_after_login_a_path_of_this_server_is_kept(srv: Serve, fresh: Site) -> None:
     s = requests.Session()
-    page = s.get(srv.url + "/login", timeout=10)
-    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-    resp = s.post(srv.url + "/login", data={"login_csrf": nonce, "token": fresh.tokens["alice"],
-                                            "next": "/approvals?node=gpu01"},
-                  allow_redirects=False, timeout=10)
+    _, nonce = _login_page(srv, s)
+    resp = _post_login(srv, s, nonce, fresh.tokens["alice"], "/approvals?node=gpu01")
     assert resp.headers["Location"] == "/approvals?node=gpu01"
 
 

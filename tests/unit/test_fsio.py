@@ -4,19 +4,17 @@ behind gets in the way of the next write."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurm_heal import fsio
+from tests.disks import fill, small_tmpfs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,40 +95,14 @@ def test_an_error_while_streaming_leaves_the_old_file_and_no_temp(tmp_path: Path
 # ------------------------------------------------------------------ a full disk
 
 
-@contextlib.contextmanager
-def _small_tmpfs(where: Path, size: str = "64k") -> Iterator[Path]:
-    where.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; run the unit tests as root to cover ENOSPC")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                         capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({res.stderr.strip()}); a container needs "
-                    "CAP_SYS_ADMIN for this test")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(disk: Path) -> None:
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while os.write(fd, b"\0" * 4096):
-                pass
-    finally:
-        os.close(fd)
-
-
 def test_a_full_disk_is_a_clear_error_and_the_old_file_is_intact(tmp_path: Path) -> None:
     """SPEC I5: ENOSPC on a really full file system (a small tmpfs) raises the OSError
     that says so, the old file keeps its bytes, no temp file stays; once there is space
     the same write goes through."""
-    with _small_tmpfs(tmp_path / "disk") as disk:
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
         target = disk / "queue.json"
         fsio.atomic_write(target, b"old" * 100)
-        _fill(disk)
+        fill(disk)
         with pytest.raises(OSError) as info:
             fsio.atomic_write(target, b"new" * 10_000)
         assert info.value.errno == errno.ENOSPC

@@ -31,6 +31,7 @@ from slurm_heal.notify.events import Event
 from slurm_heal.providers import make_provider
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
+from tests.fakes import Clock
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 BAD = "heal-request: reboot detector=ibmön id=ü1 x"  # the operator's very line
@@ -142,17 +143,10 @@ def test_a_malformed_request_is_notified_once(tmp_path: Path) -> None:
 REQUEST = "heal-request: reboot detector=ibmon id=4711 link flaps"  # the README's example
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 def _waiting_rig(tmp_path: Path, policy: str = "") -> tuple[MemorySlurm, Controller,
-                                                             Notifications, list[Event], Clock]:
-    clock = Clock()
+                                                             Notifications, list[Event],
+                                                             Clock[datetime]]:
+    clock = Clock(T0)
     slurm = MemorySlurm([(f"gpu0{i}", "a") for i in range(1, 5)], clock=clock)
     sent: list[Event] = []
 
@@ -295,7 +289,7 @@ def test_evidence_wait_is_a_policy_duration_validated_as_every_other(value: obje
 
 # ------------------------------------------------------------------ item 3: provider unreachable
 def _outage_rig(tmp_path: Path) -> tuple[MemorySlurm, Controller, Notifications, list[Event],
-                                         Clock]:
+                                         Clock[datetime]]:
     """An Xid 119 on gpu01 (approved automatically by the default policy) and a provider
     that refuses every connection (nothing listens on 127.0.0.1:9)."""
     from slurm_heal import extra
@@ -315,7 +309,8 @@ def _outage_rig(tmp_path: Path) -> tuple[MemorySlurm, Controller, Notifications,
     return slurm, ctl, queue, sent, clock
 
 
-def _until_acting(ctl: Controller, queue: Notifications, clock: Clock, store: Store) -> None:
+def _until_acting(ctl: Controller, queue: Notifications, clock: Clock[datetime],
+                  store: Store) -> None:
     for _ in range(10):
         ctl.cycle()
         queue.deliver_due()

@@ -103,3 +103,37 @@ def test_slurms_reboot_flags_are_recognised() -> None:
     assert reasons.slurm_rebooting(frozenset({"DOWN", "REBOOT_ISSUED"}))
     assert reasons.slurm_rebooting(frozenset({"IDLE", "DRAIN", "REBOOT_REQUESTED"}))
     assert not reasons.slurm_rebooting(frozenset({"IDLE", "DRAIN"}))
+
+
+# -- owner(): whose reason it is (house style 2, D5, Q1) -------------------------------
+@pytest.mark.parametrize(("reason", "whose"), [
+    (None, "none"), ("", "none"),
+    ("heal: gpu.xid.79 rem=r-3f2a by=controller for reboot", "ours"),
+    ("  heal: gpu.xid.79 by=check", "ours"),
+    ("heal: not a fault id!", "ours"),  # ours, even when it does not parse
+    ("heal: gpu.xid.79 rem=r-1 by=controller for reboot : reboot issued", "ours"),
+    ("heal-request: reboot detector=ibmon id=4711", "request"),
+    ("heal-request: explode", "request"),  # malformed: still the request channel (Q1)
+    ("Node unexpectedly rebooted", "slurm"), ("Reboot ASAP", "slurm"),
+    ("reboot issued : reboot complete", "slurm"),
+    ("Reboot pending: BIOS update (bob)", "person"),  # issue 8: a person's, not Slurm's
+    ("reboot issued : bob's BIOS update", "person"),
+    ("NHC: heal: not ours", "person"), ("healing: memtest (carol)", "person"),
+    ("   ", "person"),
+])
+def test_owner_says_whose_reason_it_is(reason: str | None, whose: str) -> None:
+    assert reasons.owner(reason) == whose
+
+
+def test_marker_of_parses_our_marker_and_nothing_else() -> None:
+    """The marker is parsed, never substring-matched: the remediation is the ``rem=``
+    key, not any ``rem=...`` text somewhere in the reason."""
+    m = reasons.marker_of(reasons.format_marker("gpu.xid.48", "r-2", "controller",
+                                                "moved here from rem=r-1"))
+    assert m is not None and (m.fault, m.remediation, m.by) == ("gpu.xid.48", "r-2",
+                                                                "controller")
+    assert m.text == "moved here from rem=r-1"
+    assert reasons.marker_of("NHC: heal: gpu.xid.48 rem=r-1") is None  # not ours
+    assert reasons.marker_of("heal-request: reboot") is None
+    assert reasons.marker_of("heal: Not-A-Fault rem=r-1") is None  # ours, unparseable
+    assert reasons.marker_of(None) is None
