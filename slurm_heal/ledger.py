@@ -278,6 +278,8 @@ class _Fold:
         if not m.names:
             upd["names"] = (NameSeen(name=r.node, first=r.created, last=end),)
             upd["first_seen"] = min(m.first_seen, r.created)
+        if r.node not in self.names:
+            self.names[r.node] = mid  # a store's history, before the node was seen
         if r.action is Action.MIGRATE and r.phase is Phase.DONE:
             # SPEC E7: the node now runs on other hardware; this machine keeps its ledger
             upd["moved_off"] = f"{r.node} at {end.isoformat()}"

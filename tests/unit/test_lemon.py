@@ -7,7 +7,7 @@ nodes and remediations, and `LedgerFile` on a temporary state directory.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -285,3 +285,40 @@ def test_forgotten_machines_go_to_the_audit_archive(tmp_path: Path) -> None:
     assert gone.id == HOST and gone.remediations == {"reboot": {"done": 1}}
     assert [r.id for r in archived(tmp_path / "audit.jsonl")] == [
         rem("gpu01", at=T0, host=HOST).id]
+
+
+# ------------------------------------------------------------------ the CLI
+def test_machines_lists_the_worst_first_with_json_and_text(tmp_path: Path) -> None:
+    """SPEC E7 / I4: `slurm-heal machines [--json]` lists every machine worst first, a
+    lemon marked; `machines NODE` shows the ledger of the machine under the node."""
+    from click.testing import CliRunner
+
+    from slurm_heal.cli import cli
+
+    now = datetime.now(timezone.utc)
+    store = Store(tmp_path / "state.json")
+    with store.transaction() as txn:
+        txn.state = State(remediations=(
+            *lemon_history(HOST, 5, last=now - timedelta(hours=2), step=timedelta(hours=3)),
+            rem("gpu02", Phase.DONE, Action.REBOOT, at=now - 2 * DAY, host="gpu02")))
+    LedgerFile(tmp_path).update([gpu_node("gpu01"), bare("gpu02"), bare("gpu03")],
+                                store.load().remediations, now)
+    run_ = CliRunner().invoke(cli, ["machines", "--state-dir", str(tmp_path), "--json"])
+    assert run_.exit_code == 0, run_.output
+    got = json.loads(run_.stdout)
+    assert [m["id"] for m in got["machines"]] == [HOST, "gpu02", "gpu03"]
+    assert got["lemons"] == 1 and got["machines"][0]["lemon"] is True
+    assert got["machines"][0]["acted_in_window"] == 5
+    assert got["machines"][1]["remediations"] == {"reboot": {"done": 1}}
+    assert got["lemon"] == {"enabled": True, "remediations": 5, "window": "7d"}
+    text = CliRunner().invoke(cli, ["machines", "--state-dir", str(tmp_path), "--limit", "1"])
+    assert text.exit_code == 0, text.output
+    assert "3 machine(s), 1 lemon(s)" in text.stdout and HOST in text.stdout
+    assert "gpu03" not in text.stdout
+    one = CliRunner().invoke(cli, ["machines", "gpu01", "--state-dir", str(tmp_path)])
+    assert one.exit_code == 0, one.output
+    assert f"Machine {HOST} (gpu_serials)  LEMON" in one.stdout
+    assert "reboot: done 5" in one.stdout and SERIALS[0] in one.stdout
+    missing = CliRunner().invoke(cli, ["machines", "nosuch", "--state-dir", str(tmp_path),
+                                       "--json"])
+    assert missing.exit_code == 6 and "no machine 'nosuch'" in missing.stdout
