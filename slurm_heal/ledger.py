@@ -232,6 +232,11 @@ class _Fold:
         if not names or names[-1].name != node.name:
             names.append(NameSeen(name=node.name, first=self.now, last=self.now))
             upd["names"] = tuple(names[-MAX_NAMES:])
+            if kind != "node_name":
+                # a machine is under one name at a time: its old name (renamed away) is
+                # no longer on it, whatever comes to carry that name next
+                self.names = {n: v for n, v in self.names.items()
+                              if v != mid or n == node.name}
         elif self.now - names[-1].last >= SEEN_EVERY:
             names[-1] = names[-1].model_copy(update={"last": self.now})
             upd["names"] = tuple(names)

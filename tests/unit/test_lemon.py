@@ -322,3 +322,47 @@ def test_machines_lists_the_worst_first_with_json_and_text(tmp_path: Path) -> No
     missing = CliRunner().invoke(cli, ["machines", "nosuch", "--state-dir", str(tmp_path),
                                        "--json"])
     assert missing.exit_code == 6 and "no machine 'nosuch'" in missing.stdout
+
+
+# ------------------------------------------------------------------ the API
+def test_the_api_lists_machines_worst_first_and_the_node_shows_its_machine(
+        tmp_path: Path) -> None:
+    """SPEC E7 / O5: GET /api/v1/machines (worst first, ?limit), /api/v1/machines/{id or
+    node} (404 for neither) and /api/v1/nodes/{node} carrying the machine's ledger."""
+    from werkzeug.test import Client
+
+    from slurm_heal.api.app import ApiApp
+    from slurm_heal.api.settings import ApiSettings
+    from slurm_heal.location import Location
+    from slurm_heal.slurm.memory import MemorySlurm
+    from tests.apiserve import make_tokens
+
+    now = datetime.now(timezone.utc)
+    state_dir = tmp_path / "state"
+    store = Store(state_dir)
+    with store.transaction() as txn:
+        txn.state = State(remediations=lemon_history(HOST, 5, last=now - timedelta(hours=1),
+                                                     step=timedelta(hours=2)))
+    slurm = MemorySlurm([("gpu01", "a"), ("gpu02", "a")], clock=lambda: now)
+    slurm.set_extra("gpu01", extra_mod.KEY, extra_mod.our_section([], now, MACHINE))
+    LedgerFile(state_dir).update(slurm.nodes(), store.load().remediations, now)
+    tokens = make_tokens(tmp_path / "tokens.toml")
+    app = ApiApp(ApiSettings(tokens=tmp_path / "tokens.toml", bind="127.0.0.1:0"),
+                 Location(state_dir=state_dir, source="test"), slurm=lambda: slurm)
+    client = Client(app)
+    auth = {"Authorization": f"Bearer {tokens['victor']}"}
+    got = client.get("/api/v1/machines", headers=auth)
+    assert got.status_code == 200, got.text
+    body = got.json
+    assert [m["id"] for m in body["machines"]] == [HOST, "gpu02"]
+    assert body["machines"][0]["lemon"] is True and body["lemons"] == 1
+    assert [m["id"] for m in client.get("/api/v1/machines?limit=1", headers=auth)
+            .json["machines"]] == [HOST]
+    assert client.get("/api/v1/machines?limit=zero", headers=auth).status_code == 422
+    one = client.get("/api/v1/machines/gpu01", headers=auth)
+    assert one.status_code == 200 and one.json["machine"]["id"] == HOST
+    assert client.get("/api/v1/machines/nosuch", headers=auth).status_code == 404
+    assert client.get("/api/v1/machines").status_code == 401
+    node_view = client.get("/api/v1/nodes/gpu01", headers=auth).json
+    assert node_view["machine"]["id"] == HOST
+    assert node_view["machine"]["remediations"] == {"reboot": {"done": 5}}
