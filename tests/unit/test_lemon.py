@@ -366,3 +366,26 @@ def test_the_api_lists_machines_worst_first_and_the_node_shows_its_machine(
     node_view = client.get("/api/v1/nodes/gpu01", headers=auth).json
     assert node_view["machine"]["id"] == HOST
     assert node_view["machine"]["remediations"] == {"reboot": {"done": 5}}
+
+
+# ------------------------------------------------------------------ the metric
+def test_the_lemons_metric_names_each_machine_past_the_limit() -> None:
+    """SPEC E7 / O4: slurm_heal_lemons{machine} is set, after a cycle, for the machines
+    E7 holds (counted as the engine counts), and for no other."""
+    from slurm_heal.controller import CycleFacts
+    from slurm_heal.metrics import Metrics
+    from slurm_heal.models import Plan
+    from slurm_heal.types import ClusterView
+
+    state = State(remediations=(*lemon_history(HOST, 5),
+                                *lemon_history("gpu02", 4, node_name="gpu02")))
+    metrics = Metrics(policy=pol())
+    metrics.observe(CycleFacts(at=T0, view=ClusterView(nodes=(), jobs=()), before=state,
+                               after=state, plan=Plan(), executed=(), duration_s=0.1))
+    reg = metrics.registry
+    assert reg.get_sample_value("slurm_heal_lemons", {"machine": HOST}) == 5
+    assert reg.get_sample_value("slurm_heal_lemons", {"machine": "gpu02"}) is None
+    off = Metrics(policy=pol(escalation={"lemon": {"enabled": False}}))
+    off.observe(CycleFacts(at=T0, view=ClusterView(nodes=(), jobs=()), before=state,
+                           after=state, plan=Plan(), executed=(), duration_s=0.1))
+    assert off.registry.get_sample_value("slurm_heal_lemons", {"machine": HOST}) is None
