@@ -389,3 +389,42 @@ def test_the_lemons_metric_names_each_machine_past_the_limit() -> None:
     off.observe(CycleFacts(at=T0, view=ClusterView(nodes=(), jobs=()), before=state,
                            after=state, plan=Plan(), executed=(), duration_s=0.1))
     assert off.registry.get_sample_value("slurm_heal_lemons", {"machine": HOST}) is None
+
+
+# ------------------------------------------------------------------ the ticket
+def test_the_hardware_ticket_carries_the_machines_ledger(tmp_path: Path) -> None:
+    """SPEC E7 / V2: a clear failure's ticket names the machine's ledger (names,
+    remediations by action and outcome, faults), in its JSON and in its text."""
+    from slurm_heal.models import ValidationRun
+    from slurm_heal.slurm.memory import MemorySlurm
+    from slurm_heal.validation import flow
+    from slurm_heal.validation.service import Validator
+    from slurm_heal.validation.suite import validation_from
+    from slurm_heal.validation.tickets import GithubSink, Ticket
+
+    slurm = MemorySlurm([("gpu01", "a")], clock=lambda: T0)
+    slurm.set_extra("gpu01", extra_mod.KEY, extra_mod.our_section([], T0, MACHINE))
+    logs = tmp_path / "results" / "v-1"
+    logs.mkdir(parents=True)
+    (logs / "gpu-diag.log").write_text("dcgmi diag: FAIL\n")
+    (logs / "results.json").write_text(json.dumps({
+        "node": "gpu01", "vendor": "nvidia", "outcome": "fail", "started": "a",
+        "finished": "b", "steps": [{"name": "gpu-diag", "kind": "command", "outcome": "fail",
+                                    "reason": "exit status 1", "log": "gpu-diag.log"}]}))
+    state = State(remediations=lemon_history(HOST, 5))
+    LedgerFile(tmp_path).update(slurm.nodes(), state.remediations, T0)
+    vrun = ValidationRun(id="v-1", node="gpu01", host=HOST, phase="ticketing", created=T0,
+                         updated=T0, results_dir=str(logs), summary="gpu-diag fail")
+    cfg = validation_from({"tickets": [{"kind": "directory", "path": str(tmp_path / "t")}]})
+    v = Validator(store=Store(tmp_path / "state"), slurm=slurm, state_dir=tmp_path)
+    outcome, detail, _ref = v.execute(flow.VEffect(kind="ticket", key="v-1:ticketing:ticket",
+                                                   node="gpu01"), vrun, cfg, T0, state)
+    assert outcome == "ok", detail
+    doc = json.loads((tmp_path / "t" / "v-1.json").read_text())
+    assert doc["ledger"]["id"] == HOST and doc["ledger"]["remediations"] == {
+        "reboot": {"done": 5}}
+    assert "5 remediation(s) acted within 7d" in doc["ledger_summary"]
+    ticket = Ticket.model_validate({k: v for k, v in doc.items() if k != "logs"})
+    _title, body = GithubSink(repo="acme/hw", api_url="http://127.0.0.1:1").texts(
+        ticket, logs, "")
+    assert "### Machine ledger (SPEC E7)" in body and "reboot done 5" in body
