@@ -428,3 +428,22 @@ def test_the_hardware_ticket_carries_the_machines_ledger(tmp_path: Path) -> None
     _title, body = GithubSink(repo="acme/hw", api_url="http://127.0.0.1:1").texts(
         ticket, logs, "")
     assert "### Machine ledger (SPEC E7)" in body and "reboot done 5" in body
+
+
+def test_policy_check_and_show_know_escalation_lemon(tmp_path: Path) -> None:
+    """E7: `policy show` prints escalation.lemon; `policy check` names a bad value's key."""
+    from click.testing import CliRunner
+
+    from slurm_heal.cli import cli
+
+    good = tmp_path / "good.toml"
+    good.write_text('[escalation.lemon]\nremediations = 3\nwindow = "3d"\n')
+    shown = CliRunner().invoke(cli, ["policy", "show", str(good)])
+    assert shown.exit_code == 0, shown.output
+    assert "escalation.lemon.remediations = 3" in shown.stdout
+    assert 'escalation.lemon.window = "3d"' in shown.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[escalation.lemon]\nremediations = 0\n")
+    checked = CliRunner().invoke(cli, ["policy", "check", "--no-slurm", str(bad)])
+    assert checked.exit_code == 2
+    assert "escalation.lemon.remediations" in checked.output
