@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -61,9 +61,12 @@ MAX_FAULTS = 64  # distinct faults counted per machine
 MAX_ALERT_KEYS = 64  # alert instances remembered per machine (one count per instance)
 MAX_MACHINES = 250_000
 FORGET_AFTER = timedelta(days=400)  # not seen this long: archived and dropped
-# A machine's ``last_seen`` moves in steps of this much: a healthy cluster's ledger is
-# not rewritten every cycle, and every node is looked at once per step (the sweep).
-SEEN_EVERY = timedelta(hours=1)
+# A machine's ``last_seen`` (and a name's) moves in steps of this much: a healthy
+# cluster's ledger is rewritten once a day, not every cycle (days in service are days).
+SEEN_EVERY = timedelta(days=1)
+# Every node is looked at once per this much (the sweep): a new machine or a rename is in
+# the ledger within the hour; in between only the nodes a cycle decided about.
+SWEEP_EVERY = timedelta(hours=1)
 
 Kind = Literal["gpu_serials", "instance_id", "provider", "node_name"]
 
@@ -233,10 +236,11 @@ class _Fold:
             names.append(NameSeen(name=node.name, first=self.now, last=self.now))
             upd["names"] = tuple(names[-MAX_NAMES:])
             if kind != "node_name":
-                # a machine is under one name at a time: its old name (renamed away) is
-                # no longer on it, whatever comes to carry that name next
-                self.names = {n: v for n, v in self.names.items()
-                              if v != mid or n == node.name}
+                # a machine is under one name at a time: its old names (renamed away) are
+                # no longer on it, whatever comes to carry them next
+                for old in m.names:
+                    if old.name != node.name and self.names.get(old.name) == mid:
+                        del self.names[old.name]
         elif self.now - names[-1].last >= SEEN_EVERY:
             names[-1] = names[-1].model_copy(update={"last": self.now})
             upd["names"] = tuple(names)
@@ -297,7 +301,8 @@ class _Fold:
         MAX_MACHINES; return them (for the audit archive)."""
         gone = [m for m in self.machines.values() if self.now - m.last_seen > FORGET_AFTER]
         if len(self.machines) - len(gone) > MAX_MACHINES:
-            rest = sorted((m for m in self.machines.values() if m not in gone),
+            out = {m.id for m in gone}
+            rest = sorted((m for m in self.machines.values() if m.id not in out),
                           key=lambda m: (m.last_seen, m.id))
             gone += rest[:len(self.machines) - len(gone) - MAX_MACHINES]
         for m in gone:
@@ -351,12 +356,12 @@ class Observed:
 def observe(ledger: Ledger, nodes: Iterable[NodeInfo], remediations: Iterable[Remediation],
             now: datetime, *, touched: Iterable[str] | None = None) -> Observed:
     """Fold one cycle into the ledger (pure). Every node is looked at once per
-    `SEEN_EVERY` (the sweep); in between only the nodes named in ``touched`` (those the
+    `SWEEP_EVERY` (the sweep); in between only the nodes named in ``touched`` (those the
     cycle decided something about) and those with alerts. Each remediation is counted
     once, when it has ended (``counted_through``); a ledger that has counted nothing yet
     counts every ended remediation it is given (an older store's history)."""
     f = _Fold(ledger, now)
-    sweep = ledger.swept_at is None or now - ledger.swept_at >= SEEN_EVERY
+    sweep = ledger.swept_at is None or now - ledger.swept_at >= SWEEP_EVERY
     wanted = None if sweep or touched is None else set(touched)
     since = ledger.counted_through
     for r in remediations:
@@ -374,10 +379,11 @@ def observe(ledger: Ledger, nodes: Iterable[NodeInfo], remediations: Iterable[Re
         if alerts:
             f.alerts(node, mid, kind)
     dropped = f.bound()
-    if not f.changed and not sweep:
-        # nothing new: the ledger stays as it is (and its file unwritten); the next
-        # cycle looks from the same ``counted_through`` again
-        return Observed(ledger, False)
+    if not f.changed:
+        # nothing new: the file stays unwritten (a sweep is remembered in memory only);
+        # the next cycle looks from the same ``counted_through`` again
+        return Observed(ledger.model_copy(update={"swept_at": now}) if sweep else ledger,
+                        False)
     upd: dict[str, Any] = {"machines": f.machines, "names": f.names, "counted_through": now}
     if sweep:
         upd["swept_at"] = now
@@ -469,20 +475,31 @@ class LedgerFile:
         except OSError as exc:
             raise StoreError(f"cannot read the machine ledger {self.path}: {exc}") from exc
         try:
+            # pydantic's own parser: a 100k-machine ledger loads in a fraction of what
+            # json + model_validate take (docs/machines.md has the figures)
+            led = Ledger.model_validate_json(raw)
+        except ValidationError as exc:
+            self._refuse(raw, exc)
+        if led.v > VERSION:
+            raise StoreError(f"the machine ledger {self.path} has version {led.v}; this "
+                             f"slurm-heal reads up to {VERSION}: upgrade it")
+        return led
+
+    def _refuse(self, raw: bytes, exc: ValidationError) -> NoReturn:
+        """The clearest words for a ledger that does not load."""
+        try:
             data = jsonsafe.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise StoreError(f"the machine ledger {self.path} is not JSON ({exc}); move it "
+        except (UnicodeDecodeError, ValueError) as bad:
+            raise StoreError(f"the machine ledger {self.path} is not JSON ({bad}); move it "
                              "aside and slurm-heal builds a new one from the store") from exc
         if not isinstance(data, dict):
-            raise StoreError(f"the machine ledger {self.path} is not a JSON object")
+            raise StoreError(f"the machine ledger {self.path} is not a JSON object") from exc
         if isinstance(data.get("v"), int) and data["v"] > VERSION:
             raise StoreError(f"the machine ledger {self.path} has version {data['v']}; this "
-                             f"slurm-heal reads up to {VERSION}: upgrade it")
-        try:
-            return Ledger.model_validate(data)
-        except ValidationError as exc:
-            raise StoreError(f"the machine ledger {self.path} cannot be read: "
-                             f"{exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from exc
+                             f"slurm-heal reads up to {VERSION}: upgrade it") from exc
+        err = exc.errors()[0]
+        raise StoreError(f"the machine ledger {self.path} cannot be read: "
+                         f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from exc
 
     def update(self, nodes: Iterable[NodeInfo], remediations: Iterable[Remediation],
                now: datetime, touched: Iterable[str] | None = None) -> Ledger:
@@ -495,9 +512,10 @@ class LedgerFile:
                 if out.dropped:
                     self._archive(out.dropped, now)
                 if out.changed:
-                    fsio.atomic_write(self.path, json.dumps(
-                        out.ledger.model_dump(mode="json"), separators=(",", ":")))
+                    fsio.atomic_write(self.path, out.ledger.model_dump_json())
                     self._cache = (self._stamp(), out.ledger)
+                elif self._cache is not None and self._cache[0] == self._stamp():
+                    self._cache = (self._cache[0], out.ledger)  # the sweep's time
                 return out.ledger
         except fsio.LockTimeout as exc:
             raise StoreError(f"the machine ledger {self.path} is locked by {exc.holder}") from exc

@@ -175,7 +175,8 @@ def test_a_machines_ledger_survives_a_rebuild() -> None:
     m = out.machines[HOST]
     assert m.remediations == {"rebuild": {"done": 1}}
     # the fault the rebuild was for, and its return after the re-image
-    assert m.faults["gpu.xid.48"].count == 2 and m.last_seen == t2
+    assert m.faults["gpu.xid.48"].count == 2
+    assert m.days_in_service(t2) == 0.2  # first seen an hour before the rebuild, 5 h ago
 
 
 def test_a_migrate_leaves_the_ledger_on_the_old_machine() -> None:
@@ -447,3 +448,18 @@ def test_policy_check_and_show_know_escalation_lemon(tmp_path: Path) -> None:
     checked = CliRunner().invoke(cli, ["policy", "check", "--no-slurm", str(bad)])
     assert checked.exit_code == 2
     assert "escalation.lemon.remediations" in checked.output
+
+
+def test_an_hourly_sweep_that_finds_nothing_new_leaves_the_file_alone(tmp_path: Path) -> None:
+    """E7: a healthy cluster's ledger file is written when something changed (a new
+    machine, a name, a fault, a remediation, a day of service), not every sweep."""
+    f = LedgerFile(tmp_path)
+    f.update([gpu_node("gpu01")], [], T0)
+    path = tmp_path / ledger_mod.LEDGER_FILE
+    before = path.stat().st_mtime_ns, path.read_bytes()
+    out = f.update([gpu_node("gpu01")], [], T0 + timedelta(hours=2), touched=[])
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+    assert out.swept_at == T0 + timedelta(hours=2)  # remembered, not written
+    f.update([gpu_node("gpu01")], [], T0 + timedelta(days=1, hours=1), touched=[])
+    assert LedgerFile(tmp_path).load().machines[HOST].last_seen == T0 + timedelta(days=1,
+                                                                                  hours=1)
