@@ -205,9 +205,16 @@ class _Fold:
     def __init__(self, ledger: Ledger, now: datetime) -> None:
         self.old = ledger
         self.now = now
-        self.machines = dict(ledger.machines)
-        self.names = dict(ledger.names)
+        # the ledger's own maps until the first change (a quiet cycle copies nothing)
+        self.machines = ledger.machines
+        self.names = ledger.names
         self.changed = False
+
+    def _own(self) -> None:
+        if not self.changed:
+            self.machines = dict(self.machines)
+            self.names = dict(self.names)
+            self.changed = True
 
     def get(self, mid: str, kind: Kind) -> Machine:
         m = self.machines.get(mid)
@@ -217,8 +224,8 @@ class _Fold:
         return m
 
     def put(self, m: Machine) -> None:
+        self._own()
         self.machines[m.id] = m
-        self.changed = True
 
     def seen(self, node: NodeInfo, mid: str, kind: Kind) -> None:
         m = self.get(mid, kind)
@@ -240,6 +247,7 @@ class _Fold:
                 # no longer on it, whatever comes to carry them next
                 for old in m.names:
                     if old.name != node.name and self.names.get(old.name) == mid:
+                        self._own()
                         del self.names[old.name]
         elif self.now - names[-1].last >= SEEN_EVERY:
             names[-1] = names[-1].model_copy(update={"last": self.now})
@@ -250,8 +258,8 @@ class _Fold:
         if upd:
             self.put(m.model_copy(update=upd))
         if self.names.get(node.name) != mid:
+            self._own()
             self.names[node.name] = mid
-            self.changed = True
 
     def alerts(self, node: NodeInfo, mid: str, kind: Kind) -> None:
         data = extra_mod.read_check_data(node.name, node.extra, self.now)
@@ -287,6 +295,7 @@ class _Fold:
         if not m.names:
             upd["names"] = (NameSeen(name=r.node, first=r.created, last=end),)
             upd["first_seen"] = min(m.first_seen, r.created)
+        self._own()
         if r.node not in self.names:
             self.names[r.node] = mid  # a store's history, before the node was seen
         if r.action is Action.MIGRATE and r.phase is Phase.DONE:
@@ -305,9 +314,10 @@ class _Fold:
             rest = sorted((m for m in self.machines.values() if m.id not in out),
                           key=lambda m: (m.last_seen, m.id))
             gone += rest[:len(self.machines) - len(gone) - MAX_MACHINES]
+        if gone:
+            self._own()
         for m in gone:
             del self.machines[m.id]
-            self.changed = True
         if gone:
             ids = {m.id for m in gone}
             self.names = {n: mid for n, mid in self.names.items() if mid not in ids}
@@ -357,7 +367,8 @@ def observe(ledger: Ledger, nodes: Iterable[NodeInfo], remediations: Iterable[Re
             now: datetime, *, touched: Iterable[str] | None = None) -> Observed:
     """Fold one cycle into the ledger (pure). Every node is looked at once per
     `SWEEP_EVERY` (the sweep); in between only the nodes named in ``touched`` (those the
-    cycle decided something about) and those with alerts. Each remediation is counted
+    cycle decided something about: an alert's first cycle always leaves a record, P1,
+    S1 or D8, so its fault is counted then). Each remediation is counted
     once, when it has ended (``counted_through``); a ledger that has counted nothing yet
     counts every ended remediation it is given (an older store's history)."""
     f = _Fold(ledger, now)
@@ -370,13 +381,12 @@ def observe(ledger: Ledger, nodes: Iterable[NodeInfo], remediations: Iterable[Re
         end = ended_at(r) or r.updated
         if (since is None or end > since) and end <= now:
             f.remediation(r, end)
-    for node in nodes:
-        alerts = _has_alerts(node)
-        if wanted is not None and node.name not in wanted and not alerts:
+    for node in (() if wanted is not None and not wanted else nodes):
+        if wanted is not None and node.name not in wanted:
             continue
         mid, kind = identity(node, f.names)
         f.seen(node, mid, kind)
-        if alerts:
+        if _has_alerts(node):
             f.alerts(node, mid, kind)
     dropped = f.bound()
     if not f.changed:
