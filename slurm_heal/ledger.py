@@ -388,7 +388,7 @@ def observe(ledger: Ledger, nodes: Iterable[NodeInfo], remediations: Iterable[Re
         f.seen(node, mid, kind)
         if _has_alerts(node):
             f.alerts(node, mid, kind)
-    dropped = f.bound()
+    dropped = f.bound() if sweep else []  # a look at every machine: hourly, not per cycle
     if not f.changed:
         # nothing new: the file stays unwritten (a sweep is remembered in memory only);
         # the next cycle looks from the same ``counted_through`` again
