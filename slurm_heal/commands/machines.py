@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from slurm_heal.commands.admin import _emit_json, _location, _table, _ts, state_options
+from slurm_heal.commands.admin import _emit_json, _location, _store, _table, _ts, state_options
 from slurm_heal.commands.jsonmode import json_option
 
 
@@ -37,12 +37,11 @@ def machines(target: str | None, limit: int | None, state_dir: str | None,
              config: str | None, as_json: bool) -> None:
     """The machines under the nodes, worst first, with their ledgers (SPEC E7)."""
     from slurm_heal.readmodel import machines as view
-    from slurm_heal.store import Store
 
     loc = _location(state_dir, config)
     lemon = _lemon(config)
     now = datetime.now(timezone.utc)
-    state = Store(loc.state_dir / "state.json").load()
+    state = _store(state_dir, config).load()
     if target is not None:
         got = view.machine(loc.state_dir, state, now, lemon, target)
         if as_json:
