@@ -8,6 +8,7 @@ store's remediations folded in, in memory, so what ended since the daemon's last
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,25 @@ from slurm_heal.durations import format_duration
 from slurm_heal.errors import NotFound
 from slurm_heal.models import State
 
+# One reader per state directory, so `serve` parses machines.json once per change of the
+# file, not once per request (a 100k-machine ledger takes seconds to load).
+_FILES: dict[Path, ledger_mod.LedgerFile] = {}
+_FILES_LOCK = threading.Lock()
+
+
+def _file(state_dir: Path | str) -> ledger_mod.LedgerFile:
+    key = Path(state_dir).resolve()
+    with _FILES_LOCK:
+        f = _FILES.get(key)
+        if f is None:
+            f = _FILES[key] = ledger_mod.LedgerFile(key)
+        return f
+
 
 def current(state_dir: Path | str, state: State, now: datetime) -> ledger_mod.Ledger:
     """The daemon's ledger with the store's ended remediations folded in (not written)."""
-    return ledger_mod.observe(ledger_mod.LedgerFile(state_dir).load(), (), state.remediations,
-                              now).ledger
+    return ledger_mod.observe(_file(state_dir).load(), (), state.remediations, now,
+                              touched=()).ledger
 
 
 def machine_entry(m: ledger_mod.Machine, now: datetime, lemon: Lemon) -> dict[str, Any]:
