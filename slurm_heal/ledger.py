@@ -240,6 +240,8 @@ class _Fold:
             upd["last_seen"] = self.now
         names = list(m.names)
         if not names or names[-1].name != node.name:
+            if m.moved_off:
+                upd["moved_off"] = ""  # back in service under another node
             names.append(NameSeen(name=node.name, first=self.now, last=self.now))
             upd["names"] = tuple(names[-MAX_NAMES:])
             if kind != "node_name":
@@ -252,9 +254,6 @@ class _Fold:
         elif self.now - names[-1].last >= SEEN_EVERY:
             names[-1] = names[-1].model_copy(update={"last": self.now})
             upd["names"] = tuple(names)
-        if m.moved_off and names[-1].name == node.name and "names" in upd \
-                and len(names) > 1 and names[-2].name != node.name:
-            upd["moved_off"] = ""
         if upd:
             self.put(m.model_copy(update=upd))
         if self.names.get(node.name) != mid:

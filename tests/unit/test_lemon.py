@@ -463,3 +463,20 @@ def test_an_hourly_sweep_that_finds_nothing_new_leaves_the_file_alone(tmp_path: 
     f.update([gpu_node("gpu01")], [], T0 + timedelta(days=1, hours=1), touched=[])
     assert LedgerFile(tmp_path).load().machines[HOST].last_seen == T0 + timedelta(days=1,
                                                                                   hours=1)
+
+
+def test_a_migrated_off_machine_back_under_another_node_keeps_its_ledger() -> None:
+    """SPEC E7: the old hardware a migrate left, repaired and back as gpu09, is the same
+    machine: its ledger goes on under the new name (and it no longer says moved off)."""
+    mig = rem("gpu01", Phase.DONE, Action.MIGRATE, at=T0, host=HOST)
+    out = observe(Ledger(), [gpu_node("gpu01")], [], T0 - timedelta(hours=1)).ledger
+    out = observe(out, [gpu_node("gpu01", serials=["9990001"], host="hv-new-17")], [mig],
+                  T0 + timedelta(hours=1)).ledger
+    assert out.machines[HOST].moved_off.startswith("gpu01 at ")
+    daily = observe(out, [gpu_node("gpu01", serials=["9990001"], host="hv-new-17")], [],
+                    T0 + timedelta(days=1, hours=2)).ledger
+    assert daily.machines[HOST].moved_off  # a day on, nothing changed for it
+    back = observe(daily, [gpu_node("gpu09")], [], T0 + timedelta(days=3)).ledger
+    m = back.machines[HOST]
+    assert [n.name for n in m.names] == ["gpu01", "gpu09"] and m.moved_off == ""
+    assert m.remediations == {"migrate": {"done": 1}} and back.names["gpu09"] == HOST
