@@ -504,7 +504,7 @@ class ApiApp:
 
     def on_api_node(self, request: Request, node: str) -> Response:
         self._api_principal(request)
-        return self._json(views.node(self.src, _node_name(node)))
+        return self._json(views.node_with_machine(self.src, _node_name(node), self._lemon()))
 
     def on_api_history(self, request: Request, node: str) -> Response:
         self._api_principal(request)
@@ -705,7 +705,7 @@ class ApiApp:
         if isinstance(p, Response):
             return p
         name = _node_name(node)
-        return self._render(request, "node.html", p, n=views.node(self.src, name, self._lemon()),
+        return self._render(request, "node.html", p, n=views.node_with_machine(self.src, name, self._lemon()),
                             actions=[a.value for a in operations.REQUEST_ACTIONS])
 
     def on_page_remediations(self, request: Request) -> Response:

@@ -284,19 +284,24 @@ def _explanation(fault: str) -> str | None:
 # --------------------------------------------------------------------------- nodes
 
 
-def node(src: Sources, name: str, lemon: Any = None) -> dict[str, Any]:
-    """What ``slurm-heal explain NODE --json`` prints, plus the node's whole history and
-    the ledger of the machine under it (``machine``, SPEC E7; None when not known)."""
-    from slurm_heal.config import Lemon
-    from slurm_heal.readmodel import machines as machines_view
-
+def node(src: Sources, name: str) -> dict[str, Any]:
+    """What ``slurm-heal explain NODE --json`` prints, plus the node's whole history."""
     got = operations.explain(name, src.slurm, src.state)
     out = got.as_json()
     out["history"] = [operations.rem_json(r) for r in sorted(
         (r for r in got.state.remediations if r.node == name), key=lambda r: r.created)]
-    out["machine"] = machines_view.of_node(src.loc.state_dir, got.state, _now(),
-                                           lemon or Lemon(), name)
     out["store"] = src.loc.as_json()
+    return out
+
+
+def node_with_machine(src: Sources, name: str, lemon: Any) -> dict[str, Any]:
+    """`node`, plus the ledger of the machine under it (``machine``, SPEC E7; None when
+    the ledger does not know the node): the API's node and the console's node page."""
+    from slurm_heal.readmodel import machines as machines_view
+
+    out = node(src, name)
+    out["machine"] = machines_view.of_node(src.loc.state_dir, src.state(), _now(), lemon,
+                                           name)
     return out
 
 
