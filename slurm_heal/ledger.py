@@ -513,11 +513,19 @@ class LedgerFile:
     def update(self, nodes: Iterable[NodeInfo], remediations: Iterable[Remediation],
                now: datetime, touched: Iterable[str] | None = None) -> Ledger:
         """Fold a cycle in and write the ledger when it changed (dropped machines are
-        first appended to the audit archive)."""
+        first appended to the audit archive). The first fold also reads the remediations
+        of the audit archive."""
         self.dir.mkdir(parents=True, exist_ok=True)
         try:
             with fsio.locked(self.lock, self.lock_timeout):
-                out = observe(self.load(), nodes, remediations, now, touched=touched)
+                led = self.load()
+                if led.counted_through is None:
+                    # a first ledger (an older slurm-heal's state dir): the history the
+                    # store's retention moved to the audit archive counts too
+                    from slurm_heal.store import archived
+
+                    remediations = [*archived(self.archive), *remediations]
+                out = observe(led, nodes, remediations, now, touched=touched)
                 if out.dropped:
                     self._archive(out.dropped, now)
                 if out.changed:

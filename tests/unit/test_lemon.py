@@ -258,6 +258,23 @@ def test_a_store_without_a_ledger_builds_one_from_its_history(tmp_path: Path) ->
     assert again == out
 
 
+def test_a_first_ledger_counts_what_retention_moved_to_the_audit_archive(
+        tmp_path: Path) -> None:
+    """E7 / old stores: remediations an older slurm-heal's retention archived count in the
+    first ledger, beside the store's own; later folds do not read the archive again."""
+    store = Store(tmp_path / "state.json")
+    old = rem("gpu01", Phase.DONE, Action.REBOOT, at=T0, host=HOST)
+    new = rem("gpu01", Phase.FAILED, Action.REBUILD, at=T0 + 20 * DAY, host=HOST)
+    with store.transaction() as txn:
+        txn.state = State(remediations=(old, new))
+    store.prune(T0 + 21 * DAY, keep=timedelta(days=14), archive=True)
+    assert [r.id for r in store.load().remediations] == [new.id]
+    out = LedgerFile(tmp_path).update([gpu_node("gpu01")], store.load().remediations,
+                                      T0 + 21 * DAY)
+    assert out.machines[HOST].remediations == {"reboot": {"done": 1},
+                                               "rebuild": {"failed": 1}}
+
+
 def test_a_ledger_from_a_newer_version_is_refused_not_replaced(tmp_path: Path) -> None:
     """A newer ledger is a StoreError naming the file; nothing is overwritten."""
     path = tmp_path / ledger_mod.LEDGER_FILE
