@@ -497,3 +497,16 @@ def test_a_migrated_off_machine_back_under_another_node_keeps_its_ledger() -> No
     m = back.machines[HOST]
     assert [n.name for n in m.names] == ["gpu01", "gpu09"] and m.moved_off == ""
     assert m.remediations == {"migrate": {"done": 1}} and back.names["gpu09"] == HOST
+
+
+def test_the_lemon_notice_reaches_a_person_with_the_ledger() -> None:
+    """SPEC E7 / O3: the E7 notify effect becomes a "person" notification whose text
+    carries the removal recommendation and the machine's ledger."""
+    from slurm_heal.notify.events import cycle_events
+
+    state = State(remediations=lemon_history("gpu01", 5))
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, state=state)
+    events = cycle_events(state, state, plan, plan.effects, {}, T0)
+    (ev,) = [e for e in events if e.kind == "person"]
+    assert ev.title == "gpu01 needs a person (E7)"
+    assert "removal recommendation" in ev.text and "reboot done x5" in ev.text
