@@ -1,5 +1,5 @@
-"""Escalation (SPEC E1-E3, E7): the ladder, migrate's evidence, lemons, and the end of
-automatic work where a person takes over.
+"""Escalation (SPEC E1-E3): the ladder, migrate's evidence, and the end of automatic
+work where a person takes over.
 
 `climb` (E1/E2) and `migrate_refused` (E3) are pure: they return what they found as
 data (`Climb`, `MigrateRefused`), whose ``why`` is the audit text; nothing is parsed
@@ -14,8 +14,9 @@ from datetime import timedelta
 import slurm_heal.policy.person as person
 from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation
-from slurm_heal.policy.facts import acted_at, ended_at, is_automatic
-from slurm_heal.policy.gates import Gates, Hold, mode_hold
+from slurm_heal.policy.facts import acted_at, ended_at
+from slurm_heal.policy.gates import Gates
+from slurm_heal.policy.lemon import lemon_hold
 from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, Severity
 
@@ -103,60 +104,18 @@ def migrate_refused(w: Working, node: str, host: str) -> MigrateRefused | None:
     return MigrateRefused(host, window)
 
 
-def machine_words(rems: list[Remediation]) -> str:
-    """A machine's ledger as the store holds it, in words (E7): the names it had, its
-    remediations by action and outcome, the faults they were for."""
-    names = sorted({r.node for r in rems})
-    counts: dict[tuple[str, str], int] = {}
-    faults: dict[str, int] = {}
-    for r in rems:
-        if r.phase.terminal or acted_at(r) is not None:
-            key = (r.action.value, r.phase.value)
-            counts[key] = counts.get(key, 0) + 1
-            faults[r.fault] = faults.get(r.fault, 0) + 1
-    acts = ", ".join(f"{a} {o} x{n}" for (a, o), n in sorted(counts.items()))
-    seen = ", ".join(f"{f} x{n}" for f, n in sorted(faults.items(), key=lambda kv: (-kv[1],
-                                                                                    kv[0])))
-    return (f"names: {', '.join(names)}; remediations: {acts or 'none'}; "
-            f"faults: {seen or 'none'}")
-
-
-def lemon_hold(w: Working, rem: Remediation) -> Hold | None:
-    """SPEC E7: an automatic remediation of a machine that already had
-    ``escalation.lemon.remediations`` acted within ``window`` is held; it lifts when the
-    oldest of them leaves the window (or a person approves or requests the work)."""
-    pol = w.policy.escalation.lemon
-    if not pol.enabled or not is_automatic(rem):
-        return None
-    host = rem.host or rem.node
-    since = w.now - pol.window
-    rems = [r for r in w.of_host(host) if r.id != rem.id]
-    acts = sorted(t for r in rems if (t := acted_at(r)) is not None and t >= since)
-    if len(acts) < pol.remediations:
-        return None
-    lifts = acts[len(acts) - pol.remediations] + pol.window
-    return Hold("E7", f"{host} is a lemon: {len(acts)} remediations acted within "
-                f"{format_duration(pol.window)} (escalation.lemon.remediations = "
-                f"{pol.remediations}): no more automatic remediation; a person is sent a "
-                f"removal recommendation (slurm-heal never removes, Q2); the hold lifts at "
-                f"{lifts.isoformat()} or when a person approves {rem.id}; ledger: "
-                f"{machine_words(rems)}", wake=lifts)
-
-
 class Escalation(Gates):
     """The end of automatic work: a failure climbs E1, the top of it goes to a person."""
 
     def cleared_to_start(self, rem: Remediation) -> Remediation | None:
         """The gates, with E7 after recommend-only and the pause: a lemon's automatic
         remediation is held (recorded once) and a person is told, once, with its ledger."""
-        if mode_hold(self, rem, starting=True) is None:
-            hold = lemon_hold(self, rem)
-            if hold is not None:
-                if rem.data.blocked != "E7":
-                    self.effect("notify", rem.node, rem, "notify-lemon", why=hold.why,
-                                rule="E7")
-                self.apply_hold(rem, hold)
-                return None
+        hold = lemon_hold(self, rem)
+        if hold is not None:
+            if rem.data.blocked != "E7":
+                self.effect("notify", rem.node, rem, "notify-lemon", why=hold.why, rule="E7")
+            self.apply_hold(rem, hold)
+            return None
         return super().cleared_to_start(rem)
 
     def with_a_person(self, name: str) -> bool:

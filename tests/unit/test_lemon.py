@@ -115,6 +115,15 @@ def test_lemon_off_lets_the_work_through() -> None:
     assert phases(plan, "gpu01")[-1] == ("cordoned", "L1")
 
 
+def test_recommend_only_and_the_pause_speak_before_e7() -> None:
+    """O2 first: in recommend-only mode a lemon's remediation is held by the mode (what
+    would run), not by E7."""
+    state = State(remediations=lemon_history("gpu01", 5))
+    plan = run([node("gpu01"), node("gpu02")], {"gpu01": [alert("gpu01")]}, state=state,
+               policy=pol(mode="recommend_only"))
+    assert phases(plan, "gpu01")[-1] == ("blocked", "recommend_only")
+
+
 def test_lemon_policy_is_validated_with_the_key_named() -> None:
     """escalation.lemon: a bad value names the dotted key (the policy check)."""
     with pytest.raises(ConfigError, match=r"escalation\.lemon\.remediations"):
