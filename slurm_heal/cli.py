@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "validate": "slurm_heal.commands.admin:validate",
     "history": "slurm_heal.commands.admin:history",
     "explain": "slurm_heal.commands.admin:explain",
+    "machines": "slurm_heal.commands.machines:machines",
     "breaker": "slurm_heal.commands.admin:breaker",
     "reset-breaker": "slurm_heal.commands.admin:reset_breaker",
     "pause": "slurm_heal.commands.admin:pause",

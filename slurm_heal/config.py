@@ -249,8 +249,17 @@ class Safety(_Section):
         return max(self.concurrency_min, math.floor(cluster_size * self.concurrency_percent / 100))
 
 
+class Lemon(_Section):
+    """SPEC E7: a machine past ``remediations`` acted within ``window`` gets no more
+    automatic remediation; a person gets a removal recommendation with its ledger."""
+
+    enabled: bool = True
+    remediations: int = Field(default=5, ge=1)
+    window: Duration = timedelta(days=7)
+
+
 class Escalation(_Section):
-    """SPEC E1-E5."""
+    """SPEC E1-E5, E7."""
 
     repeats: int = Field(default=2, ge=1)  # E1: after this many, the next step of the ladder
     window: Duration = timedelta(days=7)  # E2
@@ -258,6 +267,7 @@ class Escalation(_Section):
     ladder: tuple[Action, ...] = (Action.REBOOT, Action.REBUILD, Action.MIGRATE)
     power_cycle: bool = False  # E4: preview; off unless enabled
     migrate_spares: int | None = Field(default=None, ge=0)  # E5: None = the provider decides
+    lemon: Lemon = Lemon()  # E7
 
 
     @field_validator("ladder")

@@ -277,7 +277,7 @@ class Controller:
             return
         esc = self.policy.escalation
         keep = max(self.audit_retention, esc.window, esc.migrate_evidence_window,
-                   store_mod.DEFAULT_KEEP)
+                   esc.lemon.window, store_mod.DEFAULT_KEEP)  # E7 counts its window too
         try:
             self.store.prune(now, keep=keep, archive=True)
         except HealError as exc:

@@ -46,6 +46,7 @@ METRIC_NAMES: tuple[str, ...] = (
     P + "notify_queue_depth", P + "notify_sent_total", P + "notify_errors_total",
     P + "notify_failures_total", P + "store_bytes", P + "time_to_repair_seconds",
     P + "repeat_failures", P + "paused",
+    P + "lemons",
 )
 # Histogram buckets for time to repair: minutes to a day.
 REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
@@ -151,6 +152,9 @@ class Metrics:
         self.repeat = Gauge(P + "repeat_failures", "Remediations of the same machine within "
                             "the escalation window (machines with two or more).",
                             ["machine"], registry=r)
+        self.lemons = Gauge(P + "lemons", "Machines past escalation.lemon (SPEC E7): their "
+                            "remediations acted within the lemon window; E7 holds their "
+                            "automatic work.", ["machine"], registry=r)
         r.register(_Live(store, notifications, liveness))
         self._server: Any = None
 
@@ -199,6 +203,7 @@ class Metrics:
         self._remediations(facts.after)
         self._repairs(facts.before, facts.plan.updates)
         self._repeats(facts.after, now)
+        self._lemons(facts.after, now)
 
     def _remediations(self, state: State) -> None:
         self.remediations.clear()
@@ -234,6 +239,25 @@ class Metrics:
         for machine, n in per.items():
             if n >= 2:
                 self.repeat.labels(machine).set(n)
+
+    def _lemons(self, state: State, now: datetime) -> None:
+        """SPEC E7: the machines past the lemon limit, counted as the engine counts them
+        (remediations whose action ran within the window)."""
+        from slurm_heal.config import Lemon
+        from slurm_heal.policy.facts import acted_at
+
+        lemon = getattr(getattr(self.policy, "escalation", None), "lemon", Lemon())
+        since = now - lemon.window
+        per: dict[str, int] = {}
+        for r in state.remediations:
+            t = acted_at(r)
+            if t is not None and t >= since:
+                per[r.host or r.node] = per.get(r.host or r.node, 0) + 1
+        self.lemons.clear()
+        if lemon.enabled:
+            for machine, n in per.items():
+                if n >= lemon.remediations:
+                    self.lemons.labels(machine).set(n)
 
     # -- timing the ports --------------------------------------------------------------
     def timed(self, target: Any, kind: str) -> Any:

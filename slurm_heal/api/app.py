@@ -216,6 +216,8 @@ class ApiApp:
             Rule("/api/v1/nodes", endpoint="api_nodes", methods=["GET"]),
             Rule("/api/v1/nodes/<node>", endpoint="api_node", methods=["GET"]),
             Rule("/api/v1/nodes/<node>/history", endpoint="api_history", methods=["GET"]),
+            Rule("/api/v1/machines", endpoint="api_machines", methods=["GET"]),
+            Rule("/api/v1/machines/<target>", endpoint="api_machine", methods=["GET"]),
             Rule("/api/v1/alerts", endpoint="api_alerts", methods=["GET"]),
             Rule("/api/v1/approvals", endpoint="api_approvals", methods=["GET"]),
             Rule("/api/v1/remediations", endpoint="api_remediations", methods=["GET"]),
@@ -503,11 +505,29 @@ class ApiApp:
 
     def on_api_node(self, request: Request, node: str) -> Response:
         self._api_principal(request)
-        return self._json(views.node(self.src, _node_name(node)))
+        return self._json(views.node_with_machine(self.src, _node_name(node), self._lemon()))
 
     def on_api_history(self, request: Request, node: str) -> Response:
         self._api_principal(request)
         return self._json(views.history(self.src, _node_name(node)))
+
+    def on_api_machines(self, request: Request) -> Response:
+        self._api_principal(request)
+        raw = (request.args.get("limit") or "").strip()
+        if raw and (not raw.isdigit() or int(raw) < 1):
+            raise Problem(422, f"limit must be a whole number from 1, not {raw[:40]!r}",
+                          kind="BadInput")
+        return self._json(views.machines(self.src, self._lemon(), int(raw) if raw else None))
+
+    def on_api_machine(self, request: Request, target: str) -> Response:
+        self._api_principal(request)
+        return self._json(views.machine(self.src, self._lemon(), target[:200]))
+
+    def _lemon(self) -> Any:
+        """The policy's escalation.lemon (SPEC E7); the defaults without --config."""
+        from slurm_heal.config import Lemon, load_policy
+
+        return load_policy(self.policy_file).escalation.lemon if self.policy_file else Lemon()
 
     def on_api_alerts(self, request: Request) -> Response:
         self._api_principal(request)
@@ -686,7 +706,7 @@ class ApiApp:
         if isinstance(p, Response):
             return p
         name = _node_name(node)
-        return self._render(request, "node.html", p, n=views.node(self.src, name),
+        return self._render(request, "node.html", p, n=views.node_with_machine(self.src, name, self._lemon()),
                             actions=[a.value for a in operations.REQUEST_ACTIONS])
 
     def on_page_remediations(self, request: Request) -> Response:

@@ -110,6 +110,18 @@ def document() -> dict[str, Any]:
             "Every remediation of a node (`history`)", "The audit record of each (SPEC "
             "P4): who requested, who approved or which rule, the rule that chose the "
             "action, every step and attempt.", [_NODE]),
+        "/api/v1/machines": _read(
+            "The machines and their ledgers, worst first (`machines`)", "Per machine "
+            "identity (GPU serials, instance id, else the node name; SPEC E7, D11): faults "
+            "seen, remediations by action and outcome, days in service, first and last "
+            "seen, the names it has had, and whether E7 holds its automatic work (lemon).",
+            [{"name": "limit", "in": "query", "required": False,
+              "schema": {"type": "integer", "minimum": 1}}]),
+        "/api/v1/machines/{target}": _read(
+            "One machine's ledger (`machines MACHINE`)", "By machine id, or by the name of "
+            "a node it was last seen under; 404 when the ledger has neither.",
+            [{"name": "target", "in": "path", "required": True,
+              "schema": {"type": "string", "minLength": 1, "maxLength": 200}}]),
         "/api/v1/alerts": _read(
             "Active alerts (`alerts`)", "What the node checks published in Extra, evidence "
             "unchanged (SPEC D7), and nodes DOWN or drained by someone else (D5).",

@@ -303,6 +303,35 @@ def node(src: Sources, name: str) -> dict[str, Any]:
     return out
 
 
+def node_with_machine(src: Sources, name: str, lemon: Any) -> dict[str, Any]:
+    """`node`, plus the ledger of the machine under it (``machine``, SPEC E7; None when
+    the ledger does not know the node): the API's node and the console's node page."""
+    from slurm_heal.readmodel import machines as machines_view
+
+    out = node(src, name)
+    out["machine"] = machines_view.of_node(src.loc.state_dir, src.state(), _now(), lemon,
+                                           name)
+    return out
+
+
+def machines(src: Sources, lemon: Any, limit: int | None) -> dict[str, Any]:
+    """What ``slurm-heal machines --json`` prints (SPEC E7)."""
+    from slurm_heal.readmodel import machines as machines_view
+
+    out = machines_view.machines(src.loc.state_dir, src.state(), _now(), lemon, limit)
+    out["store"] = src.loc.as_json()
+    return out
+
+
+def machine(src: Sources, lemon: Any, target: str) -> dict[str, Any]:
+    """What ``slurm-heal machines MACHINE --json`` prints (SPEC E7)."""
+    from slurm_heal.readmodel import machines as machines_view
+
+    out = machines_view.machine(src.loc.state_dir, src.state(), _now(), lemon, target)
+    out["store"] = src.loc.as_json()
+    return out
+
+
 def nodes(src: Sources) -> dict[str, Any]:
     """What ``slurm-heal status --json`` prints."""
     from slurm_heal.readmodel.nodes import node_status

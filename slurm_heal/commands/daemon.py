@@ -71,6 +71,10 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     notifications = Notifications(notify_settings(dict(policy.notify), config_path_),
                                   state_dir)
     observers: list[Any] = [notifications]
+    # SPEC E7: each machine's ledger, beside the cycle (slurm_heal.ledger)
+    from slurm_heal.ledger import LedgerObserver
+
+    observers.append(LedgerObserver(state_dir))
     # SPEC O4: Prometheus metrics, off unless [metrics] enabled (slurm_heal.metrics)
     from slurm_heal.metrics import Metrics, metrics_settings
 

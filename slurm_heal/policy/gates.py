@@ -21,7 +21,8 @@ from slurm_heal.policy.facts import POLL_EVERY, act_attempts, ended_at, is_autom
 from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, NodeInfo
 
-HoldRule = Literal["recommend_only", "pause", "D5", "S5", "S2", "P1", "E5", "S3", "S4", "Q4"]
+HoldRule = Literal["recommend_only", "pause", "D5", "S5", "S2", "P1", "E5", "S3", "S4", "Q4",
+                   "E7"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -381,6 +381,28 @@ class Validator:
                 v.model_copy(update=changes) if v.id == run.id else v
                 for v in state.validations)})
 
+    def _ledger(self, run: ValidationRun, state: State,
+                now: datetime) -> tuple[dict[str, Any], str]:
+        """SPEC E7: the ledger of the machine under test (the vacated one a migrate named,
+        else the one the node was last seen on), for the ticket; none when not known."""
+        from slurm_heal import ledger as ledger_mod
+        from slurm_heal.errors import StoreError
+        from slurm_heal.readmodel.machines import current
+
+        try:
+            led = current(self.state_dir, state, now)
+        except StoreError as exc:
+            log.warning("the ticket goes without the machine's ledger: %s", exc)
+            return {}, ""
+        m = (led.machines.get(run.host) if run.host else None) or ledger_mod.of_node(led,
+                                                                                   run.node)
+        if m is None:
+            return {}, ""
+        from slurm_heal.config import Lemon
+
+        window = Lemon().window  # the count's window as E7 has it by default
+        return ledger_mod.machine_json(m, now, window), ledger_mod.summary(m, now, window)
+
     def _ticket(self, run: ValidationRun, cfg: Validation, now: datetime,
                 state: State) -> tuple[str, str | None]:
         from slurm_heal.validation.tickets import Ticket, sinks_from
@@ -413,8 +435,9 @@ class Validator:
             info = None
         if info is not None:
             identity.update(_identity(info, now))
+        led, led_line = self._ledger(run, state, now)
         ticket = Ticket(
-            id=run.id, node=run.node, identity=identity,
+            id=run.id, node=run.node, identity=identity, ledger=led, ledger_summary=led_line,
             summary=f"{run.node} failed validation: {run.summary}",
             faults=tuple({"fault": r.fault, "severity": r.severity.value,
                           "action": r.action.value, "phase": r.phase.value,

@@ -57,6 +57,9 @@ class Ticket(BaseModel):
     escalation: tuple[str, ...] = ()  # the actions taken before, in order
     results: SuiteResult
     created: str
+    # SPEC E7: the machine's ledger (`ledger.machine_json`) and the same in one line
+    ledger: dict[str, Any] = Field(default_factory=dict)
+    ledger_summary: str = ""
 
 
 def summarize(results: SuiteResult) -> str:
@@ -86,6 +89,11 @@ BODY = """\
 - (no identity recorded)
 {% endfor %}
 
+{% if ticket.ledger_summary %}
+### Machine ledger (SPEC E7)
+{{ ticket.ledger_summary }}
+
+{% endif %}
 ### Fault history
 {% for fault in ticket.faults %}
 - {% for key, value in fault.items() %}{{ key }}={{ value }}{% if not loop.last %}, \
@@ -125,6 +133,11 @@ h3. Machine
 * (no identity recorded)
 {% endfor %}
 
+{% if ticket.ledger_summary %}
+h3. Machine ledger (SPEC E7)
+{{ ticket.ledger_summary }}
+
+{% endif %}
 h3. Fault history
 {% for fault in ticket.faults %}
 * {% for key, value in fault.items() %}{{ key }}={{ value }}{% if not loop.last %}, \
