@@ -314,6 +314,8 @@ class Controller:
             elif effect.kind == "notify":
                 self.notifier(effect, now)
                 outcome, detail = "ok", "sent to support"
+            elif effect.kind == "gate":
+                outcome, detail = self._gate(effect, now)
             else:  # pragma: no cover - Effect.kind is a closed Literal
                 outcome, detail = "failed", f"unknown effect {effect.kind}"
         except ProviderRefused as exc:
@@ -377,6 +379,15 @@ class Controller:
         except Exception:
             log.exception("node=%s remediation=%s the vacated machine could not be queued "
                           "for validation", effect.node, effect.remediation)
+
+    def _gate(self, effect: Effect, now: datetime) -> tuple[Outcome, str]:
+        """SPEC V4: queue the post-repair gate's run; the validation flow runs it (from
+        this cycle on) and the engine reads its verdict from the store."""
+        if self.validator is None or not effect.remediation:
+            return "failed", "this controller runs no validation flow: the gate cannot run"
+        run = self.validator.gate(remediation=effect.remediation, node=effect.node,
+                                  key=effect.key, now=now, why=effect.why)
+        return "ok", f"gate run {run.id} queued"
 
     def _taken_over(self, name: str) -> str:
         """The last look before a disruptive step: why the node is someone else's now,
