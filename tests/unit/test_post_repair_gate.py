@@ -332,3 +332,20 @@ def test_gate_run_waiting_for_a_peer_is_time_boxed() -> None:
     assert adv.run.phase == "requested" and "peer" in adv.run.steps[-1].why
     adv = flow.advance(adv.run, facts, T0 + timedelta(minutes=11), GATE_KNOBS)
     assert adv.run.phase == "skipped" and adv.run.steps[-1].rule == "V4"
+
+
+# ------------------------------------------------------------------ simulate
+def test_simulate_refuses_an_unknown_gate_end_and_knows_gate_duration() -> None:
+    """SPEC V4: `simulate` reads the gate's keys (sim.gate_duration, gate_fails.mode)."""
+    from slurm_heal.errors import ScenarioError
+    from slurm_heal.simulation import parse_scenario
+
+    doc: dict[str, Any] = {"start": "2026-01-05T00:00:00Z", "nodes": [{"name": "gpu01"}],
+                           "config": {"gate": GATE}, "sim": {"gate_duration": "90s"},
+                           "events": [{"at": "+0s", "type": "gate_fails", "node": "gpu01",
+                                       "mode": "explode"}]}
+    with pytest.raises(ScenarioError, match=r"events\[0\]\.mode: 'explode' is not one of"):
+        parse_scenario(doc)
+    doc["events"][0]["mode"] = "interrupt"
+    sc = parse_scenario(doc)
+    assert sc.gate_duration == timedelta(seconds=90) and sc.policy.gate.enabled
