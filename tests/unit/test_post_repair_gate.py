@@ -349,3 +349,52 @@ def test_simulate_refuses_an_unknown_gate_end_and_knows_gate_duration() -> None:
     doc["events"][0]["mode"] = "interrupt"
     sc = parse_scenario(doc)
     assert sc.gate_duration == timedelta(seconds=90) and sc.policy.gate.enabled
+
+
+# ------------------------------------------------------------------ the controller's side
+def test_policy_check_names_a_bad_gate_key(tmp_path: Any) -> None:
+    """SPEC V4: `slurm-heal policy check` knows [gate]: a typo is exit 2 naming the key."""
+    from slurm_heal.configcheck import check_config
+
+    conf = tmp_path / "heal.toml"
+    conf.write_text('[provider]\ntype = "simulator"\n[gate]\nenabled = true\ntimeot = "5m"\n')
+    with pytest.raises(ConfigError, match=r"gate\.timeot: unknown key"):
+        check_config(conf, build_provider=False)
+    conf.write_text('[provider]\ntype = "simulator"\n[gate]\nenabled = true\n'
+                    '[[gate.suites.default]]\nname = "ib"\nkind = "ib"\n'
+                    'command = ["ibstat"]\ncriteria = { min_rate_gbps = 400 }\n')
+    report = check_config(conf, build_provider=False)
+    assert report.policy.gate.enabled and report.policy.gate.steps()[0].kind == "ib"
+
+
+def test_the_controller_queues_one_gate_run_per_key_with_the_gates_settings(
+        tmp_path: Any) -> None:
+    """SPEC V4, S6: the gate effect queues a run named by its key (the same key again:
+    the same run); the run gets [gate]'s suite and time box and [validation]'s job
+    settings; its facts say when its remediation stopped waiting for it."""
+    from slurm_heal.store import Store
+    from slurm_heal.types import ClusterView
+    from slurm_heal.validation.service import Validator
+
+    store = Store(tmp_path / "state")
+    v = Validator(store=store, slurm=None, state_dir=tmp_path)  # type: ignore[arg-type]
+    r, n = back()
+    key = f"{r.id}:gate:0"
+    first = v.gate(remediation=r.id, node="gpu01", key=key, now=NOW)
+    again = v.gate(remediation=r.id, node="gpu01", key=key, now=NOW + timedelta(minutes=1))
+    assert first.id == again.id == flow.gate_run_id("gpu01", key)
+    assert len(store.load().validations) == 1 and first.origin == "gate"
+    p = gate_pol(gate={"timeout": "7m"}, validation={"results_dir": str(tmp_path / "res"),
+                                                    "scratch": "/scratch"})
+    cfg = v.gate_settings(p)
+    assert [s.name for s in cfg.suite_for(cfg.vendor)] == ["diag"]
+    assert cfg.job_time_limit == timedelta(minutes=7) and cfg.scratch == "/scratch"
+    assert cfg.reservation_prefix == "slurm-heal-gate-" and cfg.results_dir
+    view = ClusterView(nodes=(n,))
+    returning = State(remediations=(r,), validations=(first,))
+    assert v.facts(first.model_copy(update={"phase": "returning"}), view,
+                   returning.model_copy(update={"validations": ()}), cfg).abandoned == ""
+    over = r.model_copy(update={"phase": Phase.FAILED})
+    facts = v.facts(first.model_copy(update={"phase": "returning"}), view,
+                    State(remediations=(over,)), cfg)
+    assert facts.abandoned == f"remediation {r.id} is failed"
