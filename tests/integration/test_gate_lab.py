@@ -30,6 +30,7 @@ XID119 = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after 6s of w
 DCGMI = """#!/bin/sh
 dir=$(dirname "$0")
 echo "dcgmi (stub) $*"
+if [ -f "$dir/sleep" ]; then sleep "$(cat "$dir/sleep")"; fi
 exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
 """
 
@@ -164,3 +165,35 @@ def test_gate_failure_fails_the_remediation_with_its_evidence_and_keeps_the_node
                              for d in gated.store.load().data.get("decisions", [])),
                  timeout=30, what="the V4 'stays cordoned' record")
     assert "DRAIN" in lab.state(node)
+
+
+def test_cancelled_gate_job_is_retried_once_and_the_retry_resumes_the_node(
+        lab: Lab, gated: Gated) -> None:
+    """SPEC V4: `scancel` of the gate's job -> interrupted: the node is drained again
+    under our cordon, the gate runs once more (a new run, a new job) and its pass resumes
+    the node."""
+    node = "gpu04"
+    gated.tool(rc=0)
+    (gated.bin / "sleep").write_text("120\n")
+    _xid119(gated, node)
+    gated.start_daemon()
+
+    def running() -> ValidationRun | None:
+        runs = gated.gate_runs(node)
+        return runs[0] if runs and runs[0].phase == "running" else None
+    first = lab.wait_for(running, timeout=150, what="the first gate job running")
+    lab.wait_for(lambda: "RUNNING" in lab.run(["squeue", "-h", "-j", str(first.job_id), "-o",
+                                                "%T"], check=False).stdout, timeout=60,
+                 what="job running")
+    assert "DRAIN" not in lab.state(node)  # lifted for the job; the reservation holds it
+    (gated.bin / "sleep").unlink()
+    lab.run(["scancel", str(first.job_id)])
+    rem = gated.wait_phase(node, Phase.DONE, timeout=150)
+    lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
+    one, two = gated.gate_runs(node)
+    assert one.phase == "interrupted" and one.job_state == "CANCELLED"
+    assert "drained again" in one.restored
+    assert two.phase == "passed" and two.job_id not in (None, one.job_id)
+    assert [a.key.rsplit(":", 1)[1] for a in rem.attempts if a.effect == "gate"] == ["0", "1"]
+    assert any("concluded nothing" in s.why and "try 2 of 2" in s.why for s in rem.steps)
+    assert PREFIX not in gated.reservations()
