@@ -38,7 +38,8 @@ exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
 class Gated(Heal):
     """The daemon lab's installation with `[gate]` on and a stub dcgmi for the job."""
 
-    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, backend: str) -> None:
+    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, backend: str,
+                 steps: str = "") -> None:
         super().__init__(lab, tmp, sim, backend)
         self.bin = tmp / "bin"
         self.bin.mkdir()
@@ -58,7 +59,7 @@ timeout = "3m"
 name = "diag"
 command = ["dcgmi", "diag", "-r", "1"]
 timeout = "2m"
-"""
+{steps}"""
         self.config.write_text(_policy(self.state_dir, lab.conf, sim.url, extra_toml=gate,
                                        backend_toml=self.backend_toml))
 
@@ -90,12 +91,13 @@ def _clear_reservations(lab: Lab) -> None:
 
 
 @pytest.fixture
-def gated(lab_clean: Lab, tmp_path: Path, backend: str) -> Iterator[Gated]:
+def gated(lab_clean: Lab, tmp_path: Path, backend: str,
+          request: pytest.FixtureRequest) -> Iterator[Gated]:
     lab = lab_clean
     _clear_reservations(lab)
     hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
     with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
-        g = Gated(lab, tmp_path, sim, backend)
+        g = Gated(lab, tmp_path, sim, backend, getattr(request, "param", ""))
         g.baseline()
         g._watcher.start()
         try:
@@ -197,3 +199,43 @@ def test_cancelled_gate_job_is_retried_once_and_the_retry_resumes_the_node(
     assert [a.key.rsplit(":", 1)[1] for a in rem.attempts if a.effect == "gate"] == ["0", "1"]
     assert any("concluded nothing" in s.why and "try 2 of 2" in s.why for s in rem.steps)
     assert PREFIX not in gated.reservations()
+
+
+PEER_STEP = """
+[[gate.suites.nvidia]]
+name = "nccl-pair"
+command = ["dcgmi", "pair", "{node}", "{peer}"]
+timeout = "2m"
+peer = true
+"""
+
+
+@pytest.mark.parametrize("gated", [PEER_STEP], indirect=True)
+def test_gate_with_a_two_node_step_holds_one_healthy_idle_peer_only_for_the_job(
+        lab: Lab, gated: Gated) -> None:
+    """SPEC V4: a gate step across two machines gets a healthy idle peer of the same pool
+    (not drained, not under remediation), in the reservation and the job only while the
+    gate runs; both are in service after the pass."""
+    node = "gpu01"
+    lab.scontrol("update", "nodename=gpu02", "state=drain", "reason=bad DIMM")  # no peer
+    gated.tool(rc=0)
+    (gated.bin / "sleep").write_text("3\n")
+    _xid119(gated, node)
+    gated.start_daemon()
+
+    def running() -> ValidationRun | None:
+        runs = gated.gate_runs(node)
+        return runs[0] if runs and runs[0].phase == "running" else None
+    run = lab.wait_for(running, timeout=150, what="the gate job running")
+    assert run.peer == "gpu03", run.peer
+    res = gated.reservations()
+    assert "Nodes=gpu[01,03]" in res or "Nodes=gpu01,gpu03" in res, res
+    rem = gated.wait_phase(node, Phase.DONE, timeout=150)
+    (done,) = gated.gate_runs(node)
+    assert done.phase == "passed" and done.remediation == rem.id
+    log = (Path(done.results_dir) / "nccl-pair.log").read_text()
+    assert "dcgmi (stub) pair gpu01 gpu03" in log
+    lab.wait_for(lambda: lab.state("gpu01") == lab.state("gpu03") == {"IDLE"}, timeout=60,
+                 what="gpu01 and its peer in service")
+    assert PREFIX not in gated.reservations()
+    assert "DRAIN" in lab.state("gpu02")  # someone else's drain, untouched
