@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from pydantic import Field, field_validator, model_validator
 
+from slurm_heal.durations import format_duration
 from slurm_heal.validation.steps import Duration, Model, Step
 
 # SPEC V4 "time-boxed": the longest a gate may be given. A gate is a short suite before
@@ -62,6 +63,17 @@ class Gate(Model):
 
     @model_validator(mode="after")
     def _steps_when_enabled(self) -> Gate:
+        for vendor, steps in self.suites.items():
+            for i, step in enumerate(steps):
+                if step.timeout > self.timeout:
+                    # Slurm ends the job at gate.timeout: such a step could only ever be
+                    # interrupted, never judged.
+                    raise ValueError(
+                        f"suites.{vendor}[{i}] ({step.name}): its timeout "
+                        f"{format_duration(step.timeout)} is longer than gate.timeout "
+                        f"{format_duration(self.timeout)} (the job's time limit); give the "
+                        "step a shorter timeout (a step's default is 30m) or the gate a "
+                        "longer one")
         if self.enabled and not self.steps():
             raise ValueError(f"gate.enabled = true but no suite for vendor {self.vendor!r} "
                              f"(nor a \"default\" one): add [[gate.suites.{self.vendor}]] "

@@ -5,6 +5,7 @@ the real lab: tests/integration/test_gate_lab.py."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -222,10 +223,13 @@ def test_gate_on_without_a_suite_is_refused_naming_the_key() -> None:
     ({"timeout": "10s"}, "gate.timeout: must be at least 1m"),
     ({"retries": 5}, "gate.retries"),
     ({"steps": []}, "gate.steps: unknown key"),
-    ({"suites": {"nvidia": [{"name": "a", "command": ["x", "{nodes}"]}]}}, "names {nodes}"),
+    ({"suites": {"nvidia": [{"name": "a", "command": ["x", "{nodes}"], "timeout": "1m"}]}},
+     "names {nodes}"),
+    ({"suites": {"nvidia": [{"name": "ib", "command": ["ibstat"]}]}},
+     "gate: suites.nvidia[0] (ib): its timeout 30m is longer than gate.timeout 10m"),
 ])
 def test_bad_gate_keys_are_refused_with_the_key(gate: dict[str, Any], words: str) -> None:
-    with pytest.raises(ConfigError, match=words.replace("{", r"\{").replace("}", r"\}")):
+    with pytest.raises(ConfigError, match=re.escape(words)):
         pol(gate=gate)
 
 
@@ -235,7 +239,7 @@ def test_the_gate_reuses_the_validation_suite_steps_and_judges() -> None:
         {"name": "nccl", "kind": "nccl", "command": ["all_reduce_perf", "-g", "{gpus}"],
          "criteria": {"min_busbw_gbps": 100}, "timeout": "4m"},
         {"name": "pair", "kind": "command", "command": ["ib_write_bw", "{peer}"],
-         "peer": True}]}})
+         "peer": True, "timeout": "2m"}]}})
     assert [s.kind for s in p.gate.steps()] == ["nccl", "command"]
     assert p.gate.needs_peer and p.gate.timeout == timedelta(minutes=10)
 
@@ -362,7 +366,7 @@ def test_policy_check_names_a_bad_gate_key(tmp_path: Any) -> None:
         check_config(conf, build_provider=False)
     conf.write_text('[provider]\ntype = "simulator"\n[gate]\nenabled = true\n'
                     '[[gate.suites.default]]\nname = "ib"\nkind = "ib"\n'
-                    'command = ["ibstat"]\ncriteria = { min_rate_gbps = 400 }\n')
+                    'command = ["ibstat"]\ntimeout = "1m"\ncriteria = { min_rate_gbps = 400 }\n')
     report = check_config(conf, build_provider=False)
     assert report.policy.gate.enabled and report.policy.gate.steps()[0].kind == "ib"
 
