@@ -402,3 +402,14 @@ def test_the_controller_queues_one_gate_run_per_key_with_the_gates_settings(
     facts = v.facts(first.model_copy(update={"phase": "returning"}), view,
                     State(remediations=(over,)), cfg)
     assert facts.abandoned == f"remediation {r.id} is failed"
+
+
+def test_status_names_a_gate_run_as_the_post_repair_gate() -> None:
+    """SPEC V4, O6: `status` shows the gate that holds a node, as the gate it is."""
+    from slurm_heal.readmodel.overview import gather, render
+
+    r, n = back(gates=(("ok", "queued"),))
+    state = State(remediations=(r,), validations=(gate_run(r, 0, "running"),))
+    lines = render(gather(state, [n], NOW, heartbeat=None))
+    (line,) = [ln for ln in lines if ln.startswith("  gpu01 running job 42")]
+    assert "(post-repair gate, SPEC V4)" in line
