@@ -413,3 +413,23 @@ def test_status_names_a_gate_run_as_the_post_repair_gate() -> None:
     lines = render(gather(state, [n], NOW, heartbeat=None))
     (line,) = [ln for ln in lines if ln.startswith("  gpu01 running job 42")]
     assert "(post-repair gate, SPEC V4)" in line
+
+
+@pytest.mark.parametrize("gate_failed", [True, False])
+def test_a_persons_request_after_a_failed_gate_has_the_gate_as_its_evidence(
+        gate_failed: bool) -> None:
+    """SPEC V4, P1: the node failed its post-repair gate (no alert: its health check is
+    clean): a person's request for the next action is not held for evidence; the gate's
+    failure is the confirmed failure. Without it, P1 holds the request as before."""
+    from slurm_heal.models import Command
+
+    r, n = back(gates=(("ok", "queued"),))
+    r = r.model_copy(update={"phase": Phase.FAILED,
+                             "data": r.data.but(gate_failed=gate_failed)})
+    later = T0 + timedelta(hours=2)  # past the S2 cooldown
+    cmd = Command(id="c1", at=later, kind="request", by="alice", node="gpu01",
+                  action=Action.REBUILD)
+    plan = run([n, node("gpu02")], {}, State(remediations=(r,), inbox=(cmd,)), later,
+               gate_pol())
+    assert (("blocked", "P1") in phases(plan)) is not gate_failed
+    assert ("cordon" in kinds(plan)) is gate_failed
