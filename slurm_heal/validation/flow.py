@@ -208,6 +208,12 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
 
 def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
     node = facts.node
+    gate = run.origin == "gate"
+    if gate and now - run.created > knobs.pending_limit:
+        # SPEC V4, O6: a gate is time-boxed, its wait for the node (another validation on
+        # it) or for a free peer too.
+        return _finish(run, now, "skipped", "V4", f"the gate could not start within "
+                       f"{now - run.created} ({run.steps[-1].why if run.steps else 'waiting'})")
     if not facts.enabled:
         return _finish(run, now, "skipped", "V1", "validation is disabled ([validation] "
                        "enabled = false): the machine is not tested")
@@ -220,11 +226,6 @@ def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Adv
     if facts.open_validation:
         return _once(run, now, "requested", "L3", f"waits: validation "
                      f"{facts.open_validation} of {run.node} is still open")
-    gate = run.origin == "gate"
-    if gate and now - run.created > knobs.pending_limit:
-        # SPEC V4, O6: a gate is time-boxed, its wait for the node or a peer too.
-        return _finish(run, now, "skipped", "V4", f"the gate could not start within "
-                       f"{now - run.created} ({run.steps[-1].why if run.steps else 'waiting'})")
     if facts.open_remediation and not gate:
         # L3: one thing at a time on a node; the remediation's own return comes first.
         # (A gate is that remediation's own: it runs while the remediation waits for it.)

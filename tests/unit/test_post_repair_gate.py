@@ -336,6 +336,12 @@ def test_gate_run_waiting_for_a_peer_is_time_boxed() -> None:
     assert adv.run.phase == "requested" and "peer" in adv.run.steps[-1].why
     adv = flow.advance(adv.run, facts, T0 + timedelta(minutes=11), GATE_KNOBS)
     assert adv.run.phase == "skipped" and adv.run.steps[-1].rule == "V4"
+    # and so is its wait behind another validation still open on the node
+    busy = flow.Facts(node=n, open_validation="v-0")
+    adv = flow.advance(_gate_run(), busy, T0 + timedelta(minutes=5), GATE_KNOBS)
+    assert adv.run.phase == "requested" and "v-0" in adv.run.steps[-1].why
+    adv = flow.advance(adv.run, busy, T0 + timedelta(minutes=11), GATE_KNOBS)
+    assert adv.run.phase == "skipped" and "v-0" in adv.run.steps[-1].why
 
 
 # ------------------------------------------------------------------ simulate
