@@ -18,6 +18,8 @@ verdict comes in as input, the run in ``state.validations``. What this module de
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from slurm_heal.config import format_duration
 from slurm_heal.models import Attempt, Remediation, ValidationRun
 from slurm_heal.policy.escalation import Escalation
@@ -57,7 +59,19 @@ def after_check(w: Escalation, rem: Remediation, node: NodeInfo) -> str | None:
             return None
         why = last.detail or "the gate's run was never queued"
     elif not run.terminal:
-        w.wake(w.now + POLL_EVERY)
+        limit = last.started + bound(w)
+        if w.now < limit:
+            w.wake(min(limit, w.now + POLL_EVERY))
+            return None
+        # O6: the flow bounds its own run (the time box, for its wait and its job); this
+        # holds when the flow does not move at all (its section broken, no validator).
+        rem = w.step(rem, "failed", "V4", f"the post-repair gate of {rem.node} did not end "
+                     f"within {format_duration(bound(w))} (run {run.id} is still "
+                     f"{run.phase}); {rem.node} stays out of service",
+                     data={"handed_to_person": True})
+        w.hand_to_person(rem, "V4", f"the post-repair gate of {rem.node} never ended (run "
+                         f"{run.id}, {run.phase}): {rem.node} is handed to a person; check "
+                         "the controller's log for the validation flow's errors")
         return None
     elif run.phase == "passed":
         return f"; the post-repair gate passed ({run.summary}, job {run.job_id})"
@@ -78,6 +92,12 @@ def after_check(w: Escalation, rem: Remediation, node: NodeInfo) -> str | None:
                      f"time(s) (last: {why}): {rem.node} stays cordoned and is handed to a "
                      "person: resume it, or request an action")
     return None
+
+
+def bound(w: Escalation) -> timedelta:
+    """The longest the life cycle waits for one gate run: its wait for the node and its
+    job, each up to ``gate.timeout``, and the flow's few steps around them."""
+    return 2 * w.policy.gate.timeout + w.policy.safety.step_timeout
 
 
 def _start(w: Escalation, rem: Remediation, n: int, why: str) -> None:

@@ -91,6 +91,21 @@ def test_a_gate_that_has_not_ended_holds_the_node_out(phase: str) -> None:
     assert plan.effects == () and not any(p == "done" for p, _ in phases(plan))
 
 
+def test_a_gate_run_that_never_ends_is_handed_to_a_person_at_its_bound() -> None:
+    """SPEC V4, O6: waits have bounds: a run the flow does not move (its section broken,
+    no validator) ends with a person after 2 x gate.timeout + safety.step_timeout."""
+    r, n = back(gates=(("ok", "queued"),))
+    stuck = (gate_run(r, 0, "requested"),)
+    started = NOW - timedelta(minutes=1)
+    state = State(remediations=(r,), validations=stuck)
+    before = run([n, node("gpu02")], {}, state, started + timedelta(minutes=29), gate_pol())
+    assert before.effects == () and before.next_wake == started + timedelta(minutes=30)
+    after = run([n, node("gpu02")], {}, state, started + timedelta(minutes=30), gate_pol())
+    out = final(after, r.id)
+    assert out.phase is Phase.FAILED and out.data.handed_to_person
+    assert "did not end within 30m" in out.steps[-2].why and kinds(after) == ["notify"]
+
+
 def test_a_gate_recorded_but_not_yet_answered_is_waited_for() -> None:
     """SPEC V4, S6: the gate's intent without an outcome is not sent twice."""
     r, n = back(gates=((None, None),))
