@@ -80,6 +80,10 @@ def after_check(w: Escalation, rem: Remediation, node: NodeInfo) -> str | None:
         return None
     else:
         why = f"{run.phase}: {run.summary or (run.steps[-1].why if run.steps else '?')}"
+    if not gate.enabled:
+        # Turned off since this gate started: a person's word that no gate runs now.
+        return (f"; the post-repair gate concluded nothing ({why}) and is off now "
+                "([gate] enabled = false): not run again")
     n = len(sent)
     if n <= gate.retries:
         _start(w, rem, n, f"the post-repair gate of {rem.node} concluded nothing ({why}): "

@@ -199,6 +199,16 @@ def test_a_gate_started_before_the_gate_was_turned_off_is_followed_to_its_end() 
     assert plan.effects == () and ("done", "L5") not in phases(plan)
 
 
+def test_an_interrupted_gate_is_not_run_again_once_the_gate_is_turned_off() -> None:
+    """SPEC V4, house style 8: [gate] enabled = false is the kill switch: an interrupted
+    gate is not run again, the node is resumed (L5) and the record says why."""
+    r, n = back(gates=(("ok", "queued"),))
+    plan = decide_on(r, n, (gate_run(r, 0, "interrupted", "job 42 ended CANCELLED"),),
+                     policy=pol())
+    assert "gate" not in kinds(plan) and kinds(plan) == ["resume"]
+    assert "is off now ([gate] enabled = false)" in plan.records[-1].why
+
+
 def test_a_node_that_failed_its_gate_is_never_released_as_an_orphan() -> None:
     """SPEC V4, L1: our cordon of a remediation that failed its gate stays (its node
     check is clean, the gate says it is not fit); said once."""
