@@ -113,6 +113,19 @@ def test_a_gate_recorded_but_not_yet_answered_is_waited_for() -> None:
     assert plan.effects == () and plan.next_wake is not None
 
 
+@pytest.mark.parametrize("outcome", [None, "failed"])
+def test_a_controller_that_stopped_after_queueing_the_gate_follows_the_same_run(
+        outcome: str | None) -> None:
+    """SPEC V4, S6: the run was queued but its outcome never recorded (the controller
+    stopped in between; settle() may have failed the attempt since): the engine follows
+    that run, never queues a second one."""
+    r, n = back(gates=((outcome, "no outcome 10m after it was recorded" if outcome else None),))
+    plan = decide_on(r, n, (gate_run(r, 0, "running"),))
+    assert "gate" not in kinds(plan) and ("done", "L5") not in phases(plan)
+    done = decide_on(r, n, (gate_run(r, 0, "passed", "all 1 step(s) passed"),))
+    assert ("done", "L5") in phases(done)
+
+
 def test_a_gate_pass_resumes_the_node_and_says_so() -> None:
     """SPEC V4: pass -> done (L5) with the gate's words; our marker resumed."""
     r, n = back(gates=(("ok", "queued"),))
