@@ -41,6 +41,7 @@ from slurm_heal.durations import parse_duration as parse_duration
 from slurm_heal.durations import parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
 from slurm_heal.types import Action, Severity
+from slurm_heal.validation.gate import Gate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -322,6 +323,7 @@ class Policy(_Section):
     requests: Requests = Requests()
     capacity: Capacity = Capacity()
     pools: Pools = Pools()
+    gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.validation.gate)
     controller: Table = Field(default_factory=dict)  # read by the controller
     provider: Table = Field(default_factory=dict)  # read by the provider
     api: Table = Field(default_factory=dict)  # read by `serve` (api/settings.py)

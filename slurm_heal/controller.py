@@ -428,6 +428,15 @@ class Controller:
             log.exception("node=%s remediation=%s the vacated machine could not be queued "
                           "for validation", effect.node, effect.remediation)
 
+    def _gate(self, effect: Effect, state: State, now: datetime) -> Done:
+        """SPEC V4: queue the post-repair gate's run; the validation flow runs it (from
+        this cycle on) and the engine reads its verdict from the store."""
+        if self.validator is None or not effect.remediation:
+            return "failed", "this controller runs no validation flow: the gate cannot run", None
+        run = self.validator.gate(remediation=effect.remediation, node=effect.node,
+                                  key=effect.key, now=now, why=effect.why)
+        return "ok", f"gate run {run.id} queued", None
+
     def _taken_over(self, name: str) -> str:
         """The last look before a disruptive step: why the node is someone else's now,
         or "". When Slurm cannot be asked, the snapshot the engine decided on stands (a
@@ -458,6 +467,7 @@ HANDLERS: dict[str, Handler] = {
     "resume": Controller._resume,
     "release": Controller._resume,
     "notify": Controller._notify,
+    "gate": Controller._gate,
 }
 
 

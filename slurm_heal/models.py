@@ -207,6 +207,10 @@ class Work(BaseModel):
     # (`policy.person.marks`): that alert opens nothing new until something new is seen.
     resumed_by_person: bool = False
     seen_evidence: tuple[str, ...] = ()
+    # SPEC V4: the post-repair gate failed clearly: the node stays cordoned under this
+    # remediation's marker (never released as an orphan) until the fault is seen again
+    # (E1) or a person acts.
+    gate_failed: bool = False
 
     @field_serializer("evict_at", "act_done")
     def _iso(self, value: datetime | None) -> str | None:
@@ -328,8 +332,9 @@ class ValidationRun(Stored):
     id: str
     node: str
     host: str | None = None  # the machine, when the provider named it (migrate)
-    origin: Literal["migrate", "remove", "request"] = "request"
-    remediation: str | None = None  # the remediation that vacated the machine
+    # "gate": the post-repair gate of a remediation (SPEC V4), not a vacated machine
+    origin: Literal["migrate", "remove", "request", "gate"] = "request"
+    remediation: str | None = None  # the remediation that vacated (or gates) the machine
     requested_by: str = "slurm-heal"
     reason: str = ""
     level: int | None = None  # the {level} value; None: the policy decides
@@ -397,6 +402,7 @@ EffectKind = Literal[
     "resume",  # resume the node (only when its reason is ours)
     "release",  # undo our cordon without acting (withdrawn/denied/cancelled)
     "notify",  # route to the support channel (D8)
+    "gate",  # queue the post-repair gate's run on the node (SPEC V4, validation flow)
 ]
 
 

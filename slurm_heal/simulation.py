@@ -12,6 +12,9 @@ Simulated world:
 - a health check that re-confirms active alerts on every cycle while the node is up;
 - a provider whose actions succeed after a configurable duration (or fail, after an
   ``action_fails`` event); a completed action clears the node's alerts;
+- the post-repair gate (SPEC V4): a ``gate`` effect records the gate's run as the
+  validation flow would, which passes after ``sim.gate_duration`` (or fails, or is
+  interrupted, after a ``gate_fails`` event);
 - injected faults (``fault`` events): an effect on a node that fails, times out, is
   carried out with its answer lost, never reports, or a daemon that dies between
   recording an effect and running it (docs/simulate.md "Injected faults").
@@ -38,16 +41,21 @@ from slurm_heal.models import (
     Plan,
     Remediation,
     State,
+    ValidationRun,
     key_step,
 )
 from slurm_heal.policy.incremental import Decide
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
+from slurm_heal.validation.flow import gate_run_id
 
 EVENT_TYPES = ("alert", "clear", "job", "approve", "deny", "cancel", "request", "action_fails",
-               "reset_breaker", "pause", "unpause", "drain", "resume", "fault")
+               "reset_breaker", "pause", "unpause", "drain", "resume", "fault", "gate_fails")
+# SPEC V4: how the next post-repair gate on a node ends (`gate_fails` event's ``mode``).
+GATE_MODES = ("fail", "interrupt")
+DEFAULT_GATE_DURATION = timedelta(minutes=3)
 # Injected faults (docs/simulate.md): which effect, and what goes wrong with it.
 FAULT_EFFECTS = ("cordon", "signal_jobs", "requeue_jobs", "cancel_jobs", "act", "poll", "resume",
-                 "release", "notify", "any")
+                 "release", "notify", "gate", "any")
 FAULT_MODES = ("fail", "timeout", "lost", "never_reports", "crash")
 # Modes that only make sense for a provider action.
 _ACT_ONLY_MODES = ("never_reports",)
@@ -87,6 +95,7 @@ class Scenario:
     description: str = ""
     # The fault catalog the scenario was read with, and decide() is given (issue 20).
     catalog: catalog_mod.Catalog | None = None
+    gate_duration: timedelta = DEFAULT_GATE_DURATION  # SPEC V4: a gate run, queued to verdict
 
 
 def _time(value: Any, start: datetime | None, where: str) -> datetime:
@@ -205,6 +214,9 @@ def parse_scenario(data: Any, source: str = "<scenario>",
                 raise ScenarioError(f"{where}.action: unknown action {e['action']!r}") from None
         if etype == "fault":
             _check_fault(e, where)
+        if etype == "gate_fails" and e.get("mode", "fail") not in GATE_MODES:
+            raise ScenarioError(f"{where}.mode: {e['mode']!r} is not one of "
+                                f"{', '.join(GATE_MODES)}")
         if "evidence" in e:
             _check_evidence(e["evidence"], f"{where}.evidence")
         events.append(Event(at=at, seq=i, type=etype, raw=e))
@@ -218,7 +230,7 @@ def parse_scenario(data: Any, source: str = "<scenario>",
     if not isinstance(sim.get("action_duration") or {}, dict):
         raise ScenarioError(f"{source}: sim.action_duration must be an object of action = "
                             "duration")
-    unknown_sim = sorted(set(sim) - {"action_duration", "interval"})
+    unknown_sim = sorted(set(sim) - {"action_duration", "interval", "gate_duration"})
     if unknown_sim:
         raise ScenarioError(f"{source}: sim: unknown key(s) {', '.join(unknown_sim)}")
     for name in ("expect", "expect_not"):
@@ -229,11 +241,13 @@ def parse_scenario(data: Any, source: str = "<scenario>",
         for k, v in (sim.get("action_duration") or {}).items():
             durations[Action(k)] = parse_duration(v)
         interval = parse_duration(sim.get("interval", "30s"))
+        gate_duration = parse_duration(sim.get("gate_duration", "3m"))
     except ValueError as exc:
         raise ScenarioError(f"{source}: sim: {exc}") from None
     if interval <= timedelta(0):
         raise ScenarioError(f"{source}: sim.interval must be positive")
-    if interval > MAX_SIM_DURATION or any(d > MAX_SIM_DURATION for d in durations.values()):
+    if interval > MAX_SIM_DURATION or gate_duration > MAX_SIM_DURATION or any(
+            d > MAX_SIM_DURATION for d in durations.values()):
         raise ScenarioError(f"{source}: sim: a duration longer than "
                             f"{MAX_SIM_DURATION.days}d")
     return Scenario(start=start, until=until, policy=policy, nodes=tuple(nodes),
@@ -241,7 +255,8 @@ def parse_scenario(data: Any, source: str = "<scenario>",
                     interval=interval, durations=durations,
                     expect=tuple(data.get("expect") or ()),
                     expect_not=tuple(data.get("expect_not") or ()),
-                    description=str(data.get("description", "")), catalog=cat)
+                    description=str(data.get("description", "")), catalog=cat,
+                    gate_duration=gate_duration)
 
 
 def _check_fault(e: dict[str, Any], where: str) -> None:
@@ -322,6 +337,7 @@ class _Node:
     fail_next: bool = False
     moves: int = 0
     faults: list[_Fault] = field(default_factory=list)
+    gate_fails: list[str] = field(default_factory=list)  # SPEC V4: the next gates' ends
 
 
 @dataclass
@@ -380,6 +396,9 @@ class Simulation:
         # which is always live. A 10k-node day then costs what its busy nodes cost.
         self.live: set[str] = set(self.nodes)
         self._infos: dict[str, NodeInfo] = {}
+        # SPEC V4: gate runs under way: run id -> (when it ends, how: pass/fail/interrupt)
+        self.gates: dict[str, tuple[datetime, str]] = {}
+        self.gate_seq = 0
 
     # -------------------------------------------------------------- the world
     def _command(self, at: datetime, kind: str, e: dict[str, Any]) -> None:
@@ -414,6 +433,8 @@ class Simulation:
             self.jobs[int(e["id"])] = (n.name, _time(e["ends"], self.sc.start, "ends"))
         elif ev.type == "action_fails" and n is not None:
             n.fail_next = True
+        elif ev.type == "gate_fails" and n is not None:
+            n.gate_fails.append(str(e.get("mode", "fail")))
         elif ev.type == "fault" and n is not None:
             n.faults.append(_Fault(effect=str(e.get("effect", "any")), mode=str(e["mode"]),
                                    left=int(e.get("count", 1))))
@@ -454,6 +475,7 @@ class Simulation:
                 if op.action in (Action.MIGRATE,):
                     n.moves += 1
                     n.host = f"{n.name}~{n.moves}"  # new hardware: a new machine identity
+        self._end_gates(t)
         for name in self.live:
             n = self.nodes[name]
             if "DOWN" not in n.states:
@@ -598,6 +620,8 @@ class Simulation:
         elif eff.kind == "act":
             op = self._submit(eff.key, eff.node, eff.action, t, silent)
             return "running", op.id, None
+        elif eff.kind == "gate":
+            self._gate(eff, t)
         elif eff.kind == "poll":
             found = self.ops.get(eff.ref)
             if found is None:
@@ -608,6 +632,42 @@ class Simulation:
                 return "running", found.id, None
             return ("failed" if found.fails else "ok"), found.id, t
         return "ok", None, t
+
+    def _gate(self, eff: Effect, t: datetime) -> None:
+        """SPEC V4: the gate's run, as the validation flow would record it: running
+        until ``sim.gate_duration`` has passed, then as the node's next ``gate_fails``
+        says (a pass when none)."""
+        rid = gate_run_id(eff.node, eff.key)
+        if any(v.id == rid for v in self.state.validations):
+            return  # the same key queues the same run (S6)
+        n = self.nodes[eff.node]
+        how = n.gate_fails.pop(0) if n.gate_fails else "pass"
+        self.gate_seq += 1
+        run = ValidationRun(id=rid, node=eff.node, origin="gate", remediation=eff.remediation,
+                            created=t, updated=t, phase="running", job_id=self.gate_seq,
+                            reason=eff.why)
+        self.gates[rid] = (t + self.sc.gate_duration, how)
+        self.state = self.state.model_copy(update={
+            "validations": self.state.validations + (run,)})
+
+    def _end_gates(self, t: datetime) -> None:
+        ended = {rid: how for rid, (ends, how) in self.gates.items() if ends <= t}
+        if not ended:
+            return
+        words = {"pass": ("passed", "pass", "all steps passed (simulated)"),
+                 "fail": ("failed", "fail", "a step failed (simulated gate_fails)"),
+                 "interrupt": ("interrupted", "error", "job ended CANCELLED (simulated)")}
+        runs = []
+        for v in self.state.validations:
+            if v.id in ended:
+                phase, outcome, summary = words[ended[v.id]]
+                v = v.model_copy(update={"phase": phase, "outcome": outcome,
+                                         "summary": summary, "updated": t})
+                self.live.add(v.node)
+            runs.append(v)
+        for rid in ended:
+            del self.gates[rid]
+        self.state = self.state.model_copy(update={"validations": tuple(runs)})
 
     def _submit(self, key: str, node: str, action: Action, t: datetime, silent: bool) -> _Op:
         """The provider's create: the same key always names the same operation."""
@@ -642,6 +702,7 @@ class Simulation:
             cands = [e.at for e in pending[:1]]
             cands += [op.ends for op in self.ops.values() if not op.done and not op.silent]
             cands += [ends for _, ends in self.jobs.values()]
+            cands += [ends for ends, _ in self.gates.values()]
             if plan.next_wake is not None:
                 cands.append(plan.next_wake)
             if plan.effects or plan.updates or plan.consumed:

@@ -4,6 +4,7 @@ its health check or the remediation fails."""
 
 from __future__ import annotations
 
+import slurm_heal.policy.postgate as postgate
 from slurm_heal import reasons
 from slurm_heal.config import format_duration
 from slurm_heal.models import NOT_SENT, Remediation, idempotency_key
@@ -201,6 +202,9 @@ class Acting(Escalation):
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
                 return
+            gated = postgate.after_check(self, rem, node)  # SPEC V4, before the resume
+            if gated is None:
+                return
             out = node.drained or node.down
             # Slurm may replace our marker with its own reboot reason (ReturnToService
             # 0/1): that boot is the one our action caused, so it is ours to clear.
@@ -214,7 +218,7 @@ class Acting(Escalation):
                 self.effect("resume", rem.node, rem, "resume", reason=node.reason, rule="L5",
                             why="health check passed")
             self.step(rem, "done", "L5", f"{rem.node} is back and passed its health check"
-                      + ("; resumed" if out and ours else
+                      + gated + ("; resumed" if out and ours else
                          "" if not out else "; its reason is not ours: not resumed"))
             return
         if self.now >= limit:

@@ -38,6 +38,13 @@ class Cordon(Working):
         owner = self.rems.get(marker.remediation or "")
         if owner is not None and (owner.data.handed_to_person or owner.id in self.changed):
             return  # a person's node now, or it ended in this call (release() decided)
+        if owner is not None and owner.data.gate_failed:
+            # SPEC V4: it failed its post-repair gate: healthy to its node check, not fit.
+            if self.once(f"orphan:{name}", owner.id):
+                self.record(name, "blocked", "V4", f"{name} stays cordoned: it failed the "
+                            f"post-repair gate of {owner.id}; the fault seen again starts the next "
+                            f"step (E1), or a person resumes it or requests an action")
+            return
         ref = marker.remediation or "?"
         if self.healthy_but_for_us(name):
             self.effect("release", name, None, "release", topic=ref, reason=node.reason,

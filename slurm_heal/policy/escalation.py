@@ -131,9 +131,10 @@ class Escalation(Gates):
                         f"{last.id}; nothing automatic until a person acts", last)
         return True
 
-    def fail(self, rem: Remediation, rule: str, why: str) -> None:
+    def fail(self, rem: Remediation, rule: str, why: str, release: bool = True) -> None:
         """L5: the remediation ends failed; the next recommendation follows E1. A failed
-        last step of the ladder ends with a person, never a loop."""
+        last step of the ladder ends with a person, never a loop. ``release=False``: the
+        cordon stays although no alert is left (a failed post-repair gate, SPEC V4)."""
         ladder = self.policy.escalation.ladder
         # An action off the ladder has no next step either (E1 "never a loop").
         top = (rem.action is Action.MIGRATE or rem.action not in ladder
@@ -147,7 +148,7 @@ class Escalation(Gates):
             return
         rem = self.step(rem, "failed", rule, why + "; the next recommendation follows E1")
         self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
-        if self.evidence(rem.node) is None:
+        if release and self.evidence(rem.node) is None:
             self.release(rem, "failed with no alert left")
 
     def hand_back(self, rem: Remediation, why: str) -> None:

@@ -74,6 +74,15 @@ def ended_at(rem: Remediation) -> datetime | None:
     return rem.phase_times.get(rem.phase.value) if rem.phase.terminal else None
 
 
+def gate_failed_last(rems: list[Remediation]) -> Remediation | None:
+    """SPEC V4, P1: the node's latest ended remediation, when it failed its post-repair
+    gate: a confirmed failure with the gate's results as evidence, although the node's
+    health check shows no alert. None otherwise."""
+    ended = [r for r in rems if r.phase.terminal]
+    last = max(ended, key=lambda r: (ended_at(r) or r.updated, r.id), default=None)
+    return last if last is not None and last.data.gate_failed else None
+
+
 def foreign(node: NodeInfo) -> bool:
     """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
     request: a person (or Slurm) owns the node, and we never cordon or resume it."""

@@ -17,7 +17,14 @@ from typing import Literal
 from slurm_heal.config import format_duration
 from slurm_heal.models import Remediation
 from slurm_heal.policy.cordon import Cordon
-from slurm_heal.policy.facts import POLL_EVERY, act_attempts, ended_at, is_automatic, iso
+from slurm_heal.policy.facts import (
+    POLL_EVERY,
+    act_attempts,
+    ended_at,
+    gate_failed_last,
+    is_automatic,
+    iso,
+)
 from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, NodeInfo
 
@@ -83,7 +90,9 @@ def request_evidence(w: Working, rem: Remediation) -> tuple[Hold | None, str | N
     pol = w.policy.requests
     enough = pol.operator_is_evidence if rem.origin == "operator" else pol.detector_is_evidence
     ev = w.evidence(rem.node)
-    if ev is None and not enough:
+    # SPEC V4: the node's last remediation failed its post-repair gate: that is the
+    # confirmed failure (its results are the evidence), though no alert is active.
+    if ev is None and not enough and gate_failed_last(w.of_node(rem.node)) is None:
         return Hold("P1", evidence_words(w, rem)), None
     if ev is not None and rem.data.evidence_fault is None and not enough:
         return None, ev.fault

@@ -505,6 +505,7 @@ def render(ov: Overview) -> list[str]:
             job = f" job {v.job_id}" if v.job_id is not None else ""
             end = f" {v.outcome}" if v.outcome else ""
             ticket = f" ticket {v.ticket}" if v.ticket else ""
+            ticket += " (post-repair gate, SPEC V4)" if v.origin == "gate" else ""
             out.append(f"  {v.node} {v.phase}{job}{end}{ticket} since {_ts(v.since)} "
                        f"[{v.validation}]: {v.why[:160]}")
     if ov.unrecorded:

@@ -25,6 +25,13 @@ the effects to carry out *after* that (record intent, act, record outcome)::
   reservation is removed, the node drained again with its old reason or left in service
   as it was.
 
+A **gate** run (``origin = "gate"``, SPEC V4) is a remediation's post-repair gate: the
+same phases on the node it repaired, which it does not wait for (the gate is that
+remediation's own step), time-boxed (its wait for the node or a peer too); a pass only
+removes the reservation (the remediation resumes the node, L5), a clear failure drains
+the node again with the reason it had (the remediation's cordon) and files no ticket;
+a run whose remediation stopped waiting for it is ended (`Facts.abandoned`).
+
 Every effect is idempotent and keyed ``<run id>:<phase>:<effect>``: an effect whose
 attempt has no outcome (the controller stopped between intent and outcome) is handed out
 again under the same key, and its adapter finds what was already done (the reservation
@@ -44,7 +51,7 @@ from slurm_heal.models import Attempt, Previous, Step, ValidationRun, VPhase
 from slurm_heal.types import JobInfo, NodeInfo
 
 __all__ = ["TERMINAL", "Advance", "Facts", "Knobs", "Previous", "Results", "VEffect",
-           "ValidationRun", "advance", "run_id", "skip"]
+           "ValidationRun", "advance", "gate_run_id", "run_id", "skip"]
 EffectKind = Literal["reserve", "unreserve", "lift", "submit", "cancel", "resume", "drain",
                      "ticket"]
 # Job states in which the job is over (squeue/scontrol, 22.05 and 25.11).
@@ -61,6 +68,13 @@ def run_id(node: str, origin: str, ref: str) -> str:
     """Deterministic id: the same vacated machine (or request) gives the same run (S6)."""
     raw = "|".join((node, origin, ref))
     return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def gate_run_id(node: str, key: str) -> str:
+    """The run of a remediation's post-repair gate (SPEC V4): one per gate attempt, named
+    by that attempt's idempotency key, so the engine finds the run the controller queued
+    and a gate sent again under the same key queues no second one (S6)."""
+    return run_id(node, "gate", key)
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,9 @@ class Facts:
     has_steps: bool = True
     enabled: bool = True
     failed_before: bool = False  # the machine failed a validation before (level 3)
+    # SPEC V4, a gate's run: why it must stop now ("" while its remediation still waits
+    # for it): the remediation ended, or is no longer returning.
+    abandoned: str = ""
 
 
 @dataclass
@@ -140,6 +157,10 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
         # effects again under the same keys; each finds what was already done.
         return Advance(run, [_again(run, a) for a in pending])
     failed = [a for a in run.of_phase() if a.outcome == "failed"]
+    if facts.abandoned and run.phase in ("requested", "running"):
+        if run.phase == "requested":
+            return _finish(run, now, "skipped", "V4", f"not run: {facts.abandoned}")
+        return _restore(run, facts, now, facts.abandoned, cancel=True)
     if run.phase == "requested":
         return _start(run, facts, now, knobs)
     if run.phase == "reserving":
@@ -157,9 +178,18 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
                              "is followed through Slurm"))
     if run.phase == "running":
         return _follow(run, facts, now, knobs)
+    if run.phase == "returning" and run.origin == "gate":
+        return _finish(run, now, "passed", "V4", f"passed: {run.summary}"
+                       + (f" ({'; '.join(a.detail for a in failed)})" if failed else ""))
     if run.phase == "returning":
         return _finish(run, now, "passed", "V2", "passed: back in service, no ticket"
                        + (f" ({'; '.join(a.detail for a in failed)})" if failed else ""))
+    if run.phase == "ticketing" and run.origin == "gate":
+        # SPEC V4: no ticket; the remediation fails with this evidence (L5, E1).
+        undone = "; ".join(f"{a.effect}: {a.detail}" for a in failed)
+        return _finish(run, now, "failed", "V4", f"the post-repair gate failed clearly: "
+                       f"{run.summary}; {run.node} stays out of service"
+                       + (f" (not done: {undone})" if undone else ""))
     if run.phase == "ticketing":
         run = _with(run, ticket=_operation(run, "ticket"))
         return _finish(run, now, "failed", "V2", f"clear failure: {run.summary}; ticket "
@@ -178,6 +208,12 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
 
 def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Advance:
     node = facts.node
+    gate = run.origin == "gate"
+    if gate and now - run.created > knobs.pending_limit:
+        # SPEC V4, O6: a gate is time-boxed, its wait for the node (another validation on
+        # it) or for a free peer too.
+        return _finish(run, now, "skipped", "V4", f"the gate could not start within "
+                       f"{now - run.created} ({run.steps[-1].why if run.steps else 'waiting'})")
     if not facts.enabled:
         return _finish(run, now, "skipped", "V1", "validation is disabled ([validation] "
                        "enabled = false): the machine is not tested")
@@ -190,8 +226,9 @@ def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Adv
     if facts.open_validation:
         return _once(run, now, "requested", "L3", f"waits: validation "
                      f"{facts.open_validation} of {run.node} is still open")
-    if facts.open_remediation:
+    if facts.open_remediation and not gate:
         # L3: one thing at a time on a node; the remediation's own return comes first.
+        # (A gate is that remediation's own: it runs while the remediation waits for it.)
         return _once(run, now, "requested", "L3", f"waits: remediation "
                      f"{facts.open_remediation} is still open on {run.node}")
     if (node.drained or node.down) and node.reason and not _ours(node.reason):
@@ -247,6 +284,17 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
             return _restore(run, facts, now, f"job {run.job_id} ended {state or 'and is gone'} "
                             "without a final results file")
         run = _with(run, outcome=res.outcome, summary=res.summary)
+        if res.outcome == "pass" and run.origin == "gate":
+            # SPEC V4: the remediation resumes the node (L5); its drain was lifted for
+            # the job, so with the reservation gone it is in service.
+            return _enter(run, now, "returning", "V4", f"the post-repair gate passed "
+                          f"({res.summary}): reservation removed", [("unreserve", "")])
+        if res.outcome == "fail" and run.origin == "gate":
+            prev = run.previous or Previous()
+            return _enter(run, now, "ticketing", "V4", f"clear failure: {res.summary}: "
+                          f"{run.node} is drained again and its remediation fails (L5)",
+                          [("drain", prev.reason if prev.drained else ""),
+                           ("unreserve", "")])
         if res.outcome == "pass":
             effects: list[tuple[EffectKind, str]] = [("unreserve", "")]
             if node.drained and _ours(node.reason) and not facts.open_remediation:
@@ -339,7 +387,8 @@ def _enter(run: ValidationRun, now: datetime, phase: VPhase, rule: str, why: str
     for kind, reason in effects:
         key = f"{run.id}:{phase}:{kind}"
         if kind == "drain" and not reason:
-            reason = marker(run, f"failed validation, ticket {run.id}")
+            reason = marker(run, f"failed the post-repair gate of {run.remediation}"
+                            if run.origin == "gate" else f"failed validation, ticket {run.id}")
         out.append(VEffect(kind=kind, key=key, node=run.node, reason=reason, why=why))
         attempts.append(Attempt(key=key, effect=kind, started=now, detail=reason, step=phase))
     return Advance(run.model_copy(update={"attempts": tuple(attempts)}), out)

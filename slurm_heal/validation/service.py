@@ -32,12 +32,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from slurm_heal.errors import HealError, NotFound, ValidationFlowError
-from slurm_heal.models import Command, State, ValidationRun
+from slurm_heal.models import Command, Phase, State, ValidationRun
 from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.slurm.cli import ACTIVE_JOB_STATES
 from slurm_heal.types import Action, ClusterView, NodeInfo
 from slurm_heal.validation import flow
+from slurm_heal.validation.gate import Gate
 from slurm_heal.validation.slurmjobs import SlurmJobs
 from slurm_heal.validation.suite import SuiteResult, Validation, validation_from
 
@@ -94,6 +95,16 @@ class Validator:
         return validation_from(getattr(policy, "validation", None) or {},
                                str(getattr(policy, "source", "<policy>")))
 
+    def gate_settings(self, policy: Any) -> Validation:
+        """SPEC V4: the flow's settings for a gate run: ``[gate]``'s suite, time box and
+        reservation prefix; the job's Python, user, results directory and placeholders'
+        values as ``[validation]`` sets them."""
+        base = self.settings(policy)
+        gate = getattr(policy, "gate", None) or Gate()
+        return base.model_copy(update={
+            "enabled": True, "vendor": gate.vendor, "suites": {gate.vendor: gate.steps()},
+            "reservation_prefix": gate.reservation_prefix, "job_time_limit": gate.timeout})
+
     def jobs(self, cfg: Validation) -> SlurmJobs:
         if self._jobs is None or self._jobs_user != cfg.user:
             self._jobs = SlurmJobs(slurm_conf=self.slurm_conf, user=cfg.user)
@@ -136,6 +147,15 @@ class Validator:
             run = flow.skip(run, now, why)
         return self._create(run)
 
+    def gate(self, *, remediation: str, node: str, key: str, now: datetime,
+             why: str = "") -> ValidationRun:
+        """SPEC V4: queue the post-repair gate of ``remediation`` on ``node`` for its gate
+        attempt ``key`` (the same key queues the same run, never a second one)."""
+        run = ValidationRun(id=flow.gate_run_id(node, key), node=node, origin="gate",
+                            remediation=remediation, created=now, updated=now,
+                            reason=why or f"post-repair gate of {remediation}")
+        return self._create(run)
+
     def _create(self, run: ValidationRun) -> ValidationRun:
         with self.store.transaction() as txn:
             state: State = txn.state
@@ -174,13 +194,17 @@ class Validator:
         if all(v.terminal for v in state.validations):
             return  # the steady state: nothing to look at, no Slurm call, no write
         cfg = self.settings(policy)
+        gate_cfg: Validation | None = None
         for run in state.validations:
             if run.terminal:
                 continue
             if state.paused and run.phase == "requested":
                 continue  # SPEC O2: nothing new starts while paused
             try:
-                self.step(run, view, state, now, cfg)
+                if run.origin == "gate" and gate_cfg is None:
+                    gate_cfg = self.gate_settings(policy)
+                self.step(run, view, state, now,
+                          gate_cfg if run.origin == "gate" and gate_cfg else cfg)
             except HealError as exc:
                 log.error("node=%s validation=%s cycle step failed: %s", run.node, run.id, exc)
             except Exception:  # one run never stops the others (nor the cycle)
@@ -241,6 +265,12 @@ class Validator:
                                 "has_steps": bool(steps)}
         opened = state.open_for(run.node)
         base["open_remediation"] = opened[0].id if opened else None
+        if run.origin == "gate":
+            # SPEC V4: the gate is its remediation's step while that one returns (L5).
+            rem = state.get(run.remediation or "")
+            if rem is None or rem.phase is not Phase.RETURNING:
+                base["abandoned"] = (f"remediation {run.remediation} is "
+                                     f"{rem.phase.value if rem else 'gone'}")
         if run.phase == "requested":
             busy = [v.id for v in state.validations if not v.terminal and v.id != run.id
                     and run.node in (v.node, v.peer) and (v.created, v.id) < (run.created, run.id)]
