@@ -35,7 +35,7 @@ from slurm_heal.policy.incremental import Decide
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
 
 EVENT_TYPES = ("alert", "clear", "job", "approve", "deny", "cancel", "request", "action_fails",
-               "reset_breaker", "pause", "unpause", "drain", "resume", "fault")
+               "reset_breaker", "pause", "unpause", "drain", "resume", "fault", "close_incident")
 # Injected faults (docs/simulate.md): which effect, and what goes wrong with it.
 FAULT_EFFECTS = ("cordon", "signal_jobs", "requeue_jobs", "cancel_jobs", "act", "poll", "resume",
                  "release", "notify", "any")
@@ -161,7 +161,10 @@ def parse_scenario(data: Any, source: str = "<scenario>",
         if etype not in EVENT_TYPES:
             raise ScenarioError(f"{where}: unknown type {etype!r} (one of {', '.join(EVENT_TYPES)})")
         at = _time(_need(e, "at", where), start, f"{where}.at")
-        if etype not in ("reset_breaker", "pause", "unpause"):
+        if etype == "close_incident" and not isinstance(_need(e, "incident", where), str):
+            raise ScenarioError(f"{where}.incident: an incident id or a component "
+                                "(\"switch:leaf1\")")
+        if etype not in ("reset_breaker", "pause", "unpause", "close_incident"):
             node = _need(e, "node", where)
             if not isinstance(node, str) or node not in names:
                 raise ScenarioError(f"{where}: unknown node {node!r}")
@@ -380,7 +383,7 @@ class Simulation:
                       by=str(e.get("by", "operator")), node=e.get("node"),
                       remediation=e.get("remediation"), action=action,
                       detector=e.get("detector"), request_id=str(e["id"]) if "id" in e else None,
-                      reason=str(e.get("reason", "")))
+                      reason=str(e.get("reason", "")), incident=e.get("incident"))
         self.state = self.state.model_copy(update={"inbox": self.state.inbox + (cmd,)})
 
     def _event(self, ev: Event) -> None:
