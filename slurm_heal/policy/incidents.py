@@ -163,6 +163,10 @@ def correlate(w: Working) -> None:
             w.incidents_changed = True
             for node in inc.nodes:
                 w.record(node, "withdrawn", "S7", why)
+    told = w.view.topology
+    if told is not None and told.problem and w.once("topology-problem", told.problem):
+        w.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
+                 "incidents and the blast radius work without it until it can")
     related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
     for name, alerts in w.alerts.items():
         for a in alerts:
@@ -172,9 +176,6 @@ def correlate(w: Working) -> None:
     if not related:
         return
     topo = topology_of(w)
-    if topo is not None and topo.problem and w.once("topology-problem", topo.problem):
-        w.record("-", "alert", "S7", f"the topology cannot be read ({topo.problem}); "
-                 "incidents and the blast radius work without it until it can")
     if not topo:
         return
     covered = {_key(a.node, a.fault, a.first_seen)
