@@ -1,7 +1,8 @@
-"""SPEC S7 on the real Slurm lab: an InfiniBand leaf switch fails.
+"""SPEC S7 on the real Slurm lab: an InfiniBand leaf switch (or an NVLink block) fails.
 
 A lab of its own with ``TopologyPlugin=topology/tree`` and a topology.conf of two leaf
-switches (leaf1: gpu[01-04], leaf2: gpu[05-06]) under a spine. Each node of leaf1 is a
+switches (leaf1: gpu[01-04], leaf2: gpu[05-06]) under a spine; on Slurm 23.11+ also one
+with ``topology/block`` and two blocks of four (nvl1: gpu[01-04], nvl2: gpu[05-08]). Each node of leaf1 is a
 replayed node (SLURM_HEAL_ROOT) whose /sys/class/infiniband is the real capture of an H100
 node (../shared/fixtures/real, tests/realdata.py); on three of them every port is taken
 down. The real node check publishes ib.link_down into their Extra (and drains them with its
@@ -45,17 +46,29 @@ POLICY = {"approvals": {"default": "auto"},  # nothing waits for a person but th
           "capacity": {"min_available_percent": 0}}
 
 
-@pytest.fixture(scope="module")
-def tree_lab(request: pytest.FixtureRequest,
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    directory = tmp_path_factory.mktemp("tree-lab")
+# topology.conf of NVLink-style blocks (topology/block, Slurm 23.11+; written for this test)
+BLOCKS = ("BlockName=nvl1 Nodes=gpu[01-04]\nBlockName=nvl2 Nodes=gpu[05-08]\n"
+          "BlockSizes=4\n")
+LABS = {"tree": (6, TOPOLOGY, "switch:leaf1"), "block": (8, BLOCKS, "block:nvl1")}
+
+
+@pytest.fixture(scope="module", params=sorted(LABS))
+def topo_lab(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, str]]:
+    """A lab of its own with topology/tree (switches) or topology/block (blocks)."""
+    kind = str(request.param)
+    version = str(request.config.getoption("--slurm"))
+    if kind == "block" and version == "22.05":
+        pytest.skip("topology/block is Slurm 23.11+: run with --slurm 25.11 or 26.05")
+    nodes, text, component = LABS[kind]
+    directory = tmp_path_factory.mktemp(f"{kind}-lab")
     (directory / "etc").mkdir()
-    (directory / "etc" / "topology.conf").write_text(TOPOLOGY)
-    lab = Lab(directory, nodes=6, slurm=str(request.config.getoption("--slurm")),
-              conf_lines=["TopologyPlugin=topology/tree"])
+    (directory / "etc" / "topology.conf").write_text(text)
+    lab = Lab(directory, nodes=nodes, slurm=version,
+              conf_lines=[f"TopologyPlugin=topology/{kind}"])
     try:
         lab.start()
-        yield lab
+        yield lab, component
     finally:
         lab.stop()
 
@@ -102,10 +115,10 @@ class Notices:
 
 @pytest.mark.skipif(not IB.is_dir() and os.environ.get("CI") != "true", reason=MISSING)
 def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
-        tree_lab: Lab, tmp_path: Path) -> None:
-    lab = tree_lab
+        topo_lab: tuple[Lab, str], tmp_path: Path) -> None:
+    lab, component = topo_lab
     slurm = CliSlurm(slurm_conf=str(lab.conf))
-    assert "SwitchName=leaf1" in slurm.show_topology()
+    assert component.split(":")[1] in slurm.show_topology()
     for i, node in enumerate(lab.nodes[:4]):
         root = replayed_node(tmp_path / node, down=i < 3)
         out = node_check(lab, root, node)
@@ -128,7 +141,7 @@ def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
     state = Store(tmp_path / "state").load()
     [inc] = load(state.data.get(INCIDENTS_KEY)).values()
     assert (inc.component, inc.nodes, inc.size, inc.source) == (
-        "switch:leaf1", ("gpu01", "gpu02", "gpu03"), 4, "scontrol show topology")
+        component, ("gpu01", "gpu02", "gpu03"), 4, "scontrol show topology")
     assert all(a.evidence for a in inc.alerts)  # each node's evidence, as the check wrote it
     executed = [e.effect.kind for e in (*first.executed, *second.executed)]
     assert executed == ["notify"], executed  # one notice; no cordon, no reboot
@@ -142,8 +155,9 @@ def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
     assert "DRAIN" not in slurm.node("gpu04").states
 
 
-def test_a_malformed_topology_file_leaves_the_daemon_working(tree_lab: Lab,
+def test_a_malformed_topology_file_leaves_the_daemon_working(topo_lab: tuple[Lab, str],
                                                               tmp_path: Path) -> None:
+    tree_lab = topo_lab[0]
     bad = tmp_path / "topology.conf"
     bad.write_text("SwitchName=leaf1 Nodes=gpu[01-04]\nSwitchName=leaf2 Nodes gpu05\n")
     slurm = CliSlurm(slurm_conf=str(tree_lab.conf))
