@@ -76,13 +76,15 @@ class Topology:
                                                        compare=False)
 
     def __post_init__(self) -> None:
-        by: dict[str, list[Component]] = {}
-        for c in self.components:
+        # Smallest component first (the most specific cause): the components are added
+        # to each node's tuple in that order, so no node needs a sort of its own.
+        by: dict[str, tuple[Component, ...]] = {}
+        for c in sorted(self.components, key=lambda c: (len(c.nodes), c.id)):
+            one = (c,)
             for n in c.nodes:
-                by.setdefault(n, []).append(c)
-        # Smallest component first: the most specific cause.
-        object.__setattr__(self, "_by_node", {
-            n: tuple(sorted(cs, key=lambda c: (len(c.nodes), c.id))) for n, cs in by.items()})
+                got = by.get(n)
+                by[n] = one if got is None else got + one
+        object.__setattr__(self, "_by_node", by)
 
     def of(self, node: str) -> tuple[Component, ...]:
         """The components ``node`` is under, smallest first (none: not in the topology)."""
@@ -152,13 +154,26 @@ def parse_topology(text: str, source: str = "scontrol show topology") -> Topolog
 
 
 def from_features(nodes: Iterable[NodeInfo], prefixes: Sequence[str]) -> Topology:
-    """Components named by node features: ``rack=r12`` puts the node under rack r12."""
-    members: dict[tuple[str, str], set[str]] = {}
+    """Components named by node features: ``rack=r12`` puts the node under rack r12.
+
+    One pass, a slice and a set look-up per feature and prefix length (issue 20: a
+    cycle's passes over 100,000 nodes must stay cheap)."""
+    by_len: dict[int, dict[str, str]] = {}
+    for p in prefixes:
+        by_len.setdefault(len(p), {})[p] = p.rstrip("=:")
+    lengths = sorted(by_len.items())
+    members: dict[tuple[str, str], list[str]] = {}
     for n in nodes:
         for f in n.features:
-            for p in prefixes:
-                if f.startswith(p) and len(f) > len(p):
-                    members.setdefault((p.rstrip("=:"), f[len(p):]), set()).add(n.name)
+            for k, kinds in lengths:
+                kind = kinds.get(f[:k])
+                if kind is not None and len(f) > k:
+                    key = (kind, f[k:])
+                    got = members.get(key)
+                    if got is None:
+                        members[key] = [n.name]
+                    else:
+                        got.append(n.name)
     return Topology(source="features", components=tuple(
         Component(kind, name, frozenset(ns)) for (kind, name), ns in sorted(members.items())))
 
@@ -181,7 +196,7 @@ class TopologyReader:
         self._topology: Topology | None = None
         self._logged = ""
 
-    def _read(self, conf: TopologyConf) -> Topology | None:
+    def _read(self, conf: TopologyConf, nodes: Sequence[NodeInfo]) -> Topology | None:
         if conf.source in ("auto", "slurm"):
             show = getattr(self.slurm, "show_topology", None)  # the cli backend's
             if show is not None:
@@ -206,17 +221,21 @@ class TopologyReader:
             return parse_topology(text, source=str(path))
         if conf.source == "file":
             raise TopologyError("topology.source = \"file\" but topology.file is not set")
-        return None  # features (or nothing): decide() reads the nodes' features itself
+        # Node features, read here once per refresh (not in every cycle's decide(): at
+        # 100,000 nodes the pass costs a good part of a second on a busy host).
+        return from_features(nodes, conf.feature_prefixes) if conf.feature_prefixes else None
 
-    def read(self, conf: TopologyConf, now: datetime) -> Topology | None:
-        """The topology for a cycle at ``now`` (None: none from Slurm or a file)."""
-        if conf.source in ("none", "features"):
+    def read(self, conf: TopologyConf, now: datetime,
+             nodes: Sequence[NodeInfo] = ()) -> Topology | None:
+        """The topology for a cycle at ``now`` (None: none at all); ``nodes`` are the
+        snapshot's, for a topology from their features."""
+        if conf.source == "none":
             return None
         if self._at is not None and conf == self._conf and now < self._at + conf.refresh:
             return self._topology
         self._at, self._conf = now, conf
         try:
-            self._topology = self._read(conf)
+            self._topology = self._read(conf, nodes)
             self._logged = ""
         except TopologyError as exc:
             if str(exc) != self._logged:
@@ -227,5 +246,5 @@ class TopologyReader:
 
     def attach(self, view: ClusterView, conf: TopologyConf, now: datetime) -> ClusterView:
         """``view`` with the topology of this cycle (unchanged when there is none)."""
-        topo = self.read(conf, now)
+        topo = self.read(conf, now, view.nodes)
         return view if topo is None else replace(view, topology=topo)

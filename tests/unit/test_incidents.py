@@ -19,7 +19,7 @@ from slurm_heal.models import Command, Incident, Phase, Plan, State
 from slurm_heal.policy import decide
 from slurm_heal.store import Store
 from slurm_heal.topology import Topology, parse_topology
-from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
+from slurm_heal.types import Alert, ClusterView, Evidence, NodeInfo, Severity
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 # Two leaf switches of four nodes each (topology.conf syntax).
@@ -275,3 +275,39 @@ def test_incident_keys_are_validated_with_the_key_named() -> None:
         pol(incidents={"min_nodes": 1})
     with pytest.raises(ConfigError, match="topology.blast_radius"):
         pol(topology={"blast_radius": 0})
+
+
+def test_the_incidents_notice_is_one_critical_incident_event_with_every_nodes_evidence(
+        tmp_path: Path) -> None:
+    from slurm_heal.notify.events import cycle_events
+
+    w = World(tmp_path)
+    for n in ("gpu01", "gpu02", "gpu03"):
+        w.alerts[n] = [Alert(node=n, fault="ib.link_down", severity=Severity.CRITICAL,
+                             summary="", first_seen=T0, last_seen=T0, evidence=(
+                                 Evidence(source="sysfs", text=f"{n} port 1 DOWN"),))]
+    before = w.store.load()
+    plan = w.cycle(T0)
+    after = w.store.load()
+    [event] = cycle_events(before, after, plan, plan.effects, w.alerts, T0)
+    assert (event.kind, event.severity) == ("incident", "critical")
+    assert event.title == "incident on switch leaf1: 3 of 4 nodes (ib.link_down)"
+    assert [e["evidence"][0]["text"] for e in event.evidence] == [
+        "gpu01 port 1 DOWN", "gpu02 port 1 DOWN", "gpu03 port 1 DOWN"]
+    assert "slurm-heal incident close" in event.body()
+
+
+def test_two_controllers_deciding_on_the_same_store_record_one_incident(
+        tmp_path: Path) -> None:
+    """SPEC S6: replicas A and B decide on the same snapshot and store; both plans are
+    applied (A's first): one incident, the same id."""
+    w = World(tmp_path)
+    for n in ("gpu01", "gpu02", "gpu03"):
+        w.alerts[n] = [ib(n)]
+    state = w.store.load()
+    plan_a = decide(w.view(), state, T0, w.policy, w.alerts)
+    plan_b = decide(w.view(), state, T0 + timedelta(seconds=1), w.policy, w.alerts)
+    w.store.apply(plan_a, T0)
+    w.store.apply(plan_b, T0 + timedelta(seconds=1))
+    assert len(w.incidents()) == 1
+    assert {r.id for r in w.store.load().remediations} == {r.id for r in plan_a.updates}

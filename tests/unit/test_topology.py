@@ -104,7 +104,21 @@ def test_no_topology_plugin_is_no_topology_not_an_error() -> None:
     reader = TopologyReader(_Slurm("", error="scontrol: error: No topology information "
                                           "available"))
     conf = policy_from_dict({}).topology
-    assert reader.read(conf, T0) is None
+    topo = reader.read(conf, T0)  # auto: then the nodes' features (none here)
+    assert topo is not None and not topo and topo.source == "features" and not topo.problem
+
+
+def test_without_slurm_topology_the_reader_takes_node_features_once_per_refresh() -> None:
+    ns = (NodeInfo(name="gpu01", states=frozenset({"IDLE"}), features=("rack=r1",)),)
+    reader = TopologyReader(None)  # a backend without scontrol show topology
+    conf = policy_from_dict({}).topology
+    view = reader.attach(ClusterView(nodes=ns), conf, T0)
+    assert view.topology is not None and [c.id for c in view.topology.components] == ["rack:r1"]
+    moved = (NodeInfo(name="gpu01", states=frozenset({"IDLE"}), features=("rack=r2",)),)
+    same = reader.attach(ClusterView(nodes=moved), conf, T0 + timedelta(minutes=5))
+    assert same.topology is view.topology  # kept until topology.refresh
+    later = reader.attach(ClusterView(nodes=moved), conf, T0 + timedelta(minutes=10))
+    assert later.topology is not None and later.topology.components[0].id == "rack:r2"
 
 
 def test_a_malformed_topology_leaves_the_cycle_without_one_and_says_why(tmp_path: Path) -> None:
