@@ -349,8 +349,9 @@ class Incidents(_Section):
 
     @model_validator(mode="after")
     def _groups(self) -> Incidents:
+        # (The default ["xid"] names nothing once a site's own ``related`` has no xid.)
         unknown = [g for g in self.each_fault if g not in self.related]
-        if unknown:
+        if unknown and "each_fault" in self.model_fields_set:
             raise ValueError(f"each_fault names {unknown[0]!r}, which is not a group of "
                              "incidents.related")
         empty = [g for g, globs in self.related.items() if not globs]

@@ -154,8 +154,9 @@ def correlate(w: Working) -> None:
     if not pol.enabled:
         return
     for inc in list(w.incidents.values()):
-        if inc.open and not any(pol.group_of(a.fault) == inc.group
-                                for n in inc.nodes for a in w.active(n)):
+        # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
+        if inc.open and not any(w.check_of(n).problem or any(
+                pol.group_of(a.fault) == inc.group for a in w.active(n)) for n in inc.nodes):
             why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
                    f"{group_words(inc.group)} alerts cleared on all {len(inc.nodes)} nodes")
             w.incidents[inc.id] = inc.model_copy(update={

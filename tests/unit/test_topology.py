@@ -128,3 +128,19 @@ def test_a_malformed_topology_leaves_the_cycle_without_one_and_says_why(tmp_path
     topo = TopologyReader(None).read(conf, T0)
     assert topo is not None and not topo and "line 1" in topo.problem
     assert str(bad) in topo.problem
+
+
+def test_policy_check_warns_about_a_bad_topology_file_and_a_glob_that_relates_nothing(
+        tmp_path: Path) -> None:
+    from slurm_heal.configcheck import check_config
+
+    bad = DATA / "topology" / "bad-token.conf"
+    conf = tmp_path / "heal.toml"
+    conf.write_text(f'[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n'
+                    f'[topology]\nfile = "{bad}"\n'
+                    '[incidents.related]\nib = ["ib.link_down"]\npdu = ["power.pdu_lost"]\n')
+    report = check_config(conf, build_provider=False)
+    assert any(f"topology.file: {bad} line 3: 'Nodes' is not key=value" in w
+               for w in report.warnings), report.warnings
+    assert any("incidents.related.pdu: 'power.pdu_lost' matches no fault" in w
+               for w in report.warnings), report.warnings
