@@ -155,6 +155,27 @@ def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
     assert "DRAIN" not in slurm.node("gpu04").states
 
 
+    # A person closes it from the command line (by the component): the held remediations
+    # go on by their own rules, one at a time under the switch (topology.blast_radius).
+    close = subprocess.run(
+        [str(Path(sys.executable).parent / "slurm-heal"), "incident", "close", component,
+         "--reason",
+         "switch fine, node faults", "--state-dir", str(tmp_path / "state"), "--force",
+         "--by", "alice"], env=dict(lab.env), capture_output=True, text=True, timeout=60)
+    assert close.returncode == 0, close.stdout + close.stderr
+    with SimulatorServer(port=0, duration=0.0) as sim:
+        ctl.provider = HttpProvider(sim.url, attempts=1)
+        clock[0] += timedelta(minutes=1)
+        third = ctl.cycle()
+    state = Store(tmp_path / "state").load()
+    [closed] = load(state.data.get(INCIDENTS_KEY)).values()
+    assert (closed.state, closed.resolved_by) == ("resolved", "alice")
+    cordoned = [e.effect.node for e in third.executed if e.effect.kind == "cordon"]
+    assert len(cordoned) == 1 and cordoned[0] in lab.nodes[:3]
+    rem = next(r for r in state.remediations if r.node == cordoned[0])
+    assert f"rem={rem.id}" in slurm.node(cordoned[0]).reason  # the controller's marker now
+
+
 def test_a_malformed_topology_file_leaves_the_daemon_working(topo_lab: tuple[Lab, str],
                                                               tmp_path: Path) -> None:
     tree_lab = topo_lab[0]
