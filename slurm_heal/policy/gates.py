@@ -148,10 +148,8 @@ def incident_hold(w: Working, rem: Remediation) -> Hold | None:
     """SPEC S7: a node in an open incident waits for the incident's end; a related fault
     waits incidents.settle after it was first seen, so a component's failure can show on
     its other nodes before one of them is cordoned."""
-    if not w.incidents and not w.policy.incidents.enabled:
-        return None
     fault = rem.data.evidence_fault or rem.fault
-    inc = incidents.open_incident_of(w, rem.node, fault)
+    inc = incidents.open_incident_of(w, rem.node, fault) if w.any_open_incident else None
     if inc is not None:
         return Hold("S7", incidents.hold_words(inc), mark=f"S7:{inc.id}")
     settle = incidents.settle_until(w, rem)

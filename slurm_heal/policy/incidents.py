@@ -153,6 +153,18 @@ def correlate(w: Working) -> None:
     pol = w.policy.incidents
     if not pol.enabled:
         return
+    told = w.view.topology
+    if told is not None and told.problem and w.once("topology-problem", told.problem):
+        w.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
+                 "incidents and the blast radius work without it until it can")
+    related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
+    for name, alerts in w.alerts.items():
+        for a in alerts:
+            group = pol.group_of(a.fault)
+            if group is not None:
+                related.setdefault(group, []).append((name, a))
+    if not related and not w.any_open_incident:
+        return  # a quiet cycle: nothing to correlate, nothing open to end
     for inc in list(w.incidents.values()):
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
         if inc.open and not any(w.check_of(n).problem or any(
@@ -164,16 +176,6 @@ def correlate(w: Working) -> None:
             w.incidents_changed = True
             for node in inc.nodes:
                 w.record(node, "withdrawn", "S7", why)
-    told = w.view.topology
-    if told is not None and told.problem and w.once("topology-problem", told.problem):
-        w.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
-                 "incidents and the blast radius work without it until it can")
-    related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
-    for name, alerts in w.alerts.items():
-        for a in alerts:
-            group = pol.group_of(a.fault)
-            if group is not None:
-                related.setdefault(group, []).append((name, a))
     if not related:
         return
     topo = topology_of(w)

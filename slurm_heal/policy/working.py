@@ -99,7 +99,10 @@ class Working:
         # incidents on record, changed in this call by policy/incidents.
         self.topology_read = False
         self.topology: Topology | None = None
-        self.incidents: dict[str, Incident] = load_incidents(state.data.get(INCIDENTS_KEY))
+        # (Validated on first use: a quiet cycle with no related alert never reads them.)
+        self._incidents: dict[str, Incident] | None = None
+        raw = state.data.get(INCIDENTS_KEY)
+        self.incidents_raw: list[Any] = raw if isinstance(raw, list) else []
         self.incidents_changed = False
         # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
         # raises); a node with bad data has none, and a problem that names the field.
@@ -119,6 +122,21 @@ class Working:
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
+
+    @property
+    def incidents(self) -> dict[str, Incident]:
+        """The incidents on record by id (SPEC S7), read once per call on first use."""
+        if self._incidents is None:
+            self._incidents = load_incidents(self.incidents_raw)
+        return self._incidents
+
+    @property
+    def any_open_incident(self) -> bool:
+        """Whether the store has an open incident, asked without reading them all."""
+        if self._incidents is not None:
+            return any(i.open for i in self._incidents.values())
+        return any(isinstance(i, dict) and i.get("state", "open") == "open"
+                   for i in self.incidents_raw)
 
     def put(self, rem: Remediation) -> Remediation:
         self.ix.put(rem)
