@@ -247,6 +247,15 @@ class Command(Stored):
     level: int | None = None  # validate: the {level} asked for (V1)
     incident: str | None = None  # close_incident: the incident's id (SPEC S7)
 
+    @model_serializer(mode="wrap")
+    def _incident_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set: a store of a build without incidents reads back the
+        # very document it wrote (SPEC I5: only a close_incident command carries it).
+        out: dict[str, Any] = handler(self)
+        if out.get("incident") is None:
+            out.pop("incident", None)
+        return out
+
 
 class Breaker(Stored):
     """The circuit breaker (SPEC S5)."""
