@@ -43,6 +43,8 @@ COMMANDS: dict[str, str] = {
     "pause": "slurm_heal.commands.admin:pause",
     "unpause": "slurm_heal.commands.admin:unpause",
     "policy": "slurm_heal.commands.admin:policy",
+    "incidents": "slurm_heal.commands.incidents:incidents",
+    "incident": "slurm_heal.commands.incidents:incident",
     "serve": "slurm_heal.commands.serve:serve",
     "api-token": "slurm_heal.commands.serve:api_token",
     "provider-simulator": "slurm_heal.commands.simulator:simulator",

@@ -312,6 +312,73 @@ class Pools(_Section):
     feature_prefix: str = "pool="  # by feature: the first feature starting with this
 
 
+# SPEC S7: the related faults that, seen together under one component, are one incident.
+# Each group is a list of fault globs; a group named in ``each_fault`` correlates each of
+# its faults only with itself (the same Xid code on several nodes, not any two Xids).
+DEFAULT_RELATED: dict[str, tuple[str, ...]] = {
+    "ib": ("ib.link_down", "ib.link_degraded"),
+    "unreachable": ("host.unreachable",),
+    "nvlink": ("gpu.nvlink.down",),
+    "xid": ("gpu.xid.*",),
+}
+
+
+class TopologyConf(_Section):
+    """SPEC S7: where the components that nodes share come from (docs/policy.md)."""
+
+    # auto: Slurm's topology (tree switches, 23.11+ blocks) when it has one, else node
+    # features with ``feature_prefixes``, else ``file``; or one of them alone; none: off.
+    source: Literal["auto", "slurm", "features", "file", "none"] = "auto"
+    feature_prefixes: tuple[str, ...] = ("rack=", "leaf=", "block=")
+    file: str | None = None  # topology.conf syntax (SwitchName=... Nodes=..., BlockName=...)
+    refresh: Duration = timedelta(minutes=10)  # the controller reads Slurm's/the file again
+    # At most this many remediations in disruptive phases at once under one switch, block
+    # or rack (beside S3 per cluster and S4 per pool).
+    blast_radius: int = Field(default=1, ge=1)
+
+    @field_validator("feature_prefixes")
+    @classmethod
+    def _prefixes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [p for p in value if not p.rstrip("=:")]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a feature prefix (e.g. \"rack=\")")
+        return value
+
+
+class Incidents(_Section):
+    """SPEC S7: one incident per cause, on the component the nodes share."""
+
+    enabled: bool = True
+    related: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_RELATED))
+    each_fault: tuple[str, ...] = ("xid",)
+    min_nodes: int = Field(default=3, ge=2)  # K nodes of one component ...
+    min_percent: float = Field(default=50.0, gt=0, le=100)  # ... or X % of them (>= 2 nodes)
+    window: Duration = timedelta(minutes=10)  # their alerts first seen within this
+    # A related fault's remediation waits this long after its alert was first seen, so that
+    # a component's failure can show on its other nodes before one of them is cordoned.
+    settle: Duration = timedelta(minutes=5)
+
+    @model_validator(mode="after")
+    def _groups(self) -> Incidents:
+        # (The default ["xid"] names nothing once a site's own ``related`` has no xid.)
+        unknown = [g for g in self.each_fault if g not in self.related]
+        if unknown and "each_fault" in self.model_fields_set:
+            raise ValueError(f"each_fault names {unknown[0]!r}, which is not a group of "
+                             "incidents.related")
+        empty = [g for g, globs in self.related.items() if not globs]
+        if empty:
+            raise ValueError(f"related.{empty[0]} lists no fault")
+        return self
+
+    def group_of(self, fault: str) -> str | None:
+        """The correlation key of ``fault``: its group, or ``group:fault`` for a group of
+        ``each_fault``; None when the fault is related to nothing."""
+        for name, globs in self.related.items():
+            if any(fnmatch.fnmatchcase(fault, g) for g in globs):
+                return f"{name}:{fault}" if name in self.each_fault else name
+        return None
+
+
 class Policy(_Section):
     """The whole configuration file: policy knobs + pass-through sections."""
 
@@ -324,6 +391,8 @@ class Policy(_Section):
     capacity: Capacity = Capacity()
     pools: Pools = Pools()
     gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.validation.gate)
+    topology: TopologyConf = TopologyConf()  # SPEC S7
+    incidents: Incidents = Incidents()  # SPEC S7
     controller: Table = Field(default_factory=dict)  # read by the controller
     provider: Table = Field(default_factory=dict)  # read by the provider
     api: Table = Field(default_factory=dict)  # read by `serve` (api/settings.py)

@@ -138,6 +138,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
             report.warnings.append(
                 f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
                 "severity (critical, warning, info): it never applies")
+    _check_topology(policy, source, fault_ids, report)
 
     if slurm is not None:
         try:
@@ -160,6 +161,31 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
                         f"{source}: approvals.rules[{i}].pools: {pool!r} is no pool of the "
                         f"cluster (pools by {policy.pools.by}: {', '.join(sorted(pools))})")
     return report
+
+
+def _check_topology(policy: Policy, source: str, fault_ids: list[str],
+                    report: ConfigReport) -> None:
+    """SPEC S7: related-fault globs that match nothing, and a topology file that cannot be
+    read (a warning, not a refusal: the daemon runs without a topology, saying why)."""
+    for group, globs in policy.incidents.related.items():
+        for glob in globs:
+            if not _fault_glob_matches(glob, fault_ids):
+                report.warnings.append(
+                    f"{source}: incidents.related.{group}: {glob!r} matches no fault of the "
+                    "catalog: it relates nothing")
+    if policy.topology.file and policy.topology.source in ("auto", "file"):
+        from slurm_heal.errors import TopologyError
+        from slurm_heal.topology import parse_topology
+
+        path = Path(policy.topology.file)
+        try:
+            parse_topology(path.read_text(encoding="utf-8"), source=str(path))
+        except (OSError, UnicodeDecodeError) as exc:
+            report.warnings.append(f"{source}: topology.file: {path} cannot be read ({exc}): "
+                                   "the daemon runs without a topology until it can")
+        except TopologyError as exc:
+            report.warnings.append(f"{source}: topology.file: {exc}: the daemon runs "
+                                   "without a topology until it is fixed")
 
 
 # Settings read once at start: a change to them on SIGHUP is logged and needs a restart.

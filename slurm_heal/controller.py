@@ -51,6 +51,7 @@ from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.topology import TopologyReader
 from slurm_heal.types import Action, ClusterView, NodeInfo
 
 log = logging.getLogger("slurm_heal.controller")
@@ -223,12 +224,17 @@ class Controller:
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
         # None: vacated machines are not followed (tests of the remediation cycle alone).
         self.validator = validator
+        # SPEC S7: Slurm's topology (or the policy's file), read at most once per
+        # topology.refresh and attached to each cycle's view; never fails a cycle.
+        self.topology = TopologyReader(slurm)
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
         now = self.clock()
         gc.unfreeze()  # the last cycle's snapshot may be collected again
         view = self.slurm.snapshot()
+        if getattr(self.policy, "topology", None) is not None:
+            view = self.topology.attach(view, self.policy.topology, now)
         try:
             state: State = self.store.load()
         except StoreCorrupt as exc:  # house style 5: fail closed until a person acts

@@ -15,6 +15,7 @@
     │   └── ProviderTimeout        a call or an operation ran past its deadline
     ├── CheckError                 a node-side detector could not run
     ├── TicketError                a hardware ticket could not be filed (sink, why)
+    ├── TopologyError              the cluster's topology cannot be read (names the line)
     ├── ValidationFlowError        a step of a machine's validation could not be done
     └── NotFound                   a node/remediation named by the operator does not exist
 
@@ -127,6 +128,10 @@ class NotFound(HealError):
     """The node or remediation named does not exist."""
 
 
+class TopologyError(HealError):
+    """The cluster's topology (Slurm's, a file) cannot be read: names the line (SPEC S7)."""
+
+
 class TicketError(HealError):
     """A ticket sink could not file a hardware ticket (SPEC V2); names the sink and why."""
 
@@ -139,6 +144,7 @@ EXIT_CODES: tuple[tuple[type[HealError], int], ...] = (
     (ReasonError, 2),
     (ScenarioError, 2),
     (CatalogError, 2),
+    (TopologyError, 2),
     (SlurmError, 3),
     (ProviderError, 4),
     (StoreError, 5),

@@ -279,7 +279,7 @@ class Command(Stored):
     id: str
     at: datetime
     kind: Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause",
-                  "validate"]
+                  "validate", "close_incident"]
     by: str
     node: str | None = None
     remediation: str | None = None
@@ -288,6 +288,16 @@ class Command(Stored):
     request_id: str | None = None
     reason: str = ""
     level: int | None = None  # validate: the {level} asked for (V1)
+    incident: str | None = None  # close_incident: the incident's id (SPEC S7)
+
+    @model_serializer(mode="wrap")
+    def _incident_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set: a store of a build without incidents reads back the
+        # very document it wrote (SPEC I5: only a close_incident command carries it).
+        out: dict[str, Any] = handler(self)
+        if out.get("incident") is None:
+            out.pop("incident", None)
+        return out
 
 
 class Breaker(Stored):
@@ -461,3 +471,41 @@ def remediation_id(node: str, fault: str, detector: str | None, request_id: str 
     """Deterministic id: two replicas deciding on the same input create the same id (S6)."""
     raw = "|".join((node, fault, detector or "", request_id or "", since.isoformat()))
     return "r-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+class IncidentAlert(Stored):
+    """One node's alert as an incident carries it (SPEC S7, D7: evidence unchanged)."""
+
+    node: str
+    fault: str
+    severity: str = "critical"
+    summary: str = ""
+    first_seen: datetime
+    evidence: tuple[dict[str, Any], ...] = ()
+
+
+class Incident(Stored):
+    """One incident on a shared component (SPEC S7): related alerts on several nodes under
+    one switch, block or rack, for a person; the nodes' own remediations are held while it
+    is open. Kept in the store (``data["incidents"]``), its id deterministic (SPEC S6)."""
+
+    id: str
+    component: str  # "switch:leaf1", "block:nvl1", "rack:r12"
+    kind: str
+    name: str
+    group: str  # the related faults' group (incidents.related), "xid:gpu.xid.79" per fault
+    size: int  # nodes under the component
+    source: str = ""  # where the topology came from
+    opened: datetime
+    updated: datetime
+    nodes: tuple[str, ...] = ()
+    alerts: tuple[IncidentAlert, ...] = ()
+    state: Literal["open", "resolved"] = "open"
+    resolved: datetime | None = None
+    resolved_by: str | None = None  # the person who closed it; None: the alerts cleared
+    why: str = ""  # why it opened
+    resolution: str = ""  # why it ended
+
+    @property
+    def open(self) -> bool:
+        return self.state == "open"

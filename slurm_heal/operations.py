@@ -23,11 +23,13 @@ from typing import Any, Literal
 from slurm_heal.errors import HealError, NotFound, SlurmError
 from slurm_heal.location import Location, slurm_conf_path
 from slurm_heal.models import Command, Decision, Remediation, State
+from slurm_heal.readmodel import incidents as incident_views
+from slurm_heal.readmodel.incidents import IncidentView
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action, Alert, NodeInfo, Severity
 
 CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
-                      "unpause", "validate"]
+                      "unpause", "validate", "close_incident"]
 # What a person may ask for by request (SPEC Q2: remove is queued for the record and
 # refused by the controller; slurm-heal never removes a node).
 REQUEST_ACTIONS = (Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.REMOVE)
@@ -44,12 +46,14 @@ def new_command(kind: CommandKind, by: str, *, node: str | None = None,
                 remediation: str | None = None, action: Action | None = None,
                 detector: str | None = None, request_id: str | None = None,
                 reason: str = "", command_id: str | None = None,
-                at: datetime | None = None, level: int | None = None) -> Command:
+                at: datetime | None = None, level: int | None = None,
+                incident: str | None = None) -> Command:
     """An inbox command. ``command_id`` is given by callers that must never make two of
     the same (the API derives it from the idempotency key); otherwise a fresh one."""
     return Command(id=command_id or f"c-{uuid.uuid4().hex[:12]}", at=at or now(), kind=kind,
                    by=by, node=node, remediation=remediation, action=action,
-                   detector=detector, request_id=request_id, reason=reason, level=level)
+                   detector=detector, request_id=request_id, reason=reason, level=level,
+                   incident=incident)
 
 
 def request_problem(action: Action, reason: str, detector: str | None,
@@ -239,6 +243,7 @@ class Explained:
     open: list[Remediation]
     recent: list[Remediation]  # the last finished ones (at most 3)
     decisions: list[Decision]
+    incidents: tuple[IncidentView, ...] = ()  # SPEC S7: the incidents the node is part of
 
     def as_json(self) -> dict[str, Any]:
         return {"node": self.node, "slurm": self.slurm,
@@ -247,7 +252,8 @@ class Explained:
                 "recent_remediations": [rem_json(r) for r in self.recent],
                 "decisions": [d.model_dump(mode="json") for d in self.decisions],
                 "breaker": self.state.breaker.model_dump(mode="json"),
-                "paused": self.state.paused, "pause": pause_json(self.state)}
+                "paused": self.state.paused, "pause": pause_json(self.state),
+                "incidents": [i.model_dump(mode="json") for i in self.incidents]}
 
 
 def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], State],
@@ -279,4 +285,5 @@ def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], Stat
                     key=lambda r: r.updated)[-3:]
     return Explained(node=node, slurm=slurm_info, alerts=found, state=state,
                      open=list(state.open_for(node)), recent=recent,
-                     decisions=list(decisions(state, node))[-last_decisions:])
+                     decisions=list(decisions(state, node))[-last_decisions:],
+                     incidents=incident_views.of_node(state, node))

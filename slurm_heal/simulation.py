@@ -49,7 +49,8 @@ from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, Node
 from slurm_heal.validation.flow import gate_run_id
 
 EVENT_TYPES = ("alert", "clear", "job", "approve", "deny", "cancel", "request", "action_fails",
-               "reset_breaker", "pause", "unpause", "drain", "resume", "fault", "gate_fails")
+               "reset_breaker", "pause", "unpause", "drain", "resume", "fault", "gate_fails",
+               "close_incident")
 # SPEC V4: how the next post-repair gate on a node ends (`gate_fails` event's ``mode``).
 GATE_MODES = ("fail", "interrupt")
 DEFAULT_GATE_DURATION = timedelta(minutes=3)
@@ -179,7 +180,10 @@ def parse_scenario(data: Any, source: str = "<scenario>",
         if etype not in EVENT_TYPES:
             raise ScenarioError(f"{where}: unknown type {etype!r} (one of {', '.join(EVENT_TYPES)})")
         at = _time(_need(e, "at", where), start, f"{where}.at")
-        if etype not in ("reset_breaker", "pause", "unpause"):
+        if etype == "close_incident" and not isinstance(_need(e, "incident", where), str):
+            raise ScenarioError(f"{where}.incident: an incident id or a component "
+                                "(\"switch:leaf1\")")
+        if etype not in ("reset_breaker", "pause", "unpause", "close_incident"):
             node = _need(e, "node", where)
             if not isinstance(node, str) or node not in names:
                 raise ScenarioError(f"{where}: unknown node {node!r}")
@@ -408,7 +412,7 @@ class Simulation:
                       by=str(e.get("by", "operator")), node=e.get("node"),
                       remediation=e.get("remediation"), action=action,
                       detector=e.get("detector"), request_id=str(e["id"]) if "id" in e else None,
-                      reason=str(e.get("reason", "")))
+                      reason=str(e.get("reason", "")), incident=e.get("incident"))
         self.state = self.state.model_copy(update={"inbox": self.state.inbox + (cmd,)})
 
     def _event(self, ev: Event) -> None:

@@ -65,6 +65,8 @@ from pydantic import ValidationError
 
 from slurm_heal import fsio, jsonsafe
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
+from slurm_heal.incidentstore import INCIDENTS_KEY
+from slurm_heal.incidentstore import merge as merge_incidents
 from slurm_heal.models import (
     SCHEMA_MINOR,
     SCHEMA_VERSION,
@@ -525,6 +527,9 @@ class Store:
                 # always come from the stored document (a plan may carry a stale copy).
                 data = {k: v for k, v in plan.data.items() if k not in STORE_KEYS}
                 data.update({k: v for k, v in state.data.items() if k in STORE_KEYS})
+                if INCIDENTS_KEY in plan.data:  # SPEC S6/S7: two plans' incidents joined
+                    data[INCIDENTS_KEY] = merge_incidents(state.data.get(INCIDENTS_KEY),
+                                                          plan.data[INCIDENTS_KEY])
             if plan.records:
                 data = dict(data)
                 data[DECISIONS_KEY] = _keep_decisions(data.get(DECISIONS_KEY), plan.records)

@@ -10,7 +10,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from slurm_heal.topology import Topology
 
 
 class Severity(str, enum.Enum):
@@ -160,6 +163,9 @@ class ClusterView:
 
     nodes: tuple[NodeInfo, ...]
     jobs: tuple[JobInfo, ...] = ()
+    # SPEC S7: the components nodes share, when the controller read Slurm's topology or a
+    # file (slurm_heal.topology); None: decide() reads node features, or there is none.
+    topology: Topology | None = None
 
     def node(self, name: str) -> NodeInfo | None:
         for n in self.nodes:

@@ -69,7 +69,8 @@ SESSION_COOKIE = "slurm_heal_session"
 LOGIN_COOKIE = "slurm_heal_login"
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
-Kind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause"]
+Kind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause", "unpause",
+               "close_incident"]
 
 
 # --------------------------------------------------------------------------- problems
@@ -174,6 +175,8 @@ FLASH = {
     "pause": "Pause queued: nothing disruptive starts once the controller has read it.",
     "unpause": "Unpause queued: work resumes at the controller's next cycle.",
     "breaker_closed": "The breaker is closed; nothing to reset.",
+    "close_incident": "Close queued: the held remediations go on by their own rules at the "
+                      "controller's next cycle.",
 }
 
 
@@ -232,6 +235,10 @@ class ApiApp:
             Rule("/api/v1/pause", endpoint="api_pause", methods=["POST"]),
             Rule("/api/v1/unpause", endpoint="api_unpause", methods=["POST"]),
             Rule("/api/v1/policy", endpoint="api_policy", methods=["GET"]),
+            Rule("/api/v1/incidents", endpoint="api_incidents", methods=["GET"]),
+            Rule("/api/v1/incidents/<target>", endpoint="api_incident", methods=["GET"]),
+            Rule("/api/v1/incidents/<target>/close", endpoint="api_incident_close",
+                 methods=["POST"]),
             # the console
             Rule("/", endpoint="page_overview", methods=["GET"]),
             Rule("/login", endpoint="page_login", methods=["GET", "POST"]),
@@ -395,7 +402,7 @@ class ApiApp:
               node: str | None = None, action: Action | None = None,
               detector: str | None = None, request_id: str | None = None,
               reason: str = "", idem_key: str | None = None,
-              fp: str = "") -> tuple[int, dict[str, Any]]:
+              fp: str = "", incident: str | None = None) -> tuple[int, dict[str, Any]]:
         """Queue one inbox command exactly as the CLI does (SPEC O5); with an
         idempotency key, a retry gets the first answer back and never a second command.
         Returns (HTTP status, answer)."""
@@ -412,7 +419,7 @@ class ApiApp:
             cmd = operations.new_command(kind, principal.name, node=node or target,
                                          action=action, detector=detector,
                                          request_id=request_id, reason=reason,
-                                         command_id=cid)
+                                         command_id=cid, incident=incident)
             stored: Command = operations.queue(self.loc, cmd, force=True)  # checked above
             log.info("queued %s %s by %s (command %s)", stored.kind,
                      stored.remediation or stored.node or "cluster", stored.by, stored.id)
@@ -569,7 +576,25 @@ class ApiApp:
         return self._json({"file": self.policy_file,
                            "policy": _plain(p.model_dump(mode="python", exclude_none=False))})
 
+    def on_api_incidents(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.incidents(self.src, _flag(request.args.get("all"), "all")))
+
+    def on_api_incident(self, request: Request, target: str) -> Response:
+        self._api_principal(request)
+        return self._json(views.incident(self.src, target))
+
     # ----------------------------------------------------------------- API: writes
+
+    def on_api_incident_close(self, request: Request, target: str) -> Response:
+        principal = self._api_principal(request)
+        body, raw = self._api_body(request, ReasonBody)
+        inc = views.incident(self.src, target)["incident"]
+        if inc["state"] != "open":
+            raise NotFound(f"no open incident {target!r}: {inc['id']} already ended "
+                           f"({inc['resolution']})")
+        return self._api_write(request, principal, "close_incident", body, raw,
+                               reason=body.reason, incident=inc["id"])
 
     def on_api_decide(self, request: Request, target: str,
                       kind: Literal["approve", "deny", "cancel"]) -> Response:

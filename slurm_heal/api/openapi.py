@@ -85,6 +85,10 @@ def document() -> dict[str, Any]:
     target = {"name": "target", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "A remediation id (r-...), or a node with one open remediation "
                              "(the store resolves it as the CLI does)."}
+    incident = {"name": "target", "in": "path", "required": True,
+                "schema": {"type": "string"},
+                "description": "An incident id (i-...), or a component with an open incident "
+                               "(switch:leaf1)."}
     paths: dict[str, Any] = {
         "/healthz": {"get": {"summary": "Liveness of serve itself", "security": [],
                              "responses": {"200": _ok("serve answers")}}},
@@ -170,6 +174,20 @@ def document() -> dict[str, Any]:
                                   []),
         "/api/v1/policy": _read("The effective policy of serve's config file",
                                 "Every knob, defaults filled in (`policy show`)."),
+        "/api/v1/incidents": _read(
+            "Incidents (`incidents`)", "SPEC S7: related alerts on several nodes under one "
+            "switch, block or rack, held as one cause for a person: the component, its "
+            "nodes, every node's alert with its evidence, the remediations held, how it "
+            "ended. Open ones and those ended in the last day (all=true: every one kept).",
+            [{"name": "all", "in": "query", "required": False,
+              "schema": {"type": "boolean"}}]),
+        "/api/v1/incidents/{target}": _read(
+            "One incident", "By its id (i-...), or the open one on a component "
+            "(switch:leaf1).", [incident]),
+        "/api/v1/incidents/{target}/close": _write(
+            "Close an open incident (`incident close`)", "A person's close (SPEC S7): the "
+            "remediations it held go on by their own rules at the controller's next cycle.",
+            "ReasonBody", [incident]),
     }
     return {
         "openapi": "3.1.0",

@@ -347,6 +347,30 @@ def alerts(src: Sources, node: str | None) -> dict[str, Any]:
     return {"alerts": [operations.alert_json(a) for a in found]}
 
 
+def incidents(src: Sources, show_all: bool = False) -> dict[str, Any]:
+    """What ``slurm-heal incidents --json`` prints (SPEC S7)."""
+    from slurm_heal.readmodel import incidents as incident_views
+
+    state = src.state()
+    shown = (tuple(incident_views.view(state, i) for i in incident_views.incidents_of(state))
+             if show_all else incident_views.shown(state, _now()))
+    return {"incidents": [v.model_dump(mode="json") for v in shown],
+            "store": src.loc.as_json()}
+
+
+def incident(src: Sources, target: str) -> dict[str, Any]:
+    """One incident by id, or the open one on a component; NotFound otherwise."""
+    from slurm_heal.readmodel import incidents as incident_views
+
+    state = src.state()
+    inc = incident_views.find(state, target)
+    if inc is None:
+        raise NotFound(f"no incident {target!r} (an id i-..., or a component with an open "
+                       "incident, such as switch:leaf1)")
+    return {"incident": incident_views.view(state, inc).model_dump(mode="json"),
+            "store": src.loc.as_json()}
+
+
 def breaker(src: Sources) -> dict[str, Any]:
     """What ``slurm-heal breaker --json`` prints."""
     state = src.state()

@@ -361,6 +361,12 @@ def explain(node: str, state_dir: str | None, config: str | None, as_json: bool)
         click.echo(f"Breaker OPEN: {state.breaker.why}")
     if state.paused:
         click.echo(paused_line(state))
+    if got.incidents:  # SPEC S7
+        from slurm_heal.readmodel.incidents import render as render_incidents
+
+        click.echo("Incidents:")
+        for line in render_incidents(got.incidents):
+            click.echo(line)
     if open_rems:
         click.echo("Open remediation:")
         for rem in open_rems:

@@ -35,8 +35,13 @@ def plan(config_path: str | None, state_dir: str | None, as_json: bool) -> None:
     config_path = str(found)
     policy = load_policy(config_path)
     store = _store(state_dir, config_path)
-    view = _slurm(config_path).snapshot()
+    client = _slurm(config_path)
+    view = client.snapshot()
     now = datetime.now(timezone.utc)
+    # SPEC S7: the topology the daemon would read (Slurm's, the file, the features)
+    from slurm_heal.topology import TopologyReader
+
+    view = TopologyReader(client).attach(view, policy.topology, now)
     result = decide(view, store.load(), now, policy)
     if as_json:
         _emit_json({

@@ -27,9 +27,10 @@ from pydantic import BaseModel, ConfigDict
 from slurm_heal.models import Effect, Phase, Plan, Remediation, State
 from slurm_heal.types import Alert, ClusterView
 
-EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause"]
+EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
+                    "incident"]
 EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
-                                "breaker", "pause")
+                                "breaker", "pause", "incident")
 SEVERITIES = ("info", "warning", "critical")
 EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
 
@@ -125,6 +126,9 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
     for eff in executed:
         if eff.kind != "notify":
             continue
+        if eff.rule == "S7" and eff.reason.startswith("incident:"):
+            out.append(_incident_event(eff, after, now))
+            continue
         kind: EventKind = "support" if eff.rule == "D8" else "person"
         evidence: tuple[dict[str, Any], ...] = ()
         fault = None
@@ -159,6 +163,25 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
                  + ("; nothing disruptive runs until `slurm-heal unpause`" if p.paused
                     else "; automation runs again")))
     return out
+
+
+def _incident_event(eff: Effect, after: State, now: datetime) -> Event:
+    """SPEC S7: one event per incident, for a person and the ticket routes (kind
+    ``incident``), with every node's alert and evidence unchanged (D7)."""
+    from slurm_heal.incidentstore import INCIDENTS_KEY, load
+
+    iid = eff.reason.removeprefix("incident:")
+    inc = load(after.data.get(INCIDENTS_KEY)).get(iid)
+    evidence: tuple[dict[str, Any], ...] = ()
+    title = f"incident {iid} needs a person (S7)"
+    if inc is not None:
+        title = (f"incident on {inc.kind} {inc.name}: {len(inc.nodes)} of {inc.size} nodes "
+                 f"({', '.join(sorted({a.fault for a in inc.alerts}))})")
+        evidence = tuple({"node": a.node, "fault": a.fault, "first_seen":
+                          a.first_seen.isoformat(), "evidence": list(a.evidence)}
+                         for a in inc.alerts)
+    return Event(id=f"incident:{iid}", kind="incident", severity="critical", at=now,
+                 title=title, text=eff.why, node=eff.node, evidence=evidence)
 
 
 def view_alerts(view: ClusterView, now: datetime) -> dict[str, list[Alert]]:

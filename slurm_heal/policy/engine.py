@@ -17,9 +17,10 @@ One call does, in order:
    (Q1-Q4), with the action chosen by the catalog, E1 escalation and E3 evidence.
 
 Safety gates held before a remediation starts (cordon): recommend-only mode, the global
-pause, the breaker (S5, automatic remediations only), the cooldown (S2),
+pause, an incident on the node's switch/block/rack and the settle wait of a related
+fault (S7), the breaker (S5, automatic remediations only), the cooldown (S2),
 evidence for requests (P1/Q4), reserved migrate spares (E5), the concurrency limit (S3),
-one per pool (S4) and pool capacity (Q4). Recommend-only and pause also hold the action
+one per pool (S4), one per switch/block/rack (S7) and pool capacity (Q4). Recommend-only and pause also hold the action
 of a started one; the breaker does not (it stops new automatic work, and a half-done
 remediation held back would only keep its node drained). A held remediation gets one
 ``blocked`` record naming the limit, not one per cycle.
@@ -36,6 +37,7 @@ from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
 from slurm_heal.models import Plan, State
+from slurm_heal.policy import incidents
 from slurm_heal.policy.facts import host_of, is_automatic
 from slurm_heal.policy.intake import Intake
 from slurm_heal.policy.records import Records
@@ -52,6 +54,9 @@ class _Decider(Intake):
         for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
             if cmd.kind == "validate":
                 continue  # the validation flow's (slurm_heal.validation.service), SPEC V1
+            if cmd.kind == "close_incident":
+                incidents.close(self, cmd)  # SPEC S7
+                continue
             self.command(cmd)
         # Only a node with an alert, a reason, or out of service has anything to observe
         # or start (every rule below returns at once for the others): a healthy node of a
@@ -66,6 +71,7 @@ class _Decider(Intake):
                 self.settle(self.rems[rid])
         for node in nodes:
             self.observe(node)
+        incidents.correlate(self)  # SPEC S7: before any remediation moves
         for rem in sorted(self.open_rems(), key=lambda r: (r.created, r.id)):
             if not self.rems[rem.id].phase.terminal:
                 self.advance(self.rems[rem.id])
@@ -77,8 +83,10 @@ class _Decider(Intake):
         if self.policy.mode == "recommend_only":
             effects = [e for e in effects if e.kind == "notify"]
         data: dict[str, Any] | None = None
-        if self.noted != self.old_noted:
+        if self.noted != self.old_noted or self.incidents_changed:
             data = {**self.state.data, "noted": self.noted}
+            if self.incidents_changed:
+                data[incidents.INCIDENTS_KEY] = incidents.dump(self.incidents.values())
         return Plan(
             updates=tuple(self.rems[i] for i in self.changed),
             effects=tuple(effects),

@@ -1,6 +1,7 @@
 """The safety gates held before a remediation's next disruptive step: recommend-only,
-pause, D5, the breaker (S5), the cooldown (S2), evidence (P1/Q4), migrate spares (E5),
-concurrency (S3), one per pool (S4) and pool capacity (Q4).
+pause, D5, an incident and the settle wait (S7), the breaker (S5), the cooldown (S2),
+evidence (P1/Q4), migrate spares (E5), concurrency (S3), one per pool (S4), one per
+switch/block/rack (S7 blast radius) and pool capacity (Q4).
 
 Each gate is a pure function of the working set that returns a `Hold` (the rule, why,
 and when to look again) or None; the breaker's opening (S5) is part of the Hold it
@@ -16,6 +17,7 @@ from typing import Literal
 
 from slurm_heal.config import format_duration
 from slurm_heal.models import Remediation
+from slurm_heal.policy import incidents
 from slurm_heal.policy.cordon import Cordon
 from slurm_heal.policy.facts import (
     POLL_EVERY,
@@ -29,7 +31,7 @@ from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, NodeInfo
 
 HoldRule = Literal["recommend_only", "pause", "D5", "S5", "S2", "P1", "E5", "S3", "S4", "Q4",
-                   "E7"]
+                   "E7", "S7"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,9 @@ class Hold:
     why: str
     wake: datetime | None = None  # when the limit lifts by itself (S2)
     opens_breaker: bool = False  # S5: this hold opens the breaker (why = the breaker's why)
+    # Recorded once per mark (default: the rule): S7 holds for different reasons (the
+    # settle wait, an incident, a component's blast radius) are each recorded once.
+    mark: str | None = None
 
 
 def mode_hold(w: Working, rem: Remediation, starting: bool) -> Hold | None:
@@ -120,6 +125,9 @@ def room_hold(w: Working, rem: Remediation) -> Hold | None:
         if same:
             return Hold("S4", f"pool {pool} already has {same[0].id} on {same[0].node}: one "
                         "at a time per pool")
+    hold = blast_hold(w, rem, started)
+    if hold is not None:
+        return hold
     members = [n for n in w.pool_members(pool) if n.name != rem.node]
     if members:
         busy = {r.node for r in started}
@@ -128,6 +136,39 @@ def room_hold(w: Working, rem: Remediation) -> Hold | None:
         if len(up) < need:
             return Hold("Q4", f"pool {pool}: only {len(up)} of {len(members)} other nodes in "
                         f"service, {need} must stay")
+    return None
+
+
+def blast_hold(w: Working, rem: Remediation, started: list[Remediation]) -> Hold | None:
+    """SPEC S7: at most topology.blast_radius disruptive remediations at once under one
+    switch, block or rack."""
+    comps = incidents.components(w, rem.node) if started else ()
+    limit = w.policy.topology.blast_radius
+    for c in comps:
+        same = [r for r in started if r.node in c.nodes]
+        if len(same) >= limit:
+            return Hold("S7", f"{c.label} already has {len(same)} remediation(s) running "
+                        f"({same[0].id} on {same[0].node}): at most {limit} at a time under "
+                        f"one {c.kind} (topology.blast_radius)", mark=f"S7:{c.id}")
+    return None
+
+
+def incident_hold(w: Working, rem: Remediation) -> Hold | None:
+    """SPEC S7: a node in an open incident waits for the incident's end; a related fault
+    waits incidents.settle after it was first seen, so a component's failure can show on
+    its other nodes before one of them is cordoned."""
+    fault = rem.data.evidence_fault or rem.fault
+    inc = incidents.open_incident_of(w, rem.node, fault) if w.any_open_incident else None
+    if inc is not None:
+        return Hold("S7", incidents.hold_words(inc), mark=f"S7:{inc.id}")
+    settle = incidents.settle_until(w, rem)
+    if settle is not None:
+        until, comp = settle
+        return Hold("S7", f"{fault} is a fault a shared component can cause: waits until "
+                    f"{iso(until)} (incidents.settle = "
+                    f"{format_duration(w.policy.incidents.settle)}) to see whether other "
+                    f"nodes under {comp.label} show it too (then it is one incident)",
+                    wake=until, mark="S7:settle")
     return None
 
 
@@ -146,6 +187,9 @@ def start_hold(w: Working, rem: Remediation) -> tuple[Hold | None, str | None]:
         return Hold("D5", f"{rem.node} is {'DOWN' if node.down else 'drained'} by someone "
                     f"else ({node.reason!r}): slurm-heal does not cordon over it; it waits "
                     "until that person resumes the node"), None
+    hold = incident_hold(w, rem)
+    if hold is not None:
+        return hold, None
     if is_automatic(rem):
         hold = breaker_hold(w, rem)
         if hold is not None:
@@ -169,11 +213,12 @@ def start_hold(w: Working, rem: Remediation) -> tuple[Hold | None, str | None]:
 class Gates(Cordon):
     """Applies the gates' Holds to the working set."""
 
-    def blocked(self, rem: Remediation, rule: str, why: str) -> Remediation:
-        if rem.data.blocked == rule:
+    def blocked(self, rem: Remediation, rule: str, why: str,
+                mark: str | None = None) -> Remediation:
+        if rem.data.blocked == (mark or rule):
             return rem
         rem = self.step(rem, "blocked", rule, why)
-        return self.put(rem.model_copy(update={"data": rem.data.but(blocked=rule)}))
+        return self.put(rem.model_copy(update={"data": rem.data.but(blocked=mark or rule)}))
 
     def apply_hold(self, rem: Remediation, hold: Hold) -> None:
         """Record (once) that ``hold`` holds ``rem`` back; open the breaker if it does."""
@@ -184,7 +229,7 @@ class Gates(Cordon):
             self.breaker = self.breaker.model_copy(update={
                 "open": True, "opened_at": self.now, "why": hold.why})
             self.breaker_changed = True
-        self.blocked(rem, hold.rule, hold.why)
+        self.blocked(rem, hold.rule, hold.why, hold.mark)
 
     def gate(self, rem: Remediation) -> bool:
         """Whether recommend-only or the pause holds a started remediation's next

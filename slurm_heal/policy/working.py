@@ -16,10 +16,13 @@ import slurm_heal.policy.facts as facts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
+from slurm_heal.incidentstore import INCIDENTS_KEY
+from slurm_heal.incidentstore import load as load_incidents
 from slurm_heal.models import (
     Decision,
     Effect,
     EffectKind,
+    Incident,
     Pause,
     Phase,
     RecordPhase,
@@ -30,6 +33,7 @@ from slurm_heal.models import (
 )
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
 from slurm_heal.policy.records import Records
+from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
 
 _NAME = operator.attrgetter("name")
@@ -99,6 +103,15 @@ class Working:
         self.noted: dict[str, Any] = {}
         self.wakes: list[datetime] = []
         self.alerts: dict[str, list[Alert]] = {}
+        # SPEC S7: the topology, read on first use (policy/incidents.topology_of), and the
+        # incidents on record, changed in this call by policy/incidents.
+        self.topology_read = False
+        self.topology: Topology | None = None
+        # (Validated on first use: a quiet cycle with no related alert never reads them.)
+        self._incidents: dict[str, Incident] | None = None
+        raw = state.data.get(INCIDENTS_KEY)
+        self.incidents_raw: list[Any] = raw if isinstance(raw, list) else []
+        self.incidents_changed = False
         # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
         # raises); a node with bad data has none, and a problem that names the field.
         # Issue 20: the caller passes ``checks`` validated once per change of a node's
@@ -117,6 +130,21 @@ class Working:
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
+
+    @property
+    def incidents(self) -> dict[str, Incident]:
+        """The incidents on record by id (SPEC S7), read once per call on first use."""
+        if self._incidents is None:
+            self._incidents = load_incidents(self.incidents_raw)
+        return self._incidents
+
+    @property
+    def any_open_incident(self) -> bool:
+        """Whether the store has an open incident, asked without reading them all."""
+        if self._incidents is not None:
+            return any(i.open for i in self._incidents.values())
+        return any(isinstance(i, dict) and i.get("state", "open") == "open"
+                   for i in self.incidents_raw)
 
     def put(self, rem: Remediation) -> Remediation:
         self.ix.put(rem)

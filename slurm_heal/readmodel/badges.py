@@ -41,6 +41,11 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
         return "waiting for evidence", "phase-held", (
             waiting if isinstance(waiting, str) else _said("P1"))
     held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
+    if held and str(held).startswith("S7:") and rem.get("open", True):
+        # SPEC S7 marks which hold it is: an incident (i-...), a component, the settle wait
+        what = str(held)[3:]
+        label = f"incident {what}" if what.startswith("i-") else what
+        return f"{phase}, held by S7 ({label})", "phase-held", _said("S7")
     if held and rem.get("open", True):
         return f"{phase}, held by {held}", "phase-held", _said(held)
     return phase, f"phase-{phase}", ""

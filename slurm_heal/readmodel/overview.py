@@ -36,6 +36,8 @@ from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.readmodel import incidents as incidents_mod
+from slurm_heal.readmodel.incidents import IncidentView
 from slurm_heal.readmodel.words import elapsed as _dur
 from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
 from slurm_heal.readmodel.words import stamp as _ts
@@ -185,6 +187,7 @@ class Overview(_M):
     unrecorded: tuple[Unrecorded, ...] = ()  # markers the store does not know (I5, O6)
     nodes: tuple[NodeLine, ...] = ()  # only with details (``--node``)
     validations: tuple[VLine, ...] = ()  # open ones and those finished in the last day
+    incidents: tuple[IncidentView, ...] = ()  # SPEC S7: open, and ended in the last day
 
     @property
     def ok(self) -> bool:
@@ -428,7 +431,7 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         check_stale=fold(stale), check_erroring=fold(erroring),
         approvals=waiting, in_flight=flying, foreign=tuple(foreign),
         unrecorded=tuple(lost), nodes=tuple(lines),
-        validations=_validations(state, now))
+        validations=_validations(state, now), incidents=incidents_mod.shown(state, now))
 
 
 VALIDATIONS_SHOWN = timedelta(days=1)
@@ -466,6 +469,12 @@ def render(ov: Overview) -> list[str]:
     else:
         last = f", last reset by {b.reset_by} at {_ts(b.reset_at)}" if b.reset_by else ""
         out.append(f"Breaker closed{window}{last}")
+    if ov.incidents:  # SPEC S7: one cause, many nodes: first, before the node figures
+        n_open = sum(1 for i in ov.incidents if i.state == "open")
+        out.append(f"Incidents: {n_open} open" + (f", {len(ov.incidents) - n_open} ended in "
+                                                  "the last day" if len(ov.incidents) > n_open
+                                                  else ""))
+        out.extend(incidents_mod.render(ov.incidents))
     if ov.slurm_error:
         out.append(f"Nodes: unknown, Slurm did not answer ({ov.slurm_error})")
     else:

@@ -667,6 +667,12 @@ class CliSlurm:
     def snapshot(self) -> ClusterView:
         return ClusterView(nodes=self.nodes(), jobs=self.jobs())
 
+    def show_topology(self) -> str:
+        """``scontrol show topology`` (SPEC S7, slurm_heal.topology parses it). Without a
+        TopologyPlugin 22.05 says so on stderr with exit 0: that text is returned."""
+        proc = self._run(["scontrol", "show", "topology"], read=True)
+        return proc.stdout if proc.stdout.strip() else proc.stderr
+
     # writes
     def drain(self, node: str, reason: str) -> None:
         if not reason.strip():

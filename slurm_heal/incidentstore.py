@@ -1,0 +1,52 @@
+"""Incidents in the store (SPEC S7): ``State.data["incidents"]``, a list of `Incident`
+objects as JSON. How they are read, written (bounded) and joined when two plans write
+them (SPEC S6); the rules that open and end them are policy/incidents.py's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import ValidationError
+
+from slurm_heal.models import Incident
+
+INCIDENTS_KEY = "incidents"  # in State.data
+KEEP_RESOLVED = 200  # ended incidents kept in the store (the decisions log keeps the rest)
+
+
+def load(raw: Any) -> dict[str, Incident]:
+    """The stored incidents by id; an entry that does not validate is skipped (a newer
+    build's, or damaged: never a reason to stop deciding)."""
+    out: dict[str, Incident] = {}
+    if not isinstance(raw, list):
+        return out
+    for item in raw:
+        try:
+            inc = Incident.model_validate(item)
+        except ValidationError:
+            continue
+        out[inc.id] = inc
+    return out
+
+
+def dump(incidents: Iterable[Incident]) -> list[dict[str, Any]]:
+    """Open incidents and the newest KEEP_RESOLVED ended ones, oldest first, as JSON."""
+    items = list(incidents)
+    ended = sorted((i for i in items if not i.open), key=lambda i: (i.resolved or i.updated,
+                                                                    i.id))
+    keep = {i.id for i in ended[-KEEP_RESOLVED:]} | {i.id for i in items if i.open}
+    return [i.model_dump(mode="json") for i in sorted(items, key=lambda i: (i.opened, i.id))
+            if i.id in keep]
+
+
+def merge(stored: Any, planned: Any) -> list[dict[str, Any]]:
+    """What the store keeps when a plan writes incidents (SPEC S6): every incident either
+    side has; for one id an ended one wins over an open one, else the later update."""
+    have = load(stored)
+    for inc in load(planned).values():
+        old = have.get(inc.id)
+        if old is None or (old.open and not inc.open) or (
+                old.open == inc.open and inc.updated >= old.updated):
+            have[inc.id] = inc
+    return dump(have.values())
