@@ -45,7 +45,8 @@ _ACT_ONLY_MODES = ("never_reports",)
 MAX_FAULT_COUNT = 1000
 DEFAULT_DURATIONS = {Action.REBOOT: timedelta(minutes=5), Action.REBUILD: timedelta(minutes=20),
                      Action.MIGRATE: timedelta(minutes=30),
-                     Action.POWER_CYCLE: timedelta(minutes=10)}
+                     Action.POWER_CYCLE: timedelta(minutes=10),
+                     Action.RESET_GPU: timedelta(minutes=2)}  # SPEC E6: a job, no boot
 MAX_CYCLES = 50_000
 # Longest action duration / cycle interval a scenario may set: beyond it the virtual
 # clock would run past the end of the calendar.
