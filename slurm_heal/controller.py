@@ -157,7 +157,7 @@ class Controller:
                  decide: Callable[..., Any] | None = None,
                  observers: Sequence[Callable[[CycleFacts], None]] = (),
                  audit_retention: timedelta | None = None,
-                 validator: Any | None = None) -> None:
+                 validator: Any | None = None, gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
             # cycles (validated once per change of its Extra).
@@ -181,6 +181,9 @@ class Controller:
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
         # None: vacated machines are not followed (tests of the remediation cycle alone).
         self.validator = validator
+        # SPEC E6: reset_gpu runs as a Slurm job on the node (slurm_heal.gpureset), not
+        # through the provider; None: the provider is asked (simulate, tests).
+        self.gpu_reset = gpu_reset
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
@@ -255,13 +258,13 @@ class Controller:
                     log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
                     return Executed(effect, None, "no act attempt to poll")
                 record_key = act.key
-                op = self.provider.status(act.key)
+                op = self._operator(act.action).status(act.key)
                 if op is None:
                     # The provider never saw the key: the submit never arrived. Sending it
                     # again with the SAME key cannot execute twice (the key dedups).
                     log.warning("%s provider has no record of key=%s; re-sending with the "
                                 "same key", where, act.key)
-                    op = self.provider.submit(effect.node, act.action, act.key)
+                    op = self._operator(act.action).submit(effect.node, act.action, act.key)
                 outcome, detail, operation = _op_outcome(op)
                 self._vacated(effect, op, outcome, now)
             elif effect.kind in ("act", "signal_jobs", "requeue_jobs", "cancel_jobs") and (
@@ -270,7 +273,8 @@ class Controller:
                 # step; someone else drained the node since the snapshot: nothing is sent.
                 outcome, detail = "failed", NOT_SENT + taken
             elif effect.kind == "act":
-                op = self.provider.submit(effect.node, effect.action, effect.key)
+                op = self._operator(effect.action).submit(effect.node, effect.action,
+                                                          effect.key)
                 outcome, detail, operation = _op_outcome(op)
                 self._vacated(effect, op, outcome, now)
             elif effect.kind == "cordon":
@@ -353,6 +357,13 @@ class Controller:
             except Exception:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
+
+    def _operator(self, action: Action) -> Provider:
+        """Who carries out ``action``: the GPU reset job for reset_gpu (SPEC E6) where the
+        daemon has one, else the provider."""
+        if action is Action.RESET_GPU and self.gpu_reset is not None:
+            return self.gpu_reset
+        return self.provider
 
     def _provider_error(self, rid: str | None, key: str, error: str, now: datetime,
                         where: str) -> None:

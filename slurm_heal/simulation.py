@@ -442,7 +442,8 @@ class Simulation:
             n.states.discard("DOWN")
             if not op.fails:
                 n.alerts.clear()  # a completed action clears the node's alerts
-                n.boot_time = op.ends
+                if op.action is not Action.RESET_GPU:  # SPEC E6: a GPU reset is no boot
+                    n.boot_time = op.ends
                 if op.action in (Action.MIGRATE,):
                     n.moves += 1
                     n.host = f"{n.name}~{n.moves}"  # new hardware: a new machine identity
@@ -609,7 +610,8 @@ class Simulation:
                  ends=t + self.sc.durations[action], fails=n.fail_next, silent=silent)
         n.fail_next = False
         self.ops[key] = op
-        n.states.add("DOWN")
+        if action is not Action.RESET_GPU:  # SPEC E6: the reset is a job; the node stays up
+            n.states.add("DOWN")
         return op
 
     # -------------------------------------------------------------- the loop

@@ -91,6 +91,11 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                             audit_retention=parse_duration(settings.audit_retention),
                             validator=validator)
     holder.append(controller)
+    from slurm_heal.gpureset import GpuReset
+
+    # SPEC E6: reset_gpu as a Slurm job on the drained node (the policy as reloaded)
+    controller.gpu_reset = GpuReset(slurm=slurm, policy=lambda: controller.policy,
+                                    state_dir=state_dir, slurm_conf=slurm_conf)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     # the type as configured (`simulator` is served by the http client: say simulator)
     provider_type = str(dict(policy.provider).get("type") or getattr(provider, "name", "?"))

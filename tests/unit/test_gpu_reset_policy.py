@@ -14,7 +14,7 @@ from slurm_heal.configcheck import check_config
 from slurm_heal.errors import ConfigError
 from slurm_heal.models import Phase, State
 from slurm_heal.types import Action
-from tests.unit.test_policy_engine import T0, alert, node, pol, rem, run
+from tests.unit.test_policy_engine import T0, alert, node, phases, pol, rem, run
 
 ON = {"escalation": {"gpu_reset": True}}
 # NVIDIA's Xid catalog, resolution bucket RESET_GPU (r570; issue 28 lists the same 14).
@@ -138,3 +138,19 @@ def test_policy_check_knows_gpu_reset_and_says_where_the_job_writes(tmp_path: Pa
     f.write_text('[escalation]\ngpu_rest = true\n')
     with pytest.raises(ConfigError, match="escalation.gpu_rest"):
         check_config(f)
+
+
+@pytest.mark.parametrize(("action", "held"), [(Action.RESET_GPU, False), (Action.REBOOT, True)])
+def test_a_failed_reset_starts_no_cooldown_the_reboot_follows_at_once(action: Action,
+                                                                       held: bool) -> None:
+    """SPEC E6/S2: "climbs at once": a reset that failed a minute ago holds the reboot
+    for no cooldown (the node never went back to service); a failed reboot still does."""
+    hist = (rem(phase=Phase.FAILED, action=action, fault="gpu.xid.119",
+                at=T0 - timedelta(minutes=1)),)
+    plan = run([node("gpu01", "DRAIN"), node("gpu02")],
+               {"gpu01": [alert("gpu01", "gpu.xid.119", since=T0 - timedelta(hours=1))]},
+               State(remediations=hist), policy=pol(**ON))
+    assert (("blocked", "S2") in phases(plan, "gpu01")) is held
+    if not held:
+        (new,) = [u for u in plan.updates if u.id != hist[0].id]
+        assert new.action is Action.REBOOT and new.phase is Phase.CORDONED
