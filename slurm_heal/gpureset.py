@@ -127,14 +127,21 @@ class GpuReset:
         if action is not Action.RESET_GPU:
             raise ProviderRefused(f"{self.name} does only reset_gpu, not {action.value}")
         d = self.dir(key)
-        run = self._read(d / "run.json")
-        if run is not None:
+        before = self._read(d / "run.json")
+        if before is not None:
             op = self.status(key)
             if op is not None:
                 return op
         pol = self.policy()
         info = self.slurm.node(node)
-        if not (info.drained or info.down) or not reasons.is_ours(info.reason):
+        held = PREFIX + node in self.jobs().reservations()
+        if before is not None and held and not (info.drained or info.down):
+            # Sent again after a stop between our lift and sbatch: the node is ours, in
+            # our reservation; its marker is the one the first try kept.
+            reason = str(before["reason"])
+        elif (info.drained or info.down) and reasons.is_ours(info.reason):
+            reason = info.reason
+        else:
             raise ProviderRefused(f"{node} is not drained by slurm-heal ({info.reason!r}): no "
                                   "GPU reset runs on a node that may take jobs (SPEC P3)")
         now = self.clock()
@@ -154,7 +161,7 @@ class GpuReset:
             f"--spec {shlex.quote(str(d / 'spec.json'))} --out {shlex.quote(str(d))}\n")
         os.chmod(script, 0o755)
         limit = time_limit(pol)
-        run = {"node": node, "reason": info.reason, "reservation": PREFIX + node,
+        run = {"node": node, "reason": reason, "reservation": PREFIX + node,
                "job_name": PREFIX + node, "submitted": now.isoformat(),
                "limit_s": limit.total_seconds(), "gpus": gpus, "job": ""}
         self._write(d / "run.json", run)

@@ -141,6 +141,17 @@ def reset(lab_clean: Lab, tmp_path: Path, request: pytest.FixtureRequest) -> Ite
             _clear(lab)
 
 
+def _check_files(tmp: Path) -> Path:
+    """A node check config that keeps the reset job's check to the test's own files
+    (never the host's /var/lib/slurm-heal or its kernel log)."""
+    check = tmp / "check.toml"
+    check.write_text(f'[check]\nstate_dir = "{tmp / "node"}"\n[services]\nenabled = false\n'
+                     '[mounts]\nrw = ["/"]\n[kernel_log]\nsource = "file"\n'
+                     f'path = "{tmp / "kern.log"}"\n')
+    (tmp / "kern.log").write_text("")
+    return check
+
+
 def _xid119(reset: Reset, node: str) -> None:
     reset.gpus(node, "0000:1b:00.0", "0000:3b:00.0")  # 3b is GPU 1
     reset.kernel_says(node, XID119)
@@ -251,8 +262,10 @@ def test_a_reset_job_that_never_ends_is_cancelled_at_its_limit(
     monkeypatch.setenv("SLURM_CONF", str(lab.conf))
     marker = reasons.format_marker("gpu.xid.119", remediation="r-test", by="controller")
     lab.scontrol("update", f"nodename={node}", "state=drain", f"reason={marker}")
-    policy = policy_from_dict({"escalation": {"gpu_reset": True, "gpu_reset_timeout": "10m"},
-                               "validation": {"results_dir": str(tmp_path / "results")}})
+    policy = policy_from_dict({"escalation": {
+        "gpu_reset": True, "gpu_reset_timeout": "10m",
+        "gpu_reset_check_config": str(_check_files(tmp_path))},
+        "validation": {"results_dir": str(tmp_path / "results")}})
     now = [datetime.now(timezone.utc)]
     slurm = CliSlurm(slurm_conf=str(lab.conf))
     ops = GpuReset(slurm=slurm, policy=lambda: policy, state_dir=tmp_path,
@@ -273,6 +286,62 @@ def test_a_reset_job_that_never_ends_is_cancelled_at_its_limit(
         # asked again (a restarted controller): the same answer, nothing sent twice
         again = ops.status("r-test:act:0")
         assert again is not None and again.status == "failed" and again.detail == op.detail
+    finally:
+        _clear(lab)
+        lab.scontrol("update", f"nodename={node}", "state=resume", check=False)
+
+
+def test_a_reset_sent_again_after_a_stop_between_lift_and_sbatch_runs_once(
+        lab: Lab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC S6/L1: the controller stopped after it had lifted the drain (the reservation
+    holding the node) and before sbatch: the act sent again under the same key submits
+    the job, with the marker the first try kept, and settles the node as before."""
+    import json as json_
+    from datetime import datetime, timezone
+
+    from slurm_heal import reasons
+    from slurm_heal.config import policy_from_dict
+    from slurm_heal.gpureset import GpuReset
+    from slurm_heal.validation.slurmjobs import SlurmJobs
+
+    _clear(lab)
+    node, key = "gpu02", "r-again:act:0"
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(NVIDIA_SMI)
+    (bin_ / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{lab.env['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(lab.conf))
+    marker = reasons.format_marker("gpu.xid.119", remediation="r-again", by="controller")
+    check = _check_files(tmp_path)
+    policy = policy_from_dict({"escalation": {"gpu_reset": True,
+                                              "gpu_reset_check_config": str(check)},
+                               "validation": {"results_dir": str(tmp_path / "results")}})
+    slurm = CliSlurm(slurm_conf=str(lab.conf))
+    ops = GpuReset(slurm=slurm, policy=lambda: policy, state_dir=tmp_path,
+                   slurm_conf=str(lab.conf))
+    # what the first try left: the reservation, the lift, its run record, no job yet
+    SlurmJobs(slurm_conf=str(lab.conf)).reserve(PREFIX + node, [node])
+    d = ops.dir(key)
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json_.dumps({
+        "node": node, "reason": marker, "reservation": PREFIX + node,
+        "job_name": PREFIX + node, "submitted": datetime.now(timezone.utc).isoformat(),
+        "limit_s": 300, "gpus": [], "job": ""}))
+    try:
+        assert ops.status(key) is None  # never got to sbatch: send it again
+        op = ops.submit(node, Action.RESET_GPU, key)
+        assert op.status == "running", op
+
+        def settled() -> object:
+            got = ops.status(key)
+            return got if got is not None and got.finished else None
+        done = lab.wait_for(settled, timeout=90, what="the reset job settled")
+        assert done.status == "succeeded", done
+        assert (bin_ / "calls").read_text().splitlines().count("-r") == 1
+        assert slurm.node(node).drained and slurm.node(node).reason == marker
+        assert PREFIX not in lab.scontrol("show", "reservation", "-o").stdout
+        assert (tmp_path / "node" / "gpu-reset.json").exists()  # the check's, not the host's
     finally:
         _clear(lab)
         lab.scontrol("update", f"nodename={node}", "state=resume", check=False)
