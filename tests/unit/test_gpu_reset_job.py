@@ -20,6 +20,7 @@ from slurm_heal import gpureset_job
 from slurm_heal.checks import reset
 from slurm_heal.checks.config import load_config
 from slurm_heal.cli import cli
+from tests.realdata import MISSING, REAL
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 # What the stub prints and exits with is chosen per test through files beside it.
@@ -223,3 +224,40 @@ def test_the_node_check_no_longer_sees_the_xid_after_the_reset(
     with kmsg.open("a") as fh:  # the driver logs the Xid again, after the reset
         fh.write(xid.replace("3,2,2000", "3,3,3000"))
     assert "gpu.xid.119" in faults()
+
+
+def test_the_real_xid_119_capture_is_dropped_after_a_reset_of_its_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC E6/D1 on a real capture (gpud's dmesg with an Xid 119 on PCI 0000:9b:00,
+    tests/data/real/SOURCES.md), read as a kernel log file: found before the reset,
+    gone after a reset of all GPUs; a reset of another GPU leaves it."""
+    src = REAL / "dmesg-xid-119.log"
+    if not src.exists():
+        pytest.skip(MISSING)
+    root = tmp_path / "root"
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("boot-1\n")
+    (root / "proc/mounts").write_text("/dev/vda1 / ext4 rw 0 0\n")
+    gpus = root / "proc/driver/nvidia/gpus"
+    for i, bus in enumerate(("0000:1b:00.0", "0000:9b:00.0")):
+        (gpus / bus).mkdir(parents=True)
+        (gpus / bus / "information").write_text(f"Device Minor: {i * 4}\n")  # 9b: GPU 4
+    cfg = tmp_path / "check.toml"
+    cfg.write_text('[services]\nenabled = false\n[mounts]\nrw = ["/"]\n'
+                   '[nvidia]\nenabled = false\n[kernel_log]\nsource = "file"\npath = "/var/log/kern.log"\n')
+    (root / "var/log").mkdir(parents=True)
+    (root / "var/log/kern.log").symlink_to(src)  # read in place, never copied
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
+
+    def xid119() -> list[dict[str, object]]:
+        res = CliRunner().invoke(cli, ["check", "--node", "gpu01", "--config", str(cfg),
+                                       "--dry-run", "--json"])
+        assert res.exit_code in (0, 1), res.output
+        return [f for f in json.loads(res.stdout) if f["fault"] == "gpu.xid.119"]
+
+    (found,) = xid119()
+    assert found["evidence"][0]["data"]["gpu_index"] == 4  # type: ignore[index]
+    reset.mark(str(cfg), datetime.now(timezone.utc), [0])
+    assert xid119()  # GPU 0 was reset, not GPU 4
+    reset.mark(str(cfg), datetime.now(timezone.utc), [4])
+    assert not xid119()
