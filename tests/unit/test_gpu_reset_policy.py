@@ -154,3 +154,21 @@ def test_a_failed_reset_starts_no_cooldown_the_reboot_follows_at_once(action: Ac
     if not held:
         (new,) = [u for u in plan.updates if u.id != hist[0].id]
         assert new.action is Action.REBOOT and new.phase is Phase.CORDONED
+
+
+def test_the_xid_seen_again_after_the_reset_fails_it_at_once_not_at_the_return_timeout(
+        ) -> None:
+    """SPEC E6/L5: no boot follows a reset (nothing to wait for): the node check after it
+    still sees the Xid, so the reset failed now and the reboot is next."""
+    acted = T0 - timedelta(minutes=3)
+    r = rem(phase=Phase.RETURNING, action=Action.RESET_GPU, fault="gpu.xid.119", at=acted)
+    r = r.model_copy(update={"data": r.data.but(act_done=acted + timedelta(minutes=1))})
+    checked = T0 - timedelta(minutes=1)
+    plan = run([node("gpu01", "DRAIN", checked=checked), node("gpu02", pool="b")],
+               {"gpu01": [alert("gpu01", "gpu.xid.119", since=acted - timedelta(hours=1),
+                                seen=checked)]},
+               State(remediations=(r,)), policy=pol(**ON))
+    failed = [u for u in plan.updates if u.id == r.id]
+    assert failed and failed[0].phase is Phase.FAILED, plan.records
+    assert "still sees gpu.xid.119" in failed[0].steps[-1].why
+    assert [u.action for u in plan.updates if u.id != r.id] == [Action.REBOOT]
