@@ -36,8 +36,7 @@ class Climb:
     @property
     def why(self) -> str:
         if self.failed:
-            return (f"the {self.action.value} for {self.fault} on {self.host} failed within "
-                    f"{format_duration(self.window)}: "
+            return (f"the {self.action.value} for {self.fault} on {self.host} failed: "
                     + (f"{self.to.value} at once (SPEC E6)" if self.to else
                        "the ladder has ended"))
         return (f"{self.fault} came back on {self.host} after {self.count} "
