@@ -52,6 +52,12 @@ class Fault:
     nvlink5: bool = False  # Xid 144-150: the message's sub-code decides
 
     @property
+    def gpu_reset(self) -> bool:
+        """SPEC E6: NVIDIA's own resolution is a GPU reset (bucket RESET_GPU): with
+        ``escalation.gpu_reset`` on, the ladder starts with ``reset_gpu``."""
+        return self.bucket == "RESET_GPU"
+
+    @property
     def xid(self) -> int | None:
         m = _XID_ID.match(self.id)
         return int(m.group(1)) if m else None

@@ -267,6 +267,15 @@ class Escalation(_Section):
     migrate_evidence_window: Duration = timedelta(days=10)  # E3
     ladder: tuple[Action, ...] = (Action.REBOOT, Action.REBUILD, Action.MIGRATE)
     power_cycle: bool = False  # E4: preview; off unless enabled
+    # E6: preview; off unless enabled. Faults whose NVIDIA resolution is RESET_GPU start
+    # the ladder with reset_gpu (a Slurm job on the drained node), before the reboot.
+    gpu_reset: bool = False
+    # E6: how long the reset tool may take inside the job before it is killed and the
+    # step fails; the job's Slurm time limit is this plus the node check, rounded up.
+    gpu_reset_timeout: Duration = timedelta(minutes=2)
+    # E6: the node check config the reset job runs the node check with after the reset
+    # (None: the node check's default, /etc/slurm-heal/check.toml).
+    gpu_reset_check_config: str | None = None
     migrate_spares: int | None = Field(default=None, ge=0)  # E5: None = the provider decides
     lemon: Lemon = Lemon()  # E7
 
@@ -283,6 +292,22 @@ class Escalation(_Section):
             raise ValueError(f"{', '.join(bad)} cannot be on the ladder (remove is only "
                              "ever done by a person, SPEC Q2)")
         return value
+
+    @field_validator("gpu_reset_timeout")
+    @classmethod
+    def _gpu_reset_timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(hours=1):
+            raise ValueError("gpu_reset_timeout must be between 1s and 1h (the reset job "
+                             "holds a drained node while it runs)")
+        return value
+
+    @property
+    def steps(self) -> tuple[Action, ...]:
+        """SPEC E1/E6: the ladder as it runs: reset_gpu first where enabled (when the
+        ladder does not place it itself), then the configured ladder."""
+        if self.gpu_reset and Action.RESET_GPU not in self.ladder:
+            return (Action.RESET_GPU, *self.ladder)
+        return self.ladder
 
 
 class Requests(_Section):
@@ -406,6 +431,9 @@ class Policy(_Section):
         if Action.POWER_CYCLE in self.escalation.ladder and not self.escalation.power_cycle:
             raise ValueError("escalation.ladder names power_cycle but escalation.power_cycle "
                              "(preview, SPEC E4) is off")
+        if Action.RESET_GPU in self.escalation.ladder and not self.escalation.gpu_reset:
+            raise ValueError("escalation.ladder names reset_gpu but escalation.gpu_reset "
+                             "(preview, SPEC E6) is off")
         return self
 
     def pool_of(self, partitions: tuple[str, ...], features: tuple[str, ...]) -> str:

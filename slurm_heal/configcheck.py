@@ -139,6 +139,13 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
                 f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
                 "severity (critical, warning, info): it never applies")
     _check_topology(policy, source, fault_ids, report)
+    if policy.escalation.gpu_reset and not policy.validation.get("results_dir"):
+        # SPEC E6: the reset job's result is read back by the controller
+        report.warnings.append(
+            f"{source}: escalation.gpu_reset is on and [validation] results_dir is unset: "
+            "the reset job writes its result under the controller's state_dir/validation/"
+            "reset on the node; that directory must be shared with the nodes (set "
+            "results_dir to a shared path)")
 
     if slurm is not None:
         try:

@@ -199,7 +199,7 @@ class Controller:
                  decide: Callable[..., Any] | None = None,
                  observers: Sequence[Callable[[CycleFacts], None]] = (),
                  audit_retention: timedelta | None = None,
-                 validator: Any | None = None) -> None:
+                 validator: Any | None = None, gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
             # cycles (validated once per change of its Extra).
@@ -227,6 +227,9 @@ class Controller:
         # SPEC S7: Slurm's topology (or the policy's file), read at most once per
         # topology.refresh and attached to each cycle's view; never fails a cycle.
         self.topology = TopologyReader(slurm)
+        # SPEC E6: reset_gpu runs as a Slurm job on the node (slurm_heal.gpureset), not
+        # through the provider; None: the provider is asked (simulate, tests).
+        self.gpu_reset = gpu_reset
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
@@ -342,24 +345,31 @@ class Controller:
                 log.exception("%s could not record outcome of %s", where, effect.kind)
         return Executed(effect, outcome, detail)
 
+    def _operator(self, action: Action) -> Provider:
+        """Who carries out ``action``: the GPU reset job for reset_gpu (SPEC E6) where the
+        daemon has one, else the provider."""
+        if action is Action.RESET_GPU and self.gpu_reset is not None:
+            return self.gpu_reset
+        return self.provider
+
     # One small handler per effect kind (`HANDLERS`): each does its step and says how it
     # went; an exception is turned into the outcome by `failure_outcome`, not here.
     def _poll(self, effect: Effect, state: State, now: datetime) -> Done:
         act = _act_attempt(state, effect.remediation, effect.ref)
         assert act is not None  # _run answered a poll without one
-        op = self.provider.status(act.key)
+        op = self._operator(act.action).status(act.key)
         if op is None:
             # The provider never saw the key: the submit never arrived. Sending it
             # again with the SAME key cannot execute twice (the key dedups).
             log.warning("%s provider has no record of key=%s; re-sending with the same key",
                         _fields(node=effect.node, remediation=effect.remediation,
                                 rule=effect.rule), act.key)
-            op = self.provider.submit(effect.node, act.action, act.key)
+            op = self._operator(act.action).submit(effect.node, act.action, act.key)
         return self._operation(effect, op, now)
 
     def _act(self, effect: Effect, state: State, now: datetime) -> Done:
-        return self._operation(effect, self.provider.submit(effect.node, effect.action,
-                                                            effect.key), now)
+        op = self._operator(effect.action).submit(effect.node, effect.action, effect.key)
+        return self._operation(effect, op, now)
 
     def _operation(self, effect: Effect, op: Operation, now: datetime) -> Done:
         outcome, detail, operation = _op_outcome(op)

@@ -63,7 +63,8 @@ _ACT_ONLY_MODES = ("never_reports",)
 MAX_FAULT_COUNT = 1000
 DEFAULT_DURATIONS = {Action.REBOOT: timedelta(minutes=5), Action.REBUILD: timedelta(minutes=20),
                      Action.MIGRATE: timedelta(minutes=30),
-                     Action.POWER_CYCLE: timedelta(minutes=10)}
+                     Action.POWER_CYCLE: timedelta(minutes=10),
+                     Action.RESET_GPU: timedelta(minutes=2)}  # SPEC E6: a job, no boot
 MAX_CYCLES = 50_000
 # Longest action duration / cycle interval a scenario may set: beyond it the virtual
 # clock would run past the end of the calendar.
@@ -475,7 +476,8 @@ class Simulation:
             n.states.discard("DOWN")
             if not op.fails:
                 n.alerts.clear()  # a completed action clears the node's alerts
-                n.boot_time = op.ends
+                if op.action is not Action.RESET_GPU:  # SPEC E6: a GPU reset is no boot
+                    n.boot_time = op.ends
                 if op.action in (Action.MIGRATE,):
                     n.moves += 1
                     n.host = f"{n.name}~{n.moves}"  # new hardware: a new machine identity
@@ -682,7 +684,8 @@ class Simulation:
                  ends=t + self.sc.durations[action], fails=n.fail_next, silent=silent)
         n.fail_next = False
         self.ops[key] = op
-        n.states.add("DOWN")
+        if action is not Action.RESET_GPU:  # SPEC E6: the reset is a job; the node stays up
+            n.states.add("DOWN")
         return op
 
     # -------------------------------------------------------------- the loop

@@ -29,12 +29,13 @@ class Severity(str, enum.Enum):
 
 
 class Action(str, enum.Enum):
-    """What a remediation does to a node (SPEC vocabulary, L2, E4)."""
+    """What a remediation does to a node (SPEC vocabulary, L2, E4, E6)."""
 
     REBOOT = "reboot"
     REBUILD = "rebuild"
     MIGRATE = "migrate"
     POWER_CYCLE = "power_cycle"  # preview, off unless enabled (E4)
+    RESET_GPU = "reset_gpu"  # preview, off unless enabled (E6): a Slurm job on the node
     REMOVE = "remove"  # only ever by a person (Q2)
     NONE = "none"  # record only, routed to support (D8)
 

@@ -175,6 +175,11 @@ def detect_kernel_log(cfg: CheckConfig, st: dict[str, Any], name: str,
         st.get("kernel") or {}, result.events, gpus, now, _boot_wall(now),
         severity_of=severity_of, explanation_of=explanation_of, recovery_of=_recovery)
     latched = kernlog.expire(latched, now, kc.hold)
+    if os.path.exists(os.path.join(cfg.state_path(), "gpu-reset.json")):
+        from slurm_heal.checks import reset  # SPEC E6: no Xid from before a GPU reset
+
+        done = reset.read(cfg.state_path())
+        latched = reset.after_reset(latched, *done) if done else latched
     update: Update = {"cursor": new_cursor, "kernel": latched, "gpu_uuids": uuids}
     if result.skipped:
         # Records that could not be parsed were skipped (the cursor is past them):
@@ -492,6 +497,8 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
     info = client.node(name)
     if info.drained or info.down:
         return
+    if info.states & {"MAINT", "MAINTENANCE", "RESERVED"}:
+        return  # SPEC E6/V1: our drain lifted for a job in a maintenance reservation
     new = acknowledge(active, now)
     st["acknowledged"] = {**acked, **new}
     pub["drained"] = ""

@@ -95,6 +95,11 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
                             audit_retention=parse_duration(settings.hot_retention),
                             validator=validator)
     holder.append(controller)
+    from slurm_heal.gpureset import GpuReset
+
+    # SPEC E6: reset_gpu as a Slurm job on the drained node (the policy as reloaded)
+    controller.gpu_reset = GpuReset(slurm=slurm, policy=lambda: controller.policy,
+                                    state_dir=state_dir, slurm_conf=slurm_conf)
     if "audit_retention" in settings.model_fields_set:
         logging.getLogger("slurm_heal").warning(
             "controller.audit_retention no longer moves anything: every ended remediation "

@@ -17,7 +17,7 @@ from slurm_heal.policy.facts import (
     acted_at,
     iso,
 )
-from slurm_heal.types import NodeInfo, Severity
+from slurm_heal.types import Action, NodeInfo, Severity
 
 
 class Acting(Escalation):
@@ -189,8 +189,10 @@ class Acting(Escalation):
             bad = [a for a in self.active(rem.node)
                    if a.last_seen > since and (a.severity is Severity.CRITICAL
                                                or a.fault == rem.data.evidence_fault)]
-            restarted = any(t is not None and t > acted
-                            for t in (node.boot_time, node.slurmd_start_time))
+            # SPEC E6: a GPU reset restarts nothing; its outcome comes after the job's own
+            # node check, so a fault seen since is the reset's failure, at once.
+            restarted = rem.action is Action.RESET_GPU or any(
+                t is not None and t > acted for t in (node.boot_time, node.slurmd_start_time))
             if bad and not restarted and self.now < limit:
                 # A cloud or BMC may report the reboot done once it accepted it, before
                 # the node went down: a check that ran in between still sees the fault

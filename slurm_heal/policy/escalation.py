@@ -32,9 +32,15 @@ class Climb:
     count: int
     window: timedelta
     to: Action | None
+    failed: bool = False  # E6: a GPU reset that failed climbs at once
 
     @property
     def why(self) -> str:
+        if self.failed:
+            return (f"the {self.action.value} for {self.fault} on {self.host} failed within "
+                    f"{format_duration(self.window)}: "
+                    + (f"{self.to.value} at once (SPEC E6)" if self.to else
+                       "the ladder has ended"))
         return (f"{self.fault} came back on {self.host} after {self.count} "
                 f"{self.action.value}s within {format_duration(self.window)}: "
                 + (f"{self.to.value} instead" if self.to else "the ladder has ended"))
@@ -71,8 +77,9 @@ def climb(w: Working, host: str, fault: str, action: Action) -> Ladder:
     esc = w.policy.escalation
     climbs: list[Climb] = []
     since = w.now - esc.window
+    ladder = esc.steps
     while True:
-        count = 0
+        count = failed = 0
         for r in w.of_host(host):
             acted = acted_at(r)
             # E2: only executed attempts in the window; cancelled/withdrawn/denied
@@ -80,13 +87,18 @@ def climb(w: Working, host: str, fault: str, action: Action) -> Ladder:
             if (r.host == host and r.fault == fault and r.action is action
                     and r.phase in (Phase.DONE, Phase.FAILED) and acted and acted >= since):
                 count += 1
-        if count < esc.repeats:
+                failed += r.phase is Phase.FAILED
+        # SPEC E6: a refused or failed GPU reset climbs at once (a reboot is next); one
+        # that held and came back climbs like any action.
+        at_once = action is Action.RESET_GPU and failed > 0
+        if count < esc.repeats and not at_once:
             return Ladder(action, tuple(climbs))
         # An action off the ladder (power_cycle, E4; reboot with a ladder that starts
         # at rebuild) has no next step: repeating it ends the ladder too, never a loop.
-        i = esc.ladder.index(action) if action in esc.ladder else len(esc.ladder)
-        nxt = esc.ladder[i + 1] if i + 1 < len(esc.ladder) else None
-        climbs.append(Climb(fault, host, action, count, esc.window, nxt))
+        i = ladder.index(action) if action in ladder else len(ladder)
+        nxt = ladder[i + 1] if i + 1 < len(ladder) else None
+        climbs.append(Climb(fault, host, action, count, esc.window, nxt,
+                            failed=at_once and count < esc.repeats))
         if nxt is None:
             return Ladder(None, tuple(climbs))
         action = nxt
@@ -135,7 +147,7 @@ class Escalation(Gates):
         """L5: the remediation ends failed; the next recommendation follows E1. A failed
         last step of the ladder ends with a person, never a loop. ``release=False``: the
         cordon stays although no alert is left (a failed post-repair gate, SPEC V4)."""
-        ladder = self.policy.escalation.ladder
+        ladder = self.policy.escalation.steps
         # An action off the ladder has no next step either (E1 "never a loop").
         top = (rem.action is Action.MIGRATE or rem.action not in ladder
                or rem.action is ladder[-1])

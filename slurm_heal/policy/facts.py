@@ -89,8 +89,10 @@ def foreign(node: NodeInfo) -> bool:
     return (node.down or node.drained) and reasons.owner(node.reason) in ("slurm", "person")
 
 
-def fault_action(catalog: Catalog, power_cycle: bool, alert: Alert) -> Action:
-    """The catalog's action for an alert (Xid 154 names its own; E4 power cut)."""
+def fault_action(catalog: Catalog, power_cycle: bool, alert: Alert,
+                 gpu_reset: bool = False) -> Action:
+    """The catalog's action for an alert (Xid 154 names its own; E4 power cut; E6 a GPU
+    reset first where NVIDIA's resolution is one and the policy enables it)."""
     try:
         fault = catalog.get(alert.fault)
     except CatalogError:
@@ -105,6 +107,8 @@ def fault_action(catalog: Catalog, power_cycle: bool, alert: Alert) -> Action:
                 action = catalog.recovery_action(named) or action
     if fault.power_cut and power_cycle:
         action = Action.POWER_CYCLE  # SPEC E4 (preview, enabled by policy)
+    elif fault.gpu_reset and gpu_reset and action is Action.REBOOT:
+        action = Action.RESET_GPU  # SPEC E6 (preview, enabled by policy): before a reboot
     return action
 
 

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Literal
 
 from slurm_heal.config import format_duration
-from slurm_heal.models import Remediation
+from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy import incidents
 from slurm_heal.policy.cordon import Cordon
 from slurm_heal.policy.facts import (
@@ -194,8 +194,11 @@ def start_hold(w: Working, rem: Remediation) -> tuple[Hold | None, str | None]:
         hold = breaker_hold(w, rem)
         if hold is not None:
             return hold, None
+    # SPEC E6: a failed GPU reset climbs at once: the node never went back to service,
+    # so it starts no cooldown (the reboot after it does, as any action).
     ends = [t for r in w.of_node(rem.node) if r.phase.terminal
-            and act_attempts(r) and (t := ended_at(r)) is not None]
+            and act_attempts(r) and (t := ended_at(r)) is not None
+            and not (r.action is Action.RESET_GPU and r.phase is Phase.FAILED)]
     last_end = max(ends, default=None)
     cooldown = w.policy.safety.cooldown
     if last_end is not None and w.now < last_end + cooldown:

@@ -44,7 +44,7 @@ class Intake(Requests):
             cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in resumed)]
         if not cands:
             return
-        ladder = self.policy.escalation.ladder
+        ladder = self.policy.escalation.steps
         alert, action = sorted(cands, key=lambda c: (
             -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
             c[0].fault))[0]

@@ -273,7 +273,8 @@ class Working:
 
     def fault_action(self, alert: Alert) -> Action:
         """The catalog's action for an alert (Xid 154 names its own; E4 power cut)."""
-        return facts.fault_action(self.catalog, self.policy.escalation.power_cycle, alert)
+        return facts.fault_action(self.catalog, self.policy.escalation.power_cycle, alert,
+                                  self.policy.escalation.gpu_reset)
 
     def evidence(self, node: str) -> Alert | None:
         """P1: the worst active alert on the node that counts as a confirmed failure."""

@@ -30,6 +30,6 @@ def test_scenario_produces_its_expected_records(path: Path) -> None:
 
 def test_there_is_a_scenario_for_every_engine_rule() -> None:
     text = " ".join(p.read_text() for p in SCENARIOS)
-    for rule in ["P1", "P2", "P3", "Q2", "Q3", "Q4", "L4", "L5", "E1", "E2", "E3", "E4", "E5",
+    for rule in ["P1", "P2", "P3", "Q2", "Q3", "Q4", "L4", "L5", "E1", "E2", "E3", "E4", "E5", "E6",
                  "S1", "S2", "S3", "S4", "S5", "S7", "D5", "D8"]:
         assert f"SPEC {rule}" in text or f"/{rule}" in text, rule
