@@ -158,13 +158,17 @@ def prepare(n: int, base: Path) -> Path:
     """A cluster of ``n`` nodes as the daemon meets it: ``sinfo``/``squeue`` on PATH that
     print the generated 22.05 JSON (stand-ins for Slurm's own commands, so the cycle
     runs the real cli backend: subprocess, capture, parse), and the store the daemon's
-    retention keeps (90 days of the year's history)."""
+    retention keeps (90 days of the year's history). ``--version`` is answered as Slurm
+    does (one line; before issue 26 the stand-in printed the whole JSON there too).
+    What the stand-ins do not pay is Slurm's own cost of making the answer: the lab
+    rows (`lab_rows`) measure that on real commands."""
     bin_dir = base / "bin"
     bin_dir.mkdir(parents=True)
     for cmd, text in (("sinfo", scale.sinfo_json(n)), ("squeue", scale.squeue_json(n))):
         (base / f"{cmd}.json").write_text(text)
         script = bin_dir / cmd
-        script.write_text(f'#!/bin/sh\nexec cat "{base / (cmd + ".json")}"\n')
+        script.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "slurm 22.05.8"; '
+                          f'exit 0; fi\nexec cat "{base / (cmd + ".json")}"\n')
         script.chmod(0o755)
     seed_store(base / "seed", n)
     return base

@@ -307,28 +307,35 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
                      hostname=raw.get("hostname"), instance_id=raw.get("instance_id"))
 
 
-def _typed_nodes(text: str | bytes | bytearray) -> tuple[NodeInfo, ...] | None:
+def _typed_nodes(text: str | bytes | bytearray,
+                 release: bool = False) -> tuple[NodeInfo, ...] | None:
     """The fast path of `parse_sinfo_json` (issue 26): typed decoding of only the fields
     read (`slurm_heal.slurm.typed`); None when the document is not one it reads, so the
-    generic reader answers (and names the problem) exactly as before."""
+    generic reader answers (and names the problem) exactly as before. ``release``: the
+    answer (a bytearray) is emptied once decoded, and each decoded record dropped once
+    mapped, so the answer, the decoded records and the NodeInfos are never all held."""
     from slurm_heal.slurm import typed
 
     listed = typed.decode_nodes(text)
     if listed is None:
         return None
+    if release and isinstance(text, bytearray):
+        text.clear()
     plain = typed.plain
+
+    def mapped(r: typed.Node) -> NodeInfo:
+        return node_info(r.name, _typed_states(r.state, r.state_flags), reason=r.reason,
+                         user=r.reason_set_by_user, when=plain(r.reason_changed_at),
+                         extra=r.extra, partitions=r.partitions, features=r.features,
+                         boot=plain(r.boot_time), slurmd_start=plain(r.slurmd_start_time),
+                         address=r.address, hostname=r.hostname, instance_id=r.instance_id)
+
     seen: dict[str, NodeInfo] = {}
-    try:
-        for r in listed:
-            if r.name not in seen:
-                seen[r.name] = node_info(
-                    r.name, _typed_states(r.state, r.state_flags), reason=r.reason,
-                    user=r.reason_set_by_user, when=plain(r.reason_changed_at),
-                    extra=r.extra, partitions=r.partitions, features=r.features,
-                    boot=plain(r.boot_time), slurmd_start=plain(r.slurmd_start_time),
-                    address=r.address, hostname=r.hostname, instance_id=r.instance_id)
-    except Exception:  # a value no Slurm prints (a year 9999 time...): the generic reader names it
-        return None
+    listed.reverse()
+    while listed:
+        r = listed.pop()
+        if r.name not in seen:  # a value no Slurm prints (a year 9999 time): named
+            seen[r.name] = guarded("Slurm JSON: node", lambda r: r.name, mapped, r)
     return tuple(seen.values())
 
 
@@ -386,7 +393,7 @@ class _NoNodeList(SlurmError):
 
 def parse_sinfo_json(text: str | bytes | bytearray, command: Sequence[str] = (),
                      stderr: str = "", what: str = "sinfo --json",
-                     typed: bool = True) -> tuple[NodeInfo, ...]:
+                     typed: bool = True, release: bool = False) -> tuple[NodeInfo, ...]:
     """All nodes of a JSON document with a ``nodes`` list (22.05's `sinfo --json`,
     23.02+'s `scontrol --json show node`, slurmrestd's ``/nodes``), once each, in
     Slurm's order. An ``errors`` array is an error, never an empty cluster. Any other
@@ -395,11 +402,12 @@ def parse_sinfo_json(text: str | bytes | bytearray, command: Sequence[str] = (),
     ``typed`` (the whole-cluster reads): decoded with msgspec, only the fields read
     (issue 26); a document of another shape goes to the generic reader, which names
     what is wrong. ``typed=False``: the generic reader only (one node's answer, where
-    msgspec's import would cost the node check more than the decoding saves)."""
+    msgspec's import would cost the node check more than the decoding saves).
+    ``release``: ``text`` is the caller's bytearray, emptied once decoded (peak memory)."""
     try:
         if typed:
             try:
-                fast = _typed_nodes(text)
+                fast = _typed_nodes(text, release)
             except ValueError as exc:  # typed.TooDeep: hostile nesting, found at no extra cost
                 raise SlurmError(f"{what} did not print JSON ({exc}): {_head(text)!r}") from None
             if fast is not None:
@@ -470,41 +478,45 @@ def job_info(job_id: Any, *, user: Any, state: Any, nodes: Any, name: Any, start
     )
 
 
-def _typed_jobs(text: str | bytes | bytearray) -> tuple[JobInfo, ...] | None:
+def _typed_jobs(text: str | bytes | bytearray,
+                release: bool = False) -> tuple[JobInfo, ...] | None:
     """The fast path of `parse_squeue_json` (issue 26), as `_typed_nodes`."""
     from slurm_heal.slurm import typed
 
     listed = typed.decode_jobs(text)
     if listed is None:
         return None
+    if release and isinstance(text, bytearray):
+        text.clear()
     plain = typed.plain
+
+    def mapped(r: typed.Job) -> JobInfo:
+        state = r.job_state
+        if state is typed.UNSET:
+            state = ""
+        elif isinstance(state, list):
+            state = state[0] if state else ""
+        return job_info(plain(r.job_id), user=_text(r.user_name)
+                        or str(plain(r.user_id) if r.user_id is not typed.UNSET else ""),
+                        state=state, nodes=r.nodes, name=r.name, start=plain(r.start_time),
+                        end=plain(r.end_time), limit=plain(r.time_limit))
+
     out = []
-    try:
-        for r in listed:
-            if r.job_id is typed.UNSET:
-                continue
-            state = r.job_state
-            if state is typed.UNSET:
-                state = ""
-            elif isinstance(state, list):
-                state = state[0] if state else ""
-            out.append(job_info(plain(r.job_id), user=_text(r.user_name)
-                                or str(plain(r.user_id) if r.user_id is not typed.UNSET else ""),
-                                state=state, nodes=r.nodes, name=r.name,
-                                start=plain(r.start_time), end=plain(r.end_time),
-                                limit=plain(r.time_limit)))
-    except Exception:  # the generic reader names the job and the field
-        return None
+    listed.reverse()
+    while listed:
+        r = listed.pop()
+        if r.job_id is not typed.UNSET:
+            out.append(guarded("squeue --json: job", lambda r: plain(r.job_id), mapped, r))
     return tuple(out)
 
 
 def parse_squeue_json(text: str | bytes | bytearray, command: Sequence[str] = (),
-                      stderr: str = "") -> tuple[JobInfo, ...]:
+                      stderr: str = "", release: bool = False) -> tuple[JobInfo, ...]:
     """All jobs of a `squeue --json` document; any shape slurm-heal does not read is a
     SlurmError (issue 22). Decoded typed where it can be (as `parse_sinfo_json`)."""
     try:
         try:
-            fast = _typed_jobs(text)
+            fast = _typed_jobs(text, release)
         except ValueError as exc:  # typed.TooDeep
             raise SlurmError(f"squeue --json did not print JSON ({exc}): "
                              f"{_head(text)!r}") from None
@@ -774,7 +786,8 @@ class CliSlurm:
             argv = ["scontrol", "--json", "show", "node"]
         proc = self._read_bytes(argv)
         try:
-            nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv))
+            nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv),
+                                     release=True)
         except _NoNodeList:
             self._no_nodes_means_no_nodes(argv)  # names how many Slurm lists, if any
             raise
@@ -840,7 +853,7 @@ class CliSlurm:
     def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
         argv = ["squeue", "--json"]
         proc = self._read_bytes(argv)
-        jobs = parse_squeue_json(proc.stdout, argv, proc.stderr)
+        jobs = parse_squeue_json(proc.stdout, argv, proc.stderr, release=True)
         if node is None:
             return jobs
         return tuple(j for j in jobs if node in j.nodes)
