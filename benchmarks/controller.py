@@ -188,7 +188,7 @@ def one_cycle(base: Path, state_dir: Path) -> dict[str, float]:
     store = Store(state_dir)
     state = store.load()
     t2 = time.perf_counter()
-    plan = decide(view, state, scale.NOW, POLICY)
+    plan = Decide()(view, state, scale.NOW, POLICY)  # what Controller.cycle calls
     t3 = time.perf_counter()
     store.apply(plan, scale.NOW)
     t4 = time.perf_counter()
