@@ -142,7 +142,12 @@ def rows(slurm: str = "22.05", nodes: int = 10_000, runs: int = 5,
                             f"{cpu:.0f} ms", "",
                             f"its own CPU, median of {runs}; wall {wall:.0f} ms; "
                             f"{size / 1e6:.2f} MB printed; load {load:.1f}"))
-            got = cycle_cost(lab, seed, base, runs)
+            old_path = os.environ["PATH"]
+            os.environ["PATH"] = lab.env["PATH"]  # that version's commands, as `lab env`
+            try:
+                got = cycle_cost(lab, seed, base, runs)
+            finally:
+                os.environ["PATH"] = old_path
             out.append((f"whole cycle on real Slurm {slurm}, {nodes + len(lab.nodes):,} "
                         "configured nodes (cli backend's snapshot, load, Decide kept, write)",
                         f"{got['cpu']:.0f} ms",
