@@ -1,7 +1,9 @@
 """The `cli` Slurm backend (SPEC I3): `sinfo --json`, `squeue --json`, `scontrol`, `scancel`.
 
 Light on purpose (the node check imports it on every run): standard library, ClusterShell
-for host lists, our dataclasses; no pydantic, no requests.
+for host lists, our dataclasses; no pydantic, no requests. msgspec (the typed decoding of
+the whole-cluster reads, `slurm_heal.slurm.typed`) is imported by those reads only, never
+by a one-node read.
 
 Slurm 22.05 quirks this module works around (seen on 22.05.8):
 - `sinfo --json` / `squeue --json` (OpenAPI v0.0.38) ignore `-n`/`-t` filters: we read

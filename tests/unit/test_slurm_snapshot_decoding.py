@@ -198,3 +198,17 @@ def test_the_node_checks_one_node_read_does_not_import_msgspec() -> None:
     out = subprocess.run([sys.executable, "-c", code], input=doc, capture_output=True,
                          text=True, check=True, timeout=60).stdout
     assert out.strip() == "[]"
+
+
+def test_jsonsafe_counts_brackets_before_it_walks_and_still_refuses_depth() -> None:
+    """The depth walk after json.loads runs only when the text has more opening brackets
+    than the limit (issue 26); nesting past the limit is still refused, as text or bytes,
+    and many shallow brackets are not mistaken for depth."""
+    from slurm_heal import jsonsafe
+
+    deep = "[" * 65 + "]" * 65
+    for doc in (deep, deep.encode()):
+        with pytest.raises(jsonsafe.TooDeep):
+            jsonsafe.loads(doc)
+    assert jsonsafe.loads("[" * 64 + "]" * 64) is not None
+    assert jsonsafe.loads("[" + ",".join(["[]"] * 200) + "]") == [[]] * 200
