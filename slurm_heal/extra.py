@@ -54,16 +54,9 @@ _STALE = datetime.max.replace(tzinfo=timezone.utc)
 UNREADABLE = "check.data_unreadable"
 
 
-def parse_extra(raw: str) -> dict[str, Any] | None:
-    """Return Extra as a dict when it is a JSON object, else None."""
-    raw = (raw or "").strip()
-    if not raw or raw in ("(null)", "none", "None"):
-        return {}
-    try:
-        value = jsonsafe.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+# Return Extra as a dict when it is a JSON object, else None. Written in jsonsafe, so
+# NodeInfo (slurm_heal.types, which this module imports) parses with it too (issue 26).
+parse_extra = jsonsafe.parse_extra
 
 
 def _ts(value: datetime) -> str:

@@ -55,3 +55,16 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     if opened > max_depth and depth_exceeds(value, max_depth):
         raise TooDeep(f"JSON nested too deeply (more than {max_depth} levels)")
     return value
+
+
+def parse_extra(raw: str) -> dict[str, Any] | None:
+    """A node's Extra text as a dict when it is a JSON object (empty text: an empty
+    one), else None (someone else's text). `slurm_heal.extra.parse_extra` is this."""
+    raw = (raw or "").strip()
+    if not raw or raw in ("(null)", "none", "None"):
+        return {}
+    try:
+        value = loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

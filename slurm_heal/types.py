@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from slurm_heal import jsonsafe
+
 
 class Severity(str, enum.Enum):
     """How bad a fault is (SPEC vocabulary)."""
@@ -154,9 +156,7 @@ class NodeInfo:
         read yet (a reader that keeps what it derives, like the check cache)."""
         value = _EXTRA_SLOT.__get__(self, NodeInfo)
         if value is UNREAD:
-            from slurm_heal.extra import parse_extra
-
-            return parse_extra(self.extra_raw)
+            return jsonsafe.parse_extra(self.extra_raw)
         return value  # type: ignore[no-any-return]
 
     @property
@@ -179,9 +179,7 @@ class _LazyExtra:
             return self
         value = _EXTRA_SLOT.__get__(obj, NodeInfo)
         if value is UNREAD:
-            from slurm_heal.extra import parse_extra
-
-            value = parse_extra(obj.extra_raw)
+            value = jsonsafe.parse_extra(obj.extra_raw)
             _EXTRA_SLOT.__set__(obj, value)
         return value
 
