@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from slurm_heal import jsonsafe
-
 
 class Severity(str, enum.Enum):
     """How bad a fault is (SPEC vocabulary)."""
@@ -156,6 +154,8 @@ class NodeInfo:
         read yet (a reader that keeps what it derives, like the check cache)."""
         value = _EXTRA_SLOT.__get__(self, NodeInfo)
         if value is UNREAD:
+            from slurm_heal import jsonsafe
+
             return jsonsafe.parse_extra(self.extra_raw)
         return value  # type: ignore[no-any-return]
 
@@ -179,6 +179,8 @@ class _LazyExtra:
             return self
         value = _EXTRA_SLOT.__get__(obj, NodeInfo)
         if value is UNREAD:
+            from slurm_heal import jsonsafe
+
             value = jsonsafe.parse_extra(obj.extra_raw)
             _EXTRA_SLOT.__set__(obj, value)
         return value
