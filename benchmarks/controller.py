@@ -159,13 +159,17 @@ def prepare(n: int, base: Path) -> Path:
     """A cluster of ``n`` nodes as the daemon meets it: ``sinfo``/``squeue`` on PATH that
     print the generated 22.05 JSON (stand-ins for Slurm's own commands, so the cycle
     runs the real cli backend: subprocess, capture, parse), and the store the daemon's
-    retention keeps (90 days of the year's history)."""
+    retention keeps (90 days of the year's history). ``--version`` is answered as Slurm
+    does (one line; before issue 26 the stand-in printed the whole JSON there too).
+    What the stand-ins do not pay is Slurm's own cost of making the answer: the lab
+    rows (`lab_rows`) measure that on real commands."""
     bin_dir = base / "bin"
     bin_dir.mkdir(parents=True)
     for cmd, text in (("sinfo", scale.sinfo_json(n)), ("squeue", scale.squeue_json(n))):
         (base / f"{cmd}.json").write_text(text)
         script = bin_dir / cmd
-        script.write_text(f'#!/bin/sh\nexec cat "{base / (cmd + ".json")}"\n')
+        script.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "slurm 22.05.8"; '
+                          f'exit 0; fi\nexec cat "{base / (cmd + ".json")}"\n')
         script.chmod(0o755)
     seed_store(base / "seed", n)
     return base
@@ -185,7 +189,7 @@ def one_cycle(base: Path, state_dir: Path) -> dict[str, float]:
     store = Store(state_dir)
     state = store.load()
     t2 = time.perf_counter()
-    plan = decide(view, state, scale.NOW, POLICY)
+    plan = Decide()(view, state, scale.NOW, POLICY)  # what Controller.cycle calls
     t3 = time.perf_counter()
     store.apply(plan, scale.NOW)
     t4 = time.perf_counter()
@@ -234,13 +238,27 @@ def cycle_rows(quick: bool) -> list[Row]:
         out = subprocess.run([sys.executable, __file__, "--cycle-once", tmp], check=True,
                              capture_output=True, text=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
-    rows.append(("whole cycle, 100,000 nodes, peak memory (fresh process, max RSS)",
+    rows.append(("whole cycle, 100,000 nodes, peak memory (fresh process, VmHWM)",
                  f"{got['rss_mb']:.0f} MB", "<= 300 MB: " + ("met" if got["rss_mb"] <= 300
                                                             else "MISSED"),
                  f"wall {got['total'] / 1000:.1f} s (snapshot {got['parse'] / 1000:.1f} s, "
                  f"decide {got['decide']:.0f} ms, write {got['write']:.0f} ms); Slurm's JSON "
                  f"is {got['json_mb']:.0f} MB; {got.get('why', '')}"))
     return rows
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM of /proc/self/status, the high-water mark of its own
+    memory. Not ru_maxrss: Linux carries the parent's RSS across fork and exec into it,
+    so a child of the benchmark (which holds the generated 247 MB of JSON and the year's
+    history) reported the parent's 570 MB, not its own 350 MB (issue 26)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def cycle_once(base: Path) -> dict[str, Any]:
@@ -250,7 +268,7 @@ def cycle_once(base: Path) -> dict[str, Any]:
     state_dir = base / "run"
     shutil.copytree(base / "seed", state_dir)
     got: dict[str, Any] = dict(one_cycle(base, state_dir))
-    got["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    got["rss_mb"] = peak_rss_mb()
     # Where it goes (a second, traced snapshot): the text Slurm printed vs the objects.
     tracemalloc.start()
     old_path = os.environ["PATH"]

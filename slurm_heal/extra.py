@@ -26,7 +26,7 @@ whose check data cannot be read. It never raises: one node's Extra never stops a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -54,16 +54,9 @@ _STALE = datetime.max.replace(tzinfo=timezone.utc)
 UNREADABLE = "check.data_unreadable"
 
 
-def parse_extra(raw: str) -> dict[str, Any] | None:
-    """Return Extra as a dict when it is a JSON object, else None."""
-    raw = (raw or "").strip()
-    if not raw or raw in ("(null)", "none", "None"):
-        return {}
-    try:
-        value = jsonsafe.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+# Return Extra as a dict when it is a JSON object, else None. Written in jsonsafe, so
+# NodeInfo (slurm_heal.types, which this module imports) parses with it too (issue 26).
+parse_extra = jsonsafe.parse_extra
 
 
 def _ts(value: datetime) -> str:
@@ -361,7 +354,7 @@ class CheckCache:
         self.parses += 1
         valid_from = _STALE if ctx.uses_now else (
             ctx.latest - MAX_AHEAD if ctx.latest is not None else EARLIEST)
-        hit = (raw, extra, data, valid_from)
+        hit = (raw, extra if not raw else None, data, valid_from)  # the text is the key
         self._seen[node] = hit
         if valid_from > self._valid_from:
             self._valid_from = valid_from
@@ -369,13 +362,26 @@ class CheckCache:
 
     def read(self, node: str, raw: str, extra: dict[str, Any] | None,
              now: datetime) -> CheckData:
+        return self._read(node, raw, lambda: extra, now)
+
+    def _read(self, node: str, raw: str, extra_of: Callable[[], dict[str, Any] | None],
+              now: datetime) -> CheckData:
         hit = self._seen.get(node)
-        if hit is None or hit[0] != raw or (not raw and hit[1] is not extra):
-            hit = self._parse(node, raw, extra)
+        if hit is None or hit[0] != raw or (not raw and hit[1] is not extra_of()):
+            hit = self._parse(node, raw, extra_of())
         ref = now if now.tzinfo is not None else now.replace(tzinfo=timezone.utc)
         if ref < hit[3]:
-            return read_check_data(node, extra, now)  # rare: depends on the time
+            return read_check_data(node, extra_of(), now)  # rare: depends on the time
         return hit[2]
+
+    def _read_node(self, n: Any, now: datetime) -> CheckData:
+        """`read` of one record of a snapshot. Its Extra text, parsed here when it
+        changed, is not kept on the record (`NodeInfo.peek_extra`; issue 26: 100k parsed
+        dicts held by the snapshot were 85 MB); a record without text is keyed by its
+        ``extra`` object, as before."""
+        raw = n.extra_raw
+        peek = getattr(n, "peek_extra", None) if raw else None
+        return self._read(n.name, raw, peek if peek is not None else lambda: n.extra, now)
 
     def read_view(self, nodes: Sequence[Any], now: datetime) -> CheckMap:
         """Every node's CheckData (``nodes``: NodeInfo-like, with name, extra_raw,
@@ -399,7 +405,7 @@ class CheckCache:
                 out = CheckMap(out)
                 for i in changed:
                     n = nodes[i]
-                    data = self.read(n.name, n.extra_raw, n.extra, now)
+                    data = self._read_node(n, now)
                     out[n.name] = data
                     if data.alerts or data.problem:
                         kept[n.name] = None
@@ -411,7 +417,7 @@ class CheckCache:
         out = CheckMap()
         flagged = []
         for n in nodes:
-            data = self.read(n.name, n.extra_raw, n.extra, now)
+            data = self._read_node(n, now)
             out[n.name] = data
             if data.alerts or data.problem:
                 flagged.append(n.name)
@@ -429,7 +435,7 @@ class CheckCache:
         # Extra objects (so the id of one, used as a key, is not handed out to another
         # while it is compared against).
         again = len(out) == len(names) and self._valid_from <= ref
-        self._last = (names, keys, out, not again, [n.extra for n in nodes])
+        self._last = (names, keys, out, not again, [n.extra for n in nodes if not n.extra_raw])
 
 
 def alerts_from_extra(node: str, extra: dict[str, Any] | None, now: datetime) -> list[Alert]:

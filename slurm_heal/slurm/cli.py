@@ -1,7 +1,9 @@
 """The `cli` Slurm backend (SPEC I3): `sinfo --json`, `squeue --json`, `scontrol`, `scancel`.
 
 Light on purpose (the node check imports it on every run): standard library, ClusterShell
-for host lists, our dataclasses; no pydantic, no requests.
+for host lists, our dataclasses; no pydantic, no requests. msgspec (the typed decoding of
+the whole-cluster reads, `slurm_heal.slurm.typed`) is imported by those reads only, never
+by a one-node read.
 
 Slurm 22.05 quirks this module works around (seen on 22.05.8):
 - `sinfo --json` / `squeue --json` (OpenAPI v0.0.38) ignore `-n`/`-t` filters: we read
@@ -34,17 +36,18 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 
 from slurm_heal import jsonsafe
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
-from slurm_heal.extra import parse_extra, with_key
-from slurm_heal.types import ClusterView, JobInfo, NodeInfo
+from slurm_heal.extra import with_key
+from slurm_heal.types import UNREAD, ClusterView, JobInfo, NodeInfo
 
 log = logging.getLogger("slurm_heal.slurm")
 
@@ -205,19 +208,91 @@ def _json_states(raw: dict[str, Any]) -> frozenset[str]:
     return state_flags(str(state or ""), flags)
 
 
+# ------------------------------------------------------------------ lean records (issue 26)
+# The same few states, partitions and features repeat over a whole cluster: each record
+# shares one object for each (100k nodes held 100k equal frozensets and tuples). Bounded:
+# a cluster with more distinct values than this only shares less.
+_SHARED_MAX = 4096
+_SHARED: dict[Any, Any] = {}
+_STATE_KEYS: dict[Any, frozenset[str]] = {}
+_T = TypeVar("_T")
+
+
+def _shared(value: _T) -> _T:
+    """The one object equal to ``value`` (a frozenset or tuple of strings) records share."""
+    hit = _SHARED.get(value)
+    if hit is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        hit = _SHARED[value] = value
+    return hit
+
+
+def _typed_states(state: str | list[str] | None, flags: list[str] | None) -> frozenset[str]:
+    """`_json_states` of a typed record (strings only), computed once per distinct pair."""
+    key = (state if not isinstance(state, list) else tuple(state), tuple(flags or ()))
+    hit = _STATE_KEYS.get(key)
+    if hit is None:
+        if len(_STATE_KEYS) >= _SHARED_MAX:
+            _STATE_KEYS.clear()
+        hit = _STATE_KEYS[key] = _shared(_json_states({"state": state, "state_flags": flags}))
+    return hit
+
+
+def node_info(name: str, states: frozenset[str], *, reason: Any, user: Any, when: Any,
+              extra: Any, partitions: Any, features: Any, boot: Any, slurmd_start: Any,
+              address: Any, hostname: Any, instance_id: Any) -> NodeInfo:
+    """The one mapping of a node record to NodeInfo, for every backend (issue 21: it was
+    written out in the cli, rest and pyslurm backends): the reason only where the state
+    carries one (`live_reason`), Slurm's times as aware datetimes, lists from a comma
+    list or a JSON list. Lean (issue 26): states, partitions and features shared between
+    records, the user name interned, an address or host name equal to the name stored
+    once, and Extra kept as its text until someone reads ``extra``."""
+    reason, user, when = live_reason(states, _text(reason), _text(user), parse_slurm_time(when))
+    address, hostname = _text(address), _text(hostname)
+    return NodeInfo(
+        name=name,
+        states=_shared(states),
+        reason=reason,
+        reason_user=sys.intern(user),
+        reason_time=when,
+        extra_raw=_text(extra),
+        extra=UNREAD,
+        partitions=_shared(_split_list(partitions)),
+        features=_shared(_split_list(features)),
+        boot_time=parse_slurm_time(boot),
+        slurmd_start_time=parse_slurm_time(slurmd_start),
+        address=name if address == name else address,
+        hostname=name if hostname == name else hostname,
+        instance_id=_text(instance_id),
+    )
+
+
+def guarded(what: str, label: Callable[[Any], object], read: Callable[[Any], _T],
+            raw: Any) -> _T:
+    """``read(raw)``, any error but a SlurmError turned into one naming the record
+    (``what`` and its ``label``): a field of a type Slurm never prints is a SlurmError
+    (I6), never a TypeError. The one wrapper of every backend's node and job readers."""
+    try:
+        return read(raw)
+    except SlurmError:
+        raise
+    except Exception as exc:  # TypeError, ValueError, OverflowError, RecursionError, ...
+        try:
+            name = str(label(raw))
+        except Exception:
+            name = "?"
+        raise SlurmError(f"{what} {name[:60]!r} has a field of an unexpected type or "
+                         f"value ({type(exc).__name__}: {str(exc)[:160]})") from None
+
+
 def node_from_json(raw: dict[str, Any]) -> NodeInfo:
     """One node of Slurm's JSON as NodeInfo: `sinfo --json` of 22.05 (OpenAPI v0.0.38),
     `scontrol --json show node` and slurmrestd's ``/nodes`` of 23.02+ (data_parser
     v0.0.39 .. v0.0.44; the same node object). A field of a type Slurm never prints is a
     SlurmError naming the node, never a TypeError (I6)."""
-    try:
-        return _node_from_json(raw)
-    except SlurmError:
-        raise
-    except Exception as exc:  # TypeError, ValueError, OverflowError, RecursionError, ...
-        name = raw.get("name") if isinstance(raw, dict) else None
-        raise SlurmError(f"Slurm JSON: node {str(name)[:60]!r} has a field of "
-                         f"an unexpected type or value: {str(exc)[:200]}") from None
+    return guarded("Slurm JSON: node", lambda r: r.get("name") if isinstance(r, dict) else None,
+                   _node_from_json, raw)
 
 
 def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
@@ -225,38 +300,62 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
         name = str(raw["name"])
     except KeyError as exc:
         raise SlurmError(f"Slurm JSON node without a name: {str(raw)[:120]}") from exc
-    extra_raw = _text(raw.get("extra"))
-    states = _json_states(raw)
     # 25.11 names a user (and 0 as the time) even where no reason is set.
-    reason, user, when = live_reason(states, _text(raw.get("reason")),
-                                     _text(raw.get("reason_set_by_user")),
-                                     parse_slurm_time(raw.get("reason_changed_at")))
-    return NodeInfo(
-        name=name,
-        states=states,
-        reason=reason,
-        reason_user=user,
-        reason_time=when,
-        extra_raw=extra_raw,
-        extra=parse_extra(extra_raw),
-        partitions=_split_list(raw.get("partitions")),
-        features=_split_list(raw.get("features")),
-        boot_time=parse_slurm_time(raw.get("boot_time")),
-        slurmd_start_time=parse_slurm_time(raw.get("slurmd_start_time")),
-        address=_text(raw.get("address")),
-        hostname=_text(raw.get("hostname")),
-        instance_id=_text(raw.get("instance_id")),
-    )
+    return node_info(name, _json_states(raw), reason=raw.get("reason"),
+                     user=raw.get("reason_set_by_user"), when=raw.get("reason_changed_at"),
+                     extra=raw.get("extra"), partitions=raw.get("partitions"),
+                     features=raw.get("features"), boot=raw.get("boot_time"),
+                     slurmd_start=raw.get("slurmd_start_time"), address=raw.get("address"),
+                     hostname=raw.get("hostname"), instance_id=raw.get("instance_id"))
 
 
-def _load_json(text: str, what: str) -> dict[str, Any]:
+def _typed_nodes(text: str | bytes | bytearray,
+                 release: bool = False) -> tuple[NodeInfo, ...] | None:
+    """The fast path of `parse_sinfo_json` (issue 26): typed decoding of only the fields
+    read (`slurm_heal.slurm.typed`); None when the document is not one it reads, so the
+    generic reader answers (and names the problem) exactly as before. ``release``: the
+    answer (a bytearray) is emptied once decoded, and each decoded record dropped once
+    mapped, so the answer, the decoded records and the NodeInfos are never all held."""
+    from slurm_heal.slurm import typed
+
+    listed = typed.decode_nodes(text)
+    if listed is None:
+        return None
+    if release and isinstance(text, bytearray):
+        text.clear()
+    plain = typed.plain
+
+    def mapped(r: typed.Node) -> NodeInfo:
+        return node_info(r.name, _typed_states(r.state, r.state_flags), reason=r.reason,
+                         user=r.reason_set_by_user, when=plain(r.reason_changed_at),
+                         extra=r.extra, partitions=r.partitions, features=r.features,
+                         boot=plain(r.boot_time), slurmd_start=plain(r.slurmd_start_time),
+                         address=r.address, hostname=r.hostname, instance_id=r.instance_id)
+
+    seen: dict[str, NodeInfo] = {}
+    listed.reverse()
+    while listed:
+        r = listed.pop()
+        if r.name not in seen:  # a value no Slurm prints (a year 9999 time): named
+            seen[r.name] = guarded("Slurm JSON: node", lambda r: r.name, mapped, r)
+    return tuple(seen.values())
+
+
+def _load_json(text: str | bytes | bytearray, what: str) -> dict[str, Any]:
     try:
-        data = jsonsafe.loads(text)
+        data = jsonsafe.loads(bytes(text) if isinstance(text, bytearray) else text)
     except ValueError as exc:
-        raise SlurmError(f"{what} did not print JSON ({exc}): {text[:120]!r}") from exc
+        raise SlurmError(f"{what} did not print JSON ({exc}): {_head(text)!r}") from exc
     if not isinstance(data, dict):
-        raise SlurmError(f"{what} printed JSON that is not an object: {text[:120]!r}")
+        raise SlurmError(f"{what} printed JSON that is not an object: {_head(text)!r}")
     return data
+
+
+def _head(text: str | bytes | bytearray) -> str:
+    """The start of an answer, as text, for an error message."""
+    if isinstance(text, str):
+        return text[:120]
+    return bytes(text[:120]).decode("utf-8", "replace")
 
 
 def _error_text(e: dict[str, Any]) -> str:
@@ -294,13 +393,27 @@ class _NoNodeList(SlurmError):
     """A JSON answer without a ``nodes`` list (the backend adds what Slurm lists)."""
 
 
-def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
-                     what: str = "sinfo --json") -> tuple[NodeInfo, ...]:
+def parse_sinfo_json(text: str | bytes | bytearray, command: Sequence[str] = (),
+                     stderr: str = "", what: str = "sinfo --json",
+                     typed: bool = True, release: bool = False) -> tuple[NodeInfo, ...]:
     """All nodes of a JSON document with a ``nodes`` list (22.05's `sinfo --json`,
     23.02+'s `scontrol --json show node`, slurmrestd's ``/nodes``), once each, in
     Slurm's order. An ``errors`` array is an error, never an empty cluster. Any other
-    shape is a SlurmError too (issue 22: ``{"nodes": true}``)."""
+    shape is a SlurmError too (issue 22: ``{"nodes": true}``).
+
+    ``typed`` (the whole-cluster reads): decoded with msgspec, only the fields read
+    (issue 26); a document of another shape goes to the generic reader, which names
+    what is wrong. ``typed=False``: the generic reader only (one node's answer, where
+    msgspec's import would cost the node check more than the decoding saves).
+    ``release``: ``text`` is the caller's bytearray, emptied once decoded (peak memory)."""
     try:
+        if typed:
+            try:
+                fast = _typed_nodes(text, release)
+            except ValueError as exc:  # typed.TooDeep: hostile nesting, found at no extra cost
+                raise SlurmError(f"{what} did not print JSON ({exc}): {_head(text)!r}") from None
+            if fast is not None:
+                return fast
         data = _load_json(text, what)
         _check_json_errors(data, what, "nodes", command, stderr)
         if "nodes" not in data:
@@ -327,44 +440,90 @@ def parse_sinfo_json(text: str, command: Sequence[str] = (), stderr: str = "",
 def job_from_json(raw: dict[str, Any]) -> JobInfo:
     """One job of `squeue --json` as JobInfo; SlurmError naming the job for a field of a
     type Slurm never prints."""
-    try:
-        return _job_from_json(raw)
-    except SlurmError:
-        raise
-    except Exception as exc:  # TypeError, ValueError, KeyError, ... (issue 22)
-        job = raw.get("job_id") if isinstance(raw, dict) else None
-        raise SlurmError(f"squeue --json: job {str(job)[:30]!r} has a field "
-                         f"of an unexpected type or value: {str(exc)[:200]}") from None
+    return guarded("squeue --json: job",
+                   lambda r: r.get("job_id") if isinstance(r, dict) else None,
+                   _job_from_json, raw)
 
 
 def _job_from_json(raw: dict[str, Any]) -> JobInfo:
-    limit = _number(raw.get("time_limit"))
-    limit_minutes = int(limit) if isinstance(limit, int) and 0 < limit < _INFINITE32 else None
-    end = parse_slurm_time(raw.get("end_time"))
     job_state = raw.get("job_state", "")
     if isinstance(job_state, (list, tuple)):  # 23.02+: ["RUNNING"] (base state first)
         job_state = job_state[0] if job_state else ""
-    state = str(job_state).upper()
+    return job_info(_number(raw["job_id"]), user=_text(raw.get("user_name"))
+                    or str(_number(raw.get("user_id", ""))), state=job_state,
+                    nodes=raw.get("nodes"), name=raw.get("name"),
+                    start=raw.get("start_time"), end=raw.get("end_time"),
+                    limit=_number(raw.get("time_limit")))
+
+
+def job_info(job_id: Any, *, user: Any, state: Any, nodes: Any, name: Any, start: Any,
+             end: Any, limit: Any) -> JobInfo:
+    """The one mapping of a job record to JobInfo, for every backend (issue 21): the
+    time limit in minutes (None: unlimited), the host list expanded, no expected end
+    for a running job without a limit. State and user names interned (issue 26)."""
+    limit_minutes = int(limit) if isinstance(limit, int) and 0 < limit < _INFINITE32 else None
+    end_time = parse_slurm_time(end)
+    state = sys.intern(str(state).upper())
     if state in ACTIVE_JOB_STATES and limit_minutes is None:
         # A running job without a time limit has no expected end (Slurm shows one a
         # year out); callers must treat None as "may run forever".
-        end = None
+        end_time = None
     return JobInfo(
-        job_id=int(_number(raw["job_id"])),
-        user=_text(raw.get("user_name")) or str(_number(raw.get("user_id", ""))),
+        job_id=int(job_id),
+        user=sys.intern(_text(user)),
         state=state,
-        nodes=_names(str(raw.get("nodes") or "")),
-        name=_text(raw.get("name")),
-        start_time=parse_slurm_time(raw.get("start_time")),
-        end_time=end,
+        nodes=_names(str(nodes or "")),
+        name=_text(name),
+        start_time=parse_slurm_time(start),
+        end_time=end_time,
         time_limit_minutes=limit_minutes,
     )
 
 
-def parse_squeue_json(text: str, command: Sequence[str] = (), stderr: str = "") -> tuple[JobInfo, ...]:
+def _typed_jobs(text: str | bytes | bytearray,
+                release: bool = False) -> tuple[JobInfo, ...] | None:
+    """The fast path of `parse_squeue_json` (issue 26), as `_typed_nodes`."""
+    from slurm_heal.slurm import typed
+
+    listed = typed.decode_jobs(text)
+    if listed is None:
+        return None
+    if release and isinstance(text, bytearray):
+        text.clear()
+    plain = typed.plain
+
+    def mapped(r: typed.Job) -> JobInfo:
+        state = r.job_state
+        if state is typed.UNSET:
+            state = ""
+        elif isinstance(state, list):
+            state = state[0] if state else ""
+        return job_info(plain(r.job_id), user=_text(r.user_name)
+                        or str(plain(r.user_id) if r.user_id is not typed.UNSET else ""),
+                        state=state, nodes=r.nodes, name=r.name, start=plain(r.start_time),
+                        end=plain(r.end_time), limit=plain(r.time_limit))
+
+    out = []
+    listed.reverse()
+    while listed:
+        r = listed.pop()
+        if r.job_id is not typed.UNSET:
+            out.append(guarded("squeue --json: job", lambda r: plain(r.job_id), mapped, r))
+    return tuple(out)
+
+
+def parse_squeue_json(text: str | bytes | bytearray, command: Sequence[str] = (),
+                      stderr: str = "", release: bool = False) -> tuple[JobInfo, ...]:
     """All jobs of a `squeue --json` document; any shape slurm-heal does not read is a
-    SlurmError (issue 22)."""
+    SlurmError (issue 22). Decoded typed where it can be (as `parse_sinfo_json`)."""
     try:
+        try:
+            fast = _typed_jobs(text, release)
+        except ValueError as exc:  # typed.TooDeep
+            raise SlurmError(f"squeue --json did not print JSON ({exc}): "
+                             f"{_head(text)!r}") from None
+        if fast is not None:
+            return fast
         return _parse_squeue_json(text, command, stderr)
     except SlurmError:
         raise
@@ -372,7 +531,7 @@ def parse_squeue_json(text: str, command: Sequence[str] = (), stderr: str = "") 
         raise unexpected_shape("squeue --json", exc) from None
 
 
-def _parse_squeue_json(text: str, command: Sequence[str], stderr: str) -> tuple[JobInfo, ...]:
+def _parse_squeue_json(text: str | bytes | bytearray, command: Sequence[str], stderr: str) -> tuple[JobInfo, ...]:
     data = _load_json(text, "squeue --json")
     errors = data.get("errors") or []
     if errors:
@@ -433,26 +592,14 @@ def node_from_scontrol(line: str) -> NodeInfo:
     reason, user, when = tail.get("Reason", ""), "", None
     match = _REASON_TAIL.match(reason)
     if match:
-        reason, user, when = match["reason"], match["user"], parse_slurm_time(match["time"])
-    extra_raw = tail.get("Extra", "")
-    states = state_flags(fields.get("State", ""))
-    reason, user, when = live_reason(states, reason, user, when)
-    return NodeInfo(
-        name=fields["NodeName"],
-        states=states,
-        reason=reason,
-        reason_user=user,
-        reason_time=when,
-        extra_raw=extra_raw,
-        extra=parse_extra(extra_raw),
-        partitions=_split_list(fields.get("Partitions")),
-        features=_split_list(fields.get("AvailableFeatures")),
-        boot_time=parse_slurm_time(fields.get("BootTime")),
-        slurmd_start_time=parse_slurm_time(fields.get("SlurmdStartTime")),
-        address=_text(fields.get("NodeAddr")),
-        hostname=_text(fields.get("NodeHostName")),
-        instance_id=_text(fields.get("InstanceId")),
-    )
+        reason, user, when = match["reason"], match["user"], match["time"]
+    return node_info(fields["NodeName"], state_flags(fields.get("State", "")), reason=reason,
+                     user=user, when=when, extra=tail.get("Extra", ""),
+                     partitions=fields.get("Partitions"),
+                     features=fields.get("AvailableFeatures"), boot=fields.get("BootTime"),
+                     slurmd_start=fields.get("SlurmdStartTime"),
+                     address=fields.get("NodeAddr"), hostname=fields.get("NodeHostName"),
+                     instance_id=fields.get("InstanceId"))
 
 
 def parse_scontrol_nodes(text: str) -> tuple[NodeInfo, ...]:
@@ -500,6 +647,41 @@ def dialect_for(version: tuple[int, int]) -> str:
 # ------------------------------------------------------------------ the backend
 
 
+def _collect(proc: subprocess.Popen[bytes], timeout: float) -> tuple[bytearray, bytearray]:
+    """stdout and stderr of ``proc`` read to their end into one growing buffer each, then
+    its exit awaited; TimeoutExpired after ``timeout`` seconds in all. One copy of the
+    answer (issue 26: `communicate` held its chunks, their join and the decoded text, three
+    copies of a 140 MB `sinfo --json` at 100k nodes)."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.fileno(), proc.stderr.fileno()
+    bufs = {out: bytearray(), err: bytearray()}
+    poller = select.poll()
+    for fd in bufs:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(bufs)
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for fd, _ in poller.poll(left * 1000):
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    bufs[fd] += chunk
+                else:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    finally:
+        if not open_fds:
+            proc.stdout.close()
+            proc.stderr.close()
+    return bufs[out], bufs[err]
+
+
 class CliSlurm:
     """SlurmClient over the Slurm commands. ``slurm_conf`` selects the cluster (as
     SLURM_CONF does); every command runs with ``timeout`` seconds and reads are retried
@@ -539,35 +721,47 @@ class CliSlurm:
         return env
 
     def _run(self, argv: Sequence[str], *, read: bool = False) -> subprocess.CompletedProcess[str]:
+        return self._retried(argv, read, binary=False)
+
+    def _read_bytes(self, argv: Sequence[str]) -> subprocess.CompletedProcess[Any]:
+        """A read whose stdout is the bytes the command printed, in one buffer (a
+        bytearray: the JSON the typed decoding reads, issue 26); stderr is text."""
+        return self._retried(argv, True, binary=True)
+
+    def _retried(self, argv: Sequence[str], read: bool,
+                 binary: bool) -> subprocess.CompletedProcess[Any]:
         attempts = 1 + (self.retries if read else 0)
         last: SlurmError | None = None
         for attempt in range(attempts):
             if attempt:
                 time.sleep(self.retry_delay)
             try:
-                return self._run_once(argv)
+                return self._run_once(argv, binary)
             except SlurmUnreachable as exc:
                 last = exc
         assert last is not None
         raise last
 
-    def _run_once(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    def _run_once(self, argv: Sequence[str],
+                  binary: bool = False) -> subprocess.CompletedProcess[Any]:
         try:
             proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    stdin=subprocess.DEVNULL, text=True, env=self._env(),
+                                    stdin=subprocess.DEVNULL, env=self._env(),
                                     start_new_session=True)
         except OSError as exc:
             raise SlurmError(f"cannot run {argv[0]}: {exc}", command=argv) from exc
         try:
-            out, err = proc.communicate(timeout=self.timeout)
+            raw, raw_err = _collect(proc, self.timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             raise SlurmUnreachable(f"no Slurm controller answered within {self.timeout:g}s",
                                    command=argv) from None
+        err = raw_err.decode(errors="replace")
+        out: Any = raw if binary else raw.decode(errors="replace")
         if proc.returncode != 0:
             # scontrol prints some errors ("Node gpu99 not found") on stdout.
-            err = err if err.strip() else out
+            err = err if err.strip() else raw.decode(errors="replace")
             if any(s in err for s in _UNREACHABLE):
                 raise SlurmUnreachable("no Slurm controller answered", command=argv,
                                        returncode=proc.returncode, stderr=err)
@@ -592,9 +786,10 @@ class CliSlurm:
             argv = ["sinfo", "--json"]
         else:
             argv = ["scontrol", "--json", "show", "node"]
-        proc = self._run(argv, read=True)
+        proc = self._read_bytes(argv)
         try:
-            nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv))
+            nodes = parse_sinfo_json(proc.stdout, argv, proc.stderr, what=" ".join(argv),
+                                     release=True)
         except _NoNodeList:
             self._no_nodes_means_no_nodes(argv)  # names how many Slurm lists, if any
             raise
@@ -647,7 +842,8 @@ class CliSlurm:
         proc = self._show_node(argv, name)
         try:
             found = [n for n in parse_sinfo_json(proc.stdout, argv, proc.stderr,
-                                                 what=" ".join(argv)) if n.name == name]
+                                                 what=" ".join(argv), typed=False)
+                     if n.name == name]
         except SlurmError as exc:
             if any(s in str(exc) for s in _NOT_FOUND):
                 raise NotFound(f"Slurm does not know node {name!r}") from exc
@@ -658,8 +854,8 @@ class CliSlurm:
 
     def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
         argv = ["squeue", "--json"]
-        proc = self._run(argv, read=True)
-        jobs = parse_squeue_json(proc.stdout, argv, proc.stderr)
+        proc = self._read_bytes(argv)
+        jobs = parse_squeue_json(proc.stdout, argv, proc.stderr, release=True)
         if node is None:
             return jobs
         return tuple(j for j in jobs if node in j.nodes)

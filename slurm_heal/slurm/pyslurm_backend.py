@@ -34,15 +34,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
-from slurm_heal.extra import parse_extra, with_key
+from slurm_heal.extra import with_key
 from slurm_heal.slurm.cli import (
     ACTIVE_JOB_STATES,
     CliSlurm,
-    _names,
-    _split_list,
-    _text,
-    live_reason,
-    parse_slurm_time,
+    guarded,
+    job_info,
+    node_info,
     state_flags,
 )
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
@@ -88,73 +86,38 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 def node_from_pyslurm(node: Any) -> NodeInfo:
     """A `pyslurm.Node` (or its ``to_dict()``) as NodeInfo; a field of a shape Slurm
     never gives is a SlurmError naming the node (issue 22)."""
-    try:
-        return _node_from_pyslurm(node)
-    except SlurmError:
-        raise
-    except Exception as exc:
-        raise SlurmError(f"pyslurm node {str(_get(node, 'name'))[:60]!r}: a field of an "
-                         f"unexpected type or value ({type(exc).__name__}: "
-                         f"{str(exc)[:160]})") from None
+    return guarded("pyslurm node", lambda n: _get(n, "name"), _node_from_pyslurm, node)
 
 
 def _node_from_pyslurm(node: Any) -> NodeInfo:
     name = _get(node, "name")
     if not name:
         raise SlurmError(f"pyslurm node without a name: {str(node)[:120]}")
-    extra_raw = _text(_get(node, "extra"))
-    states = state_flags(str(_get(node, "state") or ""))
-    reason, user, when = live_reason(states, _text(_get(node, "reason")),
-                                     _text(_get(node, "reason_user")),
-                                     parse_slurm_time(_get(node, "reason_time")))
-    return NodeInfo(
-        name=str(name),
-        states=states,
-        reason=reason,
-        reason_user=user,
-        reason_time=when,
-        extra_raw=extra_raw,
-        extra=parse_extra(extra_raw),
-        partitions=_split_list(_get(node, "partitions")),
-        features=_split_list(_get(node, "available_features")),
-        boot_time=parse_slurm_time(_get(node, "boot_time")),
-        slurmd_start_time=parse_slurm_time(_get(node, "slurmd_start_time")),
-        address=_text(_get(node, "address")),
-        hostname=_text(_get(node, "hostname")),
-        instance_id=_text(_get(node, "instance_id")),
-    )
+    return node_info(str(name), state_flags(str(_get(node, "state") or "")),
+                     reason=_get(node, "reason"), user=_get(node, "reason_user"),
+                     when=_get(node, "reason_time"), extra=_get(node, "extra"),
+                     partitions=_get(node, "partitions"),
+                     features=_get(node, "available_features"),
+                     boot=_get(node, "boot_time"), slurmd_start=_get(node, "slurmd_start_time"),
+                     address=_get(node, "address"), hostname=_get(node, "hostname"),
+                     instance_id=_get(node, "instance_id"))
 
 
 def job_from_pyslurm(job: Any) -> JobInfo:
     """A `pyslurm.Job` (or its ``to_dict()``) as JobInfo; SlurmError naming the job for
     a field of a shape Slurm never gives (issue 22)."""
-    try:
-        return _job_from_pyslurm(job)
-    except SlurmError:
-        raise
-    except Exception as exc:
-        raise SlurmError(f"pyslurm job {str(_get(job, 'id'))[:30]!r}: a field of an "
-                         f"unexpected type or value ({type(exc).__name__}: "
-                         f"{str(exc)[:160]})") from None
+    return guarded("pyslurm job", lambda j: _get(j, "id"), _job_from_pyslurm, job)
 
 
 def _job_from_pyslurm(job: Any) -> JobInfo:
     limit = _get(job, "time_limit")
-    limit_minutes = int(limit) if isinstance(limit, int) and limit > 0 else None
-    state = str(_get(job, "state") or "").upper()
-    end = parse_slurm_time(_get(job, "end_time"))
-    if state in ACTIVE_JOB_STATES and limit_minutes is None:
-        end = None  # unlimited: no expected end (same rule as the cli backend)
-    return JobInfo(
-        job_id=int(_get(job, "id")),
-        user=_text(_get(job, "user_name")),
-        state=state,
-        nodes=_names(str(_get(job, "allocated_nodes") or _get(job, "nodes") or "")),
-        name=_text(_get(job, "name")),
-        start_time=parse_slurm_time(_get(job, "start_time")),
-        end_time=end,
-        time_limit_minutes=limit_minutes,
-    )
+    # pyslurm: minutes, None for unlimited (never Slurm's INFINITE); the same rules as
+    # the JSON's from here on (job_info).
+    return job_info(_get(job, "id"), user=_get(job, "user_name"),
+                    state=_get(job, "state") or "",
+                    nodes=_get(job, "allocated_nodes") or _get(job, "nodes"),
+                    name=_get(job, "name"), start=_get(job, "start_time"),
+                    end=_get(job, "end_time"), limit=limit)
 
 
 def _values(loaded: Any, what: str) -> list[Any]:

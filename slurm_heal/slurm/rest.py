@@ -105,6 +105,11 @@ class RestSlurm:
 
     def _send(self, method: str, path: str, body: Any = None,
               params: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        resp = self._request(method, path, body, params)
+        return resp.status_code, self._object(f"slurmrestd {method} {path}", resp)
+
+    def _request(self, method: str, path: str, body: Any = None,
+                 params: dict[str, str] | None = None) -> requests.Response:
         what = f"slurmrestd {method} {path}"
         try:
             resp = self._http.request(method, self.url + path, headers=self._headers(),
@@ -117,6 +122,10 @@ class RestSlurm:
         if resp.status_code in (401, 403):
             raise SlurmError(f"{what}: slurmrestd refused the token from {self.token_file} "
                              f"(HTTP {resp.status_code})")
+        return resp
+
+    @staticmethod
+    def _object(what: str, resp: requests.Response) -> dict[str, Any]:
         try:
             data = resp.json()
         except (ValueError, RecursionError):  # not JSON, or nested past the parser (issue 22)
@@ -124,7 +133,20 @@ class RestSlurm:
         if not isinstance(data, dict):
             raise SlurmError(f"{what}: HTTP {resp.status_code}, not a JSON object: "
                              f"{resp.text[:120]!r}")
-        return resp.status_code, data
+        return data
+
+    def _listing(self, path: str) -> bytes | dict[str, Any]:
+        """A whole-cluster read (``nodes/``, ``jobs/``): the answer's bytes as they came,
+        for the typed decoding (issue 26: no dict of the whole answer, no json.dumps of
+        it to be parsed again); an error answer or one that is no JSON object as the
+        generic dict, read as before."""
+        resp = self._request("GET", path)
+        if resp.status_code < 400 and resp.content.lstrip()[:1] == b"{":
+            return resp.content
+        data = self._object(f"slurmrestd GET {path}", resp)
+        if resp.status_code >= 400 and not data.get("errors"):
+            raise SlurmError(f"slurmrestd GET {path}: HTTP {resp.status_code}")
+        return data
 
     def _errors(self, data: dict[str, Any]) -> str:
         errors = data.get("errors") or []
@@ -178,10 +200,9 @@ class RestSlurm:
     # reads
     def nodes(self) -> tuple[NodeInfo, ...]:
         path = self._path("nodes/")
-        status, data = self._send("GET", path)
-        if status >= 400 and not data.get("errors"):
-            raise SlurmError(f"slurmrestd GET {path}: HTTP {status}")
-        return parse_sinfo_json(json.dumps(data), what=f"slurmrestd GET {path}")
+        data = self._listing(path)
+        return parse_sinfo_json(data if isinstance(data, bytes) else json.dumps(data),
+                                what=f"slurmrestd GET {path}")
 
     def node(self, name: str) -> NodeInfo:
         if not name or "/" in name:
@@ -199,10 +220,8 @@ class RestSlurm:
 
     def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
         path = self._path("jobs/")
-        status, data = self._send("GET", path)
-        if status >= 400 and not data.get("errors"):
-            raise SlurmError(f"slurmrestd GET {path}: HTTP {status}")
-        jobs = parse_squeue_json(json.dumps(data))
+        data = self._listing(path)
+        jobs = parse_squeue_json(data if isinstance(data, bytes) else json.dumps(data))
         return jobs if node is None else tuple(j for j in jobs if node in j.nodes)
 
     def snapshot(self) -> ClusterView:
