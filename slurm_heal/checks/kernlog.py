@@ -38,10 +38,10 @@ cannot blind the detector for the lines that follow (a real Xid 79 after it is f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
+from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Evidence, Finding, Severity
 
 # Every line that can produce an event contains one of these. Keep them literal and

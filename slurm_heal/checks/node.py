@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from slurm_heal.checks import paths, proc
 from slurm_heal.errors import CheckError
+from slurm_heal.frozen import dataclass
 from slurm_heal.types import Evidence, Finding, Severity
 
 

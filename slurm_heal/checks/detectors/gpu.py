@@ -15,11 +15,11 @@ than configured), ``gpu.health`` (DCGM incidents with no more specific fault).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from slurm_heal.checks.state import rate_per_minute
+from slurm_heal.frozen import dataclass, field
 from slurm_heal.types import Evidence, Finding, Severity
 
 

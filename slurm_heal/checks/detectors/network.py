@@ -12,9 +12,16 @@ from __future__ import annotations
 import socket
 import threading
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from slurm_heal.checks.config import NetworkConfig
+from slurm_heal.checks.node import Unsupported
+from slurm_heal.checks.state import detector_state
 from slurm_heal.errors import ConfigError
 from slurm_heal.types import Evidence, Finding, Severity
+
+if TYPE_CHECKING:
+    from slurm_heal.checks.config import CheckConfig
 
 
 def split_endpoint(text: str) -> tuple[str, int]:
@@ -70,3 +77,28 @@ def evaluate(results: dict[str, str], since: dict[str, float], now: datetime,
                                          "since": datetime.fromtimestamp(
                                              first, now.tzinfo).isoformat()}),)))
     return out, new
+
+
+class Network:
+    """SPEC D6: configured peers and endpoints reached by TCP connect (imported, and
+    `socket` with it, only where endpoints are configured: `slurm_heal.checks.present`)."""
+
+    name = "network"
+    settings = NetworkConfig
+    modes = NetworkConfig().modes
+
+    def gather(self, cfg: CheckConfig, st: dict[str, Any], node: str,
+               now: datetime) -> dict[str, str]:
+        nc = cfg.network
+        if not nc.endpoints:
+            raise Unsupported("no endpoints configured ([network] endpoints)")
+        return probe(nc.endpoints, nc.connect_timeout)
+
+    def evaluate(self, cfg: CheckConfig, st: dict[str, Any], node: str, now: datetime,
+                 seen: dict[str, str]) -> tuple[list[Finding], dict[str, Any]]:
+        _, since = detector_state(st, "network_state")
+        found, new = evaluate(seen, since, now, cfg.network.unreachable_for, node)
+        return found, {"network_state": {"counters": {}, "since": new}}
+
+
+DETECTOR = Network()
