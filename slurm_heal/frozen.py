@@ -24,6 +24,7 @@ Not supported (a TypeError says so): ``order``, ``kw_only``, ``init=False``, ``I
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
@@ -139,11 +140,17 @@ def _init(cls: type, fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any
 
 def _methods(cls: type, names: tuple[str, ...], frozen: bool, eq: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    getters = ", ".join(f"self.{n}" for n in names)
-    env: dict[str, Any] = {}
-    tup = f"({getters},)" if names else "()"
-    exec(f"def _astuple(self):\n    return {tup}\n", env)  # noqa: S102 - code made from the class's own field names
-    astuple: Callable[[Any], tuple[Any, ...]] = env["_astuple"]
+    astuple: Callable[[Any], tuple[Any, ...]]
+    if len(names) > 1:
+        astuple = attrgetter(*names)  # C: a tuple of the fields, in order
+    elif names:
+        one = attrgetter(names[0])
+
+        def astuple(self: Any) -> tuple[Any, ...]:
+            return (one(self),)
+    else:
+        def astuple(self: Any) -> tuple[Any, ...]:
+            return ()
 
     def __repr__(self: Any) -> str:
         key = (id(self), "repr")
@@ -182,7 +189,7 @@ def _methods(cls: type, names: tuple[str, ...], frozen: bool, eq: bool) -> dict[
         out["__delattr__"] = __delattr__
 
     def __getstate__(self: Any) -> tuple[Any, ...]:
-        return astuple(self)
+        return tuple(astuple(self))
 
     def __setstate__(self: Any, state: tuple[Any, ...]) -> None:
         for n, v in zip(names, state, strict=True):
@@ -191,6 +198,20 @@ def _methods(cls: type, names: tuple[str, ...], frozen: bool, eq: bool) -> dict[
     out["__getstate__"] = __getstate__
     out["__setstate__"] = __setstate__
     return out
+
+
+def _lazy_init(fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any:
+    """An ``__init__`` that writes the real one (`_init`) on the first instance: a class
+    the run never instantiates costs no compile (most of the node check's are not)."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        cls = type(self)
+        owner = next(c for c in cls.__mro__ if c.__dict__.get("__init__") is __init__)
+        real = _init(owner, fields, frozen)
+        type.__setattr__(owner, "__init__", real)
+        real(self, *args, **kwargs)
+
+    return __init__
 
 
 _REPR_RUNNING: set[tuple[int, str]] = set()
@@ -240,7 +261,7 @@ def _process(cls: type, frozen: bool, slots: bool, eq: bool) -> type:
                 ns[name] = f.default
     new = type(cls)(cls.__name__, cls.__bases__, ns)
     new.__qualname__ = cls.__qualname__
-    type.__setattr__(new, "__init__", _init(new, fields, frozen))
+    type.__setattr__(new, "__init__", _lazy_init(fields, frozen))
     return new
 
 

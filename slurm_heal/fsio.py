@@ -29,7 +29,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +66,20 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> None:
             stale.unlink()
 
 
+def _mkstemp(directory: Path, prefix: str) -> tuple[int, str]:
+    """A new temp file ``<prefix><random>.tmp`` in ``directory``, opened O_EXCL (what
+    `tempfile.mkstemp` does, without importing tempfile, shutil and random on the node
+    check's path: issue 26)."""
+    for _ in range(100):
+        name = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o600), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temp file name", str(directory))
+
+
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """Make a rename (or a create) in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -82,7 +95,7 @@ def atomic_open(path: str | os.PathLike[str], mode: int = DEFAULT_MODE) -> Itera
     ``path`` atomically (fsync, mode, rename, directory fsync). On an error nothing
     changes and the temp file is gone."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_temp_prefix(target), suffix=".tmp")
+    fd, tmp = _mkstemp(target.parent, _temp_prefix(target))
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
