@@ -1,8 +1,10 @@
 """Kernel log parsing and evaluation (SPEC D1, D2, D4). Pure: bytes in, events out.
 
 Speed matters (the target is >= 500 MB/s): a big chunk is never split into lines in
-Python. `scan` looks for a handful of literal needles with ``bytes.find`` (C speed)
-and only the lines that contain one are decoded and parsed.
+Python. Only the lines holding one of a handful of literal needles (`NEEDLES`) are
+decoded and parsed; `candidate_spans` finds them with one ``bytes.find`` pass per
+needle (C speed, no process), and a big file is searched for all of them in one pass
+by a ``grep -F`` child instead (`slurm_heal.checks.sources`), which `scan` is handed.
 
 Line formats understood, detected per line (a file may mix them after rotation):
 
@@ -45,7 +47,8 @@ from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Evidence, Finding, Severity
 
 # Every line that can produce an event contains one of these. Keep them literal and
-# few: each costs one pass of bytes.find over the chunk.
+# few: each costs one pass of bytes.find over a chunk below sources.GREP_MIN_BYTES (a
+# bigger file is searched for all of them in one pass).
 # Longer needles ending in a rare byte are faster for bytes.find (it skips by the last
 # byte): "soft lockup - CPU#" runs at ~5 GB/s where "soft lockup" manages ~3.
 NEEDLES: tuple[bytes, ...] = (
@@ -482,11 +485,14 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
 
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
-         hi: int | None = None, now: datetime | None = None) -> ScanResult:
+         hi: int | None = None, now: datetime | None = None,
+         spans: list[tuple[int, int]] | None = None) -> ScanResult:
     """Parse the interesting lines of ``data[lo:hi]`` (whole lines) into events.
-    ``now`` (default: the clock) dates classic syslog stamps, which have no year."""
+    ``now`` (default: the clock) dates classic syslog stamps, which have no year.
+    ``spans``: the candidate lines when the caller found them already (one multi-pattern
+    pass over a big file, `slurm_heal.checks.sources`), else `candidate_spans`."""
     out = result if result is not None else ScanResult()
-    for start, end in candidate_spans(data, lo, hi):
+    for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
         try:
             line = split_line(raw, now)
