@@ -25,16 +25,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
-    from typing_extensions import dataclass_transform
-else:
-    def dataclass_transform(**_kw: Any) -> Any:
-        return lambda f: f
+    from typing import Any, TypeVar, overload
 
-_T = TypeVar("_T")
-_C = TypeVar("_C", bound=type)
+    from typing_extensions import dataclass_transform
+
+    _T = TypeVar("_T")
+    _C = TypeVar("_C", bound=type)
 
 FIELDS = "__frozen_fields__"  # the class attribute: ((name, Field), ...) in order
 
@@ -69,13 +68,23 @@ class Field:
         return f"Field(default={self.default!r}, default_factory={self.default_factory!r})"
 
 
-@overload
-def field(*, default: _T) -> _T: ...
-@overload
-def field(*, default_factory: Callable[[], _T]) -> _T: ...
-def field(*, default: Any = MISSING, default_factory: Any = MISSING) -> Any:
-    """A field's default (``default=``) or the callable making one (``default_factory=``)."""
+def _field(default: Any, default_factory: Any) -> Any:
     return Field(default, default_factory)
+
+
+# The typed signatures are for the type checker (typing stays off the check path); the
+# functions that run are the plain ones below them, which call the typed ones.
+if TYPE_CHECKING:
+    @overload
+    def field(*, default: _T) -> _T: ...
+    @overload
+    def field(*, default_factory: Callable[[], _T]) -> _T: ...
+    def field(*, default: Any = ..., default_factory: Any = ...) -> Any: ...
+else:
+    def field(*, default=MISSING, default_factory=MISSING):
+        """A field's default (``default=``) or the callable making one
+        (``default_factory=``)."""
+        return _field(default, default_factory)
 
 
 def _annotations(cls: type) -> dict[str, Any]:
@@ -265,15 +274,8 @@ def _process(cls: type, frozen: bool, slots: bool, eq: bool) -> type:
     return new
 
 
-@overload
-def dataclass(cls: _C, /) -> _C: ...
-@overload
-def dataclass(*, frozen: bool = False, slots: bool = False,
-              eq: bool = True) -> Callable[[_C], _C]: ...
-@dataclass_transform(field_specifiers=(field, Field))
-def dataclass(cls: Any = None, /, *, frozen: bool = False, slots: bool = False,
-              eq: bool = True, **unsupported: Any) -> Any:
-    """``@dataclass(frozen=True, slots=True)`` as the stdlib's (see the module docstring)."""
+def _dataclass(cls: Any, frozen: bool, slots: bool, eq: bool,
+               unsupported: dict[str, Any]) -> Any:
     if unsupported:
         raise TypeError(f"slurm_heal.frozen.dataclass does not support "
                         f"{', '.join(sorted(unsupported))}")
@@ -282,6 +284,21 @@ def dataclass(cls: Any = None, /, *, frozen: bool = False, slots: bool = False,
         return _process(c, frozen, slots, eq)
 
     return wrap if cls is None else wrap(cls)
+
+
+if TYPE_CHECKING:
+    @overload
+    def dataclass(cls: _C, /) -> _C: ...
+    @overload
+    def dataclass(*, frozen: bool = False, slots: bool = False,
+                  eq: bool = True) -> Callable[[_C], _C]: ...
+    @dataclass_transform(field_specifiers=(field, Field))
+    def dataclass(cls: Any = None, /, *, frozen: bool = False, slots: bool = False,
+                  eq: bool = True, **unsupported: Any) -> Any: ...
+else:
+    def dataclass(cls=None, /, *, frozen=False, slots=False, eq=True, **unsupported):
+        """``@dataclass(frozen=True, slots=True)`` as the stdlib's (module docstring)."""
+        return _dataclass(cls, frozen, slots, eq, unsupported)
 
 
 def fields_of(cls: type) -> tuple[tuple[str, Any], ...]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Any
 
 from slurm_heal.frozen import dataclass, field
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Severity(str, enum.Enum):

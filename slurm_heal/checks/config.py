@@ -99,12 +99,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from slurm_heal.checks import paths, present
 from slurm_heal.durations import parse_seconds
 from slurm_heal.errors import ConfigError
 from slurm_heal.frozen import dataclass, field, fields_of
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 MODES = ("healthcheck", "prolog", "epilog", "agent")
 SOURCES = ("kmsg", "file", "journal")
@@ -451,19 +454,20 @@ def load_config(path: str | None) -> CheckConfig:
     explicit = path is not None
     file = path if explicit else paths.host_path(paths.CONFIG_FILE)
     assert file is not None
-    if sys.version_info >= (3, 11):
-        import tomllib  # only when there is a file: most nodes run on defaults
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
     try:
         with open(file, "rb") as fh:
-            data = tomllib.load(fh)
+            if sys.version_info >= (3, 11):
+                import tomllib  # only when there is a file: most nodes run on defaults
+            else:  # pragma: no cover - exercised on 3.10 only
+                import tomli as tomllib
+            try:
+                data = tomllib.load(fh)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     except FileNotFoundError:
         if explicit:
             raise ConfigError("file not found", file=file) from None
         return CheckConfig()
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
     return parse_config(data, file)

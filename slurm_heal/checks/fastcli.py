@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import NoReturn, TextIO
 
 from slurm_heal.checks import config, paths, runner
 from slurm_heal.errors import ConfigError, HealError, SlurmError, exit_code_for
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import NoReturn, TextIO
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "info": "info"}
 

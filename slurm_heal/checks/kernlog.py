@@ -41,10 +41,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
 
 from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
 
 # Every line that can produce an event contains one of these. Keep them literal and
 # few: each costs one pass of bytes.find over a chunk below sources.GREP_MIN_BYTES (a
@@ -457,13 +460,14 @@ def nvlink5(text: str) -> dict[str, Any]:
     return out
 
 
-class Buffer(Protocol):
-    """What the scan needs of its data: bytes, or an mmap of a log file (no copy)."""
+if TYPE_CHECKING:  # for the type checker only: typing stays off the check path
+    class Buffer(Protocol):
+        """What the scan needs of its data: bytes, or an mmap of a log file (no copy)."""
 
-    def find(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
-    def rfind(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
-    def __getitem__(self, index: slice) -> bytes: ...
-    def __len__(self) -> int: ...
+        def find(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
+        def rfind(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
+        def __getitem__(self, index: slice) -> bytes: ...
+        def __len__(self) -> int: ...
 
 
 def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,

@@ -11,9 +11,10 @@ passes still reports its own "unsupported" when what it finds says so.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from slurm_heal.checks import paths, proc
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 
 if TYPE_CHECKING:
     from slurm_heal.checks.config import CheckConfig

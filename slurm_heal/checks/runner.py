@@ -33,14 +33,18 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
 
-from slurm_heal.checks import detector, node, paths, proc, state
+from slurm_heal.checks import node, paths, proc, state
 from slurm_heal.checks.config import CheckConfig, DetectorSpec
-from slurm_heal.checks.detector import Update
 from slurm_heal.errors import HealError, ReasonError, SlurmError, SlurmUnreachable
 from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Alert, Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_heal.checks.detector import Detector, Update
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
@@ -138,9 +142,9 @@ def run_detector(spec: DetectorSpec, cfg: CheckConfig, st: dict[str, Any], name:
     why = spec.present(cfg, name) if spec.present is not None else None
     if why is not None:
         raise node.Unsupported(why)
-    det = spec.load()
+    det: Detector[Any] = spec.load()
     try:
-        return detector.run(det, cfg, st, name, now)
+        return det.evaluate(cfg, st, name, now, det.gather(cfg, st, name, now))
     except proc.ToolTimeout as exc:
         if not spec.tool_hang_is_finding:
             raise
@@ -153,6 +157,7 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
     results: dict[str, tuple[list[Finding], Update] | Exception] = {}
     threads: list[tuple[str, threading.Thread, float]] = []
     statuses: dict[str, DetectorStatus] = {}
+    found: dict[str, list[Finding]] = {}
     order = []
     for spec, dcfg in cfg.detectors():
         det = spec.name
@@ -162,6 +167,13 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
             continue
         if mode not in dcfg.modes or (only is not None and det not in only):
             statuses[det] = DetectorStatus(det, "skipped", f"not run in {mode} mode")
+            continue
+        # Its precondition (a stat, a PATH lookup) here: a detector with nothing to look
+        # at on this node costs neither a thread nor an import.
+        why = spec.present(cfg, name) if spec.present is not None else None
+        if why is not None:
+            statuses[det] = DetectorStatus(det, "unsupported", why)
+            found[det] = []
             continue
 
         def target(spec: DetectorSpec = spec) -> None:
@@ -174,7 +186,6 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
         t.start()
         threads.append((det, t, float(dcfg.timeout)))
     deadline = time.monotonic() + cfg.timeout
-    found: dict[str, list[Finding]] = {}
     updates: Update = {}
     for det, t, limit in threads:
         t.join(max(0.0, min(limit, deadline - time.monotonic())))

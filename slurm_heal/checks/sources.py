@@ -24,18 +24,21 @@ skipped.
 from __future__ import annotations
 
 import errno
-import glob
 import mmap
 import os
 import stat
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from slurm_heal.checks import kernlog, paths, proc
 from slurm_heal.errors import CheckError
 
-Cursor = dict[str, Any]
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+if TYPE_CHECKING:
+    Cursor = dict[str, Any]
 
 
 def boot_wall(now: datetime | None = None) -> datetime | None:
@@ -187,6 +190,8 @@ def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
 def _finish_rotated(path: str, inode: int, offset: int, result: kernlog.ScanResult,
                     now: datetime | None = None) -> None:
     """Read the unread rest of the file ``path`` was before it was rotated."""
+    import glob  # only after a rotation
+
     for candidate in [path + ".1", *sorted(glob.glob(glob.escape(path) + "-*"))]:
         try:
             st = os.stat(candidate)

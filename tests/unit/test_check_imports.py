@@ -18,15 +18,20 @@ from tests.unit.test_check_replays import Replay
 REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("dataclasses", "argparse", "socket", "click", "pydantic", "requests",
              "importlib.metadata")
-# ... and where no tool runs (no GPU, no systemd): subprocess's selectors, shutil.
-NO_TOOL = ("selectors", "shutil")
+# ... and where no tool runs and no check.toml is read (no GPU, no systemd, defaults):
+# subprocess's selectors, shutil, tomllib, typing (our modules import it for the type
+# checker only), pathlib and tempfile (fsio without them).
+NO_TOOL = ("selectors", "shutil", "tomllib", "typing", "pathlib", "tempfile")
 DETECTOR_MODULES = tuple(f"slurm_heal.checks.detectors.{m}" for m in (
     "gpu", "nvidia", "amd", "infiniband", "network"))
 
 # The console script's own route (what HealthCheckProgram and the glue run): the check's
-# argv through slurm_heal.entry, then the modules it left loaded, on stderr.
+# argv through slurm_heal.entry, then the modules it loaded (not those the interpreter
+# had at its start), on stderr.
 HARNESS = """
-import json, sys
+import sys
+started = set(sys.modules)  # the interpreter's own (site, an editable install's hook)
+import json
 {before}
 from slurm_heal.entry import main
 try:
@@ -35,7 +40,7 @@ except SystemExit as exc:
     code = exc.code
 names = {names!r}
 sys.stderr.write("\\nLOADED " + json.dumps({{"exit": code,
-    "loaded": [m for m in names if m in sys.modules]}}) + "\\n")
+    "loaded": [m for m in names if m in sys.modules and m not in started]}}) + "\\n")
 """
 
 

@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import paths as check_paths
 from slurm_heal.checks.config import DiskConfig
 from slurm_heal.frozen import dataclass
 from slurm_heal.types import Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 if TYPE_CHECKING:
     from slurm_heal.checks.config import CheckConfig

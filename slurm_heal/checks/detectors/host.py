@@ -3,16 +3,15 @@ GPUs than configured, services restarting in a loop."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from slurm_heal.checks import node, paths
 from slurm_heal.checks.config import GpusConfig, MountsConfig, ServicesConfig
-from slurm_heal.checks.detector import State, Update
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from datetime import datetime
 
     from slurm_heal.checks.config import CheckConfig
+    from slurm_heal.checks.detector import State, Update
     from slurm_heal.types import Finding
 
 

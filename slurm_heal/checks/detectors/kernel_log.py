@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import kernlog, paths, sources
 from slurm_heal.checks.config import KernelLogConfig
-from slurm_heal.checks.detector import State, Update
 from slurm_heal.frozen import dataclass
 from slurm_heal.types import Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_heal.checks.detector import State, Update
 
 if TYPE_CHECKING:
     from slurm_heal.checks.config import CheckConfig
