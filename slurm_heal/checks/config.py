@@ -240,10 +240,10 @@ class DetectorSpec:
         """The Detector object (imports its module the first time)."""
         if self.loaded is not None:
             return self.loaded
-        import importlib
-
         module, _, attr = self.target.partition(":")
-        return getattr(importlib.import_module(module), attr or "DETECTOR")
+        attr = attr or "DETECTOR"
+        # __import__ rather than importlib.import_module: no importlib on the check path
+        return getattr(__import__(module, fromlist=[attr]), attr)
 
 
 _D = "slurm_heal.checks.detectors."
