@@ -449,25 +449,84 @@ def _third_party(key: str, file: str, sections: dict[str, Any]) -> DetectorSpec:
 def load_config(path: str | None) -> CheckConfig:
     """Read the config file. ``None``: the default file when it exists, else defaults.
 
-    A file named explicitly must exist; the default one may be absent.
+    A file named explicitly must exist; the default one may be absent. The parsed
+    document is kept in the state dir (`CACHE`) with the file's text, so a node whose
+    check.toml did not change never imports the TOML parser again (tomllib and what it
+    imports: ~10 ms of every run, issue 26); it is validated every run.
     """
     explicit = path is not None
     file = path if explicit else paths.host_path(paths.CONFIG_FILE)
     assert file is not None
     try:
         with open(file, "rb") as fh:
-            if sys.version_info >= (3, 11):
-                import tomllib  # only when there is a file: most nodes run on defaults
-            else:  # pragma: no cover - exercised on 3.10 only
-                import tomli as tomllib
-            try:
-                data = tomllib.load(fh)
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+            raw = fh.read()
     except FileNotFoundError:
         if explicit:
             raise ConfigError("file not found", file=file) from None
         return CheckConfig()
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
-    return parse_config(data, file)
+    text = raw.decode()
+    data = _cached(file, text)
+    if data is not None:
+        return parse_config(data, file)
+    if sys.version_info >= (3, 11):
+        import tomllib  # only when the file changed: most nodes run on defaults or a cache
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    parsed = parse_config(data, file)
+    _remember(file, text, data)
+    return parsed
+
+
+# The parsed check.toml, kept in the default state dir (where it exists: the check
+# creates it; a site's own [check] state_dir cannot be known before the file is read).
+CACHE = "check-toml.json"
+
+
+def _cache_file() -> str:
+    import os
+
+    return os.path.join(paths.host_path(paths.STATE_DIR), CACHE)
+
+
+def _cached(file: str, text: str) -> dict[str, Any] | None:
+    """The document parsed from this very text of this file, else None."""
+    import json
+    import os
+
+    try:
+        with open(_cache_file(), "rb") as fh:
+            cached = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("path") != os.path.abspath(file) \
+            or cached.get("text") != text:
+        return None
+    data = cached.get("data")
+    return data if isinstance(data, dict) else None
+
+
+def _remember(file: str, text: str, data: dict[str, Any]) -> None:
+    """Keep a valid document for the next run; never an error (a read-only or absent
+    state dir, a value JSON cannot hold such as a TOML date: nothing is kept)."""
+    import json
+    import os
+
+    from slurm_heal import fsio
+
+    target = _cache_file()
+    if not os.path.isdir(os.path.dirname(target)):
+        return
+    try:
+        out = json.dumps({"path": os.path.abspath(file), "text": text, "data": data},
+                         sort_keys=True)
+        if json.loads(out)["data"] != data:  # e.g. a NaN, which is never equal to itself
+            return
+        fsio.atomic_write(target, out, 0o640)
+    except (OSError, TypeError, ValueError):
+        return
