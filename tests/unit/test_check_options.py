@@ -55,3 +55,19 @@ def test_help_lists_every_option_and_exits_0() -> None:
     for flag in ("--mode", "--json", "--dry-run", "--check-config FILE", "--config FILE",
                  "--node NAME"):
         assert flag in out.getvalue()
+
+
+def test_the_console_script_sends_check_to_the_check_and_the_rest_to_click() -> None:
+    """slurm_heal.entry (the `slurm-heal` script): `check` goes to the check's own entry
+    point (its usage words), every other command and --version to the click application."""
+    from slurm_heal import __version__, entry
+
+    err = io.StringIO()
+    with redirect_stderr(err), pytest.raises(SystemExit) as ex:
+        entry.main(["check", "--frobnicate"])
+    assert ex.value.code == 2
+    assert "slurm-heal check: error: unrecognized arguments: --frobnicate" in err.getvalue()
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit) as ex:
+        entry.main(["--version"])
+    assert ex.value.code == 0 and out.getvalue().strip() == f"slurm-heal, version {__version__}"
