@@ -85,8 +85,10 @@ def test_a_healthy_8_gpu_node_imports_its_gpu_detector_and_none_of_the_forbidden
     node.nvidia_node()
     node.config["network"] = {"enabled": True}
     node.config.pop("infiniband")
-    node.run()  # writes the check.toml; the first run sets the cursor
-    code, found = loaded(node.root, f"{node.bin}:/usr/bin:/bin", FORBIDDEN + DETECTOR_MODULES)
+    node.run()  # writes the check.toml; the first run sets the cursor and the state dir
+    node.run()  # ... the second keeps the parsed check.toml there
+    code, found = loaded(node.root, f"{node.bin}:/usr/bin:/bin",
+                         FORBIDDEN + ("typing", "tomllib") + DETECTOR_MODULES)
     assert code == 0
     assert found == ["slurm_heal.checks.detectors.gpu", "slurm_heal.checks.detectors.nvidia"]
 
@@ -98,3 +100,20 @@ def test_the_guard_sees_a_forbidden_module_when_something_on_the_path_pulls_it_i
     _, found = loaded(root, str(tmp_path / "bin"), FORBIDDEN,
                       before="import slurm_heal.checks.runner, dataclasses, argparse")
     assert found == ["dataclasses", "argparse"]
+
+
+def test_a_node_with_endpoints_imports_socket_but_not_the_idna_codec(tmp_path: Path) -> None:
+    """SPEC D6 with `[network] endpoints`: socket is what the detector needs; a numeric or
+    plain host name never loads the IDNA codec (encodings.idna, stringprep, unicodedata)."""
+    root = healthy_root(tmp_path / "root")
+    (tmp_path / "bin").mkdir()
+    conf = root / "etc/slurm-heal/check.toml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[network]\nendpoints = ["127.0.0.1:1", "localhost:1"]\n')
+    for _ in range(2):  # the state dir, then the parsed check.toml in it
+        loaded(root, str(tmp_path / "bin"), ())
+    code, found = loaded(root, str(tmp_path / "bin"), (
+        "socket", "slurm_heal.checks.detectors.network", "encodings.idna", "stringprep",
+        "unicodedata", "typing", "tomllib", "dataclasses", "argparse"))
+    assert code == 0  # refused, but for less than unreachable_for: no finding yet
+    assert found == ["socket", "slurm_heal.checks.detectors.network"]

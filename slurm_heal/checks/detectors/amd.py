@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import paths, proc, state
 from slurm_heal.checks.config import AmdConfig
@@ -33,8 +32,10 @@ from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
 from slurm_heal.frozen import replace
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from datetime import datetime
+    from typing import Any
 
     from slurm_heal.checks.config import CheckConfig
     from slurm_heal.types import Finding

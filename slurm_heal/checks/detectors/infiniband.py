@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import paths
 from slurm_heal.checks.config import IB_COUNTERS, InfinibandConfig
@@ -27,7 +26,10 @@ from slurm_heal.checks.state import detector_state, rate_per_minute
 from slurm_heal.frozen import dataclass, field
 from slurm_heal.types import Evidence, Finding, Severity
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_heal.checks.config import CheckConfig
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import socket
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks.config import NetworkConfig
 from slurm_heal.checks.node import Unsupported
@@ -20,7 +19,10 @@ from slurm_heal.checks.state import detector_state
 from slurm_heal.errors import ConfigError
 from slurm_heal.types import Evidence, Finding, Severity
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_heal.checks.config import CheckConfig
 
 
@@ -39,8 +41,11 @@ def probe(endpoints: tuple[str, ...], timeout: float) -> dict[str, str]:
 
     def one(ep: str) -> None:
         host, port = split_endpoint(ep)
+        # An ASCII host goes as bytes: a str is encoded with the IDNA codec first, which
+        # imports encodings.idna, stringprep and unicodedata (~4 ms a run, issue 26).
+        addr: str | bytes = host.encode("ascii") if host.isascii() else host
         try:
-            with socket.create_connection((host, port), timeout=timeout):
+            with socket.create_connection((addr, port), timeout=timeout):  # type: ignore[arg-type]
                 results[ep] = ""
         except OSError as exc:
             results[ep] = str(exc) or type(exc).__name__

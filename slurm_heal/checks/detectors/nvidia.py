@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import paths, proc, state
 from slurm_heal.checks.config import NvidiaConfig
@@ -37,8 +36,10 @@ from slurm_heal.errors import CheckError
 from slurm_heal.frozen import replace
 from slurm_heal.types import Severity
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from datetime import datetime
+    from typing import Any
     from xml.etree.ElementTree import Element
 
     from slurm_heal.checks.config import CheckConfig
