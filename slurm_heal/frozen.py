@@ -209,13 +209,12 @@ def _methods(cls: type, names: tuple[str, ...], frozen: bool, eq: bool) -> dict[
     return out
 
 
-def _lazy_init(fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any:
+def _lazy_init(owner: type, fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any:
     """An ``__init__`` that writes the real one (`_init`) on the first instance: a class
-    the run never instantiates costs no compile (most of the node check's are not)."""
+    the run never instantiates costs no compile (most of the node check's are not). Two
+    threads making the first instances at once both write it; either one stays."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        cls = type(self)
-        owner = next(c for c in cls.__mro__ if c.__dict__.get("__init__") is __init__)
         real = _init(owner, fields, frozen)
         type.__setattr__(owner, "__init__", real)
         real(self, *args, **kwargs)
@@ -270,7 +269,7 @@ def _process(cls: type, frozen: bool, slots: bool, eq: bool) -> type:
                 ns[name] = f.default
     new = type(cls)(cls.__name__, cls.__bases__, ns)
     new.__qualname__ = cls.__qualname__
-    type.__setattr__(new, "__init__", _lazy_init(fields, frozen))
+    type.__setattr__(new, "__init__", _lazy_init(new, fields, frozen))
     return new
 
 

@@ -120,3 +120,43 @@ def test_what_it_does_not_write_is_refused_with_its_name() -> None:
         class Bad:
             a: int = 1
             b: int  # type: ignore[misc]
+
+
+def test_first_instances_made_by_many_threads_at_once_are_all_whole() -> None:
+    """The generated __init__ is written on the first instance; threads racing to make
+    it (the node check's detectors run in threads) all get whole instances."""
+    import threading
+
+    @frozen.dataclass(frozen=True, slots=True)
+    class Reading:
+        index: int
+        name: str = "gpu"
+
+    out: list[Reading] = []
+    barrier = threading.Barrier(8)
+
+    def make(i: int) -> None:
+        barrier.wait()
+        out.append(Reading(i))
+
+    threads = [threading.Thread(target=make, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.index for r in out) == list(range(8))
+    assert all(r.name == "gpu" for r in out)
+
+
+def test_a_subclass_of_a_record_is_a_record_of_both_fields() -> None:
+    @frozen.dataclass(frozen=True, slots=True)
+    class Base:
+        a: int
+        b: int = 2
+
+    @frozen.dataclass(frozen=True, slots=True)
+    class Child(Base):
+        c: int = 3
+
+    assert Child(1) == Child(1, 2, 3) and repr(Child(1)).endswith(".Child(a=1, b=2, c=3)")
+    assert Base(1) == Base(1, 2) and Child.__match_args__ == ("a", "b", "c")
