@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import re
 from datetime import timedelta
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 _DURATION = re.compile(r"^(?:\d+(?:\.\d+)?[smhdw])+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")

@@ -29,11 +29,13 @@ import contextlib
 import errno
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
-from typing import IO
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:  # pathlib (with urllib.parse, ipaddress) only where a Path is handed out:
+    from pathlib import Path  # not on the node check's path (issue 26)
+    from typing import IO
 
 POLL_INTERVAL = 0.05  # seconds between tries of a lock held by another process
 DEFAULT_MODE = 0o640
@@ -49,12 +51,14 @@ class LockTimeout(TimeoutError):
         super().__init__(f"{path}: held by {holder} for more than {timeout:g}s")
 
 
-def _temp_prefix(path: Path) -> str:
-    return f".{path.name}."
+def _temp_prefix(path: str | os.PathLike[str]) -> str:
+    return f".{os.path.basename(os.fspath(path))}."
 
 
 def temps(path: str | os.PathLike[str]) -> list[Path]:
     """Temp files of `atomic_write` for ``path`` (a live writer's, or a killed one's)."""
+    from pathlib import Path
+
     p = Path(path)
     return sorted(p.parent.glob(f"{_temp_prefix(p)}*.tmp"))
 
@@ -65,6 +69,20 @@ def remove_stale_temps(path: str | os.PathLike[str]) -> None:
     for stale in temps(path):
         with contextlib.suppress(OSError):
             stale.unlink()
+
+
+def _mkstemp(directory: str, prefix: str) -> tuple[int, str]:
+    """A new temp file ``<prefix><random>.tmp`` in ``directory``, opened O_EXCL (what
+    `tempfile.mkstemp` does, without importing tempfile, shutil and random on the node
+    check's path: issue 26)."""
+    for _ in range(100):
+        name = os.path.join(directory, f"{prefix}{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                           | os.O_CLOEXEC, 0o600), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temp file name", str(directory))
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -81,8 +99,9 @@ def atomic_open(path: str | os.PathLike[str], mode: int = DEFAULT_MODE) -> Itera
     """A binary file to write; when the block exits without an error it replaces
     ``path`` atomically (fsync, mode, rename, directory fsync). On an error nothing
     changes and the temp file is gone."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_temp_prefix(target), suffix=".tmp")
+    target = os.fspath(path)
+    parent = os.path.dirname(target) or os.curdir
+    fd, tmp = _mkstemp(parent, _temp_prefix(target))
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -95,7 +114,7 @@ def atomic_open(path: str | os.PathLike[str], mode: int = DEFAULT_MODE) -> Itera
             os.unlink(tmp)
         raise
     with contextlib.suppress(OSError):
-        fsync_dir(target.parent)  # the rename is done; a failed directory fsync loses nothing
+        fsync_dir(parent)  # the rename is done; a failed directory fsync loses nothing
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str,
@@ -118,8 +137,7 @@ def _holder(path: Path) -> str:
 def locked(path: str | os.PathLike[str], timeout: float | None = None) -> Iterator[None]:
     """Hold the exclusive lock ``path``; wait at most ``timeout`` seconds (None: no
     limit), then raise `LockTimeout`. An OSError opening the lock file propagates."""
-    lock = Path(path)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o640)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o640)
     try:
         if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -133,6 +151,9 @@ def locked(path: str | os.PathLike[str], timeout: float | None = None) -> Iterat
                     if exc.errno not in (errno.EAGAIN, errno.EACCES):
                         raise
                 if time.monotonic() >= deadline:
+                    from pathlib import Path
+
+                    lock = Path(path)
                     raise LockTimeout(lock, timeout, _holder(lock))
                 time.sleep(POLL_INTERVAL)
         # Who holds it, for the message another process may show (diagnostics only).

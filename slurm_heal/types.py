@@ -1,6 +1,7 @@
 """Light, frozen value types shared by the node side and the controller side.
 
-These are plain dataclasses on purpose: the node check imports them on every run and
+These are frozen slotted value classes (`slurm_heal.frozen`, the stdlib dataclass
+without its import cost) on purpose: the node check imports them on every run and
 must start fast (pydantic alone costs ~50 ms of import time). Controller-side state
 (remediations, the store, the policy) lives in `models.py` as pydantic models.
 """
@@ -8,11 +9,14 @@ must start fast (pydantic alone costs ~50 ms of import time). Controller-side st
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
+from slurm_heal.frozen import dataclass, field
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
+    from typing import Any
+
     from slurm_heal.topology import Topology
 
 

@@ -1,6 +1,10 @@
-"""The node check's configuration: a small TOML file, validated into dataclasses.
+"""The node check's configuration: a small TOML file, validated into frozen records.
 
-No pydantic here on purpose (start-up time). Every key is optional; an unknown key or a
+No pydantic and no stdlib dataclasses here on purpose (start-up time; the records are
+`slurm_heal.frozen`'s). One section per detector: the built-in detectors are the one
+tuple `BUILTINS` (section name, settings class, the module that implements it, named,
+not imported); a third-party detector's section is found through its entry point
+(docs/checks.md "Third-party detectors"). Every key is optional; an unknown key or a
 value of the wrong type is a `ConfigError` naming the file and the key, so a typo never
 silently switches a detector off. Example (all defaults shown)::
 
@@ -94,12 +98,16 @@ silently switches a detector off. Example (all defaults shown)::
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
 
-from slurm_heal.checks import paths
+from slurm_heal.checks import paths, present
 from slurm_heal.durations import parse_seconds
 from slurm_heal.errors import ConfigError
+from slurm_heal.frozen import dataclass, field, fields_of
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 MODES = ("healthcheck", "prolog", "epilog", "agent")
 SOURCES = ("kmsg", "file", "journal")
@@ -213,9 +221,60 @@ class DiskConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DetectorSpec:
+    """A detector as the check knows it before importing it (issue 21): its section, its
+    settings class, and where it is implemented (``"module:ATTR"``, an object of the
+    `slurm_heal.checks.detector.Detector` protocol), imported only when it runs."""
+
+    name: str  # its check.toml section, and its name in the results
+    settings: type  # its settings class (the section's keys and defaults)
+    target: str  # "module:ATTR" of its Detector; imported only when it runs on this node
+    # Why it cannot run on this node (no driver, no tool, nothing configured), decided
+    # without importing it; None = it can. The reason is its "unsupported" status.
+    present: Callable[[CheckConfig, str], str | None] | None = None
+    # A vendor tool that hangs is itself a finding (gpu.tool.hung, SPEC D3), not an error.
+    tool_hang_is_finding: bool = False
+    loaded: Any = None  # a third-party detector: the object its entry point loaded
+
+    def load(self) -> Any:
+        """The Detector object (imports its module the first time)."""
+        if self.loaded is not None:
+            return self.loaded
+        module, _, attr = self.target.partition(":")
+        attr = attr or "DETECTOR"
+        # __import__ rather than importlib.import_module: no importlib on the check path
+        return getattr(__import__(module, fromlist=[attr]), attr)
+
+
+_D = "slurm_heal.checks.detectors."
+# The built-in detectors, in the order they run and report: CheckConfig's sections, the
+# parser and the runner are all derived from this one tuple.
+BUILTINS: tuple[DetectorSpec, ...] = (
+    DetectorSpec("kernel_log", KernelLogConfig, _D + "kernel_log:DETECTOR"),
+    DetectorSpec("mounts", MountsConfig, _D + "host:MOUNTS"),
+    DetectorSpec("gpus", GpusConfig, _D + "host:GPUS"),
+    DetectorSpec("services", ServicesConfig, _D + "host:SERVICES"),
+    DetectorSpec("nvidia", NvidiaConfig, _D + "nvidia:DETECTOR", present.nvidia,
+                 tool_hang_is_finding=True),
+    DetectorSpec("amd", AmdConfig, _D + "amd:DETECTOR", present.amd,
+                 tool_hang_is_finding=True),
+    DetectorSpec("infiniband", InfinibandConfig, _D + "infiniband:DETECTOR",
+                 present.infiniband),
+    DetectorSpec("network", NetworkConfig, _D + "network:DETECTOR", present.network),
+    DetectorSpec("disk", DiskConfig, _D + "disk:DETECTOR"),
+)
+SECTIONS = tuple(spec.name for spec in BUILTINS)
+# The keys every detector's settings have (a third-party one's too): the runner reads them.
+COMMON_KEYS = ("enabled", "timeout", "modes")
+# The entry point group of third-party detectors (docs/checks.md).
+ENTRY_POINTS = "slurm_heal.detectors"
+
+
+@dataclass(frozen=True, slots=True)
 class CheckConfig:
     state_dir: str = paths.STATE_DIR
     timeout: float = 20.0
+    # One field per entry of BUILTINS, in its order (a test holds them together).
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
     gpus: GpusConfig = field(default_factory=GpusConfig)
@@ -226,10 +285,23 @@ class CheckConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     disk: DiskConfig = field(default_factory=DiskConfig)
     source_file: str = ""  # where it was read from ("" = defaults)
+    # Third-party detectors whose section the file has: (spec, its settings), in file order.
+    plugins: tuple[tuple[DetectorSpec, Any], ...] = ()
 
     def state_path(self) -> str:
         """The state dir as read on this node (under the replay root when set)."""
         return paths.host_path(self.state_dir)
+
+    def detectors(self) -> tuple[tuple[DetectorSpec, Any], ...]:
+        """Every detector with its settings: the built-ins, then the third-party ones."""
+        return tuple((spec, getattr(self, spec.name)) for spec in BUILTINS) + self.plugins
+
+    def section(self, name: str) -> Any:
+        """The settings of the detector ``name`` (built-in or third-party); KeyError."""
+        for spec, settings in self.detectors():
+            if spec.name == name:
+                return settings
+        raise KeyError(name)
 
 
 def _typed(file: str, key: str, value: Any, default: Any) -> Any:
@@ -278,7 +350,7 @@ def _seconds(file: str, key: str, value: Any) -> Any:
 def _section(file: str, name: str, raw: Any, default: Any) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"expected a table, got {raw!r}", file=file, key=name)
-    known = {f: getattr(default, f) for f in default.__dataclass_fields__}
+    known = {f: getattr(default, f) for f, _ in fields_of(type(default))}
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
@@ -296,17 +368,15 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
 
 def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
     """Validate a parsed TOML document into a CheckConfig (ConfigError on bad input)."""
-    sections: dict[str, Any] = {"kernel_log": KernelLogConfig(), "mounts": MountsConfig(),
-                                "gpus": GpusConfig(), "services": ServicesConfig(),
-                                "nvidia": NvidiaConfig(), "amd": AmdConfig(),
-                                "infiniband": InfinibandConfig(), "network": NetworkConfig(),
-                                "disk": DiskConfig()}
+    sections: dict[str, Any] = {spec.name: spec.settings() for spec in BUILTINS}
+    plugins: list[DetectorSpec] = []
     for key in data:
         if key not in ("check", *sections):
-            raise ConfigError(f"unknown section (known: check, {', '.join(sections)})",
-                              file=file, key=key)
+            plugins.append(_third_party(key, file, sections))
     built = {name: _section(file, name, data.get(name, {}), default)
              for name, default in sections.items()}
+    extra = tuple((spec, _section(file, spec.name, data[spec.name], spec.settings()))
+                  for spec in plugins)
     check = data.get("check", {})
     if not isinstance(check, dict):
         raise ConfigError("expected a table", file=file, key="check")
@@ -333,30 +403,130 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
         if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"endpoint {ep!r} is not HOST:PORT", file=file,
                               key="network.endpoints")
-    return CheckConfig(**top, **built, source_file=file)
+    return CheckConfig(**top, **built, source_file=file, plugins=extra)
+
+
+def _third_party(key: str, file: str, sections: dict[str, Any]) -> DetectorSpec:
+    """The third-party detector whose section ``key`` is (entry point group
+    ``slurm_heal.detectors``, name ``key``), loaded and checked; else the unknown-section
+    error. Entry points are looked up only here: a file of built-in sections only (or
+    none) never pays for importlib.metadata."""
+    from importlib import metadata
+
+    found = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
+    ep = found.get(key)
+    if ep is None:
+        more = f", {', '.join(sorted(found))}" if found else ""
+        raise ConfigError(f"unknown section (known: check, {', '.join(sections)}{more})",
+                          file=file, key=key)
+    where = f"detector {ep.value!r} (entry point {key!r} of {ENTRY_POINTS})"
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin is a configuration error that names it
+        raise ConfigError(f"{where} does not load: {type(exc).__name__}: {exc}",
+                          file=file, key=key) from None
+    missing = [a for a in ("name", "settings", "modes", "gather", "evaluate")
+               if not hasattr(obj, a)]
+    if missing:
+        raise ConfigError(f"{where} is not a Detector: it has no {', '.join(missing)} "
+                          "(docs/checks.md \"Third-party detectors\")", file=file, key=key)
+    if obj.name != key:
+        raise ConfigError(f"{where} calls itself {obj.name!r}", file=file, key=key)
+    try:
+        keys = [n for n, _ in fields_of(obj.settings)]
+    except (TypeError, AttributeError):
+        keys = []
+    lacking = [k for k in COMMON_KEYS if k not in keys]
+    if lacking:
+        raise ConfigError(f"{where}: its settings class has no {', '.join(lacking)} "
+                          "(every detector's settings have enabled, timeout and modes)",
+                          file=file, key=key)
+    return DetectorSpec(name=key, settings=obj.settings, target=ep.value,
+                        tool_hang_is_finding=bool(getattr(obj, "tool_hang_is_finding", False)),
+                        loaded=obj)
 
 
 def load_config(path: str | None) -> CheckConfig:
     """Read the config file. ``None``: the default file when it exists, else defaults.
 
-    A file named explicitly must exist; the default one may be absent.
+    A file named explicitly must exist; the default one may be absent. The parsed
+    document is kept in the state dir (`CACHE`) with the file's text, so a node whose
+    check.toml did not change never imports the TOML parser again (tomllib and what it
+    imports: ~10 ms of every run, issue 26); it is validated every run.
     """
     explicit = path is not None
     file = path if explicit else paths.host_path(paths.CONFIG_FILE)
     assert file is not None
-    if sys.version_info >= (3, 11):
-        import tomllib  # only when there is a file: most nodes run on defaults
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
     try:
         with open(file, "rb") as fh:
-            data = tomllib.load(fh)
+            raw = fh.read()
     except FileNotFoundError:
         if explicit:
             raise ConfigError("file not found", file=file) from None
         return CheckConfig()
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=file) from None
-    return parse_config(data, file)
+    text = raw.decode()
+    data = _cached(file, text)
+    if data is not None:
+        return parse_config(data, file)
+    if sys.version_info >= (3, 11):
+        import tomllib  # only when the file changed: most nodes run on defaults or a cache
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    parsed = parse_config(data, file)
+    _remember(file, text, data)
+    return parsed
+
+
+# The parsed check.toml, kept in the default state dir (where it exists: the check
+# creates it; a site's own [check] state_dir cannot be known before the file is read).
+CACHE = "check-toml.json"
+
+
+def _cache_file() -> str:
+    import os
+
+    return os.path.join(paths.host_path(paths.STATE_DIR), CACHE)
+
+
+def _cached(file: str, text: str) -> dict[str, Any] | None:
+    """The document parsed from this very text of this file, else None."""
+    import json
+    import os
+
+    try:
+        with open(_cache_file(), "rb") as fh:
+            cached = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("path") != os.path.abspath(file) \
+            or cached.get("text") != text:
+        return None
+    data = cached.get("data")
+    return data if isinstance(data, dict) else None
+
+
+def _remember(file: str, text: str, data: dict[str, Any]) -> None:
+    """Keep a valid document for the next run; never an error (a read-only or absent
+    state dir, a value JSON cannot hold such as a TOML date: nothing is kept)."""
+    import json
+    import os
+
+    from slurm_heal import fsio
+
+    target = _cache_file()
+    if not os.path.isdir(os.path.dirname(target)):
+        return
+    try:
+        out = json.dumps({"path": os.path.abspath(file), "text": text, "data": data},
+                         sort_keys=True)
+        if json.loads(out)["data"] != data:  # e.g. a NaN, which is never equal to itself
+            return
+        fsio.atomic_write(target, out, 0o640)
+    except (OSError, TypeError, ValueError):
+        return

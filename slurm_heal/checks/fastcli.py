@@ -1,8 +1,13 @@
-"""`slurm-heal check` without click: the fast entry point (``python -m slurm_heal.checks``).
+"""`slurm-heal check` without click: the fast entry point (``python -m slurm_heal.checks``,
+and ``slurm-heal check`` itself, which `slurm_heal.entry` routes here before click loads).
 
 The click command in `slurm_heal.commands.check` shares everything here; this path
 exists because the check runs on every node every few minutes and in every job's
-epilog, where click's import time (~40 ms) is a large part of the budget.
+epilog, where click's import time (~40 ms) is a large part of the budget. For the same
+reason its options are read by a small parser of its own, not argparse (which imports
+gettext, locale, shutil, bz2 and lzma: ~17 ms, issue 26); it reads what argparse read
+(``--opt VALUE``, ``--opt=VALUE``, unambiguous prefixes) and says a usage error the way
+argparse said it (usage line, ``slurm-heal check: error: ...``, exit 2).
 
 Exit statuses: 0 healthy, 1 findings (prolog: only faults that make the node unusable;
 epilog: always 0), 2 usage or configuration error, 3 Slurm error (the findings were
@@ -11,13 +16,15 @@ still printed and the state saved), 10 a detector failed and nothing was found.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import NoReturn, TextIO
 
 from slurm_heal.checks import config, paths, runner
 from slurm_heal.errors import ConfigError, HealError, SlurmError, exit_code_for
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import NoReturn, TextIO
 
 SEVERITY_LABEL = {"critical": "CRITICAL", "warning": "WARNING", "info": "info"}
 
@@ -52,33 +59,119 @@ def render_json(result: runner.CheckResult, out: TextIO) -> None:
     out.write("\n")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, whose usage errors are JSON too when --json was asked for."""
+class UsageError(Exception):
+    """Bad arguments: the message, said as argparse said it (`Parser.fail`)."""
 
-    as_json = False
 
-    def error(self, message: str) -> NoReturn:
+class Option:
+    __slots__ = ("flags", "dest", "metavar", "choices", "default", "help")
+
+    def __init__(self, flags: tuple[str, ...], dest: str, help: str, metavar: str = "",
+                 choices: tuple[str, ...] = (), default: str | bool | None = None) -> None:
+        self.flags = flags
+        self.dest = dest
+        self.metavar = metavar  # "" = a flag without a value
+        self.choices = choices
+        self.default = default
+        self.help = help
+
+
+class Parser:
+    """The check's options (what argparse gave it): ``parse(argv)`` -> dest -> value."""
+
+    prog = "slurm-heal check"
+
+    def __init__(self, description: str, options: list[Option]) -> None:
+        self.description = description
+        self.options = options
+        self.as_json = False
+
+    def usage(self) -> str:
+        parts = ["[-h]"]
+        for o in self.options:
+            value = "{" + ",".join(o.choices) + "}" if o.choices else o.metavar
+            parts.append(f"[{o.flags[0]}{' ' + value if value else ''}]")
+        return f"usage: {self.prog} {' '.join(parts)}\n"
+
+    def format_help(self) -> str:
+        lines = [self.usage(), f"{self.description}\n", "options:",
+                 "  -h, --help            show this help message and exit"]
+        for o in self.options:
+            value = "{" + ",".join(o.choices) + "}" if o.choices else o.metavar
+            names = ", ".join(f"{f} {value}" if value else f for f in o.flags)
+            lines.append(f"  {names}\n                        {o.help}" if len(names) > 20
+                         else f"  {names:<22}{o.help}")
+        return "\n".join(lines) + "\n"
+
+    def _option(self, word: str) -> Option:
+        exact = [o for o in self.options if word in o.flags]
+        if exact:
+            return exact[0]
+        near = [(f, o) for o in self.options for f in o.flags if f.startswith(word)]
+        if len({o.dest for _, o in near}) == 1:
+            return near[0][1]
+        if near:
+            raise UsageError(f"ambiguous option: {word} could match "
+                             f"{', '.join(f for f, _ in near)}")
+        raise UsageError(f"unrecognized arguments: {word}")
+
+    def parse(self, argv: list[str]) -> dict[str, str | bool | None]:
+        values: dict[str, str | bool | None] = {o.dest: o.default for o in self.options}
+        extra: list[str] = []
+        i = 0
+        while i < len(argv):
+            word = argv[i]
+            i += 1
+            if word in ("-h", "--help"):
+                sys.stdout.write(self.format_help())
+                sys.exit(0)
+            if not word.startswith("--") or word == "--":
+                extra.extend(argv[i - 1:] if word != "--" else argv[i:])
+                break
+            name, eq, value = word.partition("=")
+            o = self._option(name)
+            if not (o.metavar or o.choices):
+                if eq:
+                    raise UsageError(f"argument {'/'.join(o.flags)}: ignored explicit "
+                                     f"argument {value!r}")
+                values[o.dest] = True
+                continue
+            if not eq:
+                if i >= len(argv) or (argv[i].startswith("--") and len(argv[i]) > 2):
+                    raise UsageError(f"argument {'/'.join(o.flags)}: expected one argument")
+                value = argv[i]
+                i += 1
+            if o.choices and value not in o.choices:
+                raise UsageError(f"argument {'/'.join(o.flags)}: invalid choice: {value!r} "
+                                 f"(choose from {', '.join(repr(c) for c in o.choices)})")
+            values[o.dest] = value
+        if extra:
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+        return values
+
+    def fail(self, message: str) -> NoReturn:
+        """A usage error: as JSON under --json, else argparse's words; exit 2."""
         if self.as_json:
             error(message, "UsageError", runner.EXIT_USAGE, True, sys.stdout, sys.stderr)
-            sys.exit(runner.EXIT_USAGE)
-        super().error(message)
+        else:
+            sys.stderr.write(self.usage() + f"{self.prog}: error: {message}\n")
+        sys.exit(runner.EXIT_USAGE)
 
 
-def parser() -> _Parser:
-    p = _Parser(
-        prog="slurm-heal check",
-        description="Run the node health checks, publish alerts in the node's Extra and "
-                    "drain the node for faults that need it (SPEC D1-D4, I1, I2).")
-    p.add_argument("--mode", choices=config.MODES[:3], default="healthcheck",
-                   help="healthcheck (default), prolog or epilog")
-    p.add_argument("--json", action="store_true", help="print findings as a JSON list")
-    p.add_argument("--dry-run", action="store_true", help="write nothing to Slurm")
-    p.add_argument("--check-config", "--config", dest="config", metavar="FILE", default=None,
-                   help=f"the node check's configuration (default {paths.CONFIG_FILE} if "
-                        "present); --config is the old spelling, kept for one release")
-    p.add_argument("--node", metavar="NAME", default=None,
-                   help="node name (default $SLURMD_NODENAME, else the short host name)")
-    return p
+def parser() -> Parser:
+    return Parser(
+        "Run the node health checks, publish alerts in the node's Extra and drain the node "
+        "for faults that need it (SPEC D1-D4, I1, I2).",
+        [Option(("--mode",), "mode", "healthcheck (default), prolog or epilog",
+                choices=config.MODES[:3], default="healthcheck"),
+         Option(("--json",), "json", "print findings as a JSON list", default=False),
+         Option(("--dry-run",), "dry_run", "write nothing to Slurm", default=False),
+         Option(("--check-config", "--config"), "config",
+                f"the node check's configuration (default {paths.CONFIG_FILE} if present); "
+                "--config is the old spelling, kept for one release", metavar="FILE"),
+         Option(("--node",), "node",
+                "node name (default $SLURMD_NODENAME, else the short host name)",
+                metavar="NAME")])
 
 
 def error(message: str, kind: str, code: int, as_json: bool, out: TextIO,
@@ -122,7 +215,14 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
 
 def main(argv: list[str] | None = None) -> int:
     """``slurm-heal check`` argv (without "check") -> exit status."""
+    words = argv if argv is not None else sys.argv[1:]
     p = parser()
-    p.as_json = "--json" in (argv if argv is not None else sys.argv[1:])
-    args = p.parse_args(argv)
-    return run(args.mode, args.json, args.dry_run, args.config, args.node)
+    p.as_json = "--json" in words
+    try:
+        args = p.parse(words)
+    except UsageError as exc:
+        p.fail(str(exc))
+    config_file, node = args["config"], args["node"]
+    return run(str(args["mode"]), bool(args["json"]), bool(args["dry_run"]),
+               config_file if isinstance(config_file, str) else None,
+               node if isinstance(node, str) else None)

@@ -1,8 +1,10 @@
 """Kernel log parsing and evaluation (SPEC D1, D2, D4). Pure: bytes in, events out.
 
 Speed matters (the target is >= 500 MB/s): a big chunk is never split into lines in
-Python. `scan` looks for a handful of literal needles with ``bytes.find`` (C speed)
-and only the lines that contain one are decoded and parsed.
+Python. Only the lines holding one of a handful of literal needles (`NEEDLES`) are
+decoded and parsed; `candidate_spans` finds them with one ``bytes.find`` pass per
+needle (C speed, no process), and a big file is searched for all of them in one pass
+by a ``grep -F`` child instead (`slurm_heal.checks.sources`), which `scan` is handed.
 
 Line formats understood, detected per line (a file may mix them after rotation):
 
@@ -38,14 +40,18 @@ cannot blind the detector for the lines that follow (a real Xid 79 after it is f
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
 
+from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Evidence, Finding, Severity
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+
 # Every line that can produce an event contains one of these. Keep them literal and
-# few: each costs one pass of bytes.find over the chunk.
+# few: each costs one pass of bytes.find over a chunk below sources.GREP_MIN_BYTES (a
+# bigger file is searched for all of them in one pass).
 # Longer needles ending in a rare byte are faster for bytes.find (it skips by the last
 # byte): "soft lockup - CPU#" runs at ~5 GB/s where "soft lockup" manages ~3.
 NEEDLES: tuple[bytes, ...] = (
@@ -454,13 +460,14 @@ def nvlink5(text: str) -> dict[str, Any]:
     return out
 
 
-class Buffer(Protocol):
-    """What the scan needs of its data: bytes, or an mmap of a log file (no copy)."""
+if TYPE_CHECKING:  # for the type checker only: typing stays off the check path
+    class Buffer(Protocol):
+        """What the scan needs of its data: bytes, or an mmap of a log file (no copy)."""
 
-    def find(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
-    def rfind(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
-    def __getitem__(self, index: slice) -> bytes: ...
-    def __len__(self) -> int: ...
+        def find(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
+        def rfind(self, sub: bytes, start: int = ..., end: int = ...) -> int: ...
+        def __getitem__(self, index: slice) -> bytes: ...
+        def __len__(self) -> int: ...
 
 
 def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
@@ -482,11 +489,14 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
 
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
-         hi: int | None = None, now: datetime | None = None) -> ScanResult:
+         hi: int | None = None, now: datetime | None = None,
+         spans: list[tuple[int, int]] | None = None) -> ScanResult:
     """Parse the interesting lines of ``data[lo:hi]`` (whole lines) into events.
-    ``now`` (default: the clock) dates classic syslog stamps, which have no year."""
+    ``now`` (default: the clock) dates classic syslog stamps, which have no year.
+    ``spans``: the candidate lines when the caller found them already (one multi-pattern
+    pass over a big file, `slurm_heal.checks.sources`), else `candidate_spans`."""
     out = result if result is not None else ScanResult()
-    for start, end in candidate_spans(data, lo, hi):
+    for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
         try:
             line = split_line(raw, now)

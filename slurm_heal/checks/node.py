@@ -6,13 +6,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from slurm_heal.checks import paths, proc
 from slurm_heal.errors import CheckError
+from slurm_heal.frozen import dataclass
 from slurm_heal.types import Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Unsupported(Exception):

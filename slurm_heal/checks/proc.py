@@ -6,9 +6,8 @@ so a hung ``systemctl`` or ``nvidia-smi`` can never hang the health check.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from slurm_heal.errors import CheckError
+from slurm_heal.frozen import dataclass
 
 
 class ToolTimeout(CheckError):
@@ -30,10 +29,28 @@ class Result:
 
 
 def which(tool: str) -> str | None:
-    """The tool's path on PATH, or None (the detector is then "unsupported")."""
-    import shutil  # imported here: the healthy prolog/epilog path runs no tool
+    """The tool's path on PATH, or None (the detector is then "unsupported"). What
+    `shutil.which` answers, without importing shutil (it imports bz2, lzma, fnmatch: a
+    cost every check on a node without the tool would pay only to learn it is absent)."""
+    import os
 
-    return shutil.which(tool)
+    def runnable(path: str) -> bool:
+        return os.path.exists(path) and os.access(path, os.F_OK | os.X_OK) \
+            and not os.path.isdir(path)
+
+    if os.path.dirname(tool):
+        return tool if runnable(tool) else None
+    search = os.environ.get("PATH")
+    if search is None:
+        try:
+            search = os.confstr("CS_PATH")
+        except (AttributeError, ValueError):
+            search = os.defpath
+    for d in search.split(os.pathsep) if search else ():
+        path = os.path.join(d or os.curdir, tool)
+        if runnable(path):
+            return path
+    return None
 
 
 def run(argv: list[str], timeout: float) -> Result:

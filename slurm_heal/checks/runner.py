@@ -32,20 +32,22 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
 
-from slurm_heal.checks import kernlog, node, paths, proc, sources, state
-from slurm_heal.checks.config import CheckConfig
+from slurm_heal.checks import node, paths, proc, state
+from slurm_heal.checks.config import CheckConfig, DetectorSpec
 from slurm_heal.errors import HealError, SlurmError, SlurmUnreachable
+from slurm_heal.frozen import dataclass, field, replace
 from slurm_heal.types import Alert, Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_heal.checks.detector import Detector, Update
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
-
-DETECTORS = ("kernel_log", "mounts", "gpus", "services", "nvidia", "amd", "infiniband",
-             "network", "disk")
 
 # Exit statuses of `slurm-heal check` (documented in docs/checks.md).
 EXIT_HEALTHY = 0
@@ -117,123 +119,9 @@ def cordons(f: Finding) -> bool:
     return fault.cordon and f.severity.rank >= fault.severity.rank
 
 
-def _boot_wall(now: datetime) -> datetime | None:
-    text = paths.read_text(paths.host_path("/proc/uptime")).split()
-    try:
-        return datetime.fromtimestamp(now.timestamp() - float(text[0]), timezone.utc)
-    except (IndexError, ValueError):
-        return None
-
-
-def _recovery(text: str) -> str | None:
-    from slurm_heal import catalog
-
-    action = catalog.load().recovery_action(text)
-    return action.value if action is not None else None
-
-
-def _unused(fid: str) -> Any:
-    raise AssertionError(f"no events, yet asked about {fid}")
-
-
-# ------------------------------------------------------------------ the detectors
-# Each takes (config, state, node, now) and returns (findings, state updates). They do
-# their own I/O and never write the state themselves: the run applies the updates only
-# for detectors that finished.
-
-Update = dict[str, Any]
-DetectorFn = Callable[[CheckConfig, dict[str, Any], str, datetime], tuple[list[Finding], Update]]
-
-
-def detect_kernel_log(cfg: CheckConfig, st: dict[str, Any], name: str,
-                      now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D1, D2, D4: new kernel log lines since the cursor, folded into the latched
-    kernel faults of this boot."""
-    kc = cfg.kernel_log
-    result = kernlog.ScanResult()
-    cursor = st.get("cursor")
-    if kc.source == "kmsg":
-        new_cursor = sources.read_kmsg(paths.host_path("/dev/kmsg"), cursor, result)
-    elif kc.source == "file":
-        new_cursor = sources.read_file(paths.host_path(kc.path), cursor,
-                                       int(kc.first_read_mb * (1 << 20)), result, now=now)
-    else:
-        new_cursor = sources.read_journal(cursor, kc.timeout, 20000, result)
-    uuids = dict(st.get("gpu_uuids") or {})
-    uuids.update(result.gpu_uuids)
-    gpus = kernlog.GpuMap(index=sources.gpu_indexes(paths.host_path), uuid=uuids)
-    if result.events:
-        # The catalog costs a TOML parse: only when there is something to classify.
-        from slurm_heal import catalog
-
-        cat = catalog.load()
-        severity_of: Callable[[str], Severity] = lambda fid: cat.get(fid).severity  # noqa: E731
-        explanation_of: Callable[[str], str] = lambda fid: cat.get(fid).explanation  # noqa: E731
-    else:
-        severity_of = explanation_of = _unused
-    latched = kernlog.latch(
-        st.get("kernel") or {}, result.events, gpus, now, _boot_wall(now),
-        severity_of=severity_of, explanation_of=explanation_of, recovery_of=_recovery)
-    latched = kernlog.expire(latched, now, kc.hold)
-    if os.path.exists(os.path.join(cfg.state_path(), "gpu-reset.json")):
-        from slurm_heal.checks import reset  # SPEC E6: no Xid from before a GPU reset
-
-        done = reset.read(cfg.state_path())
-        latched = reset.after_reset(latched, *done) if done else latched
-    update: Update = {"cursor": new_cursor, "kernel": latched, "gpu_uuids": uuids}
-    if result.skipped:
-        # Records that could not be parsed were skipped (the cursor is past them):
-        # counted in the state file, so a person can see that some were.
-        old = st.get("kernel_skipped")
-        count = old.get("count", 0) if isinstance(old, dict) else 0
-        update["kernel_skipped"] = {"count": (count if isinstance(count, int) else 0)
-                                    + result.skipped, "last": result.skipped_sample,
-                                    "at": now.isoformat()}
-    return kernlog.findings(latched, name), update
-
-
-def detect_mounts(cfg: CheckConfig, st: dict[str, Any], name: str,
-                  now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D4: mounts that should be read-write but are read-only."""
-    path = paths.host_path("/proc/mounts")
-    text = paths.read_text(path, default="\0")
-    if text == "\0":
-        raise node.Unsupported(f"{path} does not exist")
-    return node.evaluate_mounts(node.parse_mounts(text), cfg.mounts.rw, name), {}
-
-
-def expected_gpus(cfg: CheckConfig, name: str) -> int:
-    """``[gpus] expected``, else what Slurm's gres.conf gives this node, else 0."""
-    if cfg.gpus.expected > 0:
-        return cfg.gpus.expected
-    text = paths.read_text(paths.host_path(cfg.gpus.gres_conf))
-    return (node.gres_gpus(text, name) or 0) if text else 0
-
-
-def detect_gpus(cfg: CheckConfig, st: dict[str, Any], name: str,
-                now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D2: fewer GPUs than configured (``[gpus] expected``, else Slurm's gres.conf;
-    neither = not checked)."""
-    expected = expected_gpus(cfg, name)
-    if expected <= 0:
-        raise node.Unsupported("no expected GPU count configured (nor in gres.conf)")
-    visible = node.count_gpus(paths.host_path("/proc/driver/nvidia/gpus"))
-    return node.evaluate_gpu_count(visible, expected, name), {}
-
-
-def detect_services(cfg: CheckConfig, st: dict[str, Any], name: str,
-                    now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D4: slurmd/munge/kubelet/containerd restarting in a loop."""
-    sc = cfg.services
-    counts = node.gather_restarts(sc.units, sc.timeout)
-    found, hist = node.evaluate_restarts(node.history_json(st.get("services")), counts, now,
-                                         sc.window, sc.max_restarts, name)
-    return found, {"services": hist}
-
-
 def _hung(det: str, exc: Exception, st: dict[str, Any], name: str,
           now: datetime) -> tuple[list[Finding], Update]:
-    """A GPU tool that hung is itself a finding (``gpu.tool.hung``); what the detector
+    """A vendor tool that hung is itself a finding (``gpu.tool.hung``); what the detector
     found before stays (never a false clear), its counter samples stay as they were."""
     kept = [f for f in _previous(st, det, name) if f.fault != "gpu.tool.hung"]
     argv = getattr(exc, "argv", ())
@@ -246,119 +134,70 @@ def _hung(det: str, exc: Exception, st: dict[str, Any], name: str,
     return kept + [hung], {}
 
 
-def detect_nvidia(cfg: CheckConfig, st: dict[str, Any], name: str,
-                  now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D2, D3: NVIDIA GPU telemetry (NVML / nvidia-smi / DCGM)."""
-    from slurm_heal.checks.detectors import nvidia
-
+def run_detector(spec: DetectorSpec, cfg: CheckConfig, st: dict[str, Any], name: str,
+                 now: datetime) -> tuple[list[Finding], Update]:
+    """One detector, as its thread runs it: its precondition (`slurm_heal.checks.present`:
+    `node.Unsupported` before its module is imported), then gather and evaluate. A hung
+    vendor tool of a detector that says so is its ``gpu.tool.hung`` finding (SPEC D3)."""
+    why = spec.present(cfg, name) if spec.present is not None else None
+    if why is not None:
+        raise node.Unsupported(why)
+    det: Detector[Any] = spec.load()
     try:
-        return nvidia.detect(cfg, st, name, now)
+        return det.evaluate(cfg, st, name, now, det.gather(cfg, st, name, now))
     except proc.ToolTimeout as exc:
-        return _hung("nvidia", exc, st, name, now)
-
-
-def detect_amd(cfg: CheckConfig, st: dict[str, Any], name: str,
-               now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D3, D9: AMD GPU telemetry (amd-smi / rocm-smi)."""
-    from slurm_heal.checks.detectors import amd
-
-    try:
-        return amd.detect(cfg, st, name, now)
-    except proc.ToolTimeout as exc:
-        return _hung("amd", exc, st, name, now)
-
-
-def detect_infiniband(cfg: CheckConfig, st: dict[str, Any], name: str,
-                      now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D6: InfiniBand port state, rate and error counter rates."""
-    from slurm_heal.checks.detectors import infiniband
-
-    base = paths.host_path(infiniband.SYSFS)
-    if not os.path.isdir(base):
-        raise node.Unsupported(f"{base} does not exist (no InfiniBand adapter)")
-    ic = cfg.infiniband
-    counters, _ = state.detector_state(st, "infiniband_state")
-    found, new = infiniband.evaluate(
-        infiniband.gather(base, ic.counters), counters, now, name,
-        expected_rate=float(ic.expected_rate), expected_ports=ic.ports,
-        errors_per_min=ic.errors_per_min, link_layers=ic.link_layers)
-    return found, {"infiniband_state": {"counters": new, "since": {}}}
-
-
-def detect_network(cfg: CheckConfig, st: dict[str, Any], name: str,
-                   now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D6: configured peers and endpoints reached by TCP connect."""
-    from slurm_heal.checks.detectors import network
-
-    nc = cfg.network
-    if not nc.endpoints:
-        raise node.Unsupported("no endpoints configured ([network] endpoints)")
-    _, since = state.detector_state(st, "network_state")
-    found, new = network.evaluate(network.probe(nc.endpoints, nc.connect_timeout), since,
-                                  now, nc.unreachable_for, name)
-    return found, {"network_state": {"counters": {}, "since": new}}
-
-
-def detect_disk(cfg: CheckConfig, st: dict[str, Any], name: str,
-                now: datetime) -> tuple[list[Finding], Update]:
-    """SPEC D6, D8: free space on configured paths (record only)."""
-    from slurm_heal.checks.detectors import disk
-
-    dc = cfg.disk
-    return disk.evaluate(disk.gather(dc.paths, paths.host_path), now, name,
-                         min_free_percent=dc.min_free_percent,
-                         min_free_gb=float(dc.min_free_gb)), {}
-
-
-REGISTRY: dict[str, DetectorFn] = {
-    "kernel_log": detect_kernel_log,
-    "mounts": detect_mounts,
-    "gpus": detect_gpus,
-    "services": detect_services,
-    "nvidia": detect_nvidia,
-    "amd": detect_amd,
-    "infiniband": detect_infiniband,
-    "network": detect_network,
-    "disk": detect_disk,
-}
+        if not spec.tool_hang_is_finding:
+            raise
+        return _hung(spec.name, exc, st, name, now)
 
 
 def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetime,
                    mode: str, only: frozenset[str] | None
                    ) -> tuple[dict[str, list[Finding]], list[DetectorStatus], Update]:
-    results: dict[str, tuple[list[Finding], Update] | BaseException] = {}
+    results: dict[str, tuple[list[Finding], Update] | Exception] = {}
     threads: list[tuple[str, threading.Thread, float]] = []
     statuses: dict[str, DetectorStatus] = {}
-    for det, fn in REGISTRY.items():
-        dcfg = getattr(cfg, det)
+    found: dict[str, list[Finding]] = {}
+    order = []
+    for spec, dcfg in cfg.detectors():
+        det = spec.name
+        order.append(det)
         if not dcfg.enabled:
             statuses[det] = DetectorStatus(det, "disabled")
             continue
         if mode not in dcfg.modes or (only is not None and det not in only):
             statuses[det] = DetectorStatus(det, "skipped", f"not run in {mode} mode")
             continue
+        # Its precondition (a stat, a PATH lookup) here: a detector with nothing to look
+        # at on this node costs neither a thread nor an import.
+        why = spec.present(cfg, name) if spec.present is not None else None
+        if why is not None:
+            statuses[det] = DetectorStatus(det, "unsupported", why)
+            found[det] = []
+            continue
 
-        def target(det: str = det, fn: DetectorFn = fn) -> None:
+        def target(spec: DetectorSpec = spec) -> None:
             try:
-                results[det] = fn(cfg, st, name, now)
-            except BaseException as exc:  # reported as the detector's status
-                results[det] = exc
+                results[spec.name] = run_detector(spec, cfg, st, name, now)
+            except Exception as exc:  # reported as the detector's status
+                results[spec.name] = exc
 
         t = threading.Thread(target=target, name=f"check-{det}", daemon=True)
         t.start()
         threads.append((det, t, float(dcfg.timeout)))
     deadline = time.monotonic() + cfg.timeout
-    found: dict[str, list[Finding]] = {}
     updates: Update = {}
     for det, t, limit in threads:
         t.join(max(0.0, min(limit, deadline - time.monotonic())))
         res = results.get(det)
-        if t.is_alive() or res is None:
+        if t.is_alive():
             statuses[det] = DetectorStatus(det, "timeout", f"no answer within {limit:g}s")
+        elif res is None:  # its thread ended by an exit (SystemExit, KeyboardInterrupt)
+            statuses[det] = DetectorStatus(det, "error", "ended without a result")
         elif isinstance(res, node.Unsupported):
             statuses[det] = DetectorStatus(det, "unsupported", str(res))
             found[det] = []
-        elif isinstance(res, BaseException):
+        elif isinstance(res, Exception):
             msg = str(res) if isinstance(res, HealError) else f"{type(res).__name__}: {res}"
             statuses[det] = DetectorStatus(det, "error", msg)
         else:
@@ -366,7 +205,7 @@ def _run_detectors(cfg: CheckConfig, st: dict[str, Any], name: str, now: datetim
             statuses[det] = DetectorStatus(det, "ok", str(res[1].pop("_note", "") or ""))
             found[det] = res[0]
             updates.update(res[1])
-    return found, [statuses[d] for d in REGISTRY], updates
+    return found, [statuses[d] for d in order], updates
 
 
 def detector_errors(statuses: list[DetectorStatus], node_name: str,

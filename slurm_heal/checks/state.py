@@ -18,11 +18,14 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from slurm_heal import fsio
 from slurm_heal.errors import CheckError
 from slurm_heal.types import Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 _SEVERITIES = frozenset(s.value for s in Severity)
 

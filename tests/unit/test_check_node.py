@@ -242,6 +242,7 @@ def test_the_gpu_count_comes_from_gres_conf_when_not_configured(
     (tmp_path / "etc/slurm/gres.conf").write_text(GRES)
     for bus in ("18", "2a", "3a"):
         (tmp_path / f"proc/driver/nvidia/gpus/0000:{bus}:00.0").mkdir(parents=True)
-    found, _ = runner.detect_gpus(config.CheckConfig(), {}, "gpu07", datetime.now(timezone.utc))
+    found, _ = runner.run_detector(config.BUILTINS[2], config.CheckConfig(), {}, "gpu07",
+                                   datetime.now(timezone.utc))
     (f,) = found
     assert f.fault == "gpu.missing" and f.evidence[0].data == {"visible": 3, "expected": 8}

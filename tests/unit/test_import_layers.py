@@ -15,10 +15,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "slurm_heal"
 
-# Known and left for now: the nvidia detector and the check runner import each other
-# (the Detector protocol of issue 21 is to untangle it; another change is under way in
-# checks/). Remove the entry when that lands; a new cycle fails the test.
-ALLOWED_CYCLES = [frozenset({"slurm_heal.checks.runner", "slurm_heal.checks.detectors.nvidia"})]
+# None left: a new cycle fails the test (the nvidia detector <-> check runner one went
+# with the Detector protocol of issue 21).
+ALLOWED_CYCLES: list[frozenset[str]] = []
 # The entry point loads each command group (by name, importlib) and may import them.
 COMMANDS_WIRING = {"slurm_heal.cli"}
 

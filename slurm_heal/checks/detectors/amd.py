@@ -22,13 +22,20 @@ says, the detector's status notes "ECC not readable" instead of reporting clean.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+import os
 
+from slurm_heal.checks import paths, proc, state
+from slurm_heal.checks.config import AmdConfig
+from slurm_heal.checks.detectors import gpu
 from slurm_heal.checks.detectors.gpu import GpuReading
+from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
+from slurm_heal.frozen import replace
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from datetime import datetime
+    from typing import Any
 
     from slurm_heal.checks.config import CheckConfig
     from slurm_heal.types import Finding
@@ -172,8 +179,6 @@ def with_sysfs_ecc(readings: list[GpuReading], host_path: Any
                    ) -> tuple[list[GpuReading], list[int]]:
     """Fill in the ECC count the tool did not give from sysfs; also return the GPUs
     whose ECC count neither says (their ECC is not readable: never "clean")."""
-    from dataclasses import replace
-
     out: list[GpuReading] = []
     unreadable: list[int] = []
     for g in readings:
@@ -192,8 +197,6 @@ def with_sysfs_ecc(readings: list[GpuReading], host_path: Any
 
 def gather(timeout: float) -> list[GpuReading]:
     """Readings from amd-smi, else rocm-smi. `proc.ToolTimeout` when a tool hangs."""
-    from slurm_heal.checks import proc
-
     if proc.which("amd-smi") is not None:
         listed = proc.run(["amd-smi", "list", "--json"], timeout)
         metric = proc.run(["amd-smi", "metric", "--json"], timeout)
@@ -209,33 +212,52 @@ def gather(timeout: float) -> list[GpuReading]:
     return parse_rocm_smi(res.stdout)
 
 
+class Amd:
+    """SPEC D3, D9: amd-smi (else rocm-smi) judged by the same evaluator as NVIDIA's.
+    Unsupported on a node with neither the amdgpu driver nor either tool (the runner asks
+    `slurm_heal.checks.present.amd` before importing this module)."""
+
+    name = "amd"
+    settings = AmdConfig
+    modes = AmdConfig().modes
+    tool_hang_is_finding = True  # a hung amd-smi/rocm-smi is gpu.tool.hung (D3)
+
+    def gather(self, cfg: CheckConfig, st: dict[str, Any], name: str,
+               now: datetime) -> tuple[list[GpuReading], list[int], str]:
+        """(readings, the GPUs whose ECC is not readable, the tool)."""
+        if proc.which("amd-smi") is None and proc.which("rocm-smi") is None:
+            if not os.path.isdir(paths.host_path("/sys/module/amdgpu")):
+                raise Unsupported("no amdgpu driver and no amd-smi/rocm-smi on this node")
+            raise CheckError("the amdgpu driver is loaded but neither amd-smi nor rocm-smi "
+                             "is on PATH")
+        readings, unreadable = with_sysfs_ecc(gather(cfg.amd.tool_timeout), paths.host_path)
+        tool = "amd-smi" if proc.which("amd-smi") is not None else "rocm-smi"
+        return readings, unreadable, tool
+
+    def evaluate(self, cfg: CheckConfig, st: dict[str, Any], name: str, now: datetime,
+                 seen: tuple[list[GpuReading], list[int], str]
+                 ) -> tuple[list[Finding], dict[str, Any]]:
+        readings, unreadable, tool = seen
+        ac = cfg.amd
+        counters, since = state.detector_state(st, "amd_state")
+        th = gpu.Thresholds(expected=ac.expected, pcie_replays_per_min=ac.pcie_replays_per_min,
+                            thermal_for=ac.thermal_for)
+        out = gpu.evaluate(readings, counters, since, now, th, name, "amd", tool)
+        serials = sorted({g.serial for g in readings if g.serial})
+        update: dict[str, Any] = {"amd_state": {"counters": out.counters, "since": out.since,
+                                                "serials": serials}}
+        if unreadable:
+            update[NOTE] = (f"ECC not readable on GPU {', '.join(map(str, unreadable))}: "
+                            f"{tool} gives no uncorrectable count and "
+                            f"/sys/class/drm/card<N>/device/ras has none (not reported as "
+                            f"clean)")
+        return out.findings, update
+
+
+DETECTOR = Amd()
+
+
 def detect(cfg: CheckConfig, st: dict[str, Any], name: str,
            now: datetime) -> tuple[list[Finding], dict[str, Any]]:
-    """SPEC D3, D9: amd-smi (else rocm-smi) judged by the same evaluator as NVIDIA's.
-    Unsupported on a node with neither the amdgpu driver nor either tool."""
-    import os
-
-    from slurm_heal.checks import paths, proc, state
-    from slurm_heal.checks.detectors import gpu
-    from slurm_heal.checks.node import Unsupported
-
-    ac = cfg.amd
-    if proc.which("amd-smi") is None and proc.which("rocm-smi") is None:
-        if not os.path.isdir(paths.host_path("/sys/module/amdgpu")):
-            raise Unsupported("no amdgpu driver and no amd-smi/rocm-smi on this node")
-        raise CheckError("the amdgpu driver is loaded but neither amd-smi nor rocm-smi is "
-                         "on PATH")
-    readings, unreadable = with_sysfs_ecc(gather(ac.tool_timeout), paths.host_path)
-    counters, since = state.detector_state(st, "amd_state")
-    th = gpu.Thresholds(expected=ac.expected, pcie_replays_per_min=ac.pcie_replays_per_min,
-                        thermal_for=ac.thermal_for)
-    tool = "amd-smi" if proc.which("amd-smi") is not None else "rocm-smi"
-    out = gpu.evaluate(readings, counters, since, now, th, name, "amd", tool)
-    serials = sorted({g.serial for g in readings if g.serial})
-    update: dict[str, Any] = {"amd_state": {"counters": out.counters, "since": out.since,
-                                            "serials": serials}}
-    if unreadable:
-        update[NOTE] = (f"ECC not readable on GPU {', '.join(map(str, unreadable))}: {tool} "
-                        f"gives no uncorrectable count and /sys/class/drm/card<N>/device/ras "
-                        f"has none (not reported as clean)")
-    return out.findings, update
+    """One run of the detector (gather, then evaluate)."""
+    return DETECTOR.evaluate(cfg, st, name, now, DETECTOR.gather(cfg, st, name, now))

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 
+from slurm_heal.checks import paths as check_paths
+from slurm_heal.checks.config import DiskConfig
+from slurm_heal.frozen import dataclass
 from slurm_heal.types import Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+if TYPE_CHECKING:
+    from slurm_heal.checks.config import CheckConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,3 +66,24 @@ def evaluate(usage: list[Usage], now: datetime, node: str, *, min_free_percent: 
                                      "total_bytes": u.total,
                                      "free_percent": round(pct, 2)}),)))
     return out
+
+
+class Disk:
+    """SPEC D6, D8: free space on configured paths (record only)."""
+
+    name = "disk"
+    settings = DiskConfig
+    modes = DiskConfig().modes
+
+    def gather(self, cfg: CheckConfig, st: dict[str, Any], node: str,
+               now: datetime) -> list[Usage]:
+        return gather(cfg.disk.paths, check_paths.host_path)
+
+    def evaluate(self, cfg: CheckConfig, st: dict[str, Any], node: str, now: datetime,
+                 seen: list[Usage]) -> tuple[list[Finding], dict[str, Any]]:
+        dc = cfg.disk
+        return evaluate(seen, now, node, min_free_percent=dc.min_free_percent,
+                        min_free_gb=float(dc.min_free_gb)), {}
+
+
+DETECTOR = Disk()

@@ -15,12 +15,15 @@ than configured), ``gpu.health`` (DCGM incidents with no more specific fault).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from slurm_heal.checks.state import rate_per_minute
+from slurm_heal.frozen import dataclass, field
 from slurm_heal.types import Evidence, Finding, Severity
+
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True, slots=True)

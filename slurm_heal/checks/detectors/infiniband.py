@@ -16,14 +16,21 @@ so a RoCE bond on the same adapter family is left to the network checks.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from datetime import datetime
 
-from slurm_heal.checks.config import IB_COUNTERS
-from slurm_heal.checks.state import rate_per_minute
+from slurm_heal.checks import paths
+from slurm_heal.checks.config import IB_COUNTERS, InfinibandConfig
+from slurm_heal.checks.node import Unsupported
+from slurm_heal.checks.present import INFINIBAND_SYSFS as SYSFS
+from slurm_heal.checks.state import detector_state, rate_per_minute
+from slurm_heal.frozen import dataclass, field
 from slurm_heal.types import Evidence, Finding, Severity
 
-SYSFS = "/sys/class/infiniband"
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from slurm_heal.checks.config import CheckConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +141,31 @@ def evaluate(ports: list[Port], counters: dict[str, list[float]], now: datetime,
                                text=f"ports={','.join(p.name for p in checked) or 'none'}",
                                data={"present": len(checked), "expected": expected_ports}),)))
     return out, new
+
+
+class InfiniBand:
+    """SPEC D6: InfiniBand port state, rate and error counter rates (the runner runs it
+    only where /sys/class/infiniband exists: `slurm_heal.checks.present.infiniband`)."""
+
+    name = "infiniband"
+    settings = InfinibandConfig
+    modes = InfinibandConfig().modes
+
+    def gather(self, cfg: CheckConfig, st: dict[str, Any], node: str,
+               now: datetime) -> list[Port]:
+        base = paths.host_path(SYSFS)
+        if not os.path.isdir(base):
+            raise Unsupported(f"{base} does not exist (no InfiniBand adapter)")
+        return gather(base, cfg.infiniband.counters)
+
+    def evaluate(self, cfg: CheckConfig, st: dict[str, Any], node: str, now: datetime,
+                 seen: list[Port]) -> tuple[list[Finding], dict[str, Any]]:
+        ic = cfg.infiniband
+        counters, _ = detector_state(st, "infiniband_state")
+        found, new = evaluate(seen, counters, now, node,
+                              expected_rate=float(ic.expected_rate), expected_ports=ic.ports,
+                              errors_per_min=ic.errors_per_min, link_layers=ic.link_layers)
+        return found, {"infiniband_state": {"counters": new, "since": {}}}
+
+
+DETECTOR = InfiniBand()

@@ -23,15 +23,23 @@ The parsers are pure and tested on golden files in ``tests/data/nvidia/``.
 from __future__ import annotations
 
 import json
+import os
 import re
-from typing import TYPE_CHECKING, Any
 
-from slurm_heal.checks.detectors.gpu import GpuReading, Incident, LinkReading
+from slurm_heal.checks import paths, proc, state
+from slurm_heal.checks.config import NvidiaConfig
+from slurm_heal.checks.detectors.gpu import GpuReading, Incident, LinkReading, Thresholds
+from slurm_heal.checks.detectors.gpu import evaluate as evaluate_readings
+from slurm_heal.checks.detectors.host import expected_gpus
+from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
+from slurm_heal.frozen import replace
 from slurm_heal.types import Severity
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from datetime import datetime
+    from typing import Any
     from xml.etree.ElementTree import Element
 
     from slurm_heal.checks.config import CheckConfig
@@ -132,8 +140,6 @@ def parse_xml(text: str) -> list[GpuReading]:
 
 
 def _with_excerpt(g: GpuReading) -> GpuReading:
-    from dataclasses import replace
-
     parts = [f"gpu {g.index} {g.pci} {g.uuid} serial={g.serial}",
              f"volatile_dbe={g.ecc_dbe_volatile}", f"remap_pending={g.remap_pending}",
              f"remap_failure={g.remap_failure}", f"pcie_replays={g.pcie_replays}",
@@ -316,8 +322,6 @@ def parse_dcgm_health(text: str) -> dict[int, list[Incident]]:
 def merge_incidents(readings: list[GpuReading],
                     incidents: dict[int, list[Incident]]) -> list[GpuReading]:
     """Add DCGM's incidents to the readings of the GPUs they name (by index)."""
-    from dataclasses import replace
-
     out = []
     for g in readings:
         extra = incidents.get(g.index)
@@ -435,10 +439,6 @@ def parse_nvlink_status(text: str) -> dict[int, tuple[LinkReading, ...]]:
 def gather_smi(fmt: str, timeout: float, nvlink: bool) -> list[GpuReading]:
     """Readings through nvidia-smi (``fmt`` "xml" or "csv"). A tool that hangs raises
     `proc.ToolTimeout`; one that fails without naming a lost GPU raises CheckError."""
-    from dataclasses import replace
-
-    from slurm_heal.checks import proc
-
     if fmt == "text":
         res = proc.run(["nvidia-smi", "-q"], timeout)
         readings = parse_text(res.stdout)
@@ -465,8 +465,6 @@ def gather_smi(fmt: str, timeout: float, nvlink: bool) -> list[GpuReading]:
 def gather_dcgm(group: int, timeout: float) -> dict[int, list[Incident]]:
     """DCGM's health watches for ``group`` (set up by the site: ``dcgmi health -g G -s
     a``). CheckError when dcgmi fails (e.g. no nv-hostengine)."""
-    from slurm_heal.checks import proc
-
     res = proc.run(["dcgmi", "health", "-g", str(group), "-c", "-j"], timeout)
     if res.returncode != 0 and not res.stdout.lstrip().startswith("{"):
         raise CheckError(f"dcgmi health failed (exit {res.returncode}): "
@@ -476,54 +474,71 @@ def gather_dcgm(group: int, timeout: float) -> dict[int, list[Incident]]:
 
 # ------------------------------------------------------------------ the detector
 
+class Nvidia:
+    """SPEC D2, D3: NVML (else nvidia-smi), plus DCGM's incidents, judged by
+    `gpu.evaluate`. Unsupported on a node with neither the driver nor nvidia-smi (the
+    runner asks `slurm_heal.checks.present.nvidia` before importing this module)."""
+
+    name = "nvidia"
+    settings = NvidiaConfig
+    modes = NvidiaConfig().modes
+    tool_hang_is_finding = True  # a hung nvidia-smi or dcgmi is gpu.tool.hung (D3)
+
+    def gather(self, cfg: CheckConfig, st: dict[str, Any], name: str,
+               now: datetime) -> tuple[list[GpuReading], str, int]:
+        """(readings, their source, the GPUs expected)."""
+        nc = cfg.nvidia
+        readings: list[GpuReading] | None = None
+        source = ""
+        # NVML reads the live hardware: never under a replay root.
+        if nc.source in ("auto", "nvml") and not paths.root():
+            try:
+                readings, source = gather_nvml(), "nvml"
+            except ImportError:
+                if nc.source == "nvml":
+                    raise CheckError("nvidia.source = nvml but nvidia-ml-py is not installed "
+                                     "(pip install 'slurm-heal[nvidia]')") from None
+            except CheckError:
+                if nc.source == "nvml":
+                    raise
+        if readings is None:
+            if proc.which("nvidia-smi") is None:
+                if not os.path.isdir(paths.host_path("/proc/driver/nvidia")):
+                    raise Unsupported("no NVIDIA driver and no nvidia-smi on this node")
+                raise CheckError("the NVIDIA driver is loaded but nvidia-smi is not on PATH")
+            readings = gather_smi(nc.smi_format, nc.tool_timeout, nc.nvlink)
+            source = f"nvidia-smi ({nc.smi_format})"
+        if nc.dcgm == "on" or (nc.dcgm == "auto" and proc.which("dcgmi") is not None):
+            try:
+                readings = merge_incidents(readings, gather_dcgm(nc.dcgm_group,
+                                                                 nc.tool_timeout))
+                source += " + dcgmi health"
+            except proc.ToolTimeout:
+                raise
+            except CheckError:
+                if nc.dcgm == "on":
+                    raise  # "auto": dcgmi without a running host engine is not a fault
+        return readings, source, nc.expected or expected_gpus(cfg, name)
+
+    def evaluate(self, cfg: CheckConfig, st: dict[str, Any], name: str, now: datetime,
+                 seen: tuple[list[GpuReading], str, int]) -> tuple[list[Finding],
+                                                                   dict[str, Any]]:
+        readings, source, expected = seen
+        nc = cfg.nvidia
+        counters, since = state.detector_state(st, "nvidia_state")
+        th = Thresholds(expected=expected, pcie_replays_per_min=nc.pcie_replays_per_min,
+                            nvlink_errors_per_min=nc.nvlink_errors_per_min,
+                            thermal_for=nc.thermal_for)
+        out = evaluate_readings(readings, counters, since, now, th, name, "nvidia", source)
+        serials = sorted({g.serial for g in readings if g.serial})
+        return out.findings, {"nvidia_state": {"counters": out.counters, "since": out.since,
+                                               "serials": serials}}
+
+
+DETECTOR = Nvidia()
+
+
 def detect(cfg: CheckConfig, st: dict[str, Any], name: str,
            now: datetime) -> tuple[list[Finding], dict[str, Any]]:
-    """SPEC D2, D3: NVML (else nvidia-smi), plus DCGM's incidents, judged by
-    `gpu.evaluate`. Unsupported on a node with neither the driver nor nvidia-smi."""
-    import os
-
-    from slurm_heal.checks import paths, proc, state
-    from slurm_heal.checks.detectors import gpu
-    from slurm_heal.checks.node import Unsupported
-
-    nc = cfg.nvidia
-    readings: list[GpuReading] | None = None
-    source = ""
-    # NVML reads the live hardware: never under a replay root.
-    if nc.source in ("auto", "nvml") and not paths.root():
-        try:
-            readings, source = gather_nvml(), "nvml"
-        except ImportError:
-            if nc.source == "nvml":
-                raise CheckError("nvidia.source = nvml but nvidia-ml-py is not installed "
-                                 "(pip install 'slurm-heal[nvidia]')") from None
-        except CheckError:
-            if nc.source == "nvml":
-                raise
-    if readings is None:
-        if proc.which("nvidia-smi") is None:
-            if not os.path.isdir(paths.host_path("/proc/driver/nvidia")):
-                raise Unsupported("no NVIDIA driver and no nvidia-smi on this node")
-            raise CheckError("the NVIDIA driver is loaded but nvidia-smi is not on PATH")
-        readings = gather_smi(nc.smi_format, nc.tool_timeout, nc.nvlink)
-        source = f"nvidia-smi ({nc.smi_format})"
-    if nc.dcgm == "on" or (nc.dcgm == "auto" and proc.which("dcgmi") is not None):
-        try:
-            readings = merge_incidents(readings, gather_dcgm(nc.dcgm_group, nc.tool_timeout))
-            source += " + dcgmi health"
-        except proc.ToolTimeout:
-            raise
-        except CheckError:
-            if nc.dcgm == "on":
-                raise  # "auto": dcgmi without a running host engine is not a fault
-    counters, since = state.detector_state(st, "nvidia_state")
-    from slurm_heal.checks.runner import expected_gpus
-
-    th = gpu.Thresholds(expected=nc.expected or expected_gpus(cfg, name),
-                        pcie_replays_per_min=nc.pcie_replays_per_min,
-                        nvlink_errors_per_min=nc.nvlink_errors_per_min,
-                        thermal_for=nc.thermal_for)
-    out = gpu.evaluate(readings, counters, since, now, th, name, "nvidia", source)
-    serials = sorted({g.serial for g in readings if g.serial})
-    return out.findings, {"nvidia_state": {"counters": out.counters, "since": out.since,
-                                           "serials": serials}}
+    """One run of the detector (gather, then evaluate)."""
+    return DETECTOR.evaluate(cfg, st, name, now, DETECTOR.gather(cfg, st, name, now))
