@@ -122,6 +122,8 @@ def test_a_record_built_unread_equals_one_built_with_its_parsed_extra() -> None:
     as None (someone else's text), empty text as an empty object."""
     import dataclasses
 
+    from slurm_heal import frozen
+
     raw = '{"site": {"rack": "r1"}}'
     lazy = NodeInfo(name="gpu01", states=frozenset({"IDLE"}), extra_raw=raw, extra=UNREAD)
     eager = NodeInfo(name="gpu01", states=frozenset({"IDLE"}), extra_raw=raw,
@@ -131,7 +133,7 @@ def test_a_record_built_unread_equals_one_built_with_its_parsed_extra() -> None:
     assert NodeInfo(name="n", states=frozenset(), extra_raw="k=v", extra=UNREAD).extra is None
     assert NodeInfo(name="n", states=frozenset(), extra_raw="", extra=UNREAD).extra == {}
     assert NodeInfo(name="n", states=frozenset(), extra={"x": 1}).peek_extra() == {"x": 1}
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(frozen.FrozenInstanceError):  # the types' frozen classes (issue 26)
         lazy.extra = {}  # type: ignore[misc]
 
 
