@@ -31,16 +31,14 @@ TARBALL = f"{NAME}.tar.xz"
 
 
 def vendor_tarball() -> Path | None:
-    dirs = [Path(d) for d in [os.environ.get("LAB_VENDOR_DIR", "")] if d]
-    dirs.append(REPO.parent / "shared" / "vendor")
-    common = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--git-common-dir"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    if common:
-        dirs.append((REPO / common).resolve().parent.parent / "shared" / "vendor")
-    for d in dirs:
-        if (d / TARBALL).is_file():
-            return d / TARBALL
-    return None
+    """NHC's vendored tarball, found where the lab finds the Slurm sources (one lookup,
+    tests/lab.py's)."""
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from tests.lab import vendor_tarball as find
+
+    return find(TARBALL)
 
 
 def missing() -> str:
