@@ -80,12 +80,19 @@ read_timeout = 30
 
 def _rebooted(before: str, after: str) -> bool:
     """Slurm's BootTime moved on by more than its rounding: the node booted again."""
-    if not before or not after or before == after:
-        return False
+    b, a = _boot_time(before), _boot_time(after)
+    return b is not None and a is not None and (a - b).total_seconds() > 5
+
+
+def _boot_time(value: str) -> datetime | None:
+    """Slurm's BootTime, or None where it does not know it at the moment ("None",
+    "Unknown": a node Slurm pings again, e.g. under load on 25.11 or after a drain is
+    lifted on 22.05): no evidence of a boot, never taken for one (a fresh-clone 25.11
+    pass wiped a node's kernel log so between the test's write and its check)."""
     try:
-        return (datetime.fromisoformat(after) - datetime.fromisoformat(before)).total_seconds() > 5
+        return datetime.fromisoformat(value)
     except ValueError:
-        return True
+        return None
 
 
 class Heal:
@@ -162,7 +169,7 @@ class Heal:
                 if n in self._boots and _rebooted(self._boots[n], boot):
                     self.new_boot(n) if (self.tmp / "roots" / n).exists() else self.root(n)
                     self.check(n)
-                self._boots[n] = boot or self._boots.get(n, "")
+                self._boots[n] = boot if _boot_time(boot) else self._boots.get(n, "")
             self._stop.wait(0.5)
 
     # -- the controller side ------------------------------------------------------------
