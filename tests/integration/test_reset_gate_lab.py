@@ -145,3 +145,36 @@ def test_a_refused_reset_climbs_to_reboot_then_the_gate_then_resume(lab: Lab, bo
     assert r_nodes == g_nodes == node and r_start < r_end < g_start < g_end
     res = both.reservations()
     assert RESET_PREFIX not in res and GATE_PREFIX not in res, res
+
+
+def test_a_gate_failure_after_a_good_reset_fails_it_and_keeps_the_node_out(
+        lab: Lab, both: Reset) -> None:
+    """SPEC V4, L5, E6, E1: the reset succeeds and the node passes its check, but the
+    gate's suite fails: the reset_gpu remediation fails with the gate's evidence; the node
+    stays drained under our marker (the gate says it is unfit, though the Xid before the
+    reset no longer counts), no second reset and no provider call: E1's next step waits
+    for the fault to come back, or a person."""
+    node = "gpu04"
+    both.tool(rc=0, say="GPU 00000000:3B:00.0 was successfully reset.\n")
+    both.gate_tool(rc=1)
+    _xid119(both, node)
+    both.start_daemon()
+    rem = both.wait_phase(node, Phase.FAILED, timeout=180)
+    assert rem.action is Action.RESET_GPU and rem.data.gate_failed
+    assert not rem.data.handed_to_person
+    failed = next(s for s in rem.steps if s.phase == "failed")
+    assert failed.rule == "V4" and "diag fail: exit status 1" in failed.why, failed
+    (run,) = both.gate_runs(node)
+    assert run.remediation == rem.id and run.phase == "failed" and run.results_dir in failed.why
+    r_start, r_end, _ = _job_history(lab, _reset_job(both, rem))
+    g_start, g_end, _ = _job_history(lab, run.job_id or "")
+    assert r_start < r_end < g_start < g_end
+    lab.wait_for(lambda: any(d.get("rule") == "V4" and d.get("phase") == "blocked"
+                             for d in both.store.load().data.get("decisions", [])),
+                 timeout=30, what="the V4 'stays cordoned' record")
+    assert "DRAIN" in lab.state(node)
+    assert f"rem={rem.id}" in lab.scontrol("show", "node", node).stdout
+    assert [r.id for r in both.rems(node)] == [rem.id]
+    assert both.calls().count("-r -i 1") == 1 and both.executed() == {}
+    res = both.reservations()
+    assert RESET_PREFIX not in res and GATE_PREFIX not in res, res
