@@ -404,6 +404,10 @@ class Incidents(_Section):
         return None
 
 
+# SPEC E6: the GPU reset's reservation is this prefix + the node (fixed, slurm_heal.gpureset).
+RESET_RESERVATION_PREFIX = "slurm-heal-reset-"
+
+
 class Policy(_Section):
     """The whole configuration file: policy knobs + pass-through sections."""
 
@@ -434,6 +438,24 @@ class Policy(_Section):
         if Action.RESET_GPU in self.escalation.ladder and not self.escalation.gpu_reset:
             raise ValueError("escalation.ladder names reset_gpu but escalation.gpu_reset "
                              "(preview, SPEC E6) is off")
+        return self
+
+    @model_validator(mode="after")
+    def _reservations_apart(self) -> Policy:
+        """SPEC E6, V1, V4: the reset, the validation and the gate each hold a node in a
+        reservation named <prefix><node>; with one prefix, one would take the other's
+        reservation for its own (a reset after a gate on the same node)."""
+        named = [("the GPU reset (SPEC E6, fixed)", RESET_RESERVATION_PREFIX),
+                 ("gate.reservation_prefix", self.gate.reservation_prefix)]
+        prefix = self.validation.get("reservation_prefix")
+        if isinstance(prefix, str):
+            named.append(("validation.reservation_prefix", prefix))
+        for i, (key, value) in enumerate(named):
+            for other, taken in named[:i]:
+                if value == taken:
+                    raise ValueError(f"{key} {value!r} is also {other}'s reservation "
+                                     "prefix: their reservations of one node would have "
+                                     "one name; choose another prefix")
         return self
 
     def pool_of(self, partitions: tuple[str, ...], features: tuple[str, ...]) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra, reasons
+from slurm_heal.config import RESET_RESERVATION_PREFIX
 from slurm_heal.errors import HealError, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
@@ -43,7 +44,7 @@ from slurm_heal.validation.suite import validation_from
 
 log = logging.getLogger("slurm_heal.gpureset")
 
-PREFIX = "slurm-heal-reset-"
+PREFIX = RESET_RESERVATION_PREFIX
 # Beyond the reset tool's own bound: the node check after it and the job's start.
 CHECK_SLACK = timedelta(minutes=3)
 

@@ -9,103 +9,28 @@ logic: tests/unit/test_post_repair_gate.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurm_heal.models import Phase, ValidationRun
-from slurm_heal.providers.simulator import LabHook, SimulatorServer
-from slurm_heal.slurm.cli import CliSlurm
-from tests.integration.test_daemon_lab import Heal, _policy
+from tests.integration.repairlab import GATE_PREFIX, Gated, installed
 from tests.lab import Lab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
-PREFIX = "slurm-heal-gate-"
+PREFIX = GATE_PREFIX
 XID119 = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1, name=x, Timeout after 6s of waiting for "
           "RPC response from GPU0 GSP!")
-DCGMI = """#!/bin/sh
-dir=$(dirname "$0")
-echo "dcgmi (stub) $*"
-if [ -f "$dir/sleep" ]; then sleep "$(cat "$dir/sleep")"; fi
-exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
-"""
-
-
-class Gated(Heal):
-    """The daemon lab's installation with `[gate]` on and a stub dcgmi for the job."""
-
-    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, backend: str,
-                 steps: str = "") -> None:
-        super().__init__(lab, tmp, sim, backend)
-        self.bin = tmp / "bin"
-        self.bin.mkdir()
-        (self.bin / "dcgmi").write_text(DCGMI)
-        (self.bin / "dcgmi").chmod(0o755)
-        self.results = tmp / "results"
-        gate = f"""
-[validation]
-results_dir = "{self.results}"
-
-[gate]
-enabled = true
-vendor = "nvidia"
-timeout = "3m"
-
-[[gate.suites.nvidia]]
-name = "diag"
-command = ["dcgmi", "diag", "-r", "1"]
-timeout = "2m"
-{steps}"""
-        self.config.write_text(_policy(self.state_dir, lab.conf, sim.url, extra_toml=gate,
-                                       backend_toml=self.backend_toml))
-
-    def tool(self, rc: int) -> None:
-        (self.bin / "rc").write_text(f"{rc}\n")
-
-    def start_daemon(self) -> subprocess.Popen[bytes]:
-        log = (self.tmp / f"daemon-{len(self.daemons)}.log").open("wb")
-        env = dict(self.lab.env, PATH=f"{self.bin}:{self.lab.env['PATH']}")
-        proc = subprocess.Popen([sys.executable, "-m", "slurm_heal.cli", "daemon", "--config",
-                                 str(self.config)], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.daemons.append(proc)
-        return proc
-
-    def gate_runs(self, node: str) -> list[ValidationRun]:
-        return [v for v in self.store.load().validations if v.node == node
-                and v.origin == "gate"]
-
-    def reservations(self) -> str:
-        return self.lab.scontrol("show", "reservation", "-o").stdout
-
-
-def _clear_reservations(lab: Lab) -> None:
-    for line in lab.scontrol("show", "reservation", "-o").stdout.splitlines():
-        name = line.split()[0].partition("=")[2] if line.startswith("ReservationName=") else ""
-        if name:
-            lab.scontrol("delete", f"ReservationName={name}", check=False)
 
 
 @pytest.fixture
 def gated(lab_clean: Lab, tmp_path: Path, backend: str,
           request: pytest.FixtureRequest) -> Iterator[Gated]:
-    lab = lab_clean
-    _clear_reservations(lab)
-    hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
-    with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
-        g = Gated(lab, tmp_path, sim, backend, getattr(request, "param", ""))
-        g.baseline()
-        g._watcher.start()
-        try:
-            yield g
-        finally:
-            g.close()
-            lab.run(["scancel", "--user=root"], check=False)
-            _clear_reservations(lab)
+    with installed(lab_clean, lambda sim: Gated(lab_clean, tmp_path, sim, backend,
+                                                getattr(request, "param", ""))) as g:
+        yield g
 
 
 def _xid119(g: Gated, node: str) -> None:

@@ -8,8 +8,6 @@ simulator whose reboot really reboots the lab node (the ladder's next step).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,128 +15,23 @@ import pytest
 
 from slurm_heal import extra
 from slurm_heal.models import Phase
-from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.types import Action
-from tests.integration.test_daemon_lab import Heal, _policy, _rebooted
+from tests.integration.repairlab import NVIDIA_SMI, RESET_PREFIX, Reset, clear, installed
 from tests.lab import Lab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 XID119 = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1234, name=python3, Timeout after 6s of "
           "waiting for RPC response from GPU1 GSP!")
-PREFIX = "slurm-heal-reset-"
-# The stub tool: what it does is chosen per test through files beside it; every call's
-# arguments are kept, one line each.
-NVIDIA_SMI = """#!/bin/sh
-dir=$(dirname "$0")
-echo "$*" >> "$dir/calls"
-if [ "$1" = "nvlink" ]; then exit 0; fi
-if [ -f "$dir/sleep" ]; then sleep "$(cat "$dir/sleep")"; fi
-cat "$dir/say" 2>/dev/null
-exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
-"""
-
-
-class Reset(Heal):
-    """Heal (test_daemon_lab) with `escalation.gpu_reset` on and a stub nvidia-smi."""
-
-    def __init__(self, lab: Lab, tmp: Path, sim: SimulatorServer, timeout: str = "3s") -> None:
-        super().__init__(lab, tmp, sim)
-        self.bin = tmp / "bin"
-        self.bin.mkdir()
-        (self.bin / "nvidia-smi").write_text(NVIDIA_SMI)
-        (self.bin / "nvidia-smi").chmod(0o755)
-        # The job's Python: the node's replay root for the node check it runs (on a real
-        # node the check reads the real /dev/kmsg; the lab's nodes share one machine).
-        python = self.bin / "python-node"
-        python.write_text(f"#!/bin/sh\nexport SLURM_HEAL_ROOT={tmp}/roots/$SLURMD_NODENAME\n"
-                          f"exec {sys.executable} \"$@\"\n")
-        python.chmod(0o755)
-        self.results = tmp / "results"
-        self.config.write_text(_policy(self.state_dir, lab.conf, sim.url, extra_toml=f"""
-[[approvals.rules]]
-fault = "gpu.xid.119"
-action = "reset_gpu"
-mode = "auto"
-
-[escalation]
-gpu_reset = true
-gpu_reset_timeout = "{timeout}"
-gpu_reset_check_config = "{tmp / 'check.toml'}"
-
-[validation]
-results_dir = "{self.results}"
-python = "{python}"
-"""))
-        self.env = dict(lab.env, PATH=f"{self.bin}:{lab.env['PATH']}")
-
-    def _watch_boots(self) -> None:
-        """Heal's boot watcher, but a BootTime of "None" is no boot: Slurm 22.05 pings a
-        node again when its drain is lifted (IDLE+NOT_RESPONDING, BootTime=None for a
-        moment, seen on the lab), which the reset job's lift does."""
-        while not self._stop.is_set():
-            for n in self.lab.nodes:
-                boot = self.lab.show(n).get("BootTime", "")
-                if boot in ("", "None"):
-                    continue
-                if n in self._boots and _rebooted(self._boots[n], boot):
-                    self.new_boot(n) if (self.tmp / "roots" / n).exists() else self.root(n)
-                    self.check(n)
-                self._boots[n] = boot
-            self._stop.wait(0.5)
-
-    def start_daemon(self) -> subprocess.Popen[bytes]:
-        log = (self.tmp / f"daemon-{len(self.daemons)}.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "slurm_heal.cli", "daemon", "--config",
-                                 str(self.config)], env=self.env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.daemons.append(proc)
-        return proc
-
-    def tool(self, rc: int = 0, say: str = "", sleep: float | None = None) -> None:
-        (self.bin / "rc").write_text(f"{rc}\n")
-        (self.bin / "say").write_text(say)
-        if sleep is not None:
-            (self.bin / "sleep").write_text(f"{sleep}\n")
-
-    def calls(self) -> list[str]:
-        p = self.bin / "calls"
-        return p.read_text().splitlines() if p.exists() else []
-
-    def gpus(self, node: str, *buses: str) -> None:
-        """The node's GPUs as the driver lists them (/proc/driver/nvidia/gpus)."""
-        for bus in buses:
-            d = self.root(node) / "proc/driver/nvidia/gpus" / bus
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "information").write_text("Model: NVIDIA H100\n")
-
-    def reservations(self) -> str:
-        return self.lab.scontrol("show", "reservation", "-o").stdout
-
-
-def _clear(lab: Lab) -> None:
-    lab.run(["scancel", "--user=root"], check=False)
-    for line in lab.scontrol("show", "reservation", "-o").stdout.splitlines():
-        name = line.split()[0].partition("=")[2] if line.startswith("ReservationName=") else ""
-        if name:
-            lab.scontrol("delete", f"ReservationName={name}", check=False)
+PREFIX = RESET_PREFIX
 
 
 @pytest.fixture
 def reset(lab_clean: Lab, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Reset]:
-    lab = lab_clean
-    _clear(lab)
-    hook = LabHook(lab.dir, slurm=CliSlurm(slurm_conf=str(lab.conf)))
-    with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
-        r = Reset(lab, tmp_path, sim, **getattr(request, "param", {}))
-        r.baseline()
-        r._watcher.start()
-        try:
-            yield r
-        finally:
-            r.close()
-            _clear(lab)
+    with installed(lab_clean, lambda sim: Reset(lab_clean, tmp_path, sim,
+                                                **getattr(request, "param", {}))) as r:
+        yield r
 
 
 def _check_files(tmp: Path) -> Path:
@@ -251,7 +144,7 @@ def test_a_reset_job_that_never_ends_is_cancelled_at_its_limit(
     from slurm_heal.config import policy_from_dict
     from slurm_heal.gpureset import GpuReset
 
-    _clear(lab)
+    clear(lab)
     node = "gpu01"
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -287,7 +180,7 @@ def test_a_reset_job_that_never_ends_is_cancelled_at_its_limit(
         again = ops.status("r-test:act:0")
         assert again is not None and again.status == "failed" and again.detail == op.detail
     finally:
-        _clear(lab)
+        clear(lab)
         lab.scontrol("update", f"nodename={node}", "state=resume", check=False)
 
 
@@ -304,7 +197,7 @@ def test_a_reset_sent_again_after_a_stop_between_lift_and_sbatch_runs_once(
     from slurm_heal.gpureset import GpuReset
     from slurm_heal.validation.slurmjobs import SlurmJobs
 
-    _clear(lab)
+    clear(lab)
     node, key = "gpu02", "r-again:act:0"
     bin_ = tmp_path / "bin"
     bin_.mkdir()
@@ -343,5 +236,5 @@ def test_a_reset_sent_again_after_a_stop_between_lift_and_sbatch_runs_once(
         assert PREFIX not in lab.scontrol("show", "reservation", "-o").stdout
         assert (tmp_path / "node" / "gpu-reset.json").exists()  # the check's, not the host's
     finally:
-        _clear(lab)
+        clear(lab)
         lab.scontrol("update", f"nodename={node}", "state=resume", check=False)

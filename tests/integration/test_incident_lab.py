@@ -27,11 +27,12 @@ import pytest
 from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
-from slurm_heal.models import Effect
+from slurm_heal.models import DISRUPTIVE_PHASES, Effect, Phase
 from slurm_heal.providers.http import HttpProvider
-from slurm_heal.providers.simulator import SimulatorServer
+from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.store import Store
+from slurm_heal.types import Action
 from tests.lab import Lab
 from tests.realdata import MISSING, REAL
 
@@ -192,3 +193,74 @@ def test_a_malformed_topology_file_leaves_the_daemon_working(topo_lab: tuple[Lab
     assert decisions.count("line 2: 'Nodes' is not key=value") == 1  # recorded once
     topo = ctl.topology.read(policy.topology, datetime.now(timezone.utc))
     assert topo is not None and not topo and "line 2" in topo.problem
+
+
+XID119 = ("NVRM: Xid (PCI:0000:3b:00): 119, pid=1234, name=python3, Timeout after 6s of "
+          "waiting for RPC response from GPU1 GSP!")
+
+
+@pytest.mark.skipif(not IB.is_dir() and os.environ.get("CI") != "true", reason=MISSING)
+def test_two_unrelated_faults_under_one_switch_are_two_remediations_one_at_a_time(
+        topo_lab: tuple[Lab, str], tmp_path: Path) -> None:
+    """SPEC S7 (issue 27's second scenario): an Xid 119 on gpu01 and every IB port down
+    on gpu02, both under one switch (block): unrelated faults, so no incident; two
+    remediations, each its own reboot (the provider simulator really reboots the lab
+    node), never both disruptive at once under the component (topology.blast_radius 1):
+    the second is held by S7 naming the first, and starts once the first is done."""
+    lab, component = topo_lab
+    lab.reset()  # the other tests of this lab leave drained nodes and Extra behind
+    slurm = CliSlurm(slurm_conf=str(lab.conf))
+    xid_root = replayed_node(tmp_path / "gpu01", down=False)
+    with (xid_root / "dev/kmsg").open("a") as fh:
+        fh.write(f"3,2,2000,-;{XID119}\n")
+    roots = {"gpu01": xid_root, "gpu02": replayed_node(tmp_path / "gpu02", down=True)}
+    for node, root in roots.items():
+        out = node_check(lab, root, node)
+        assert out.returncode == 1, out.stdout + out.stderr
+    faults = {n: [a["fault"] for a in (slurm.node(n).extra or {})["slurm_heal"]["alerts"]]
+              for n in roots}
+    assert faults == {"gpu01": ["gpu.xid.119"], "gpu02": ["ib.link_down"]}
+    boots = {n: lab.show(n).get("BootTime", "") for n in roots}
+
+    policy = policy_from_dict({**POLICY, "incidents": {"settle": "1s"}})
+    hook = LabHook(lab.dir, slurm=slurm)
+    held: dict[str, set[str]] = {}  # node -> the S7 marks it was held under
+    disruptive: list[set[str]] = []  # per cycle: the nodes in a disruptive phase
+    rechecked: set[str] = set()
+    with SimulatorServer(port=0, on_action=hook, duration=0.5) as sim:
+        ctl = Controller(slurm=slurm, provider=HttpProvider(sim.url, attempts=1),
+                         store=Store(tmp_path / "state"), policy=policy)
+
+        def cycle() -> object:
+            ctl.cycle()
+            state = Store(tmp_path / "state").load()
+            disruptive.append({r.node for r in state.remediations
+                               if r.phase in DISRUPTIVE_PHASES})
+            for r in state.remediations:
+                if (r.data.blocked or "").startswith("S7:"):
+                    held.setdefault(r.node, set()).add(str(r.data.blocked))
+            for node in roots:  # HealthCheckProgram at boot, on a healthy machine
+                boot = lab.show(node).get("BootTime", "")
+                if node not in rechecked and boot not in ("", "None", boots[node]):
+                    rechecked.add(node)
+                    node_check(lab, replayed_node(tmp_path / node / "after", False), node)
+            return len(state.remediations) == 2 and all(
+                r.phase is Phase.DONE for r in state.remediations)
+        lab.wait_for(cycle, timeout=240, interval=1.0, what="both remediations done")
+        operations = sim.operations()
+    state = Store(tmp_path / "state").load()
+    assert not load(state.data.get(INCIDENTS_KEY)), "unrelated faults opened an incident"
+    rems = sorted(state.remediations, key=lambda r: r.phase_times["cordoned"])
+    assert [r.node for r in rems] in (["gpu01", "gpu02"], ["gpu02", "gpu01"])
+    assert {r.fault for r in rems} == {"gpu.xid.119", "ib.link_down"}
+    assert all(r.action is Action.REBOOT for r in rems), [r.action for r in rems]
+    assert len(operations) == 2  # two reboots, one per node
+    assert max(len(d & set(roots)) for d in disruptive) == 1, disruptive
+    first, second = rems
+    assert second.phase_times["cordoned"] >= first.phase_times["done"]
+    blast = {m for m in held.get(second.node, set()) if m != "S7:settle"}
+    assert blast and all(m.startswith(("S7:switch:", "S7:block:")) for m in blast), held
+    assert any("topology.blast_radius" in s.why and first.id in s.why
+               for s in second.steps), second.steps
+    for node in roots:
+        assert "DRAIN" not in slurm.node(node).states
