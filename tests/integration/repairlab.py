@@ -21,7 +21,7 @@ from slurm_heal.models import ValidationRun
 from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
 from slurm_heal.store import Store
-from tests.integration.test_daemon_lab import Heal, _policy, _rebooted
+from tests.integration.test_daemon_lab import Heal, _policy
 from tests.lab import Lab
 
 RESET_PREFIX = "slurm-heal-reset-"
@@ -127,21 +127,6 @@ results_dir = "{self.results}"
 python = "{python}"
 {gate}"""))
         self.env = dict(lab.env, PATH=f"{self.bin}:{self.gate_bin}:{lab.env['PATH']}")
-
-    def _watch_boots(self) -> None:
-        """Heal's boot watcher, but a BootTime of "None" is no boot: Slurm 22.05 pings a
-        node again when its drain is lifted (IDLE+NOT_RESPONDING, BootTime=None for a
-        moment, seen on the lab), which the reset job's lift does."""
-        while not self._stop.is_set():
-            for n in self.lab.nodes:
-                boot = self.lab.show(n).get("BootTime", "")
-                if boot in ("", "None"):
-                    continue
-                if n in self._boots and _rebooted(self._boots[n], boot):
-                    self.new_boot(n) if (self.tmp / "roots" / n).exists() else self.root(n)
-                    self.check(n)
-                self._boots[n] = boot
-            self._stop.wait(0.5)
 
     def start_daemon(self) -> subprocess.Popen[bytes]:
         log = (self.tmp / f"daemon-{len(self.daemons)}.log").open("wb")
