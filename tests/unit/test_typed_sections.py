@@ -121,3 +121,20 @@ def test_config_imports_none_of_the_parts_that_own_the_sections() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert res.stdout.strip() == "[]"
+
+
+def test_status_judges_an_old_heartbeat_by_the_typed_controller_interval() -> None:
+    """The overview reads ``policy.controller.interval`` (an attribute now, issue 21): a
+    heartbeat that does not carry its interval is judged by the policy's (SPEC O1)."""
+    from datetime import datetime, timedelta, timezone
+
+    from slurm_heal.heartbeat import Heartbeat
+    from slurm_heal.models import State
+    from slurm_heal.readmodel import overview
+
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    beat = Heartbeat(at=now - timedelta(hours=3))
+    policy = policy_from_dict({"controller": {"interval": "2m"}})
+    ov = overview.gather(State(), [], now, heartbeat=beat, policy=policy)
+    assert ov.controller is not None and ov.controller.state == "stale"
+    assert "expected every 120s" in ov.controller.words
