@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from slurm_heal.durations import parse_duration_knob, parse_seconds
@@ -324,10 +325,20 @@ class ProviderSection(BaseModel):
     kind: str | None = None
     table: Mapping[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _envelope(cls, raw: Any) -> Any:
+        # the file's table (any keys: the provider's own model reads them) -> the envelope
+        if isinstance(raw, Mapping) and not isinstance(raw.get("table"), Mapping):
+            kind = raw.get("type")
+            return {"kind": kind if isinstance(kind, str) and kind else None,
+                    "table": dict(raw)}
+        return raw
+
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> ProviderSection:
-        kind = raw.get("type")
-        return cls(kind=kind if isinstance(kind, str) and kind else None, table=dict(raw))
+        """The envelope of a ``[provider]`` table as the file wrote it."""
+        return cls.model_validate(dict(raw))
 
 
 # Each typed section of the policy file: its model and how `read_section` names its keys

@@ -109,6 +109,9 @@ def test_a_third_party_provider_section_loads_as_an_envelope_of_its_table() -> N
     p = policy_from_dict({"provider": table})
     assert p.provider.kind == "acme" and dict(p.provider.table) == table
     assert policy_from_dict({"provider": {"type": 5}}).provider.kind is None
+    from slurm_heal.config import Policy
+
+    assert Policy.model_validate({"provider": table}).provider == p.provider
 
 
 def test_config_imports_none_of_the_parts_that_own_the_sections() -> None:
