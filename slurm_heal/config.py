@@ -1,10 +1,10 @@
 """The operator's policy file (TOML) as a frozen, validated model (SPEC P, Q, E, S).
 
 One TOML file holds the policy knobs (this module) plus sections owned by other parts of
-slurm-heal that are accepted and passed through untouched: ``[controller]``,
-``[provider]``, ``[api]`` (`slurm-heal serve`), ``[notify]``, ``[metrics]`` and
-``[validation]``. Every knob,
-its default and why is documented in ``docs/policy.md``.
+slurm-heal, typed by their models in `slurm_heal.sections` and validated here when the
+policy is loaded: ``[controller]``, ``[provider]`` (an envelope: the provider's own model
+reads its table), ``[api]`` (`slurm-heal serve`), ``[notify]``, ``[metrics]`` and
+``[validation]``. Every knob, its default and why is documented in ``docs/policy.md``.
 
 Errors never escape as pydantic tracebacks: `load_policy` / `policy_from_dict` raise
 `ConfigError` naming the file, the dotted key and why, e.g.
@@ -20,14 +20,12 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
-    JsonValue,
     ValidationError,
     field_validator,
     model_validator,
@@ -38,8 +36,21 @@ from slurm_heal.durations import (  # the one duration syntax; re-exported for i
     format_duration as format_duration,
 )
 from slurm_heal.durations import parse_duration as parse_duration
-from slurm_heal.durations import parse_duration_knob, parse_seconds
+from slurm_heal.durations import parse_duration_knob
 from slurm_heal.errors import ConfigError
+from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
+    ApiSettings,  # are re-exported for their importers
+    ControllerSettings,
+    MetricsSettings,
+    NotifySettings,
+    ProviderSection,
+    Validation,
+    _problem,
+    read_sections,
+)
+from slurm_heal.sections import Duration as Duration
+from slurm_heal.sections import Seconds as Seconds
+from slurm_heal.sections import read_section as read_section
 from slurm_heal.types import Action, Severity
 from slurm_heal.validation.gate import Gate
 
@@ -56,14 +67,6 @@ class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-# A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
-# timedelta here.
-Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
-# A duration setting kept in seconds: "30s", "10m", or bare seconds (see parse_seconds).
-Seconds = Annotated[float, BeforeValidator(parse_seconds)]
-# A section another part of slurm-heal validates (its own model, through `read_section`):
-# kept as the file's table of TOML values here, so `Policy` stays free of those parts.
-Table = dict[str, JsonValue]
 
 
 class ApprovalRule(_Section):
@@ -422,12 +425,14 @@ class Policy(_Section):
     gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.validation.gate)
     topology: TopologyConf = TopologyConf()  # SPEC S7
     incidents: Incidents = Incidents()  # SPEC S7
-    controller: Table = Field(default_factory=dict)  # read by the controller
-    provider: Table = Field(default_factory=dict)  # read by the provider
-    api: Table = Field(default_factory=dict)  # read by `serve` (api/settings.py)
-    notify: Table = Field(default_factory=dict)  # read by slurm_heal.notify
-    metrics: Table = Field(default_factory=dict)  # read by slurm_heal.metrics
-    validation: Table = Field(default_factory=dict)  # slurm_heal.validation.suite
+    # The sections other parts own, typed by their models (slurm_heal.sections, issue 21):
+    controller: ControllerSettings = ControllerSettings()  # read by the controller
+    # The envelope: the provider's own model validates its table when it is built.
+    provider: ProviderSection = ProviderSection()
+    api: ApiSettings | None = None  # `serve` (api/settings.py); None: no [api] section
+    notify: NotifySettings = NotifySettings()  # slurm_heal.notify
+    metrics: MetricsSettings = MetricsSettings()  # slurm_heal.metrics
+    validation: Validation = Validation()  # slurm_heal.validation.suite
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")
@@ -468,60 +473,15 @@ class Policy(_Section):
         return partitions[0] if partitions else "default"
 
 
-def _dotted(loc: tuple[int | str, ...], index: str = "[]") -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int) and index == "[]":
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _problem(exc: ValidationError, prefix: str | None, index: str = "[]",
-             docs: str = "docs/policy.md") -> tuple[str | None, str]:
-    """The dotted key and the words of a pydantic error: the first problem, with how
-    many more there are; our own ValueError's words without pydantic's prefix."""
-    errors = exc.errors()
-    err = errors[0]
-    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-    key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = f"unknown key ({msg}; {docs} lists the keys)"
-    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return key, msg + more
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def read_section(model: type[M], raw: Any, *, file: str, key: str,
-                 index: str = "[]", docs: str = "docs/policy.md") -> M:
-    """The one way to read a config section: validate ``raw`` (the ``[key]`` table of
-    ``file``; None or missing: the defaults) as ``model``. A problem is a ConfigError
-    naming the file, the dotted key (``notify.routes[0].kinds``) and why, never a
-    pydantic traceback. ``index="."`` writes list positions as ``suites.nvidia.0`` (the
-    validation suite's messages say it that way)."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"expected a table, got {raw!r}", file=file, key=key)
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        where, msg = _problem(exc, key, index, docs)
-        raise ConfigError(msg, file=file, key=where) from None
-
-
 def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
     """Validate a policy document (parsed TOML or scenario JSON). Raises ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError("the policy must be a table/object", file=source)
     if jsonsafe.depth_exceeds(data):
         raise ConfigError(f"nested more than {jsonsafe.MAX_DEPTH} levels deep", file=source)
+    sections = read_sections(data, file=source)  # each in its reader's words (issue 21)
     try:
-        return Policy.model_validate({**data, "source": source})
+        return Policy.model_validate({**data, **sections, "source": source})
     except ValidationError as exc:
         key, msg = _problem(exc, None)
         raise ConfigError(msg, file=source, key=key) from None

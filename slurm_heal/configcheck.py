@@ -101,19 +101,19 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
 
     source = str(path)
     policy = load_policy(path)
-    settings = controller_settings(dict(policy.controller), source=source)
+    settings = controller_settings(policy.controller, source=source)
     from slurm_heal.metrics import metrics_settings
     from slurm_heal.notify import notify_settings
 
-    notify_settings(dict(policy.notify), source)  # SPEC O3: a bad URL or kind: exit 2
-    metrics_settings(dict(policy.metrics), source)  # SPEC O4
+    notify_settings(policy.notify, source)  # SPEC O3: a bad URL or kind: exit 2
+    metrics_settings(policy.metrics, source)  # SPEC O4
     from slurm_heal.validation.suite import validation_from
     from slurm_heal.validation.tickets import sinks_from
 
     # SPEC V1-V3: the suites, the flow's knobs and the ticket sinks: a typo is exit 2
-    sinks_from(validation_from(dict(policy.validation), source).tickets, source)
-    kind = (dry_provider(dict(policy.provider), source) if build_provider
-            else str(policy.provider.get("type")))
+    sinks_from(validation_from(policy.validation, source).tickets, source)
+    kind = (dry_provider(dict(policy.provider.table), source) if build_provider
+            else str(policy.provider.kind))
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
     # Issue 22: a state_dir the daemon cannot use is exit 5 here too, never "OK".
     from slurm_heal.location import ENV_STATE_DIR, usable_state_dir
@@ -124,7 +124,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     if policy.api:  # `slurm-heal serve`'s section: checked here too, so a typo shows early
         from slurm_heal.api.settings import api_settings
 
-        api_settings(dict(policy.api), source=source)
+        api_settings(policy.api, source=source)
 
     fault_ids = sorted(catalog.load().faults)
     for i, rule in enumerate(policy.approvals.rules):
@@ -139,7 +139,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
                 f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
                 "severity (critical, warning, info): it never applies")
     _check_topology(policy, source, fault_ids, report)
-    if policy.escalation.gpu_reset and not policy.validation.get("results_dir"):
+    if policy.escalation.gpu_reset and not policy.validation.results_dir:
         # SPEC E6: the reset job's result is read back by the controller
         report.warnings.append(
             f"{source}: escalation.gpu_reset is on and [validation] results_dir is unset: "
@@ -220,8 +220,8 @@ class Reloader:
         try:
             report = check_config(self.path, self.controller.slurm)
             new_provider = None
-            if dict(report.policy.provider) != dict(self.controller.policy.provider):
-                new_provider = make_provider(dict(report.policy.provider),
+            if report.policy.provider != self.controller.policy.provider:
+                new_provider = make_provider(report.policy.provider.table,
                                              slurm=self.controller.slurm,
                                              state_dir=self.provider_state_dir)
         except HealError as exc:

@@ -32,11 +32,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
-from slurm_heal.config import Seconds, read_section
+from slurm_heal.config import read_section
 from slurm_heal.errors import (
     HealError,
     NotFound,
@@ -50,6 +48,7 @@ from slurm_heal.errors import (
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
 from slurm_heal.providers.base import Operation, Provider
+from slurm_heal.sections import ControllerSettings as ControllerSettings  # its home (issue 21)
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.topology import TopologyReader
 from slurm_heal.types import Action, ClusterView, NodeInfo
@@ -66,42 +65,10 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class ControllerSettings(BaseModel):
-    """The ``[controller]`` section of the config file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    state_dir: str | None = None  # default: beside slurmctld's StateSaveLocation
-    interval: Seconds = Field(default=30.0, gt=0, le=3600)  # between cycles: "30s" (or 30)
-    slurm_backend: Literal["auto", "cli", "pyslurm", "rest"] = "auto"
-    slurm_conf: str | None = None
-    slurm_rest_url: str | None = None  # rest backend: slurmrestd, e.g. http://ctl:6820
-    slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
-    heartbeat: str | None = None  # default: <state_dir>/heartbeat
-    notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
-    # Before issue 26: how long a closed remediation stayed in state.json. Now every ended
-    # remediation is kept for good in the audit archive, where every reader of history
-    # finds it, and `hot_retention` says how long it stays in state.json too; this key
-    # still loads (validated) and the daemon says that it no longer moves anything.
-    audit_retention: str = "90d"
-    # Issue 26: how long an ended remediation stays in the hot store (state.json) before
-    # the daemon's retention moves it to the audit archive beside it (docs/store.md);
-    # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
-    hot_retention: str = "14d"
-
-    @field_validator("audit_retention", "hot_retention", mode="before")
-    @classmethod
-    def _duration(cls, value: Any, info: ValidationInfo) -> str:
-        # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
-        from slurm_heal.durations import parse_duration_knob
-
-        if parse_duration_knob(value) <= timedelta(0):
-            raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
-        return str(value)
-
-
-def controller_settings(raw: dict[str, Any], source: str = "config") -> ControllerSettings:
-    """Validate the ``[controller]`` section; errors name the key."""
+def controller_settings(raw: ControllerSettings | dict[str, Any],
+                        source: str = "config") -> ControllerSettings:
+    """Validate the ``[controller]`` section (or take the loaded policy's, already
+    typed); errors name the key."""
     return read_section(ControllerSettings, raw, file=source, key="controller")
 
 

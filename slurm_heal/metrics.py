@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from pydantic import BaseModel, ConfigDict, Field
 
 from slurm_heal.config import read_section
 from slurm_heal.errors import HealError
 from slurm_heal.models import Phase, Remediation, State
+from slurm_heal.sections import MetricsSettings as MetricsSettings  # its home (issue 21)
 
 if TYPE_CHECKING:
     from slurm_heal.controller import CycleFacts
@@ -52,17 +52,8 @@ METRIC_NAMES: tuple[str, ...] = (
 REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 
 
-class MetricsSettings(BaseModel):
-    """The ``[metrics]`` section."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    enabled: bool = False
-    address: str = "127.0.0.1"
-    port: int = Field(default=9810, ge=0, le=65535)
-
-
-def metrics_settings(raw: dict[str, Any], source: str = "config") -> MetricsSettings:
+def metrics_settings(raw: MetricsSettings | dict[str, Any],
+                     source: str = "config") -> MetricsSettings:
     return read_section(MetricsSettings, raw, file=source, key="metrics")
 
 

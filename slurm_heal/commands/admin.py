@@ -723,7 +723,7 @@ def _daemon_and_serve_needs(file: str, report: Any, no_slurm: bool) -> None:
         from slurm_heal.api.auth import TokenFile
         from slurm_heal.api.settings import api_settings
 
-        tokens = api_settings(dict(report.policy.api), file, Path(file).resolve().parent).tokens
+        tokens = api_settings(report.policy.api, file, Path(file).resolve().parent).tokens
         if tokens is not None:
             try:
                 TokenFile(tokens)  # what serve reads at start: missing, unsafe, malformed

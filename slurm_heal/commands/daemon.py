@@ -62,13 +62,13 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
 
     state_dir = locate(None, config_path_).state_dir
     usable_state_dir(state_dir)  # issue 22: a file or a read-only dir is exit 5, one line
-    provider = make_provider(dict(policy.provider), slurm=slurm, state_dir=state_dir / "provider")
+    provider = make_provider(policy.provider.table, slurm=slurm, state_dir=state_dir / "provider")
     store = Store(state_dir / "state.json")
     notify = Path(settings.notify_file) if settings.notify_file else state_dir / "notifications.jsonl"
     # SPEC O3: notifications through Apprise, queued beside the cycle (slurm_heal.notify)
     from slurm_heal.notify import Notifications, notify_settings
 
-    notifications = Notifications(notify_settings(dict(policy.notify), config_path_),
+    notifications = Notifications(notify_settings(policy.notify, config_path_),
                                   state_dir)
     observers: list[Any] = [notifications]
     # SPEC E7: each machine's ledger, beside the cycle (slurm_heal.ledger)
@@ -78,7 +78,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     # SPEC O4: Prometheus metrics, off unless [metrics] enabled (slurm_heal.metrics)
     from slurm_heal.metrics import Metrics, metrics_settings
 
-    msettings = metrics_settings(dict(policy.metrics), config_path_)
+    msettings = metrics_settings(policy.metrics, config_path_)
     metrics: Metrics | None = None
     holder: list[Controller] = []
     if msettings.enabled:
@@ -108,7 +108,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
             settings.hot_retention)
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     # the type as configured (`simulator` is served by the http client: say simulator)
-    provider_type = str(dict(policy.provider).get("type") or getattr(provider, "name", "?"))
+    provider_type = str(policy.provider.kind or getattr(provider, "name", "?"))
     logging.getLogger("slurm_heal").info(
         "daemon starting: state_dir=%s provider=%s interval=%ss", state_dir, provider_type,
         settings.interval, extra={"fields": {

@@ -32,7 +32,8 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
     section: dict[str, Any] = {}
     source, base = "serve options", None
     if loc.config is not None:
-        section = dict(load_policy(loc.config).api)
+        api = load_policy(loc.config).api  # typed (issue 21): the keys the file set
+        section = api.model_dump(exclude_unset=True) if api is not None else {}
         source, base = str(loc.config), Path(loc.config).resolve().parent
     section.update({k: v for k, v in overrides.items() if v not in (None, ())})
     return api_settings(section, source=source, base=base)
@@ -192,7 +193,7 @@ def api_token(name: str, role: str, token_file: str | None, config: str | None,
             from slurm_heal.api.settings import api_settings
             from slurm_heal.config import load_policy
 
-            path = api_settings(dict(load_policy(cfg).api), str(cfg),
+            path = api_settings(load_policy(cfg).api or {}, str(cfg),
                                 Path(cfg).resolve().parent).tokens
         if path is None:
             raise ConfigError("which token file? pass --file FILE (or set [api] tokens in "

@@ -27,21 +27,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from slurm_heal import fsio
-from slurm_heal.config import Seconds, read_section
+from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError
 from slurm_heal.notify.events import (
     EVENT_KINDS,
-    SEVERITIES,
     Event,
     alert_events,
     cycle_events,
     view_alerts,
 )
+from slurm_heal.sections import NotifySettings as NotifySettings  # their home (issue 21)
+from slurm_heal.sections import Route as Route
 
 if TYPE_CHECKING:
     from slurm_heal.controller import CycleFacts
@@ -51,38 +52,8 @@ log = logging.getLogger("slurm_heal.notify")
 QUEUE_FILE = "notify-queue.json"
 
 
-class Route(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    urls: list[str] = Field(min_length=1)
-    kinds: list[str] = Field(default_factory=lambda: ["*"])
-    min_severity: Literal["info", "warning", "critical"] = "info"
-
-    def wants(self, event: Event) -> bool:
-        return (("*" in self.kinds or event.kind in self.kinds)
-                and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
-
-
-class NotifySettings(BaseModel):
-    """The ``[notify]`` section."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    urls: list[str] = Field(default_factory=list)
-    routes: list[Route] = Field(default_factory=list)
-    max_attempts: int = Field(default=8, ge=1, le=100)
-    backoff: Seconds = Field(default=30.0, gt=0, le=3600)  # "30s" (or 30), doubled per attempt
-    max_backoff: Seconds = Field(default=3600.0, gt=0)
-    poll: Seconds = Field(default=2.0, gt=0, le=600)  # how often the sender looks at the queue
-
-    def all_routes(self) -> list[Route]:
-        out = list(self.routes)
-        if self.urls:
-            out.insert(0, Route(urls=list(self.urls)))
-        return out
-
-
-def notify_settings(raw: dict[str, Any], source: str = "config") -> NotifySettings:
+def notify_settings(raw: NotifySettings | dict[str, Any],
+                    source: str = "config") -> NotifySettings:
     """Validate ``[notify]``; an unknown kind, a bad severity or a URL Apprise does not
     understand is a ConfigError naming the key."""
     settings = read_section(NotifySettings, raw, file=source, key="notify", index=".")

@@ -25,13 +25,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from slurm_heal.models import Effect, Phase, Plan, Remediation, State
+from slurm_heal.sections import SEVERITIES as SEVERITIES  # lowest first (issue 21: its home)
 from slurm_heal.types import Alert, ClusterView
 
 EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
                     "incident"]
 EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
                                 "breaker", "pause", "incident")
-SEVERITIES = ("info", "warning", "critical")
 EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
 
 

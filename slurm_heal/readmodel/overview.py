@@ -376,7 +376,8 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     """The whole overview. ``nodes`` is None when Slurm did not answer (``slurm_error``
     says why); the store's part is shown anyway. ``details`` names the nodes whose lines
     are included (``status --node``)."""
-    interval = getattr(getattr(policy, "controller", None), "get", lambda *_: None)("interval")
+    # the typed [controller] section (issue 21); its default is the view's own 30s
+    interval = getattr(getattr(policy, "controller", None), "interval", None)
     ctl = controller_view(heartbeat, state, now, _interval_s(interval))
     waiting = tuple(sorted((
         Waiting(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,

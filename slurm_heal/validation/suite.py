@@ -13,15 +13,12 @@ output is kept and judged against the step's ``criteria`` by `evaluate`:
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 from typing import Any
 
-from pydantic import Field, field_validator
-
+from slurm_heal.sections import Validation as Validation  # its home (issue 21)
 from slurm_heal.validation.steps import PLACEHOLDERS as PLACEHOLDERS
 from slurm_heal.validation.steps import Duration as Duration
 from slurm_heal.validation.steps import Kind as Kind
-from slurm_heal.validation.steps import Model as _Model
 from slurm_heal.validation.steps import Outcome as Outcome
 from slurm_heal.validation.steps import Step as Step
 from slurm_heal.validation.steps import StepResult as StepResult
@@ -50,47 +47,7 @@ def evaluate(step: Step, rc: int | None, output: str, *, timed_out: bool = False
     return judges.judge(step, rc, output, base)
 
 
-class Validation(_Model):
-    """The ``[validation]`` section of the policy file (SPEC V1–V3)."""
-
-    enabled: bool = True
-    suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
-    tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
-    # The flow (`flow`, docs/validation.md "The flow"):
-    vendor: str = "nvidia"  # whose suite runs (V3); "default" is the fallback suite
-    # Where each job writes its results (<results_dir>/<run id>/): on a file system the
-    # node writes and the controller reads (a shared FS, as job output is at real sites).
-    # Default: <state_dir>/validation.
-    results_dir: str | None = None
-    reservation_prefix: str = Field(default="slurm-heal-validate-",
-                                    pattern=r"^[A-Za-z0-9_.-]+$")
-    job_time_limit: Duration = timedelta(hours=2)  # sbatch --time; Slurm ends it (TIMEOUT)
-    python: str | None = None  # the job's Python (default: the controller's own)
-    user: str | None = None  # who the job runs as (default: the controller's user)
-    level: int = Field(default=2, ge=1, le=4)  # the {level} placeholder
-    scratch: str = "/tmp"  # the {scratch} placeholder: the machine's local scratch directory
-    gpus: int = Field(default=0, ge=0)  # the {gpus} placeholder; 0: counted on the machine
-    level_after_failure: int = Field(default=3, ge=1, le=4)  # for a machine that failed before
-    # The host a provider reports as vacated -> the Slurm node that runs on it, where the
-    # host name is not the node name (a host not in Slurm cannot be validated here).
-    hosts: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("suites")
-    @classmethod
-    def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
-        for vendor, steps in value.items():
-            names = [s.name for s in steps]
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
-        return value
-
-    def suite_for(self, vendor: str) -> tuple[Step, ...]:
-        """The steps for ``vendor``, else the ``default`` suite, else none."""
-        return self.suites.get(vendor, self.suites.get("default", ()))
-
-
-def validation_from(data: dict[str, Any] | None, source: str = "<dict>") -> Validation:
+def validation_from(data: Validation | dict[str, Any] | None, source: str = "<dict>") -> Validation:
     """Validate the ``[validation]`` section. Raises ConfigError naming the key."""
     from slurm_heal.config import read_section  # config imports nothing of ours here
     result = read_section(Validation, data, file=source, key="validation", index=".",

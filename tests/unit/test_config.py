@@ -81,11 +81,14 @@ def test_unreadable_and_non_toml_files_are_clear_errors(tmp_path: Path) -> None:
         load_policy(bad)
 
 
-def test_controller_and_provider_sections_pass_through_untouched() -> None:
+def test_controller_section_is_typed_and_the_provider_table_passes_through() -> None:
+    """Issue 21: [controller] is read by its model when the policy loads; [provider] is an
+    envelope (its type, and the table the provider's own model reads when built)."""
     p = policy_from_dict({"controller": {"state_dir": "/var/x", "interval": 30},
                           "provider": {"type": "http", "url": "http://127.0.0.1:1"}})
-    assert p.controller == {"state_dir": "/var/x", "interval": 30}
-    assert p.provider["type"] == "http"
+    assert (p.controller.state_dir, p.controller.interval) == ("/var/x", 30.0)
+    assert p.provider.kind == "http"
+    assert p.provider.table == {"type": "http", "url": "http://127.0.0.1:1"}
 
 
 def test_persistence_by_fault_glob_beats_severity() -> None:

@@ -40,7 +40,7 @@ def daemon_with_hup_in_first_cycle(tmp_path: Path, new_text: str) -> tuple[Contr
             os.kill(os.getpid(), signal.SIGHUP)
         return T0
 
-    controller = Controller(slurm=slurm, provider=make_provider(dict(report.policy.provider)),
+    controller = Controller(slurm=slurm, provider=make_provider(report.policy.provider.table),
                             store=Store(tmp_path / "state"), policy=report.policy, clock=clock)
     old = signal.getsignal(signal.SIGHUP)
     try:

@@ -45,7 +45,7 @@ def _controller(tmp_path: Path, slurm: MemorySlurm) -> Controller:
     cfg = tmp_path / "heal.toml"
     cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n')
     policy = load_policy(cfg)
-    return Controller(slurm=slurm, provider=make_provider(dict(policy.provider)),
+    return Controller(slurm=slurm, provider=make_provider(policy.provider.table),
                       store=Store(tmp_path / "state"), policy=policy, clock=lambda: T0)
 
 

@@ -52,7 +52,7 @@ def _controller(tmp_path: Path, slurm: MemorySlurm, observers: list[Any]) -> Con
     cfg = tmp_path / "heal.toml"
     cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n')
     policy = load_policy(cfg)
-    return Controller(slurm=slurm, provider=make_provider(dict(policy.provider)),
+    return Controller(slurm=slurm, provider=make_provider(policy.provider.table),
                       store=Store(tmp_path / "state"), policy=policy, clock=lambda: T0,
                       observers=observers)
 
@@ -159,7 +159,7 @@ def _waiting_rig(tmp_path: Path, policy: str = "") -> tuple[MemorySlurm, Control
     cfg = tmp_path / "heal.toml"
     cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n' + policy)
     pol = load_policy(cfg)
-    ctl = Controller(slurm=slurm, provider=make_provider(dict(pol.provider)),
+    ctl = Controller(slurm=slurm, provider=make_provider(pol.provider.table),
                      store=Store(tmp_path / "state"), policy=pol, clock=clock,
                      observers=[queue])
     return slurm, ctl, queue, sent, clock
@@ -300,7 +300,7 @@ def _outage_rig(tmp_path: Path) -> tuple[MemorySlurm, Controller, Notifications,
     cfg.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\nattempts = 1\n'
                    '[approvals]\ndefault = "auto"\n')
     pol = load_policy(cfg)
-    ctl = Controller(slurm=slurm, provider=make_provider(dict(pol.provider)),
+    ctl = Controller(slurm=slurm, provider=make_provider(pol.provider.table),
                      store=Store(tmp_path / "state"), policy=pol, clock=clock,
                      observers=[queue])
     alert = Alert(node="gpu01", fault="gpu.xid.119", severity=Severity.CRITICAL,

@@ -1,0 +1,366 @@
+"""The typed sections of the config file that other parts of slurm-heal own (issue 21):
+``[controller]``, ``[provider]``, ``[api]``, ``[notify]``, ``[metrics]`` and
+``[validation]``, as pure pydantic models, plus `read_section`, the one way to read a
+section.
+
+A low module: it imports pydantic, the duration rule and the validation suite's step
+models, nothing that talks to Slurm, a provider, Apprise or Prometheus. `config.Policy`
+types its fields with these models (validated when the policy is loaded, SPEC P), and
+each subsystem imports its model from here (re-exported where it always was:
+``slurm_heal.controller.ControllerSettings``, ``slurm_heal.api.settings.ApiSettings``,
+...). What needs a heavy module (an Apprise URL, a ticket sink, a provider's own model)
+is still checked by the subsystem's reader (`notify_settings`, `validation_from`,
+`make_provider`), in the same words.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from slurm_heal.durations import parse_duration_knob, parse_seconds
+from slurm_heal.errors import ConfigError
+from slurm_heal.validation.steps import Duration as StepDuration
+from slurm_heal.validation.steps import Model as StepModel
+from slurm_heal.validation.steps import Step
+
+if TYPE_CHECKING:
+    from slurm_heal.notify.events import Event
+
+# A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
+# timedelta here.
+Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
+# A duration setting kept in seconds: "30s", "10m", or bare seconds (see parse_seconds).
+Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+
+
+def _dotted(loc: tuple[int | str, ...], index: str = "[]") -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and index == "[]":
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _problem(exc: ValidationError, prefix: str | None, index: str = "[]",
+             docs: str = "docs/policy.md") -> tuple[str | None, str]:
+    """The dotted key and the words of a pydantic error: the first problem, with how
+    many more there are; our own ValueError's words without pydantic's prefix."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = f"unknown key ({msg}; {docs} lists the keys)"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return key, msg + more
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_section(model: type[M], raw: Any, *, file: str, key: str,
+                 index: str = "[]", docs: str = "docs/policy.md") -> M:
+    """The one way to read a config section: validate ``raw`` (the ``[key]`` table of
+    ``file``; None or missing: the defaults) as ``model``. A problem is a ConfigError
+    naming the file, the dotted key (``notify.routes[0].kinds``) and why, never a
+    pydantic traceback. ``index="."`` writes list positions as ``suites.nvidia.0`` (the
+    validation suite's messages say it that way). A ``model`` instance (the typed section
+    of a loaded `Policy`) is returned as it is."""
+    if isinstance(raw, model):  # already read (a typed section of the loaded policy)
+        return raw
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a table, got {raw!r}", file=file, key=key)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        where, msg = _problem(exc, key, index, docs)
+        raise ConfigError(msg, file=file, key=where) from None
+
+
+
+
+class Section(BaseModel):
+    """Frozen, no unknown keys: every typed section."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ControllerSettings(Section):
+    """The ``[controller]`` section of the config file."""
+
+    state_dir: str | None = None  # default: beside slurmctld's StateSaveLocation
+    interval: Seconds = Field(default=30.0, gt=0, le=3600)  # between cycles: "30s" (or 30)
+    slurm_backend: Literal["auto", "cli", "pyslurm", "rest"] = "auto"
+    slurm_conf: str | None = None
+    slurm_rest_url: str | None = None  # rest backend: slurmrestd, e.g. http://ctl:6820
+    slurm_rest_token_file: str | None = None  # rest backend: the JWT, read from this file
+    heartbeat: str | None = None  # default: <state_dir>/heartbeat
+    notify_file: str | None = None  # default: <state_dir>/notifications.jsonl
+    # Before issue 26: how long a closed remediation stayed in state.json. Now every ended
+    # remediation is kept for good in the audit archive, where every reader of history
+    # finds it, and `hot_retention` says how long it stays in state.json too; this key
+    # still loads (validated) and the daemon says that it no longer moves anything.
+    audit_retention: str = "90d"
+    # Issue 26: how long an ended remediation stays in the hot store (state.json) before
+    # the daemon's retention moves it to the audit archive beside it (docs/store.md);
+    # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
+    hot_retention: str = "14d"
+
+    @field_validator("audit_retention", "hot_retention", mode="before")
+    @classmethod
+    def _duration(cls, value: Any, info: ValidationInfo) -> str:
+        # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
+        if parse_duration_knob(value) <= timedelta(0):
+            raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
+        return str(value)
+
+
+# The severities of a notification event, lowest first (notify.events re-exports them).
+SEVERITIES = ("info", "warning", "critical")
+
+
+class Route(Section):
+    """One ``[[notify.routes]]``: where events of these kinds and severities go."""
+
+    urls: list[str] = Field(min_length=1)
+    kinds: list[str] = Field(default_factory=lambda: ["*"])
+    min_severity: Literal["info", "warning", "critical"] = "info"
+
+    def wants(self, event: Event) -> bool:
+        return (("*" in self.kinds or event.kind in self.kinds)
+                and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
+
+
+class NotifySettings(Section):
+    """The ``[notify]`` section."""
+
+    urls: list[str] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+    max_attempts: int = Field(default=8, ge=1, le=100)
+    backoff: Seconds = Field(default=30.0, gt=0, le=3600)  # "30s" (or 30), doubled per attempt
+    max_backoff: Seconds = Field(default=3600.0, gt=0)
+    poll: Seconds = Field(default=2.0, gt=0, le=600)  # how often the sender looks at the queue
+
+    def all_routes(self) -> list[Route]:
+        out = list(self.routes)
+        if self.urls:
+            out.insert(0, Route(urls=list(self.urls)))
+        return out
+
+
+class MetricsSettings(Section):
+    """The ``[metrics]`` section."""
+
+    enabled: bool = False
+    address: str = "127.0.0.1"
+    port: int = Field(default=9810, ge=0, le=65535)
+
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8250
+Role = Literal["viewer", "operator"]
+# Names of people and robots as they appear in the audit record.
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
+
+
+def split_bind(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[V6]:PORT``) → (host, port); ValueError says what is wrong."""
+    m = re.match(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^:\s]+)):(?P<port>\d{1,5})$", value)
+    if not m:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:{DEFAULT_PORT})")
+    port = int(m.group("port"))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is out of range")
+    return m.group("v6") or m.group("host"), port
+
+
+class ApiSettings(Section):
+    """The ``[api]`` section: everything ``serve`` needs besides the store (found as
+    every command finds it); api/settings.py reads it (SPEC O5)."""
+
+    bind: str = f"{DEFAULT_HOST}:{DEFAULT_PORT}"  # HOST:PORT ([v6]:PORT for IPv6)
+    tokens: Path | None = None  # the token file (see auth.py); relative to the config file
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Reverse proxies (addresses or networks) whose user header is believed.
+    trusted_proxies: tuple[str, ...] = ()
+    proxy_user_header: str = "X-Remote-User"
+    # Roles of the people the proxy names; anyone else it names gets proxy_default_role
+    # ("none": refused).
+    proxy_users: dict[str, Role] = Field(default_factory=dict)
+    proxy_default_role: Literal["viewer", "operator", "none"] = "viewer"
+    # Issue 22: the secret a trusted proxy adds to every request (a file only it and
+    # serve may read); without it, the user header is never believed.
+    proxy_secret_file: Path | None = None
+    proxy_secret_header: str = "X-Slurm-Heal-Proxy-Secret"
+    session_ttl: Duration = timedelta(hours=12)  # a console login lasts this long
+    # Issue 22 item 7: the WSGI server's bounded worker pool, and how long a request may
+    # go without sending (and a keep-alive connection may idle) before it is closed.
+    threads: int = Field(default=16, ge=1, le=256)
+    timeout: Duration = timedelta(seconds=10)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
+            raise ValueError("must be between 1s and 10m")
+        return value
+
+    @field_validator("bind")
+    @classmethod
+    def _bind(cls, value: str) -> str:
+        split_bind(value)
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address or network") from None
+        return value
+
+    @field_validator("proxy_user_header", "proxy_secret_header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        if not re.match(r"^[A-Za-z0-9-]{1,64}$", value):
+            raise ValueError(f"{value!r} is not an HTTP header name")
+        return value
+
+    @field_validator("proxy_users")
+    @classmethod
+    def _users(cls, value: dict[str, Role]) -> dict[str, Role]:
+        for name in value:
+            if not NAME.match(name):
+                raise ValueError(f"{name!r} is not a user name (letters, digits, . _ @ + -)")
+        return value
+
+    @property
+    def host(self) -> str:
+        return split_bind(self.bind)[0]
+
+    @property
+    def port(self) -> int:
+        return split_bind(self.bind)[1]
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None and self.tls_key is not None
+
+    def proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(p, strict=False) for p in self.trusted_proxies)
+
+
+class Validation(StepModel):
+    """The ``[validation]`` section of the policy file (SPEC V1–V3)."""
+
+    enabled: bool = True
+    suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
+    tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
+    # The flow (`flow`, docs/validation.md "The flow"):
+    vendor: str = "nvidia"  # whose suite runs (V3); "default" is the fallback suite
+    # Where each job writes its results (<results_dir>/<run id>/): on a file system the
+    # node writes and the controller reads (a shared FS, as job output is at real sites).
+    # Default: <state_dir>/validation.
+    results_dir: str | None = None
+    reservation_prefix: str = Field(default="slurm-heal-validate-",
+                                    pattern=r"^[A-Za-z0-9_.-]+$")
+    job_time_limit: StepDuration = timedelta(hours=2)  # sbatch --time; Slurm ends it (TIMEOUT)
+    python: str | None = None  # the job's Python (default: the controller's own)
+    user: str | None = None  # who the job runs as (default: the controller's user)
+    level: int = Field(default=2, ge=1, le=4)  # the {level} placeholder
+    scratch: str = "/tmp"  # the {scratch} placeholder: the machine's local scratch directory
+    gpus: int = Field(default=0, ge=0)  # the {gpus} placeholder; 0: counted on the machine
+    level_after_failure: int = Field(default=3, ge=1, le=4)  # for a machine that failed before
+    # The host a provider reports as vacated -> the Slurm node that runs on it, where the
+    # host name is not the node name (a host not in Slurm cannot be validated here).
+    hosts: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("suites")
+    @classmethod
+    def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+        for vendor, steps in value.items():
+            names = [s.name for s in steps]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
+        return value
+
+    def suite_for(self, vendor: str) -> tuple[Step, ...]:
+        """The steps for ``vendor``, else the ``default`` suite, else none."""
+        return self.suites.get(vendor, self.suites.get("default", ()))
+
+
+class ProviderSection(BaseModel):
+    """The ``[provider]`` envelope, open to third-party providers: ``kind`` is the
+    provider's type as the file names it (None when missing or not a string), ``table``
+    the section as written, validated by the provider's own model when the provider is
+    built (providers/settings.py, `make_provider`, in the words it always had)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str | None = None
+    table: Mapping[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _envelope(cls, raw: Any) -> Any:
+        # the file's table (any keys: the provider's own model reads them) -> the envelope
+        if isinstance(raw, Mapping) and not isinstance(raw.get("table"), Mapping):
+            kind = raw.get("type")
+            return {"kind": kind if isinstance(kind, str) and kind else None,
+                    "table": dict(raw)}
+        return raw
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ProviderSection:
+        """The envelope of a ``[provider]`` table as the file wrote it."""
+        return cls.model_validate(dict(raw))
+
+
+# Each typed section of the policy file: its model and how `read_section` names its keys
+# (the words each subsystem's reader always used).
+SECTIONS: dict[str, tuple[type[BaseModel], str, str]] = {
+    "controller": (ControllerSettings, "[]", "docs/policy.md"),
+    "api": (ApiSettings, "[]", "docs/policy.md"),
+    "notify": (NotifySettings, ".", "docs/policy.md"),
+    "metrics": (MetricsSettings, "[]", "docs/policy.md"),
+    "validation": (Validation, ".", "docs/validation.md"),
+}
+
+
+def read_sections(data: Mapping[str, Any], *, file: str) -> dict[str, Any]:
+    """The typed sections of a policy document, each read by `read_section` (ConfigError
+    naming ``file``, the key and why) and the ``[provider]`` envelope; sections absent
+    from ``data`` (or not tables) are left out."""
+    out: dict[str, Any] = {}
+    for key, (model, index, docs) in SECTIONS.items():
+        if isinstance(data.get(key), dict):
+            out[key] = read_section(model, data[key], file=file, key=key, index=index,
+                                    docs=docs)
+    if isinstance(data.get("provider"), dict):
+        out["provider"] = ProviderSection.of(data["provider"])
+    return out  # (a section that is not a table is refused by `Policy` itself, in its words)
