@@ -452,9 +452,7 @@ class Policy(_Section):
         reservation for its own (a reset after a gate on the same node)."""
         named = [("the GPU reset (SPEC E6, fixed)", RESET_RESERVATION_PREFIX),
                  ("gate.reservation_prefix", self.gate.reservation_prefix)]
-        prefix = self.validation.get("reservation_prefix")
-        if isinstance(prefix, str):
-            named.append(("validation.reservation_prefix", prefix))
+        named.append(("validation.reservation_prefix", self.validation.reservation_prefix))
         for i, (key, value) in enumerate(named):
             for other, taken in named[:i]:
                 if value == taken:
