@@ -37,7 +37,7 @@ from slurm_heal.durations import parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
 from slurm_heal.validation.steps import Duration as StepDuration
 from slurm_heal.validation.steps import Model as StepModel
-from slurm_heal.validation.steps import Step
+from slurm_heal.validation.steps import Step, unique_step_names
 
 if TYPE_CHECKING:
     from slurm_heal.notify.events import Event
@@ -302,12 +302,7 @@ class Validation(StepModel):
     @field_validator("suites")
     @classmethod
     def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
-        for vendor, steps in value.items():
-            names = [s.name for s in steps]
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
-        return value
+        return unique_step_names(value)
 
     def suite_for(self, vendor: str) -> tuple[Step, ...]:
         """The steps for ``vendor``, else the ``default`` suite, else none."""

@@ -20,7 +20,7 @@ from datetime import timedelta
 from pydantic import Field, field_validator, model_validator
 
 from slurm_heal.durations import format_duration
-from slurm_heal.validation.steps import Duration, Model, Step
+from slurm_heal.validation.steps import Duration, Model, Step, unique_step_names
 
 # SPEC V4 "time-boxed": the longest a gate may be given. A gate is a short suite before
 # a node takes jobs again, not the vacated-machine validation (V1) of hours.
@@ -44,12 +44,7 @@ class Gate(Model):
     @field_validator("suites")
     @classmethod
     def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
-        for vendor, steps in value.items():
-            names = [s.name for s in steps]
-            dup = sorted({n for n in names if names.count(n) > 1})
-            if dup:
-                raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
-        return value
+        return unique_step_names(value)
 
     @field_validator("timeout")
     @classmethod

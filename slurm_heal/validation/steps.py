@@ -110,3 +110,13 @@ def verdict(steps: tuple[StepResult, ...] | list[StepResult]) -> Outcome:
     if not steps or any(s.outcome == "error" for s in steps):
         return "error"
     return "pass"
+
+
+def unique_step_names(suites: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+    """A suite names each step once (the [validation] and [gate] suites alike)."""
+    for vendor, steps in suites.items():
+        names = [s.name for s in steps]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"suite {vendor!r} names step(s) {', '.join(dup)} twice")
+    return suites
