@@ -170,7 +170,7 @@ def prepare(n: int, base: Path) -> Path:
     # place of the mark (`sed`, paid as the commands' CPU); the JSON for `--json`.
     texts = {"sinfo": scale.sinfo_text(nodes), "scontrol": scale.scontrol_text(nodes),
              "squeue": scale.squeue_text(jobs)}
-    cut = {"sinfo": 's=${4#NodeList:0}; s=${s%%,*}', "squeue": 's=${5#%A}; s=${s%%%u*}',
+    cut = {"sinfo": 's=${6#NodeList:0}; s=${s%%,*}', "squeue": 's=${5#%A}; s=${s%%%u*}',
            "scontrol": "s="}
     for cmd, text in (("sinfo", nodes), ("squeue", jobs), ("scontrol", "{}")):
         (base / f"{cmd}.json").write_text(text)

@@ -789,11 +789,12 @@ class CliSlurm:
         # JSON only where scontrol's text could have been forged (text.Ambiguous).
         from slurm_heal.slurm import text
 
-        sep = text.separator()
-        listed = self._run(text.sinfo_argv(sep), read=True).stdout
-        boots = self._run(list(text.SCONTROL_NODES), read=True).stdout
+        def read_sinfo(sep: str, names: str) -> str:
+            return self._run(text.sinfo_argv(sep, names), read=True).stdout
+
+        lines = self._run(list(text.SCONTROL_NODES), read=True).stdout
         try:
-            nodes = text.nodes_from_text(listed, sep, boots)
+            nodes = text.nodes_from_text(lines, read_sinfo)
         except text.Ambiguous as why:
             log.info("reading Slurm's node JSON: %s", why)
         else:

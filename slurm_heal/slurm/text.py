@@ -1,21 +1,25 @@
 """The whole-cluster reads of the cli backend in Slurm's text forms (issue 26).
 
 `sinfo --json` (22.05) and `scontrol --json show node` (23.02+) cost Slurm's client far
-more CPU than the controller cycle itself at 10k nodes (687 ms and 2,593 ms measured);
-the text forms cost a fraction. They are read so that free text cannot be misparsed:
+more CPU than the controller cycle itself at 10k nodes (553 ms and 2,593 ms measured);
+`scontrol show node -o` costs 78 ms, `squeue -o` 18 ms. They are read so that free text
+cannot be misparsed:
 
-- `sinfo -N -h -O FIELD:0SEP,...` and `squeue -h -t all -o %xSEP...`: every field ends
-  with ``SEP``, a separator drawn at random for each call (a control character and 16
-  hex digits). Reason, Extra, Comment and job names may hold spaces, ``=``, ``|``,
-  newlines or JSON; what they cannot hold is a separator nobody knew before the command
-  ran. ``:0``: no width, no padding, nothing cut (seen on 22.05.8, 25.11.7, 26.05.3).
-- `sinfo -O` has no boot times: BootTime, SlurmdStartTime and InstanceId come from
-  `scontrol show node -o`, whose free text (OS, Reason, Comment, Extra) is not
-  delimited. A value is taken only where it cannot be forged: the key once in the line
-  (BootTime and SlurmdStartTime are always printed), not in the node's Reason, Comment or
-  Extra (known exactly from sinfo), InstanceId only after SlurmdStartTime (where Slurm
-  prints it; OS comes before), one line per node sinfo listed, each starting with
-  ``NodeName=``. Anything else is `Ambiguous`: the caller reads the JSON instead.
+- `scontrol show node -o` is not delimited: OS (the node's own text), Reason, Comment
+  and Extra may hold spaces and ``Key=`` text. A line is read only where it cannot be
+  forged: BootTime and SlurmdStartTime once (Slurm always prints them), the keys read
+  from the fixed part once and before BootTime, no ``=`` in the OS text (so nothing
+  before BootTime is free text), at most one free-text field after SlurmdStartTime (its
+  value then runs to the end of the line; a Reason ends with Slurm's ``[user@time]``),
+  each line starting with ``NodeName=`` and no name twice. A node whose line has two
+  free-text fields (a drained node with Extra) is read from `sinfo -N -h -n NAMES -O
+  FIELD:0SEP,...`: every field ends with ``SEP``, drawn at random for each call, which
+  no text can hold before the command ran (``:0``: no width, nothing cut; seen on
+  22.05.8, 25.11.7, 26.05.3). sinfo -N is quadratic in the nodes it lists (1.5 s CPU at
+  10k on 22.05), hence only those nodes, at most `MAX_RESOLVED`. Anything else (an
+  InstanceId, which sinfo does not print; a line that is no node) is `Ambiguous`: the
+  caller reads the JSON instead.
+- `squeue -h -t all -o %ASEP...`: the same separator scheme; the job name comes last.
 - Times: the caller sets ``SLURM_TIME_FORMAT=%s``, so they are epoch seconds, never
   local time without a zone.
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Callable
 
 from slurm_heal.errors import SlurmError
 from slurm_heal.types import JobInfo, NodeInfo
@@ -53,10 +58,6 @@ def separator() -> str:
     """A field separator for one command: a control character, no ``%`` (squeue's format),
     no ``,`` (sinfo's field list), no digit first (sinfo's ``:0`` width)."""
     return "\x1fSH" + secrets.token_hex(8)
-
-
-def sinfo_argv(sep: str) -> list[str]:
-    return ["sinfo", "-N", "-h", "-O", ",".join(f"{f}:0{sep}" for f in NODE_FIELDS)]
 
 
 def squeue_argv(sep: str) -> list[str]:
@@ -92,11 +93,33 @@ def _value(line: str, marker: str, at: int) -> str:
     return line[start:] if end < 0 else line[start:end]
 
 
-def boot_fields(text: str, free: dict[str, tuple[str, str, str]]) -> dict[str, tuple[str, str, str]]:
-    """(BootTime, SlurmdStartTime, InstanceId) of each node of `scontrol show node -o`,
-    in Slurm's node order. ``free``: each node's free text as sinfo printed it (Reason,
-    Comment, Extra). `Ambiguous` where a value could be forged (module docstring)."""
-    out: dict[str, tuple[str, str, str]] = {}
+def sinfo_argv(sep: str, names: str) -> list[str]:
+    return ["sinfo", "-N", "-h", "-n", names, "-O",
+            ",".join(f"{f}:0{sep}" for f in NODE_FIELDS)]
+
+
+# `scontrol show node -o`: keys read from the fixed part (always printed once; Partitions
+# only when the node has one), and the free-text fields Slurm prints after
+# SlurmdStartTime (22.05: Reason, Comment, Extra; 25.11 adds InstanceId, InstanceType,
+# ReservationName, TLSCert...).
+_HEAD = (" State=", " AvailableFeatures=", " NodeAddr=", " NodeHostName=")
+_TAIL = (" Reason=", " Comment=", " Extra=", " ReservationName=", " InstanceType=",
+         " TLSCertTokenSet=", " TLSCertLastRenewal=")
+_REASON = re.compile(r"^(?P<reason>.*) \[(?P<user>[^@\]\s]+)@(?P<time>\d+)\]$", re.S)
+# Above this many nodes to read through sinfo, the JSON costs less (sinfo -N is
+# quadratic in the nodes it lists: 1.5 s CPU for 10k on 22.05).
+MAX_RESOLVED = 500
+Fields = dict[str, str]
+
+
+def scontrol_nodes(text: str) -> tuple[dict[str, Fields | None], dict[str, tuple[str, str]]]:
+    """Each node of `scontrol show node -o` (SLURM_TIME_FORMAT=%s) in Slurm's order: its
+    fields, or None where the line cannot be split for certain (two free-text fields, a
+    key twice, ``=`` in the node's OS text): those are read with `sinfo -N -n` (fields
+    ended by a separator). Beside it, every node's (BootTime, SlurmdStartTime).
+    `Ambiguous` (read the JSON) where even those could be forged or a line is no node."""
+    out: dict[str, Fields | None] = {}
+    boots: dict[str, tuple[str, str]] = {}
     for line in text.split("\n"):
         if not line.strip():
             continue
@@ -104,60 +127,106 @@ def boot_fields(text: str, free: dict[str, tuple[str, str, str]]) -> dict[str, t
             raise Ambiguous(f"a line that is no node: {line[:60]!r}")
         space = line.find(" ")
         name = line[9:] if space < 0 else line[9:space]
-        texts = free.get(name)
-        if texts is None or name in out:
-            raise Ambiguous(f"node {name[:60]!r} not once in both sinfo and scontrol")
-        for marker in (_BOOT, _START, _INSTANCE):
-            if any(marker in " " + t for t in texts):
-                raise Ambiguous(f"node {name!r}: free text holding {marker.strip()}")
-        if line.count(_BOOT) != 1 or line.count(_START) != 1 or line.count(_INSTANCE) > 1:
-            raise Ambiguous(f"node {name!r}: a boot time not once in its line")
-        boot, start, inst = line.find(_BOOT), line.find(_START), line.find(_INSTANCE)
-        if 0 <= inst < start:
-            raise Ambiguous(f"node {name!r}: InstanceId before SlurmdStartTime")
-        out[name] = (_value(line, _BOOT, boot), _value(line, _START, start),
-                     _value(line, _INSTANCE, inst) if inst >= 0 else "")
-    if len(out) != len(free):
-        raise Ambiguous(f"sinfo lists {len(free)} nodes, scontrol {len(out)}")
-    return out
+        if name in out:
+            raise Ambiguous(f"node {name[:60]!r} twice")
+        if line.count(_BOOT) != 1 or line.count(_START) != 1 or _INSTANCE in line:
+            raise Ambiguous(f"node {name[:60]!r}: boot times not once, or an InstanceId")
+        boot, start = line.find(_BOOT), line.find(_START)
+        if not boot < start:
+            raise Ambiguous(f"node {name[:60]!r}: boot times out of order")
+        boots[name] = (_value(line, _BOOT, boot), _value(line, _START, start))
+        out[name] = _fields(line, boot, start)
+    return out, boots
 
 
-def nodes_from_text(sinfo_text: str, sep: str, scontrol_text: str) -> tuple[NodeInfo, ...]:
-    """All nodes from `sinfo -N -h -O` (``sep`` its separator) and `scontrol show node
-    -o`, once each, in Slurm's node order; a node in several partitions is one record
-    with all of them. SlurmError for a malformed answer, `Ambiguous` as above."""
-    from slurm_heal.slurm.cli import _ONE_NAME, guarded, node_info, state_flags
+def _fields(line: str, boot: int, start: int) -> Fields | None:
+    os_at, mem_at = line.find(" OS="), line.find(" RealMemory=")
+    if os_at >= 0 and (mem_at < os_at or "=" in line[os_at + 4:mem_at]):
+        return None
+    got: Fields = {}
+    for key in _HEAD:
+        if line.count(key) != 1 or line.find(key) > boot:
+            return None
+        got[key] = _value(line, key, line.find(key))
+    part = line.find(" Partitions=")
+    if line.count(" Partitions=") > 1 or part > boot:
+        return None
+    got[" Partitions="] = _value(line, " Partitions=", part) if part >= 0 else ""
+    tails = [(line.find(k), k) for k in _TAIL if k in line]
+    if len(tails) > 1 or any(line.count(k) > 1 for _, k in tails):
+        return None
+    got[" Reason="] = got[" Extra="] = ""
+    if tails:
+        at, key = tails[0]
+        if at < start:
+            return None
+        value = line[at + len(key):]
+        if key == " Reason=":
+            match = _REASON.match(value)
+            if not match:
+                return None
+            got[" Reason="], got["user"], got["time"] = match["reason"], match["user"], \
+                match["time"]
+        elif key == " Extra=":
+            got[" Extra="] = value
+    return got
 
-    merged: dict[str, list[str]] = {}
+
+def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
+                    ) -> tuple[NodeInfo, ...]:
+    """All nodes from `scontrol show node -o`, those whose line cannot be split for
+    certain from `sinfo -N -n NAMES -O` (``read_sinfo(sep, names)`` runs it), once
+    each, in Slurm's order. SlurmError for a malformed answer, `Ambiguous` as above."""
+    from ClusterShell.NodeSet import NodeSet
+
+    from slurm_heal.slurm.cli import guarded, node_info, state_flags
+
+    lines, boots = scontrol_nodes(scontrol_text)
+    unsure = [name for name, f in lines.items() if f is None]
+    listed: dict[str, list[str]] = {}
     partitions: dict[str, list[str]] = {}
-    for rec in records(sinfo_text, sep, len(NODE_FIELDS), "sinfo -N -O"):
-        name, part = rec[0], rec[7]
-        if not _ONE_NAME.match(name):
-            raise SlurmError(f"sinfo -N -O printed a node name slurm-heal cannot read: "
-                             f"{name[:80]!r}")
-        if name not in merged:
-            merged[name], partitions[name] = rec, []
-        if part and part not in partitions[name]:
-            partitions[name].append(part)
-    free = {name: (r[2], r[5], r[6]) for name, r in merged.items()}
-    boots = boot_fields(scontrol_text, free)
+    if unsure:
+        if len(unsure) > MAX_RESOLVED:
+            raise Ambiguous(f"{len(unsure)} nodes whose text cannot be split for certain")
+        sep = separator()
+        answer = read_sinfo(sep, str(NodeSet.fromlist(unsure)))
+        for rec in records(answer, sep, len(NODE_FIELDS), "sinfo -N -O"):
+            name, part = rec[0], rec[7]
+            if name not in lines:
+                raise SlurmError(f"sinfo -N -O printed a node scontrol does not list: "
+                                 f"{name[:80]!r}")
+            if name not in listed:
+                listed[name], partitions[name] = rec, []
+            if part and part != "(null)" and part not in partitions[name]:
+                partitions[name].append(part)
+        if len(listed) != len(unsure):
+            raise Ambiguous(f"sinfo lists {len(listed)} of {len(unsure)} nodes")
     states: dict[str, frozenset[str]] = {}
 
+    def flags_of(state: str) -> frozenset[str]:
+        hit = states.get(state)
+        if hit is None:
+            hit = states[state] = state_flags(state)
+        return hit
+
     def mapped(name: str) -> NodeInfo:
-        _, state, reason, user, when, extra, _c, _p, feats, addr, host = merged[name]
-        flags = states.get(state)
-        if flags is None:
-            flags = states[state] = state_flags(state)
+        boot, slurmd = boots[name]
+        f = lines[name]
+        if f is not None:
+            return node_info(name, flags_of(f[" State="]), reason=f[" Reason="],
+                             user=f.get("user", ""), when=f.get("time"), extra=f[" Extra="],
+                             partitions=f[" Partitions="], features=f[" AvailableFeatures="],
+                             boot=boot, slurmd_start=slurmd, address=f[" NodeAddr="],
+                             hostname=f[" NodeHostName="], instance_id="")
+        _, state, reason, user, when, extra, _c, _p, feats, addr, host = listed[name]
         user = "" if user == "Unknown" else _UID.sub("", user)
         if reason == "none" and not user:  # sinfo's word for no reason
             reason = ""
-        boot, slurmd, instance = boots[name]
-        return node_info(name, flags, reason=reason, user=user, when=when, extra=extra,
-                         partitions=partitions[name], features=feats, boot=boot,
-                         slurmd_start=slurmd, address=addr, hostname=host,
-                         instance_id="" if instance in ("(null)", "N/A") else instance)
+        return node_info(name, flags_of(state), reason=reason, user=user, when=when,
+                         extra=extra, partitions=partitions[name], features=feats, boot=boot,
+                         slurmd_start=slurmd, address=addr, hostname=host, instance_id="")
 
-    return tuple(guarded("sinfo -N -O: node", str, mapped, name) for name in boots)
+    return tuple(guarded("scontrol show node -o: node", str, mapped, name) for name in lines)
 
 
 def limit_minutes(text: str) -> int | None:

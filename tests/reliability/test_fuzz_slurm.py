@@ -129,17 +129,20 @@ _text_answer = st.lists(st.lists(_field, min_size=1, max_size=12).map(
 
 @FUZZ
 @given(_text_answer, st.lists(st.one_of(st.text(max_size=60), st.builds(
-    lambda n, b, s, i: f"NodeName={n} BootTime={b} SlurmdStartTime={s}{i}",
+    lambda n, os_, s, t: f"NodeName={n} AvailableFeatures=lab NodeAddr=a NodeHostName={n} "
+                         f"OS={os_} RealMemory=1 State={s} BootTime=1 SlurmdStartTime=2{t}",
     st.sampled_from(["gpu01", "gpu02"]) | st.text(max_size=6), st.text(max_size=12),
-    st.text(max_size=12), st.sampled_from(["", " InstanceId=i-1"]) | st.text(max_size=12))),
+    st.sampled_from(["IDLE", "DOWN*+DRAIN"]) | st.text(max_size=8),
+    st.sampled_from(["", " Reason=x [root@1]", " Extra={}", " Comment=a Extra={}",
+                     " InstanceId=i-1"]) | st.text(max_size=16))),
     max_size=3).map("\n".join))
 def test_fuzz_the_commands_node_text_only_raises_slurm_error(answer: str, lines: str) -> None:
-    """Issue 26: `sinfo -N -O` and `scontrol show node -o` text of any shape is nodes, a
+    """Issue 26: `scontrol show node -o` and `sinfo -N -O` text of any shape is nodes, a
     SlurmError naming the problem, or Ambiguous (the caller reads the JSON)."""
     from slurm_heal.slurm import text
 
     try:
-        text.nodes_from_text(answer, _SEP, lines)
+        text.nodes_from_text(lines, lambda sep, names: answer.replace(_SEP, sep))
     except text.Ambiguous:
         pass
     except SlurmError as exc:

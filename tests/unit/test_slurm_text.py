@@ -24,8 +24,10 @@ def _node(name: str, state: str = "idle", reason: str = "none", user: str = "Unk
     return (name, state, reason, user, when, extra, comment, part, feats, "127.0.0.1", name)
 
 
-def _line(name: str, tail: str = "", os_text: str = "Linux 6.x #1 SMP") -> str:
-    return (f"NodeName={name} Arch=x86_64 OS={os_text}  RealMemory=1000 State=IDLE "
+def _line(name: str, tail: str = "", os_text: str = "Linux 6.x #1 SMP",
+          state: str = "IDLE") -> str:
+    return (f"NodeName={name} Arch=x86_64 AvailableFeatures=lab NodeAddr=127.0.0.1 "
+            f"NodeHostName={name} OS={os_text}  RealMemory=1000 State={state} "
             f"Partitions=gpu  BootTime=1796115384 SlurmdStartTime=1796131563 "
             f"LastBusyTime=1796131563 CfgTRES=cpu=2{tail}")
 
@@ -34,69 +36,113 @@ def test_a_separator_is_new_for_each_call_and_fits_both_formats() -> None:
     a, b = text.separator(), text.separator()
     assert a != b
     assert not {"%", ",", " "} & set(a) and not a[0].isdigit()
-    assert all(f"{f}:0{a}" in text.sinfo_argv(a)[-1] for f in text.NODE_FIELDS)
+    assert all(f"{f}:0{a}" in text.sinfo_argv(a, "gpu01")[-1] for f in text.NODE_FIELDS)
 
 
-def test_nodes_read_free_text_with_spaces_equals_and_json_as_it_is() -> None:
-    reason = 'Xid 79 Extra={"x": 1} BootTime is late | %s'
-    extra = '{"slurm_heal": {"note": "a b=c Reason=d"}}'
-    answer = _sinfo(_node("gpu01", "idle+drain", reason, "root(0)", "1796131563"),
-                    _node("gpu02", extra=extra), _node("gpu02", part="debug"))
-    nodes = text.nodes_from_text(answer, SEP, "\n".join([
+class Sinfo:
+    """`sinfo -N -n NAMES -O` answering ``records``, in the separator it is given."""
+
+    def __init__(self, *records: tuple[str, ...]) -> None:
+        self.records = records
+        self.asked: list[str] = []
+
+    def __call__(self, sep: str, names: str) -> str:
+        self.asked.append(names)
+        return "\n".join("".join(f + sep for f in r) for r in self.records) + "\n"
+
+
+def _no_sinfo(sep: str, names: str) -> str:
+    raise AssertionError(f"sinfo asked for {names}")
+
+
+def test_lines_with_one_free_text_field_are_read_from_scontrol_alone() -> None:
+    reason = 'Xid 79 Extra is {"x": 1} | %s = late'
+    extra = '{"slurm_heal": {"note": "a b=c | %s"}}'
+    one, two = text.nodes_from_text("\n".join([
         _line("gpu01", f" Reason={reason} [root@1796131563]"),
-        _line("gpu02", f" Extra={extra} InstanceId=i-0abc InstanceType=p5")]) + "\n")
-    one, two = nodes
-    assert one.name == "gpu01" and one.states == {"IDLE", "DRAIN"}
-    assert one.reason == reason and one.reason_user == "root"
-    assert one.reason_time == datetime.fromtimestamp(1796131563, tz=timezone.utc)
+        _line("gpu02", f" Extra={extra}")]) + "\n", _no_sinfo)
+    assert one.name == "gpu01" and one.states == {"IDLE"} and one.reason == ""  # not drained
+    assert two.extra == {"slurm_heal": {"note": "a b=c | %s"}}
+    assert two.partitions == ("gpu",) and two.features == ("lab",)
+    assert two.address == "127.0.0.1" and two.hostname == "gpu02"
     assert one.boot_time == datetime.fromtimestamp(1796115384, tz=timezone.utc)
-    assert two.extra == {"slurm_heal": {"note": "a b=c Reason=d"}} and two.reason == ""
-    assert two.partitions == ("gpu", "debug") and two.instance_id == "i-0abc"
-    assert two.features == ("lab",) and two.address == "127.0.0.1"
+    drained = text.nodes_from_text(_line("gpu01", f" Reason={reason} [root@1796131563]",
+                                         state="IDLE+DRAIN"), _no_sinfo)[0]
+    assert drained.reason == reason and drained.reason_user == "root"
+    assert drained.reason_time == datetime.fromtimestamp(1796131563, tz=timezone.utc)
 
 
-def test_nodes_come_in_scontrols_order_once_each() -> None:
-    answer = _sinfo(_node("gpu02"), _node("gpu01"))
-    nodes = text.nodes_from_text(answer, SEP, _line("gpu01") + "\n" + _line("gpu02"))
+def test_a_drained_node_with_extra_is_read_from_sinfo_with_its_separator() -> None:
+    reason = 'heal: x Extra={"forged": 1}'
+    extra = '{"slurm_heal": {"v": 1}}'
+    sinfo = Sinfo(_node("gpu02", "idle+drain", reason, "root(0)", "1796131563", extra),
+                  _node("gpu02", "idle+drain", reason, "root(0)", "1796131563", extra,
+                        part="debug"))
+    nodes = text.nodes_from_text("\n".join([
+        _line("gpu01"),
+        _line("gpu02", f" Reason={reason} [root@1796131563] Extra={extra}",
+              state="IDLE+DRAIN")]), sinfo)
+    assert sinfo.asked == ["gpu02"]
     assert [n.name for n in nodes] == ["gpu01", "gpu02"]
+    got = nodes[1]
+    assert got.reason == reason and got.reason_user == "root" and got.drained
+    assert got.extra == {"slurm_heal": {"v": 1}} and got.partitions == ("gpu", "debug")
+    assert got.boot_time == datetime.fromtimestamp(1796115384, tz=timezone.utc)
 
 
-@pytest.mark.parametrize(("reason", "os_text", "tail"), [
-    ("x BootTime=1", "Linux", ""),                           # free text naming a key
-    ("x SlurmdStartTime=1", "Linux", ""),
-    ("x InstanceId=forged", "Linux", ""),                    # InstanceId is printed late
-    ("none", "Linux InstanceId=forged", ""),                 # OS forging an InstanceId
-    ("none", "Linux BootTime=1", ""),                        # a key twice
-    ("none", "Linux", "\nNodeName=gpu01 BootTime=1 SlurmdStartTime=1"),  # a forged line
-    ("none", "Linux", "\nNodeName=gpu09 BootTime=1 SlurmdStartTime=1"),  # a node sinfo lacks
-    ("none", "Linux", "\nState=IDLE"),                       # a line that is no node
+@pytest.mark.parametrize(("tail", "os_text"), [
+    (' Reason=x Extra={"forged": 1} [root@1796131563]', "Linux"),  # a forged Extra
+    (" Reason=x State=DOWN [root@1796131563]", "Linux"),           # a key twice
+    (" Reason=x", "Linux"),                                        # no [user@time]
+    ("", "Linux Partitions=forged"),                               # = in the OS text
+    (" Comment=a Extra={}", "Linux"),                              # two free texts
 ])
-def test_scontrol_text_that_could_be_forged_is_ambiguous(reason: str, os_text: str,
-                                                         tail: str) -> None:
-    answer = _sinfo(_node("gpu01", "idle+drain", reason, "root(0)", "1796131563"))
-    shown = f" Reason={reason} [root@1796131563]" if reason != "none" else ""
-    with pytest.raises(text.Ambiguous):
-        text.nodes_from_text(answer, SEP, _line("gpu01", shown + tail, os_text))
+def test_a_line_that_cannot_be_split_for_certain_is_read_from_sinfo(tail: str,
+                                                                   os_text: str) -> None:
+    sinfo = Sinfo(_node("gpu01"))
+    got = text.nodes_from_text(_line("gpu01", tail, os_text), sinfo)[0]
+    assert sinfo.asked == ["gpu01"]
+    assert got.partitions == ("gpu",) and got.extra_raw == "" and got.states == {"IDLE"}
 
 
-def test_a_node_sinfo_lists_and_scontrol_does_not_is_ambiguous() -> None:
-    with pytest.raises(text.Ambiguous, match="sinfo lists 2 nodes, scontrol 1"):
-        text.nodes_from_text(_sinfo(_node("gpu01"), _node("gpu02")), SEP, _line("gpu01"))
+@pytest.mark.parametrize(("lines", "says"), [
+    (_line("gpu01", " Reason=x BootTime=1 [root@1]"), "boot times not once"),
+    (_line("gpu01", " Extra={} InstanceId=i-1 InstanceType=p5"), "InstanceId"),
+    (_line("gpu01", " Reason=a\nNodeName=gpu01 BootTime=1 SlurmdStartTime=1 [root@1]"),
+     "twice"),
+    (_line("gpu01", " Reason=a\nState=IDLE [root@1]"), "no node"),
+])
+def test_scontrol_text_that_could_forge_what_it_reads_is_ambiguous(lines: str,
+                                                                   says: str) -> None:
+    with pytest.raises(text.Ambiguous, match=says):
+        text.nodes_from_text(lines, Sinfo(_node("gpu01")))
+
+
+def test_too_many_nodes_to_read_through_sinfo_is_ambiguous() -> None:
+    lines = "\n".join(_line(f"n{i}", " Comment=a Extra={}") for i in range(501))
+    with pytest.raises(text.Ambiguous, match="501 nodes"):
+        text.nodes_from_text(lines, _no_sinfo)
+
+
+def test_sinfo_not_listing_a_node_it_was_asked_for_is_ambiguous() -> None:
+    with pytest.raises(text.Ambiguous, match="sinfo lists 0 of 1"):
+        text.nodes_from_text(_line("gpu01", " Comment=a Extra={}"), Sinfo())
 
 
 @pytest.mark.parametrize(("answer", "says"), [
     ('{"nodes": true}', "does not read"),
-    ("gpu01" + SEP + "idle" + SEP + "\n", "printed 2 fields, not records of 11"),
+    ("gpu01SEPidleSEP\n", "printed 2 fields, not records of 11"),
 ])
 def test_malformed_sinfo_text_is_a_slurm_error_naming_it(answer: str, says: str) -> None:
     with pytest.raises(SlurmError, match=says) as caught:
-        text.nodes_from_text(answer, SEP, _line("gpu01"))
+        text.nodes_from_text(_line("gpu01", " Comment=a Extra={}"),
+                             lambda sep, names: answer.replace("SEP", sep))
     assert "sinfo -N -O" in str(caught.value)
 
 
-def test_a_node_name_that_is_no_name_is_a_slurm_error() -> None:
-    with pytest.raises(SlurmError, match="node name"):
-        text.nodes_from_text(_sinfo(_node("gpu[01")), SEP, _line("gpu[01"))
+def test_a_node_sinfo_lists_that_scontrol_does_not_is_a_slurm_error() -> None:
+    with pytest.raises(SlurmError, match="does not list"):
+        text.nodes_from_text(_line("gpu01", " Comment=a Extra={}"), Sinfo(_node("gpu[01")))
 
 
 @pytest.mark.parametrize(("limit", "minutes"), [

@@ -44,12 +44,11 @@ def _commands(tmp_path: Path, version: str, nodes_json: str, listed: str = "gpu[
   --version) echo "slurm {version}";;
   "-h -o %N") echo "{listed}";;
   --json) cat {tmp_path}/nodes.json;;
-  "-N -h -O "*) ;;  # no text answer: the JSON is read (issue 26)
   *) echo "unexpected sinfo $*" >&2; exit 2;;
 esac""",
         "scontrol": f"""case "$*" in
   "--json show node"*) cat {tmp_path}/nodes.json;;
-  "show node -o") ;;
+  "show node -o") ;;  # no text answer: the JSON is read (issue 26)
   *) echo "unexpected scontrol $*" >&2; exit 2;;
 esac""",
         "squeue": f"cat {tmp_path}/jobs.json",
