@@ -235,7 +235,7 @@ def cycle_rows(quick: bool) -> list[Row]:
                         + after.ru_stime - before.ru_stime) * 1000)
         med = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
         cpu_med = statistics.median(cpu)
-        rows.append((f"whole cycle, {n:,} nodes (sinfo -N -O, scontrol show node -o, squeue -o: "
+        rows.append((f"whole cycle, {n:,} nodes (scontrol show node -o, squeue -o: "
                      f"{med['json_mb']:.0f} MB, "
                      "parsed; load, decide, store write)",
                      f"{cpu_med:.0f} ms", verdict(cpu_med, 1000, "<= 1 s"),
@@ -253,8 +253,8 @@ def cycle_rows(quick: bool) -> list[Row]:
                  f"{got['rss_mb']:.0f} MB", "<= 300 MB: " + ("met" if got["rss_mb"] <= 300
                                                             else "MISSED"),
                  f"wall {got['total'] / 1000:.1f} s (snapshot {got['parse'] / 1000:.1f} s, "
-                 f"decide {got['decide']:.0f} ms, write {got['write']:.0f} ms); Slurm's JSON "
-                 f"is {got['json_mb']:.0f} MB; {got.get('why', '')}"))
+                 f"decide {got['decide']:.0f} ms, write {got['write']:.0f} ms); Slurm's answers "
+                 f"are {got['json_mb']:.0f} MB; {got.get('why', '')}"))
     return rows
 
 

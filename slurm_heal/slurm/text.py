@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from slurm_heal.errors import SlurmError
 from slurm_heal.types import JobInfo, NodeInfo
@@ -110,17 +111,31 @@ _REASON = re.compile(r"^(?P<reason>.*) \[(?P<user>[^@\]\s]+)@(?P<time>\d+)\]$", 
 # quadratic in the nodes it lists: 1.5 s CPU for 10k on 22.05).
 MAX_RESOLVED = 500
 Fields = dict[str, str]
+_T = TypeVar("_T")
 
 
-def scontrol_nodes(text: str) -> tuple[dict[str, Fields | None], dict[str, tuple[str, str]]]:
+def _lines(text: str) -> Iterator[str]:
+    """The lines of ``text`` one at a time (a list of all of them would be a second copy
+    of a 60 MB answer at 100k nodes)."""
+    pos, size = 0, len(text)
+    while pos < size:
+        end = text.find("\n", pos)
+        end = size if end < 0 else end
+        yield text[pos:end]
+        pos = end + 1
+
+
+def scontrol_nodes(text: str, make: Callable[[str, Fields, tuple[str, str]], _T]
+                   ) -> tuple[dict[str, _T | None], dict[str, tuple[str, str]]]:
     """Each node of `scontrol show node -o` (SLURM_TIME_FORMAT=%s) in Slurm's order: its
     fields, or None where the line cannot be split for certain (two free-text fields, a
     key twice, ``=`` in the node's OS text): those are read with `sinfo -N -n` (fields
-    ended by a separator). Beside it, every node's (BootTime, SlurmdStartTime).
+    ended by a separator); ``make(name, fields, boot times)`` maps the others as they
+    are read. Beside it, every node's (BootTime, SlurmdStartTime).
     `Ambiguous` (read the JSON) where even those could be forged or a line is no node."""
-    out: dict[str, Fields | None] = {}
+    out: dict[str, _T | None] = {}
     boots: dict[str, tuple[str, str]] = {}
-    for line in text.split("\n"):
+    for line in _lines(text):
         if not line.strip():
             continue
         if not line.startswith("NodeName="):
@@ -134,8 +149,9 @@ def scontrol_nodes(text: str) -> tuple[dict[str, Fields | None], dict[str, tuple
         boot, start = line.find(_BOOT), line.find(_START)
         if not boot < start:
             raise Ambiguous(f"node {name[:60]!r}: boot times out of order")
-        boots[name] = (_value(line, _BOOT, boot), _value(line, _START, start))
-        out[name] = _fields(line, boot, start)
+        times = boots[name] = (_value(line, _BOOT, boot), _value(line, _START, start))
+        fields = _fields(line, boot, start)
+        out[name] = None if fields is None else make(name, fields, times)
     return out, boots
 
 
@@ -181,8 +197,27 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
 
     from slurm_heal.slurm.cli import guarded, node_info, state_flags
 
-    lines, boots = scontrol_nodes(scontrol_text)
-    unsure = [name for name, f in lines.items() if f is None]
+    states: dict[str, frozenset[str]] = {}
+
+    def flags_of(state: str) -> frozenset[str]:
+        hit = states.get(state)
+        if hit is None:
+            hit = states[state] = state_flags(state)
+        return hit
+
+    def from_line(name: str, f: Fields, times: tuple[str, str]) -> NodeInfo:
+        return node_info(name, flags_of(f[" State="]), reason=f[" Reason="],
+                         user=f.get("user", ""), when=f.get("time"), extra=f[" Extra="],
+                         partitions=f[" Partitions="], features=f[" AvailableFeatures="],
+                         boot=times[0], slurmd_start=times[1], address=f[" NodeAddr="],
+                         hostname=f[" NodeHostName="], instance_id="")
+
+    def made(name: str, f: Fields, times: tuple[str, str]) -> NodeInfo:
+        return guarded("scontrol show node -o: node", str,
+                       lambda n: from_line(n, f, times), name)
+
+    lines, boots = scontrol_nodes(scontrol_text, made)
+    unsure = [name for name, n in lines.items() if n is None]
     listed: dict[str, list[str]] = {}
     partitions: dict[str, list[str]] = {}
     if unsure:
@@ -201,23 +236,12 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
                 partitions[name].append(part)
         if len(listed) != len(unsure):
             raise Ambiguous(f"sinfo lists {len(listed)} of {len(unsure)} nodes")
-    states: dict[str, frozenset[str]] = {}
-
-    def flags_of(state: str) -> frozenset[str]:
-        hit = states.get(state)
-        if hit is None:
-            hit = states[state] = state_flags(state)
-        return hit
 
     def mapped(name: str) -> NodeInfo:
+        known = lines[name]
+        if known is not None:
+            return known
         boot, slurmd = boots[name]
-        f = lines[name]
-        if f is not None:
-            return node_info(name, flags_of(f[" State="]), reason=f[" Reason="],
-                             user=f.get("user", ""), when=f.get("time"), extra=f[" Extra="],
-                             partitions=f[" Partitions="], features=f[" AvailableFeatures="],
-                             boot=boot, slurmd_start=slurmd, address=f[" NodeAddr="],
-                             hostname=f[" NodeHostName="], instance_id="")
         _, state, reason, user, when, extra, _c, _p, feats, addr, host = listed[name]
         user = "" if user == "Unknown" else _UID.sub("", user)
         if reason == "none" and not user:  # sinfo's word for no reason
