@@ -130,3 +130,56 @@ def history(n: int, seed: int = SEED, now: datetime = NOW, per_100: int = HISTOR
             attempts=tuple(attempts)))
     rems.sort(key=lambda r: r.created)
     return State(remediations=tuple(rems))
+
+
+# The text forms the cli backend reads (issue 26), made from the same JSON documents so
+# that both say the same. ``SEP_MARK`` stands for the separator the backend draws per
+# call; the stand-in commands put the one they were given in its place.
+SEP_MARK = "@SEP@"
+
+
+def sinfo_text(sinfo_doc: str) -> str:
+    """`sinfo -N -h -O` (the backend's fields) of a `sinfo --json` document."""
+    lines = []
+    for node in json.loads(sinfo_doc)["nodes"]:
+        state = "+".join([node["state"], *(f.lower() for f in node["state_flags"])])
+        feats = node["features"] or "(null)"
+        for part in node["partitions"] or ["(null)"]:
+            fields = (node["name"], state, node["reason"] or "none", "Unknown", "Unknown",
+                      node["extra"] or "(null)", "(null)", part, feats, node["address"],
+                      node["hostname"])
+            lines.append("".join(f + SEP_MARK for f in fields))
+    return "\n".join(lines) + "\n"
+
+
+def scontrol_text(sinfo_doc: str) -> str:
+    """`scontrol show node -o` (SLURM_TIME_FORMAT=%s) of a `sinfo --json` document, in
+    22.05.8's field order."""
+    lines = []
+    for node in json.loads(sinfo_doc)["nodes"]:
+        extra = f" Extra={node['extra']}" if node["extra"] else ""
+        lines.append(
+            f"NodeName={node['name']} Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 "
+            f"CPUTot=2 CPULoad=0.00 AvailableFeatures={node['features']} "
+            f"ActiveFeatures={node['features']} Gres=(null) NodeAddr={node['address']} "
+            f"NodeHostName={node['hostname']} Version=22.05.8 OS=Linux 6.x #1 SMP  "
+            f"RealMemory=1000 AllocMem=0 FreeMem=900 Sockets=2 Boards=1 "
+            f"State={node['state'].upper()} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+            f"MCS_label=N/A Partitions={','.join(node['partitions'])}  "
+            f"BootTime={node['boot_time']} SlurmdStartTime={node['slurmd_start_time']} "
+            f"LastBusyTime={node['slurmd_start_time']} CfgTRES=cpu=2,mem=1000M,billing=2 "
+            f"AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+            f"ExtSensorsWatts=0 ExtSensorsTemp=n/s{extra}")
+    return "\n".join(lines) + "\n"
+
+
+def squeue_text(squeue_doc: str) -> str:
+    """`squeue -h -t all -o` (the backend's fields) of a `squeue --json` document."""
+    lines = []
+    for job in json.loads(squeue_doc)["jobs"]:
+        limit = job["time_limit"]
+        fields = (str(job["job_id"]), job["user_name"], job["job_state"], job["nodes"],
+                  str(job["start_time"]), str(job["end_time"]),
+                  f"{limit // 1440}-{limit % 1440 // 60:02d}:{limit % 60:02d}:00", job["name"])
+        lines.append("".join(f + SEP_MARK for f in fields))
+    return "\n".join(lines) + "\n"

@@ -1,4 +1,5 @@
-"""The `cli` Slurm backend (SPEC I3): `sinfo --json`, `squeue --json`, `scontrol`, `scancel`.
+"""The `cli` Slurm backend (SPEC I3): `sinfo`, `squeue`, `scontrol`, `scancel` (text forms
+ for the whole-cluster reads, `slurm_heal.slurm.text`; JSON where text could be forged).
 
 Light on purpose (the node check imports it on every run): standard library, ClusterShell
 for host lists, our dataclasses; no pydantic, no requests. msgspec (the typed decoding of
@@ -716,6 +717,8 @@ class CliSlurm:
     # plumbing
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        # Epoch seconds, never local time without a zone (the text reads, issue 26).
+        env["SLURM_TIME_FORMAT"] = "%s"
         if self.slurm_conf is not None:
             env["SLURM_CONF"] = self.slurm_conf
         return env
@@ -782,6 +785,24 @@ class CliSlurm:
 
     # reads
     def nodes(self) -> tuple[NodeInfo, ...]:
+        # Issue 26: the text forms cost Slurm's client a fraction of the JSON's CPU; the
+        # JSON only where scontrol's text could have been forged (text.Ambiguous).
+        from slurm_heal.slurm import text
+
+        def read_sinfo(sep: str, names: str) -> str:
+            return self._run(text.sinfo_argv(sep, names), read=True).stdout
+
+        lines = self._run(list(text.SCONTROL_NODES), read=True).stdout
+        try:
+            nodes = text.nodes_from_text(lines, read_sinfo)
+        except text.Ambiguous as why:
+            log.info("reading Slurm's node JSON: %s", why)
+        else:
+            if nodes:
+                return nodes
+        return self._nodes_json()
+
+    def _nodes_json(self) -> tuple[NodeInfo, ...]:
         if self.dialect == "v0.0.38":
             argv = ["sinfo", "--json"]
         else:
@@ -853,9 +874,10 @@ class CliSlurm:
         return found[0]
 
     def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
-        argv = ["squeue", "--json"]
-        proc = self._read_bytes(argv)
-        jobs = parse_squeue_json(proc.stdout, argv, proc.stderr, release=True)
+        from slurm_heal.slurm import text
+
+        sep = text.separator()  # issue 26: `squeue -o` costs a fraction of `--json`
+        jobs = text.jobs_from_text(self._run(text.squeue_argv(sep), read=True).stdout, sep)
         if node is None:
             return jobs
         return tuple(j for j in jobs if node in j.nodes)

@@ -29,18 +29,28 @@ def sim() -> Iterator[SimulatorServer]:
         yield server
 
 
-def _garbage(directory: Path, command: str, answer: str) -> Path:
-    """A directory holding ``command`` that prints ``answer`` for ``--json`` and runs
-    the real one otherwise."""
+def _garbage(directory: Path, command: str, answer: str, text: str = "") -> Path:
+    """A directory holding ``command`` that prints ``answer`` for ``--json``, runs the
+    shell lines ``text`` (the garbage of its text read, issue 26) and runs the real one
+    otherwise."""
     real = shutil.which(command)
     assert real is not None, f"{command} is not installed"
     directory.mkdir(parents=True, exist_ok=True)
     script = directory / command
     script.write_text("#!/bin/sh\n"
                       f'for a in "$@"; do [ "$a" = --json ] && {{ echo \'{answer}\'; exit 0; }}; done\n'
-                      f'exec {real} "$@"\n')
+                      f'{text}exec {real} "$@"\n')
     script.chmod(0o755)
     return directory
+
+
+# The text reads' garbage (issue 26): `squeue -h -t all -o FORMAT` answered in the
+# format it was given (its separator included) with a job on the host list "gpu[";
+# `scontrol show node -o` answered with a line that is no node, so the cli backend reads
+# the node JSON, which is the JSON garbage.
+_SQUEUE_TEXT = ('[ "$1 $2 $3 $4" = "-h -t all -o" ] && { printf \'%s\\n\' "$5" | sed -e s/%A/7/ '
+                '-e s/%T/RUNNING/ -e "s/%N/gpu[/" -e "s/%[a-zA-Z]//g"; exit 0; }\n')
+_SCONTROL_TEXT = '[ "$*" = "show node -o" ] && { echo State=IDLE; exit 0; }\n'
 
 
 def _once(d: LabDaemon, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -59,10 +69,15 @@ def test_slurm_garbage_skips_the_cycle_and_never_kills_the_daemon(
         says: str) -> None:
     """Issue 22 item 2 (SPEC I6, O1): `--once` says it in one line, exit 3; a running
     daemon skips each cycle, logs why, keeps going and stops cleanly on SIGTERM."""
+    bin_dir, text = tmp_path / "bin", _SQUEUE_TEXT if command == "squeue" else ""
     if command == "nodes":  # the node list's JSON: `sinfo --json` on 22.05, from 23.02 on
         command = "sinfo" if lab_clean.slurm == "22.05" else "scontrol"  # `scontrol --json`
+        text = _SCONTROL_TEXT
+        if command == "sinfo":
+            _garbage(bin_dir, "scontrol", "{}", _SCONTROL_TEXT)
+            text = ""
     d = LabDaemon(lab_clean, tmp_path, sim,
-                  path_prefix=_garbage(tmp_path / "bin", command, answer))
+                  path_prefix=_garbage(bin_dir, command, answer, text))
     out = _once(d, "--once")
     assert out.returncode == 3, out.stdout + out.stderr
     assert "Traceback" not in out.stderr

@@ -117,6 +117,48 @@ def test_fuzz_the_commands_scontrol_lines_only_raise_slurm_error(lines: list[str
         assert str(exc)
 
 
+
+_SEP = "\x1fSHfuzz"
+_field = st.sampled_from(["gpu01", "gpu02", "idle+drain", "down*", "root(0)", "Unknown",
+                          "1796131563", "(null)", "1:30:00", "UNLIMITED", "7", "", "\n",
+                          "gpu[01-02]", "RUNNING"]) | st.text(max_size=10)
+_text_answer = st.lists(st.lists(_field, min_size=1, max_size=12).map(
+    lambda fs: "".join(f + _SEP for f in fs)), max_size=4).map("\n".join) \
+    | st.text(max_size=60)
+
+
+@FUZZ
+@given(_text_answer, st.lists(st.one_of(st.text(max_size=60), st.builds(
+    lambda n, os_, s, t: f"NodeName={n} AvailableFeatures=lab NodeAddr=a NodeHostName={n} "
+                         f"OS={os_} RealMemory=1 State={s} BootTime=1 SlurmdStartTime=2{t}",
+    st.sampled_from(["gpu01", "gpu02"]) | st.text(max_size=6), st.text(max_size=12),
+    st.sampled_from(["IDLE", "DOWN*+DRAIN"]) | st.text(max_size=8),
+    st.sampled_from(["", " Reason=x [root@1]", " Extra={}", " Comment=a Extra={}",
+                     " InstanceId=i-1"]) | st.text(max_size=16))),
+    max_size=3).map("\n".join))
+def test_fuzz_the_commands_node_text_only_raises_slurm_error(answer: str, lines: str) -> None:
+    """Issue 26: `scontrol show node -o` and `sinfo -N -O` text of any shape is nodes, a
+    SlurmError naming the problem, or Ambiguous (the caller reads the JSON)."""
+    from slurm_heal.slurm import text
+
+    try:
+        text.nodes_from_text(lines, lambda sep, names: answer.replace(_SEP, sep))
+    except text.Ambiguous:
+        pass
+    except SlurmError as exc:
+        assert str(exc)
+
+
+@FUZZ
+@given(_text_answer)
+def test_fuzz_the_commands_job_text_only_raises_slurm_error(answer: str) -> None:
+    from slurm_heal.slurm import text
+
+    try:
+        text.jobs_from_text(answer, _SEP)
+    except SlurmError as exc:
+        assert str(exc)
+
 # ------------------------------------------------------------------ slurmrestd
 class _Answer:
     body = b"{}"

@@ -173,6 +173,7 @@ def test_a_large_answer_with_a_chatty_stderr_is_read_whole(tmp_path: Path,
     bin_dir = _stub(tmp_path, "sinfo", 'if [ "$1" = "--version" ]; then echo "slurm 22.05.8";'
                     ' exit 0; fi\nhead -c 200000 /dev/zero | tr "\\0" w >&2\n'
                     f'cat "{tmp_path / "sinfo.json"}"\n')
+    _stub(tmp_path, "scontrol", "exit 0\n")  # no text answer: the JSON is read (issue 26)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     got = cli.CliSlurm(timeout=60).nodes()
     assert [n.name for n in got] == [n["name"] for n in nodes]

@@ -48,6 +48,7 @@ def _commands(tmp_path: Path, version: str, nodes_json: str, listed: str = "gpu[
 esac""",
         "scontrol": f"""case "$*" in
   "--json show node"*) cat {tmp_path}/nodes.json;;
+  "show node -o") ;;  # no text answer: the JSON is read (issue 26)
   *) echo "unexpected scontrol $*" >&2; exit 2;;
 esac""",
         "squeue": f"cat {tmp_path}/jobs.json",
