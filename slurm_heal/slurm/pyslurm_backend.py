@@ -35,9 +35,9 @@ from typing import Any
 
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
 from slurm_heal.extra import with_key
-from slurm_heal.slurm.cli import (
+from slurm_heal.slurm.cli import CliSlurm
+from slurm_heal.slurm.mapping import (
     ACTIVE_JOB_STATES,
-    CliSlurm,
     guarded,
     job_info,
     node_info,

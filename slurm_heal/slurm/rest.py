@@ -28,13 +28,8 @@ import requests
 
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
 from slurm_heal.extra import with_key
-from slurm_heal.slurm.cli import (
-    ACTIVE_JOB_STATES,
-    NEXT_STATES,
-    CliSlurm,
-    parse_sinfo_json,
-    parse_squeue_json,
-)
+from slurm_heal.slurm.cli import NEXT_STATES, CliSlurm, parse_sinfo_json, parse_squeue_json
+from slurm_heal.slurm.mapping import ACTIVE_JOB_STATES
 from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 API_VERSIONS = ("v0.0.45", "v0.0.44", "v0.0.43", "v0.0.42", "v0.0.41")

@@ -195,7 +195,7 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
     each, in Slurm's order. SlurmError for a malformed answer, `Ambiguous` as above."""
     from ClusterShell.NodeSet import NodeSet
 
-    from slurm_heal.slurm.cli import guarded, node_info, state_flags
+    from slurm_heal.slurm.mapping import guarded, node_info, state_flags
 
     states: dict[str, frozenset[str]] = {}
 
@@ -278,7 +278,7 @@ def limit_minutes(text: str) -> int | None:
 def jobs_from_text(text: str, sep: str) -> tuple[JobInfo, ...]:
     """All jobs of `squeue -h -t all -o` (``sep`` its separator); SlurmError naming the
     job for a field that does not read."""
-    from slurm_heal.slurm.cli import guarded, job_info
+    from slurm_heal.slurm.mapping import guarded, job_info
 
     def mapped(rec: list[str]) -> JobInfo:
         job_id, user, state, nodes, start, end, limit, name = rec

@@ -17,10 +17,9 @@ from slurm_heal.slurm.cli import (
     node_from_scontrol,
     parse_scontrol_nodes,
     parse_sinfo_json,
-    parse_slurm_time,
     parse_squeue_json,
-    state_flags,
 )
+from slurm_heal.slurm.mapping import parse_slurm_time, state_flags
 from slurm_heal.types import NodeInfo
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"

@@ -23,10 +23,10 @@ from slurm_heal.slurm.cli import (
     CliSlurm,
     dialect_for,
     parse_sinfo_json,
-    parse_slurm_time,
     parse_slurm_version,
     parse_squeue_json,
 )
+from slurm_heal.slurm.mapping import parse_slurm_time
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 NEW = DATA / "25.11"
