@@ -193,7 +193,7 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
     """All nodes from `scontrol show node -o`, those whose line cannot be split for
     certain from `sinfo -N -n NAMES -O` (``read_sinfo(sep, names)`` runs it), once
     each, in Slurm's order. SlurmError for a malformed answer, `Ambiguous` as above."""
-    from ClusterShell.NodeSet import NodeSet
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     from slurm_heal.slurm.mapping import guarded, node_info, state_flags
 
@@ -224,7 +224,11 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
         if len(unsure) > MAX_RESOLVED:
             raise Ambiguous(f"{len(unsure)} nodes whose text cannot be split for certain")
         sep = separator()
-        answer = read_sinfo(sep, str(NodeSet.fromlist(unsure)))
+        try:
+            hostlist = str(NodeSet.fromlist(unsure))
+        except NodeSetParseError as exc:  # a name no host list can hold: read the JSON
+            raise Ambiguous(f"a node name that is no host name ({exc})") from None
+        answer = read_sinfo(sep, hostlist)
         for rec in records(answer, sep, len(NODE_FIELDS), "sinfo -N -O"):
             name, part = rec[0], rec[7]
             if name not in lines:

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slurm_heal.errors import SlurmError
@@ -136,6 +136,11 @@ _text_answer = st.lists(st.lists(_field, min_size=1, max_size=12).map(
     st.sampled_from(["", " Reason=x [root@1]", " Extra={}", " Comment=a Extra={}",
                      " InstanceId=i-1"]) | st.text(max_size=16))),
     max_size=3).map("\n".join))
+# Found by the fresh-clone run: a name no host list can hold, on a line that sends the
+# backend to sinfo, raised ClusterShell's NodeSetParseError.
+@example(answer="", lines="NodeName=[ AvailableFeatures=lab NodeAddr=a NodeHostName=[ OS=x "
+                          "RealMemory=1 State=IDLE BootTime=1 SlurmdStartTime=2 Extra={} "
+                          "Reason=x")
 def test_fuzz_the_commands_node_text_only_raises_slurm_error(answer: str, lines: str) -> None:
     """Issue 26: `scontrol show node -o` and `sinfo -N -O` text of any shape is nodes, a
     SlurmError naming the problem, or Ambiguous (the caller reads the JSON)."""
