@@ -25,6 +25,9 @@ ACTIVE_JOB_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURIN
 
 
 _EMPTY = ("", "(null)", "None", "none", "N/A", "n/a", "Unknown")
+# A time Slurm does not have: squeue's text form on 26.05 prints NONE (e.g. the end of a
+# job that has none yet), seen on the lab's 26.05 cli pass.
+_NO_TIME = ("NONE",)
 
 
 def _number(value: Any) -> Any:
@@ -49,7 +52,7 @@ def parse_slurm_time(value: Any) -> datetime | None:
             return None
         return datetime.fromtimestamp(value, tz=timezone.utc)
     text = str(value).strip()
-    if text in _EMPTY:
+    if text in _EMPTY or text in _NO_TIME:
         return None
     if text.isdigit():
         return parse_slurm_time(int(text))

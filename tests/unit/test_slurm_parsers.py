@@ -141,6 +141,7 @@ def test_a_suffix_marker_on_any_part_is_a_flag_not_part_of_the_state(
 def test_slurm_times() -> None:
     assert parse_slurm_time(0) is None
     assert parse_slurm_time("Unknown") is None and parse_slurm_time("None") is None
+    assert parse_slurm_time("NONE") is None  # squeue's text form on 26.05 (the lab)
     assert parse_slurm_time(1796016175) == datetime(2026, 11, 30, 5, 22, 55, tzinfo=UTC)
     with pytest.raises(SlurmError, match="unexpected Slurm time"):
         parse_slurm_time("yesterday")
