@@ -210,6 +210,8 @@ class JobInfo:
     state: str  # e.g. RUNNING, PENDING, COMPLETING
     nodes: tuple[str, ...]
     name: str = ""
+    # when it started; for a pending job, Slurm's expected start once a scheduler has
+    # planned it (None before)
     start_time: datetime | None = None
     end_time: datetime | None = None  # expected end (start + time limit) while running
     time_limit_minutes: int | None = None

@@ -158,8 +158,14 @@ class Escalation(Gates):
                                 "stays cordoned and is handed to a person with a removal "
                                 "recommendation (slurm-heal never removes, Q2)")
             return
-        rem = self.step(rem, "failed", rule, why + "; the next recommendation follows E1")
-        self.effect("notify", rem.node, rem, "notify", why=why, rule=rule)
+        tail = "; the next recommendation follows E1"
+        if not release:
+            # SPEC V4: no alert is left to recommend from: say what moves it on.
+            tail += (f": {rem.node} stays cordoned until the fault is seen again (the next "
+                     f"step, E1), or a person requests an action (slurm-heal request "
+                     f"{rem.node} ACTION) or resumes it")
+        rem = self.step(rem, "failed", rule, why + tail)
+        self.effect("notify", rem.node, rem, "notify", why=why + tail, rule=rule)
         if release and self.evidence(rem.node) is None:
             self.release(rem, "failed with no alert left")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+from datetime import UTC, datetime
 
 import pytest
 
@@ -86,4 +87,8 @@ def test_squeue_text_gives_the_jobs_squeue_json_gives(lab_clean: Lab) -> None:
     jobs = {j.name: j for j in cli.jobs()}
     assert jobs['odd name=x | %j {"a": 1}'].time_limit_minutes == 26 * 60 + 3
     assert jobs["limited"].time_limit_minutes == 90
-    assert jobs["pending"].time_limit_minutes is None and jobs["pending"].start_time is None
+    # a pending job has not started: Slurm gives no start time, or, once a scheduler has
+    # planned it, its expected start (here after the first job's 26 h limit), never a past one
+    pending = jobs["pending"]
+    assert pending.time_limit_minutes is None and pending.state == "PENDING"
+    assert pending.start_time is None or pending.start_time > datetime.now(UTC), pending

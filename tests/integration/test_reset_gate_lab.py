@@ -51,10 +51,14 @@ def _xid119(r: Reset, node: str) -> None:
 
 def _job_history(lab: Lab, job: int | str) -> tuple[int, int, str]:
     """Slurm's own record of a job, from slurmctld's log (the lab keeps no accounting):
-    the line numbers of its allocation and of its end, and the nodes it was given."""
+    the line numbers of its allocation and of its end, and the nodes it was given,
+    whichever of Slurm's schedulers started it."""
     lines = (lab.dir / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
+    # the main scheduler logs "sched: Allocate JobId=N NodeList=X ...", the backfill
+    # scheduler "sched/backfill: _start_job: Started JobId=N in <partition> on X"
+    started = rf"(?:Allocate JobId={job} NodeList=|Started JobId={job} in \S+ on )(\S+)"
     start = next((i, m.group(1)) for i, line in enumerate(lines)
-                 if (m := re.search(rf"Allocate JobId={job} NodeList=(\S+)", line)))
+                 if (m := re.search(started, line)))
     end = next(i for i, line in enumerate(lines)
                if re.search(rf"_job_complete: JobId={job} done", line))
     return start[0], end, start[1]
