@@ -46,7 +46,7 @@ METRIC_NAMES: tuple[str, ...] = (
     P + "notify_queue_depth", P + "notify_sent_total", P + "notify_errors_total",
     P + "notify_failures_total", P + "store_bytes", P + "time_to_repair_seconds",
     P + "repeat_failures", P + "paused",
-    P + "lemons",
+    P + "lemons", P + "incidents_open",
 )
 # Histogram buckets for time to repair: minutes to a day.
 REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
@@ -146,6 +146,10 @@ class Metrics:
         self.lemons = Gauge(P + "lemons", "Machines past escalation.lemon (SPEC E7): their "
                             "remediations acted within the lemon window; E7 holds their "
                             "automatic work.", ["machine"], registry=r)
+        self.incidents = Gauge(P + "incidents_open", "Open incidents (SPEC S7) by "
+                               "component: the nodes under it with related alerts, their "
+                               "remediations held for a person.", ["component", "kind"],
+                               registry=r)
         r.register(_Live(store, notifications, liveness))
         self._server: Any = None
 
@@ -195,6 +199,7 @@ class Metrics:
         self._repairs(facts.before, facts.plan.updates)
         self._repeats(facts.after, now)
         self._lemons(facts.after, now)
+        self._incidents(facts.after)
 
     def _remediations(self, state: State) -> None:
         self.remediations.clear()
@@ -249,6 +254,15 @@ class Metrics:
             for machine, n in per.items():
                 if n >= lemon.remediations:
                     self.lemons.labels(machine).set(n)
+
+    def _incidents(self, state: State) -> None:
+        """SPEC S7: each open incident, its component and the nodes it holds."""
+        from slurm_heal.incidentstore import INCIDENTS_KEY, load
+
+        self.incidents.clear()
+        for inc in load(state.data.get(INCIDENTS_KEY)).values():
+            if inc.open:
+                self.incidents.labels(inc.component, inc.kind).set(len(inc.nodes))
 
     # -- timing the ports --------------------------------------------------------------
     def timed(self, target: Any, kind: str) -> Any:

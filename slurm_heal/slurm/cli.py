@@ -38,8 +38,8 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 
@@ -110,6 +110,19 @@ def _node_from_json(raw: dict[str, Any]) -> NodeInfo:
                      hostname=raw.get("hostname"), instance_id=raw.get("instance_id"))
 
 
+_R = TypeVar("_R")
+
+
+def _decoded(decode: Callable[[Any], list[_R] | None], text: str | bytes | bytearray,
+             release: bool) -> list[_R] | None:
+    """``decode(text)``, the answer (a bytearray) emptied once decoded when ``release``:
+    the one preamble of the typed fast paths."""
+    listed = decode(text)
+    if listed is not None and release and isinstance(text, bytearray):
+        text.clear()
+    return listed
+
+
 def _typed_nodes(text: str | bytes | bytearray,
                  release: bool = False) -> tuple[NodeInfo, ...] | None:
     """The fast path of `parse_sinfo_json` (issue 26): typed decoding of only the fields
@@ -119,11 +132,9 @@ def _typed_nodes(text: str | bytes | bytearray,
     mapped, so the answer, the decoded records and the NodeInfos are never all held."""
     from slurm_heal.slurm import typed
 
-    listed = typed.decode_nodes(text)
+    listed = _decoded(typed.decode_nodes, text, release)
     if listed is None:
         return None
-    if release and isinstance(text, bytearray):
-        text.clear()
     plain = typed.plain
 
     def mapped(r: typed.Node) -> NodeInfo:
@@ -264,11 +275,9 @@ def _typed_jobs(text: str | bytes | bytearray,
     """The fast path of `parse_squeue_json` (issue 26), as `_typed_nodes`."""
     from slurm_heal.slurm import typed
 
-    listed = typed.decode_jobs(text)
+    listed = _decoded(typed.decode_jobs, text, release)
     if listed is None:
         return None
-    if release and isinstance(text, bytearray):
-        text.clear()
     plain = typed.plain
 
     def mapped(r: typed.Job) -> JobInfo:
@@ -358,6 +367,10 @@ def _split_tail(line: str) -> tuple[str, dict[str, str]]:
     for key, value in tail.items():
         if any(f" {k}=" in value for k in _TAIL_KEYS if k != key):
             raise _Ambiguous(key)
+    if "Reason" in tail and len(tail) > 1 and not _REASON_TAIL.match(tail["Reason"]):
+        # Slurm ends a Reason with [user@time]: without it the field after it may be the
+        # person's own text ("broken Extra={...}" on a node with no Extra).
+        raise _Ambiguous("Reason")
     return rest, tail
 
 
@@ -625,12 +638,22 @@ class CliSlurm:
             raise NotFound(f"not a single node name: {name!r}")
         if self.dialect != "v0.0.38":
             return self._node_json(name)
+        from slurm_heal.slurm import text
+
         proc = self._show_node(["scontrol", "show", "node", "-o", name], name)
         if "not found" in proc.stdout and "NodeName=" not in proc.stdout:
             raise NotFound(f"Slurm does not know node {name!r}")
+
+        def read_sinfo(sep: str, names: str) -> str:
+            return self._run(text.sinfo_argv(sep, names), read=True).stdout
+
+        # The whole-cluster read's rules for one node (issue 21): a line whose free text
+        # could be forged (a Reason holding " Extra=" on a node with no Extra) is read
+        # from sinfo's separated fields, never split on a person's words.
         try:
-            found = [n for n in parse_scontrol_nodes(proc.stdout) if n.name == name]
-        except _Ambiguous:
+            found = [n for n in text.nodes_from_text(proc.stdout, read_sinfo)
+                     if n.name == name]
+        except text.Ambiguous:
             found = [n for n in self.nodes() if n.name == name]
         if not found:
             raise NotFound(f"Slurm does not know node {name!r}")

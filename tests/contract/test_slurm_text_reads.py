@@ -62,6 +62,22 @@ def test_a_reason_that_could_forge_a_boot_time_is_read_from_the_json(
     assert boot is not None and boot.year > 1970  # Slurm's, not the reason's "1"
 
 
+def test_a_reason_that_forges_check_data_is_never_read_as_extra(lab_clean: Lab) -> None:
+    """Issue 21: a person's drain reason holding ``Extra={...}`` on a node with no Extra
+    (22.05 then prints no Extra field of its own) reads as the reason it is, by the
+    whole-cluster read and by the one-node read; no check data comes of it."""
+    lab, cli = lab_clean, _cli(lab_clean)
+    name = lab.nodes[1]
+    forged = 'broken Extra={"slurm_heal": {"v": 1, "alerts": []}}'
+    cli.drain(name, forged)
+    _agree(lab, cli)
+    one, listed = cli.node(name), {n.name: n for n in cli.nodes()}[name]
+    for node in (one, listed):
+        assert node.reason == forged and node.reason_user == "root", node
+        assert node.extra == {} and node.drained, node
+    assert one == listed
+
+
 def test_squeue_text_gives_the_jobs_squeue_json_gives(lab_clean: Lab) -> None:
     lab, cli = lab_clean, _cli(lab_clean)
     lab.run(["sbatch", "-J", 'odd name=x | %j {"a": 1}', "-t", "1-02:03:00", "-w",

@@ -184,6 +184,31 @@ def test_a_persons_close_lets_the_held_remediations_go_on_one_per_switch(
     assert [i.state for i in w.incidents()] == ["resolved"]
 
 
+def test_the_incidents_metric_shows_each_open_incident_until_it_ends(tmp_path: Path) -> None:
+    """SPEC S7 / O4: slurm_heal_incidents_open{component,kind} is the nodes an open
+    incident holds, set after each cycle, gone once a person closed it."""
+    from slurm_heal.controller import CycleFacts
+    from slurm_heal.metrics import Metrics
+
+    w, metrics = World(tmp_path), Metrics(policy=pol())
+
+    def seen(plan: Plan, now: datetime) -> float | None:
+        state = w.store.load()
+        metrics.observe(CycleFacts(at=now, view=w.view(), before=state, after=state,
+                                   plan=plan, executed=(), duration_s=0.1))
+        return metrics.registry.get_sample_value(
+            "slurm_heal_incidents_open", {"component": "switch:leaf1", "kind": "switch"})
+
+    assert seen(w.cycle(T0), T0) is None  # no alert, no incident
+    for n in ("gpu01", "gpu02", "gpu03"):
+        w.alerts[n] = [ib(n)]
+    assert seen(w.cycle(T0 + timedelta(minutes=1)), T0 + timedelta(minutes=1)) == 3
+    [inc] = w.incidents()
+    w.store.add_command(Command(id="c1", at=T0, kind="close_incident", by="alice",
+                                incident=inc.id))
+    assert seen(w.cycle(T0 + timedelta(minutes=2)), T0 + timedelta(minutes=2)) is None
+
+
 def test_closing_by_component_and_an_unknown_id(tmp_path: Path) -> None:
     w = World(tmp_path)
     for n in ("gpu05", "gpu06", "gpu07"):

@@ -160,6 +160,23 @@ def test_reason_with_key_value_text_and_extra_with_spaces(utc_local_time: None) 
     assert node.states == {"IDLE", "DRAIN"}
 
 
+def test_a_reason_that_forges_an_extra_is_never_split_on_the_persons_words() -> None:
+    """Issue 21 (reason strings are input): 22.05 prints Extra only when it is set, so a
+    person's "broken Extra={...}" on a node with no Extra reads as a Reason without
+    Slurm's [user@time] followed by an Extra: refused (the caller reads the node
+    another way), never taken as check data."""
+    forged = ('NodeName=gpu01 Arch=x86_64 State=IDLE+DRAIN Partitions=gpu '
+              'BootTime=1764480175 SlurmdStartTime=1764480848 '
+              'Reason=broken Extra={"slurm_heal": {"v": 1, "alerts": []}} '
+              '[root@1764481000]')
+    with pytest.raises(ValueError, match="Reason"):
+        node_from_scontrol(forged)
+    # Slurm's own form of both fields still reads
+    real = forged.replace("Reason=broken Extra=", "Reason=broken [root@1764481000] Extra=")
+    node = node_from_scontrol(real.removesuffix(" [root@1764481000]"))
+    assert node.reason == "broken" and node.extra == {"slurm_heal": {"v": 1, "alerts": []}}
+
+
 def test_set_extra_keeps_foreign_keys_and_refuses_foreign_text() -> None:
     """SPEC I2: we own one key; a site's keys and non-JSON text are never lost."""
     merged = with_key('{"site":{"rack":"r1"}}', KEY, {"v": 1})
