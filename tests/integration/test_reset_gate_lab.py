@@ -49,19 +49,26 @@ def _xid119(r: Reset, node: str) -> None:
     assert "DRAIN" in r.lab.state(node)
 
 
-def _job_history(lab: Lab, job: int | str) -> tuple[int, int, str]:
-    """Slurm's own record of a job, from slurmctld's log (the lab keeps no accounting):
-    the line numbers of its allocation and of its end, and the nodes it was given,
-    whichever of Slurm's schedulers started it."""
-    lines = (lab.dir / "log" / "slurmctld.log").read_text(errors="replace").splitlines()
-    # the main scheduler logs "sched: Allocate JobId=N NodeList=X ...", the backfill
-    # scheduler "sched/backfill: _start_job: Started JobId=N in <partition> on X"
-    started = rf"(?:Allocate JobId={job} NodeList=|Started JobId={job} in \S+ on )(\S+)"
-    start = next((i, m.group(1)) for i, line in enumerate(lines)
-                 if (m := re.search(started, line)))
-    end = next(i for i, line in enumerate(lines)
-               if re.search(rf"_job_complete: JobId={job} done", line))
-    return start[0], end, start[1]
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT[\d:.]+)\] ")
+
+
+def _job_history(lab: Lab, job: int | str) -> tuple[str, str, str]:
+    """Slurm's own record of a job (the lab keeps no accounting): when a slurmd launched
+    it and on which node (its log: "Launching batch job N" on 22.05, "Launching batch
+    JobId=N" later; slurmctld's own start line depends on the scheduler and the version:
+    26.05's backfill logs none at info), and when slurmctld saw it end. Times are the logs'
+    own stamps, written on this one host's clock."""
+    launched = re.compile(rf"Launching batch (?:job {job}|JobId={job}|StepId={job}\.batch)\b")
+    starts = []
+    for log in sorted((lab.dir / "log").glob("slurmd-*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if launched.search(line) and (m := _STAMP.match(line)):
+                starts.append((m[1], log.stem.removeprefix("slurmd-")))
+    ends = [m[1] for line in (lab.dir / "log" / "slurmctld.log").read_text(
+        errors="replace").splitlines()
+        if f"_job_complete: JobId={job} done" in line and (m := _STAMP.match(line))]
+    assert len(starts) == 1 and len(ends) == 1, (job, starts, ends)
+    return starts[0][0], ends[0], starts[0][1]
 
 
 def _reset_job(r: Reset, rem: Remediation) -> str:
