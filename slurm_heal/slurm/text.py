@@ -102,10 +102,11 @@ def sinfo_argv(sep: str, names: str) -> list[str]:
 # `scontrol show node -o`: keys read from the fixed part (always printed once; Partitions
 # only when the node has one), and the free-text fields Slurm prints after
 # SlurmdStartTime (22.05: Reason, Comment, Extra; 25.11 adds InstanceId, InstanceType,
-# ReservationName, TLSCert...).
+# ReservationName, TLSCert..., Topology and Parameters: each after Extra, so an Extra
+# followed by one of them is two free-text fields, never one running to the line's end).
 _HEAD = (" State=", " AvailableFeatures=", " NodeAddr=", " NodeHostName=")
 _TAIL = (" Reason=", " Comment=", " Extra=", " ReservationName=", " InstanceType=",
-         " TLSCertTokenSet=", " TLSCertLastRenewal=")
+         " TLSCertTokenSet=", " TLSCertLastRenewal=", " Topology=", " Parameters=")
 _REASON = re.compile(r"^(?P<reason>.*) \[(?P<user>[^@\]\s]+)@(?P<time>\d+)\]$", re.S)
 # Above this many nodes to read through sinfo, the JSON costs less (sinfo -N is
 # quadratic in the nodes it lists: 1.5 s CPU for 10k on 22.05).

@@ -96,6 +96,9 @@ def test_a_drained_node_with_extra_is_read_from_sinfo_with_its_separator() -> No
     (" Reason=x", "Linux"),                                        # no [user@time]
     ("", "Linux Partitions=forged"),                               # = in the OS text
     (" Comment=a Extra={}", "Linux"),                              # two free texts
+    # 25.11+ print Topology= and Parameters= after Extra (api/node_info.c): not Extra's
+    (' Extra={"slurm_heal": {}} Topology=default:blk1', "Linux"),
+    (' Extra={"slurm_heal": {}} Parameters=x', "Linux"),
 ])
 def test_a_line_that_cannot_be_split_for_certain_is_read_from_sinfo(tail: str,
                                                                    os_text: str) -> None:
