@@ -367,10 +367,14 @@ def _split_tail(line: str) -> tuple[str, dict[str, str]]:
     for key, value in tail.items():
         if any(f" {k}=" in value for k in _TAIL_KEYS if k != key):
             raise _Ambiguous(key)
+    # 22.05 prints Comment and Extra only when they are set, and ends a Reason (only a
+    # Reason) with " [user@time]": a field after a Reason without it, or a field that
+    # ends with it, holds the Reason's own words ("broken Extra={...}" on a node with no
+    # Extra, with or without a "[user@time]" of the person's before it).
     if "Reason" in tail and len(tail) > 1 and not _REASON_TAIL.match(tail["Reason"]):
-        # Slurm ends a Reason with [user@time]: without it the field after it may be the
-        # person's own text ("broken Extra={...}" on a node with no Extra).
         raise _Ambiguous("Reason")
+    if any(_REASON_TAIL.match(v) for k, v in tail.items() if k != "Reason"):
+        raise _Ambiguous("[user@time] after the Reason")
     return rest, tail
 
 
@@ -638,22 +642,14 @@ class CliSlurm:
             raise NotFound(f"not a single node name: {name!r}")
         if self.dialect != "v0.0.38":
             return self._node_json(name)
-        from slurm_heal.slurm import text
-
         proc = self._show_node(["scontrol", "show", "node", "-o", name], name)
         if "not found" in proc.stdout and "NodeName=" not in proc.stdout:
             raise NotFound(f"Slurm does not know node {name!r}")
-
-        def read_sinfo(sep: str, names: str) -> str:
-            return self._run(text.sinfo_argv(sep, names), read=True).stdout
-
-        # The whole-cluster read's rules for one node (issue 21): a line whose free text
-        # could be forged (a Reason holding " Extra=" on a node with no Extra) is read
-        # from sinfo's separated fields, never split on a person's words.
         try:
-            found = [n for n in text.nodes_from_text(proc.stdout, read_sinfo)
-                     if n.name == name]
-        except text.Ambiguous:
+            found = [n for n in parse_scontrol_nodes(proc.stdout) if n.name == name]
+        except _Ambiguous:
+            # free text that could be forged (`_split_tail`): the whole-cluster read's
+            # rules, sinfo's separated fields for this line
             found = [n for n in self.nodes() if n.name == name]
         if not found:
             raise NotFound(f"Slurm does not know node {name!r}")

@@ -171,6 +171,9 @@ def test_a_reason_that_forges_an_extra_is_never_split_on_the_persons_words() -> 
               '[root@1764481000]')
     with pytest.raises(ValueError, match="Reason"):
         node_from_scontrol(forged)
+    # ... and with a "[user@time]" of the person's own before the forged field
+    with pytest.raises(ValueError, match="after the Reason"):
+        node_from_scontrol(forged.replace("Reason=broken ", "Reason=broken [root@1] "))
     # Slurm's own form of both fields still reads
     real = forged.replace("Reason=broken Extra=", "Reason=broken [root@1764481000] Extra=")
     node = node_from_scontrol(real.removesuffix(" [root@1764481000]"))
