@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from slurm_heal.checks.proc import finish
 
 RESULT = "result.json"
 # What the tools print when they refuse (nvidia-smi: "GPU 00000000:3B:00.0 is currently
@@ -77,17 +78,8 @@ def _run(argv: list[str], timeout_s: float) -> tuple[int | None, str, bool]:
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     except FileNotFoundError:
         return None, "", False
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out[:OUTPUT_CAP].decode("utf-8", "replace"), False
-    except subprocess.TimeoutExpired:
-        # house style 6: killed with its process group on timeout
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, _ = proc.communicate()
-        return proc.returncode, out[:OUTPUT_CAP].decode("utf-8", "replace"), True
+    out, _, timed_out = finish(proc, timeout_s)  # house style 6: its group killed
+    return proc.returncode, out[:OUTPUT_CAP].decode("utf-8", "replace"), timed_out
 
 
 def nvswitch_system(root: str = "") -> bool:

@@ -9,6 +9,10 @@ from __future__ import annotations
 from slurm_heal.errors import CheckError
 from slurm_heal.frozen import dataclass
 
+TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class ToolTimeout(CheckError):
     """A tool ran past its timeout and was killed with its process group. Detectors
@@ -55,8 +59,6 @@ def which(tool: str) -> str | None:
 
 def run(argv: list[str], timeout: float) -> Result:
     """Run ``argv`` with a timeout; CheckError when it cannot start or runs too long."""
-    import os
-    import signal
     import subprocess
 
     try:
@@ -65,13 +67,27 @@ def run(argv: list[str], timeout: float) -> Result:
                                 start_new_session=True)
     except OSError as exc:
         raise CheckError(f"cannot run {argv[0]}: {exc.strerror}") from None
+    out, err, timed_out = finish(proc, timeout)
+    if timed_out:
+        raise ToolTimeout(argv, timeout)
+    return Result(tuple(argv), proc.returncode, out, err)
+
+
+def finish(child: Any, timeout: float) -> tuple[Any, Any, bool]:
+    """``child.communicate()`` within ``timeout`` seconds: (stdout, stderr, False); past
+    it the child's process group is killed (house style 6: it was started with
+    ``start_new_session``) and reaped: (what it printed until then, True)."""
+    import os
+    import signal
+    import subprocess
+
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = child.communicate(timeout=timeout)
+        return out, err, False
     except subprocess.TimeoutExpired:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.communicate()
-        raise ToolTimeout(argv, timeout) from None
-    return Result(tuple(argv), proc.returncode, out, err)
+        out, err = child.communicate()
+        return out, err, True

@@ -107,7 +107,6 @@ def grep_spans(fd: int, data: kernlog.Buffer, lo: int, hi: int,
     grep = proc.which("grep")
     if grep is None or not needles:
         return None
-    import signal
     import subprocess
 
     argv = [grep, "-F", "-a", "-b", "-s"]
@@ -120,14 +119,8 @@ def grep_spans(fd: int, data: kernlog.Buffer, lo: int, hi: int,
                                  env={"LC_ALL": "C", "PATH": os.defpath})
     except OSError:
         return None
-    try:
-        out, _ = child.communicate(timeout=GREP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        child.communicate()
+    out, _, timed_out = proc.finish(child, GREP_TIMEOUT)
+    if timed_out:
         return None
     if child.returncode not in (0, 1):
         return None
