@@ -37,7 +37,7 @@ from slurm_heal.durations import (  # the one duration syntax; re-exported for i
 )
 from slurm_heal.durations import parse_duration as parse_duration
 from slurm_heal.durations import parse_duration_knob
-from slurm_heal.errors import ConfigError
+from slurm_heal.errors import ConfigError, not_toml
 from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
     ApiSettings,  # are re-exported for their importers
     ControllerSettings,
@@ -493,9 +493,13 @@ def load_policy(path: str | Path) -> Policy:
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=str(p)) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", file=str(p)) from None
+    try:
+        data = tomllib.loads(text)
+    except ValueError as exc:  # TOMLDecodeError, or an int of over 4,300 digits (issue 34)
+        raise not_toml(exc, text, str(p)) from None
     except RecursionError:
         raise ConfigError(f"not valid TOML: nested too deeply (more than "
                           f"{jsonsafe.MAX_DEPTH} levels)", file=str(p)) from None

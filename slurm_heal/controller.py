@@ -534,7 +534,7 @@ class LeaderLock:
 
 
 def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: float,
-          cycles: int) -> Heartbeat:
+          cycles: int, problems: tuple[str, ...] = ()) -> Heartbeat:
     import os
 
     from slurm_heal import __version__
@@ -551,19 +551,21 @@ def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: 
         last_error=error or (prev.last_error if prev is not None else ""),
         last_error_at=now if error else (prev.last_error_at if prev is not None else None),
         pid=os.getpid(), version=__version__, mode=str(getattr(controller.policy, "mode", "")),
-        interval=interval, cycles=cycles)
+        interval=interval, cycles=cycles, problems=problems)
 
 
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None,
-                on_lead: Callable[[], None] | None = None) -> int:
+                on_lead: Callable[[], str] | None = None) -> int:
     """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
     ``leader``, cycles run only while this process holds the leader lock. With
     ``reload``, SIGHUP asks for it before the next cycle (it returns the new interval,
-    or None to keep the old one). ``on_lead`` runs once, when this process first leads
-    (issue 22: the metrics server, so a standby or a `--once` beside the active daemon
-    never fights it for the port); an error from it ends the loop."""
+    or None to keep the old one). ``on_lead`` runs when this process first leads (issue
+    22: the metrics server, so a standby or a `--once` beside the active daemon never
+    fights it for the port); it returns "" when it is done, or the problem in words, and
+    is then tried again before each cycle, the problem in the heartbeat (issue 34 item 4,
+    SPEC O1: a taken metrics port never leaves the cluster without a controller)."""
     hup = threading.Event()
 
     def _hup(signum: int, _frame: object) -> None:
@@ -581,6 +583,7 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             signal.signal(signal.SIGHUP, _hup)
     cycles = 0
     standby = False
+    problem = ""
     if heartbeat is not None and controller.liveness is None:
         # SPEC O1: a restarted daemon (or the next `--once` from cron) keeps the last
         # success its predecessor recorded, so a blind start does not erase it.
@@ -604,8 +607,9 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             log.info("now the active controller (%s)", leader.path if leader else "")
             standby = False
         if on_lead is not None:
-            lead, on_lead = on_lead, None
-            lead()
+            problem = on_lead()
+            if not problem:
+                on_lead = None
         error = ""
         controller.last_failure = None
         try:
@@ -632,7 +636,8 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         cycles += 1
         # SPEC O1: the heartbeat says when a cycle last succeeded and what failed since; a
         # cycle that could not read Slurm is not a success (a blind daemon looks blind).
-        controller.liveness = _beat(controller, controller.liveness, error, interval, cycles)
+        controller.liveness = _beat(controller, controller.liveness, error, interval, cycles,
+                                    (problem,) if problem else ())
         if heartbeat is not None:
             try:
                 controller.liveness.write(heartbeat)

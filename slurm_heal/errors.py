@@ -46,6 +46,20 @@ class ConfigError(HealError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+def not_toml(exc: ValueError, text: str, file: str | None) -> ConfigError:
+    """The ConfigError for TOML that cannot be read (issue 34 item 6): tomllib's own words,
+    or, for an integer of more digits than Python converts (its ValueError names no
+    place), the line and the key that hold it."""
+    if type(exc).__name__ != "TOMLDecodeError":
+        for n, line in enumerate(text.splitlines(), 1):
+            key, eq, value = line.partition("=")
+            if eq and sum(c.isdigit() for c in value) > 4300:
+                return ConfigError(f"line {n}: the number is {len(value.strip())} characters "
+                                   "long: no setting takes a value that large",
+                                   file=file, key=key.strip()[:80] or None)
+    return ConfigError(f"not valid TOML: {str(exc)[:300]}", file=file)
+
+
 class CatalogError(HealError):
     """The fault catalog data file is inconsistent."""
 

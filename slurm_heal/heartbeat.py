@@ -37,6 +37,9 @@ class Heartbeat(BaseModel):
     mode: str = ""  # the policy's mode: normal / recommend-only
     interval: float | None = None  # seconds between cycles (status judges staleness by it)
     cycles: int = 0
+    # What does not work beside the cycles that succeed (issue 34 item 4: the metrics port
+    # held by another program): said by `status`, retried by the daemon, never a failure.
+    problems: tuple[str, ...] = ()
 
     @property
     def failing(self) -> bool:

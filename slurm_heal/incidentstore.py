@@ -30,6 +30,28 @@ def load(raw: Any) -> dict[str, Incident]:
     return out
 
 
+def unreadable(raw: Any) -> list[str]:
+    """Why each stored entry that `load` skips cannot be read (issue 34 item 6: `slurm-heal
+    incidents` reports them instead of dropping them without a word)."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        return [f"the store's {INCIDENTS_KEY!r} is a {type(raw).__name__}, not a list"]
+    out = []
+    for n, item in enumerate(raw):
+        try:
+            Incident.model_validate(item)
+        except ValidationError as exc:
+            ident = item.get("id") if isinstance(item, dict) else None
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ())) or "the entry"
+            out.append(f"entry {n}" + (f" ({str(ident)[:60]})" if ident else "")
+                       + f": {where}: {first.get('msg', 'invalid')}"
+                       + (f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1
+                          else ""))
+    return out
+
+
 def dump(incidents: Iterable[Incident]) -> list[dict[str, Any]]:
     """Open incidents and the newest KEEP_RESOLVED ended ones, oldest first, as JSON."""
     items = list(incidents)

@@ -289,6 +289,8 @@ class ApiApp:
         try:
             endpoint, args = adapter.match()
             handler: Callable[..., Response] = getattr(self, f"on_{endpoint}")
+            if request.method not in ("GET", "HEAD", "OPTIONS"):
+                self._same_origin(request)
             return handler(request, **args)
         except Problem as exc:
             return self._problem(request, exc)
@@ -320,6 +322,36 @@ class ApiApp:
             return self._problem(request, Problem(
                 500, f"internal error (ref {ref}); the server's log has the details",
                 kind="InternalError"))
+
+    def _same_origin(self, request: Request) -> None:
+        """Issue 34 item 2 (SPEC O5): no write from another site's page. A browser says
+        where a request comes from (Sec-Fetch-Site; Origin on every POST): a write that
+        another site's page sends, a form or a fetch carrying the person's proxy login or
+        session cookie, is refused before anything is read. Clients that are no browser
+        send neither and are judged by their credentials (and, through the proxy, by
+        the JSON content type: `_api_write`)."""
+        site = request.headers.get("Sec-Fetch-Site", "").strip().lower()
+        if site and site not in ("same-origin", "none"):
+            raise Problem(403, f"a write from another site's page is refused (Sec-Fetch-Site: "
+                          f"{site[:40]}): open the console itself to act", kind="CrossSite")
+        origin = request.headers.get("Origin")
+        if origin is None or site == "same-origin":
+            return
+        from urllib.parse import urlsplit
+
+        here = {request.host.lower()}
+        if self.auth.trusted_proxy(request.remote_addr):  # the host the browser asked for
+            here.update(h.strip().lower() for h in
+                        request.headers.get("X-Forwarded-Host", "").split(",") if h.strip())
+        try:
+            theirs = urlsplit(origin.strip()).netloc.lower()
+        except ValueError:
+            theirs = ""
+        if not theirs or theirs not in here:
+            raise Problem(403, f"a write from another site's page is refused (Origin "
+                          f"{origin[:80]!r} is not this server): open the console itself "
+                          "to act; behind a proxy, pass the host the browser asked for "
+                          "(nginx: proxy_set_header Host $host)", kind="CrossSite")
 
     def _problem(self, request: Request, problem: Problem) -> Response:
         if self._api(request):
@@ -473,6 +505,12 @@ class ApiApp:
 
     def _api_write(self, request: Request, principal: Principal, kind: Kind, body: Any,
                    raw: Any, *, required_key: bool = False, **kw: Any) -> Response:
+        if principal.via == "proxy" and request.mimetype != "application/json":
+            # Issue 34 item 2 (SPEC O5): the proxy's login rides along with any request the
+            # person's browser sends, a cross-site form's too; such a form cannot send JSON.
+            raise Problem(415, "a write through the proxy's login needs a JSON body "
+                          "(Content-Type: application/json; {} when there is nothing to say)",
+                          kind="JSONRequired")
         key = request.headers.get("Idempotency-Key")
         if key is not None and (problem := key_problem(key)):
             raise Problem(400, problem, kind="BadIdempotencyKey")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal.api.settings import NAME, ApiSettings, Role
-from slurm_heal.errors import ConfigError
+from slurm_heal.errors import ConfigError, not_toml
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,8 +82,8 @@ def parse_tokens(text: str, source: str) -> tuple[TokenEntry, ...]:
     """The entries of a token file; ConfigError names the file, the entry and why."""
     try:
         doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", file=source) from None
+    except ValueError as exc:  # TOMLDecodeError, or an int of over 4,300 digits (issue 34)
+        raise not_toml(exc, text, source) from None
     unknown = set(doc) - {"token"}
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))}: the file holds "

@@ -102,7 +102,7 @@ from collections.abc import Callable
 
 from slurm_heal.checks import paths, present
 from slurm_heal.durations import parse_seconds
-from slurm_heal.errors import ConfigError
+from slurm_heal.errors import ConfigError, not_toml
 from slurm_heal.frozen import dataclass, field, fields_of
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
@@ -399,11 +399,21 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
             raise ConfigError(f"unknown value {value!r} (known: {', '.join(known)})",
                               file=file, key=key)
     for ep in built["network"].endpoints:
-        host, sep, port = ep.rpartition(":")
-        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"endpoint {ep!r} is not HOST:PORT", file=file,
-                              key="network.endpoints")
+        split_endpoint(ep, file)
     return CheckConfig(**top, **built, source_file=file, plugins=extra)
+
+
+def split_endpoint(text: str, file: str | None = None) -> tuple[str, int]:
+    """``host:port`` / ``[v6]:port`` -> (host, port); ConfigError when malformed (issue 34
+    item 6: a port of 5,000 digits, or of digits that are not ASCII, is no port: never
+    int()'s ValueError)."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if (not sep or not host or not (port.isascii() and port.isdigit()) or len(port) > 5
+            or not 0 < int(port) < 65536):
+        raise ConfigError(f"endpoint {text[:80]!r} is not HOST:PORT (a port is 1-65535)",
+                          file=file, key="network.endpoints")
+    return host, int(port)
 
 
 def _third_party(key: str, file: str, sections: dict[str, Any]) -> DetectorSpec:
@@ -476,8 +486,8 @@ def load_config(path: str | None) -> CheckConfig:
         import tomli as tomllib
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+    except ValueError as exc:  # TOMLDecodeError, or an int of over 4,300 digits (issue 34)
+        raise not_toml(exc, text, file) from None
     parsed = parse_config(data, file)
     _remember(file, text, data)
     return parsed

@@ -118,21 +118,38 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     if notifications.routes:
         notifications.start()
 
-    def serve_metrics() -> None:
+    said: list[str] = []  # the metrics problem last logged (logged once per change)
+
+    def serve_metrics() -> str:
         """Issue 22: only the leader serves metrics (a standby or a `--once` beside the
-        active daemon would find the port taken); a port taken by anything else is one
-        clear line, exit 2."""
+        active daemon would find the port taken). Issue 34 item 4 (SPEC O1, S6): a port
+        taken by another program leaves the controller running: the problem is logged
+        once, notified once, shown by `status` (the heartbeat) and tried again before
+        each cycle; "" once metrics are served."""
         if metrics is None:
-            return
+            return ""
+        log = logging.getLogger("slurm_heal")
         try:
             metrics.serve(msettings.address, msettings.port)
         except OSError as exc:
-            raise ConfigError(f"{msettings.address}:{msettings.port} cannot be served "
-                              f"({exc.strerror or exc}): another process holds the port; "
-                              "choose another [metrics] port or stop that process",
-                              file=config_path_, key="metrics.port") from None
-        logging.getLogger("slurm_heal").info("metrics on %s:%d", msettings.address,
-                                             msettings.port)
+            problem = (f"metrics: {msettings.address}:{msettings.port} cannot be served "
+                       f"({exc.strerror or exc}): another process holds the port; the "
+                       "controller goes on and tries again before each cycle; choose another "
+                       f"[metrics] port in {config_path_} (metrics.port) or stop that process")
+            if problem not in said:
+                said[:] = [problem]
+                log.error("%s", problem, extra={"fields": {
+                    "event": "metrics_unavailable", "port": msettings.port}})
+                from slurm_heal.notify.events import controller_problem
+
+                notifications.enqueue(controller_problem("metrics", problem,
+                                                         controller.clock()))
+            return problem
+        if said:
+            log.info("metrics served again: the port is free now")
+            said.clear()
+        log.info("metrics on %s:%d", msettings.address, msettings.port)
+        return ""
 
     try:
         run_forever(controller, settings.interval, heartbeat,

@@ -40,9 +40,13 @@ def incidents(show_all: bool, state_dir: str | None, config: str | None,
     now = datetime.now(timezone.utc)
     shown = (tuple(views.view(state, i) for i in views.incidents_of(state)) if show_all
              else views.shown(state, now))
+    bad = views.unreadable(state)
     if as_json:
-        _emit_json({"incidents": [v.model_dump(mode="json") for v in shown]})
+        _emit_json({"incidents": [v.model_dump(mode="json") for v in shown],
+                    "unreadable": bad})
         return
+    for why in bad:  # SPEC O6: never dropped without a word
+        click.echo(f"UNREADABLE incident in the store, skipped: {why}", err=True)
     if not shown:
         click.echo("No incidents" + ("" if show_all else " open or ended in the last day")
                    + ".")

@@ -184,7 +184,7 @@ class Notifications:
             self.wake.set()
 
     def enqueue(self, event: Event) -> None:
-        """Queue one event by hand (tests, tools)."""
+        """Queue one event by hand (tests, tools, the daemon's own problems)."""
         with self._doc() as doc:
             for i, route in enumerate(self.routes):
                 if route.wants(event):

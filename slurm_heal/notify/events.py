@@ -189,3 +189,11 @@ def view_alerts(view: ClusterView, now: datetime) -> dict[str, list[Alert]]:
     from slurm_heal.extra import alerts_from_extra
 
     return {n.name: alerts_from_extra(n.name, n.extra, now) for n in view.nodes}
+
+
+def controller_problem(what: str, text: str, now: datetime) -> Event:
+    """The controller runs, but a part of it does not (issue 34 item 4, SPEC O1): told to
+    the support route once per occurrence, as the daemon logs it."""
+    return Event(id=f"controller:{what}:{now.isoformat()}", kind="support",
+                 severity="warning", at=now, title=f"slurm-heal controller: {what} unavailable",
+                 text=text)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from pydantic import BaseModel, ConfigDict
 
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
+from slurm_heal.incidentstore import unreadable as _unreadable
 from slurm_heal.models import Incident, IncidentAlert, Phase, State
 
 ENDED_SHOWN = timedelta(days=1)  # ended incidents the overview still shows
@@ -55,6 +56,11 @@ def incidents_of(state: State) -> list[Incident]:
     """Every incident on record, newest first."""
     return sorted(load(state.data.get(INCIDENTS_KEY)).values(),
                   key=lambda i: (i.opened, i.id), reverse=True)
+
+
+def unreadable(state: State) -> list[str]:
+    """The stored incident entries that cannot be read, each with why (SPEC O6)."""
+    return _unreadable(state.data.get(INCIDENTS_KEY))
 
 
 def held_by(state: State, inc: Incident) -> tuple[str, ...]:

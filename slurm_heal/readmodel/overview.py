@@ -72,6 +72,7 @@ class ControllerView(_M):
     mode: str = ""
     paused: bool = False
     pause: Pause | None = None
+    problems: tuple[str, ...] = ()  # what does not work beside succeeding cycles (O1)
 
     @property
     def healthy(self) -> bool:
@@ -224,7 +225,7 @@ def controller_view(beat: Heartbeat | None, state: State | None, now: datetime,
     common: dict[str, Any] = dict(
         heartbeat_at=beat.at, age_s=age, last_success=beat.last_success,
         last_error=beat.last_error, last_error_at=beat.last_error_at, version=beat.version,
-        mode=beat.mode, paused=paused, pause=pause)
+        mode=beat.mode, paused=paused, pause=pause, problems=beat.problems)
     if now - beat.at > limit:
         return ControllerView(state="stale", words=(
             f"CONTROLLER STALE: last heartbeat {_dur(age)} ago (expected every {every:g}s); "
@@ -456,6 +457,7 @@ def render(ov: Overview) -> list[str]:
     out = [c.words]
     if c.state != "not seen" and c.last_error and c.state == "running":
         out.append(f"  last error {_ts(c.last_error_at)}: {c.last_error}")
+    out.extend(f"  PROBLEM: {p}" for p in c.problems)
     if c.paused:
         p = c.pause
         who = (f" by {p.by} at {_ts(p.at)}" + (f": {p.reason}" if p.reason else "")

@@ -86,3 +86,31 @@ def test_without_the_state_dir_nothing_is_kept(tmp_path: Path,
     conf.write_text('[mounts]\nrw = ["/a"]\n')
     assert config.load_config(str(conf)).mounts.rw == ("/a",)
     assert not Path(paths.host_path(paths.STATE_DIR)).exists()
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('[network]\nendpoints = ["storage:' + "9" * 5000 + '"]\n', r"network\.endpoints.*is not HOST:PORT"),
+    ('[network]\nendpoints = ["storage:²"]\n', r"network\.endpoints.*is not HOST:PORT"),
+    ("[infiniband]\nports = " + "9" * 5000 + "\n", r"ports: line 2: the number is 5000"),
+])
+def test_a_port_of_5000_digits_is_a_config_error_naming_the_key(
+        node: Path, text: str, says: str) -> None:
+    """Issue 34 item 6 (SPEC I1): never int()'s ValueError (exit 1, "Exceeds the limit
+    (4300 digits)"): a ConfigError naming the file and the key, the check's exit 2."""
+    node.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        config.load_config(None)
+
+
+def test_the_policy_and_the_token_file_name_a_number_too_large_for_python(
+        tmp_path: Path) -> None:
+    """Issue 34 item 6: heal.toml and the API's token file, the same way."""
+    from slurm_heal.api.auth import parse_tokens
+    from slurm_heal.config import load_policy
+
+    heal = tmp_path / "heal.toml"
+    heal.write_text("[controller]\ninterval = " + "1" * 5000 + "\n")
+    with pytest.raises(ConfigError, match=r"heal\.toml: interval: line 2: the number"):
+        load_policy(str(heal))
+    with pytest.raises(ConfigError, match=r"tokens: x: line 1: the number"):
+        parse_tokens("x = " + "1" * 5000, "tokens")

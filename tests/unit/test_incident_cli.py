@@ -66,6 +66,26 @@ def test_incidents_lists_the_open_incident_with_every_nodes_evidence(
     assert f"slurm-heal incident close {inc['id']}" in text
 
 
+def test_an_unreadable_incident_in_the_store_is_reported_never_dropped_without_a_word(
+        store: Store, slurm: MemorySlurm) -> None:
+    """Issue 34 item 6 (SPEC O6, S7): a damaged entry (a newer build's, a hand edit) is
+    skipped by the engine as before, and `slurm-heal incidents` says which and why."""
+    path = store.dir / "state.json"
+    doc = json.loads(path.read_text())
+    damaged = dict(doc["data"]["incidents"][0], id="i-damaged", opened="not a time")
+    doc["data"]["incidents"].append(damaged)
+    path.write_text(json.dumps(doc))
+    got = run(store, ["incidents", "--json"], slurm)
+    assert got.exit_code == 0, got.output
+    out = json.loads(got.stdout)
+    assert len(out["incidents"]) == 1  # the good one is still shown
+    [why] = out["unreadable"]
+    assert why.startswith("entry 1 (i-damaged): opened: ") and "more)" not in why
+    text = run(store, ["incidents"], slurm)
+    assert "UNREADABLE incident in the store, skipped: entry 1 (i-damaged)" in text.output
+    assert "INCIDENT i-" in text.output
+
+
 def test_status_and_explain_show_the_incident(store: Store, slurm: MemorySlurm) -> None:
     status = run(store, ["status"], slurm)
     assert "Incidents: 1 open" in status.output

@@ -14,9 +14,9 @@ import threading
 from datetime import datetime
 
 from slurm_heal.checks.config import NetworkConfig
+from slurm_heal.checks.config import split_endpoint as split_endpoint
 from slurm_heal.checks.node import Unsupported
 from slurm_heal.checks.state import detector_state
-from slurm_heal.errors import ConfigError
 from slurm_heal.types import Evidence, Finding, Severity
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
@@ -24,15 +24,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from slurm_heal.checks.config import CheckConfig
-
-
-def split_endpoint(text: str) -> tuple[str, int]:
-    """``host:port`` / ``[v6]:port`` -> (host, port); ConfigError when malformed."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"endpoint {text!r} is not HOST:PORT", key="network.endpoints")
-    return host, int(port)
 
 
 def probe(endpoints: tuple[str, ...], timeout: float) -> dict[str, str]:
