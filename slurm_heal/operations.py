@@ -109,15 +109,23 @@ def detector_drain_note(rem: Remediation | None, kind: str) -> str | None:
 # --------------------------------------------------------------------------- Slurm
 
 
-def slurm_client(controller: dict[str, Any]) -> SlurmClient:
+def slurm_client(controller: dict[str, Any], *, slurm_conf: str | None = None,
+                 backend: str | None = None, timeout: float | None = None) -> SlurmClient:
     """A Slurm client for the slurm.conf and backend the daemon uses (``[controller]``
-    section); a missing slurm.conf fails at once with one message."""
+    section; ``slurm_conf``/``backend`` given on a command line win over it); a missing
+    slurm.conf fails at once with one message. Every admin command (status, alerts,
+    explain, ...) finds its Slurm here (issue 36 item 5)."""
     factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
     if factory is None:
         raise SlurmError("no Slurm backend is available in this installation")
-    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(controller.get("slurm_conf")))}
-    if controller.get("slurm_backend"):
+    conf = slurm_conf_path(slurm_conf or controller.get("slurm_conf"))
+    kwargs: dict[str, Any] = {"slurm_conf": str(conf)}
+    if backend and backend != "auto":
+        kwargs["backend"] = backend
+    elif controller.get("slurm_backend"):
         kwargs["backend"] = controller["slurm_backend"]
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     for key in ("slurm_rest_url", "slurm_rest_token_file"):  # the rest backend (slurmrestd)
         if controller.get(key):
             kwargs[key.replace("slurm_rest_", "rest_")] = controller[key]

@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal import operations
+from slurm_heal.commands.hostlists import expand_hosts
 from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate
@@ -198,18 +199,21 @@ def _last_why(rem: Remediation) -> str:
 
 @click.command()
 @click.option("--all", "show_all", is_flag=True, help="Include finished remediations.")
-@click.option("--node", default=None, help="Only this node.")
+@click.option("--node", default=None, metavar="NODES",
+              help="Only these nodes (a node name or a host list, e.g. gpu[01-04]).")
 @state_options
 @json_option
 def remediations(show_all: bool, node: str | None, state_dir: str | None, config: str | None,
                  as_json: bool) -> None:
     """List open remediations (with --all, finished ones too)."""
+    wanted = set(expand_hosts([node])) if node is not None else None  # a typo: exit 2
     store = _store(state_dir, config)
     # --all: the finished ones the audit archive holds too (issue 26)
-    state: State = store.load_history(node=node) if show_all else store.load()
+    one = next(iter(wanted)) if wanted is not None and len(wanted) == 1 else None
+    state: State = store.load_history(node=one) if show_all else store.load()
     rems = [r for r in state.remediations
-            if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
-    pending = [c for c in state.inbox if node is None or c.node == node]
+            if (show_all or not r.phase.terminal) and (wanted is None or r.node in wanted)]
+    pending = [c for c in state.inbox if wanted is None or c.node in wanted]
     if as_json:
         _emit_json({"remediations": [_rem_json(r) for r in rems],
                     "pending_commands": [c.model_dump(mode="json") for c in pending],
@@ -301,13 +305,19 @@ def _known_somewhere(node: str, config: str | None) -> None:
 
 
 @click.command()
-@click.option("--node", default=None, help="Only this node.")
+@click.option("--node", default=None, metavar="NODES",
+              help="Only these nodes (a node name or a host list, e.g. gpu[01-04]).")
 @state_options
 @json_option
 def alerts(node: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Active alerts: what the node checks published in Slurm (node Extra, SPEC D7, I2)
     and nodes DOWN or drained by someone else (D5)."""
-    found = _alerts_of(_slurm(config), node)
+    wanted = expand_hosts([node]) if node is not None else None  # a typo: exit 2
+    if wanted is not None and len(wanted) == 1:
+        found = _alerts_of(_slurm(config), wanted[0])
+    else:
+        found = [a for a in _alerts_of(_slurm(config), None)
+                 if wanted is None or a.node in wanted]
     if as_json:
         _emit_json({"alerts": [_alert_json(a) for a in found]})
         return
