@@ -202,10 +202,18 @@ def remediation_detail(state: State, rem: Remediation) -> dict[str, Any]:
 
 
 def remediation(src: Sources, rid: str) -> dict[str, Any]:
+    """One remediation: ``rid`` is its id (open or finished, the archive too) or a node
+    with one open remediation (docs/api.md; issue 36 item 7), as the CLI's targets are."""
     state = src.history(remediation=rid)
     rem = state.get(rid)
     if rem is None:
-        raise NotFound(f"no remediation {rid!r} in the store or its audit archive")
+        from slurm_heal.store import resolve_open
+
+        try:
+            rem = resolve_open(src.state(), rid)
+        except NotFound as exc:
+            raise NotFound(f"no remediation {rid!r} in the store or its audit archive, "
+                           f"and {exc}") from None
     # the machine's earlier remediations, the archived ones too (issue 26)
     state = src.history(host=rem.host) if rem.host else src.history(node=rem.node)
     out = remediation_detail(state, rem)
