@@ -59,10 +59,12 @@ def default_config() -> Path:
     return Path(paths.default(str(DEFAULT_CONFIG)))
 
 
-def slurm_conf_path(configured: str | Path | None = None) -> Path:
-    """The slurm.conf Slurm will read; SlurmError (one message) when it cannot be read."""
+def slurm_conf_path(configured: str | Path | None = None,
+                    source: str = "[controller] slurm_conf") -> Path:
+    """The slurm.conf Slurm will read; SlurmError (one message) when it cannot be read.
+    ``source`` names where ``configured`` came from (the config, ``--slurm-conf``)."""
     if configured:
-        path, source = Path(configured), "[controller] slurm_conf"
+        path = Path(configured)
     elif os.environ.get("SLURM_CONF"):
         path, source = Path(os.environ["SLURM_CONF"]), "$SLURM_CONF"
     else:
@@ -135,7 +137,10 @@ def locate(state_dir: str | Path | None = None, config: str | Path | None = None
                         cfg, heartbeat, section)
     from slurm_heal.store import default_state_dir, fallback_state_dir
 
-    conf = slurm_conf_path(section.get("slurm_conf") or slurm_conf)
+    if section.get("slurm_conf"):
+        conf = slurm_conf_path(section["slurm_conf"])
+    else:
+        conf = slurm_conf_path(slurm_conf, "--slurm-conf")
     found = default_state_dir(conf)
     source = (f"fallback: scontrol show config (SLURM_CONF={conf}) named no StateSaveLocation"
               if found == fallback_state_dir() else f"beside StateSaveLocation of {conf}")

@@ -118,7 +118,8 @@ def slurm_client(controller: dict[str, Any], *, slurm_conf: str | None = None,
     factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
     if factory is None:
         raise SlurmError("no Slurm backend is available in this installation")
-    conf = slurm_conf_path(slurm_conf or controller.get("slurm_conf"))
+    conf = (slurm_conf_path(slurm_conf, "--slurm-conf") if slurm_conf
+            else slurm_conf_path(controller.get("slurm_conf")))
     kwargs: dict[str, Any] = {"slurm_conf": str(conf)}
     if backend and backend != "auto":
         kwargs["backend"] = backend
