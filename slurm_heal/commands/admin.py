@@ -120,6 +120,26 @@ def _ts(value: datetime | None) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters; a cut one ends with an ellipsis."""
+    return text if len(text) <= width else text[:max(1, width - 1)].rstrip() + "…"
+
+
+def _last_column_width(rows: list[list[str]], header: list[str], default: int,
+                       least: int = 20) -> int:
+    """What the last column of a `_table` may take: the terminal's width ($COLUMNS,
+    else the terminal's own) less the other columns; ``default`` when neither is known
+    (output to a pipe); never less than ``least``."""
+    import shutil
+
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    if columns <= 0:
+        return default
+    taken = sum(max(len(str(r[i])) for r in [header[:-1], *rows]) + 2
+                for i in range(len(header) - 1))
+    return max(least, columns - taken)
+
+
 def _table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
@@ -228,7 +248,7 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
         click.echo("No open remediations." if not show_all else "No remediations recorded.")
     else:
         _table([[r.id, r.node, r.fault, r.action.value, r.phase.value, r.origin,
-                 _ts(r.updated), _last_why(r)[:60]] for r in rems],
+                 _ts(r.updated), _cut(_last_why(r), 60)] for r in rems],
                ["ID", "NODE", "FAULT", "ACTION", "PHASE", "ORIGIN", "UPDATED", "WHY"])
     if pending:
         def waits(c: Command) -> str:
@@ -324,9 +344,11 @@ def alerts(node: str | None, state_dir: str | None, config: str | None, as_json:
     if not found:
         click.echo("No active alerts." if node is None else f"No active alerts on {node}.")
         return
-    _table([[a.node, a.fault, a.severity.value, _ts(a.first_seen), _ts(a.last_seen),
-             a.summary[:70]] for a in found],
-           ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"])
+    rows = [[a.node, a.fault, a.severity.value, _ts(a.first_seen), _ts(a.last_seen)]
+            for a in found]
+    header = ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"]
+    width = _last_column_width(rows, header, default=70)
+    _table([[*row, _cut(a.summary, width)] for row, a in zip(rows, found, strict=True)], header)
 
 
 # --------------------------------------------------------------------------- explain

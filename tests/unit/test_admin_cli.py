@@ -6,6 +6,7 @@ context object; the store is a real one in a temp directory. No Slurm needed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -251,6 +252,27 @@ def test_alerts_come_from_the_nodes_extra_with_their_explanation(
                                "bucket": "RESTART_BM", "investigatory": "CONTACT_SUPPORT"}
     plain = run(store, ["alerts", "--node", "gpu02"], slurm=slurm).output
     assert "No active alerts on gpu02" in plain
+
+
+def test_a_long_alert_summary_is_cut_with_an_ellipsis_to_the_terminals_width(
+        store: Store, slurm: MemorySlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D7, I4 (issue 36 item 11): the alerts table ends a cut summary with "…" and
+    fits $COLUMNS; a wider terminal shows more of it, the JSON all of it."""
+    long = dataclasses.replace(xid79_alert(), summary="GPU 3 has fallen off the bus " * 8)
+    slurm.set_extra("gpu01", KEY, our_section([long], T0))
+    for columns in (100, 160):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        lines = run(store, ["alerts"], slurm=slurm).output.splitlines()
+        row = next(line for line in lines if line.startswith("gpu01"))
+        assert row.endswith("…") and len(row) <= columns, (columns, row)
+        assert row[:-1].rstrip().endswith(long.summary[:len(row[:-1].rstrip().split("Z  ")[-1])])
+    wide = len(row)
+    monkeypatch.setenv("COLUMNS", "100")
+    narrow = next(line for line in run(store, ["alerts"], slurm=slurm).output.splitlines()
+                  if line.startswith("gpu01"))
+    assert len(narrow) < wide
+    data = json.loads(run(store, ["alerts", "--json"], slurm=slurm).output)
+    assert data["alerts"][0]["summary"] == long.summary
 
 
 def test_a_node_drained_by_someone_else_is_reported_not_ours(store: Store,
