@@ -275,6 +275,24 @@ def test_a_long_alert_summary_is_cut_with_an_ellipsis_to_the_terminals_width(
     assert data["alerts"][0]["summary"] == long.summary
 
 
+def test_status_counts_a_request_drain_as_alerting_as_alerts_lists_it(
+        store: Store, slurm: MemorySlurm) -> None:
+    """SPEC Q1, O6 (issue 36 item 11): a node drained by a detector's request with no
+    alert in Extra is the alert `request` in `alerts`, so `status` counts it alerting
+    (it said "0 alerting", the node healthy)."""
+    slurm.drain("gpu02", "heal-request: reboot detector=ibmon id=4711 link flaps")
+    listed = json.loads(run(store, ["alerts", "--json"], slurm=slurm).output)["alerts"]
+    assert [(a["node"], a["fault"]) for a in listed] == [("gpu02", "request")]
+    out = json.loads(run(store, ["status", "--json"], slurm=slurm).stdout)
+    assert out["counts"]["alerting"] == 1 and out["counts"]["healthy"] == 2
+    assert out["groups"]["alerting"] == "gpu02"
+    detail = json.loads(run(store, ["status", "--json", "--node", "gpu02"], slurm=slurm).stdout)
+    (line,) = detail["nodes"]
+    assert line["category"] == "alerting" and line["alerts"] == ["request"]
+    text = run(store, ["status"], slurm=slurm).stdout
+    assert "1 alerting" in text and "alerting: gpu02" in text
+
+
 def test_a_node_drained_by_someone_else_is_reported_not_ours(store: Store,
                                                                slurm: MemorySlurm) -> None:
     """SPEC D5: DOWN/DRAIN for a reason slurm-heal did not set is a slurm.node_drain alert;

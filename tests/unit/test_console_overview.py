@@ -200,3 +200,23 @@ def test_a_bad_filter_is_a_clear_error_not_a_500(big: Client, query: str, words:
 def test_a_filter_nothing_matches_says_so(big: Client) -> None:
     html = big.get("/?hosts=zz[1-3]").text
     assert _rows(html) == [] and "No node matches these filters" in html
+
+
+def test_the_with_alerts_count_agrees_with_the_alerts_column(
+        tmp_path: Path, small: MemorySlurm) -> None:
+    """SPEC D5, O5 (issue 36 item 11): "N with alerts" counts the nodes whose Alerts cell
+    says something, the same alerts `alerts` lists: a person's drain and a request's drain
+    with no alert in Extra are each shown in the column, never counted over an empty one."""
+    small.drain("gpu02", "bios update (bob)")
+    small.drain("gpu03", "heal-request: reboot detector=ibmon id=1 link flaps")
+    html = _console(tmp_path, small).get("/").text
+    counted = re.search(r"(\d+) with alerts", html)
+    assert counted is not None and counted.group(1) == "2"
+    table = re.search(r'<table id="nodes">(.*?)</table>', html, re.S)
+    assert table is not None
+    cells = {m.group(1): m.group(2) for m in re.finditer(
+        r'<td><a href="/nodes/([^"]+)">.*?<td>((?:(?!</td>).)*)</td>\s*</tr>', table.group(1),
+        re.S)}
+    with_alerts = sorted(n for n, cell in cells.items() if "<code>" in cell)
+    assert with_alerts == ["gpu02", "gpu03"], cells
+    assert "slurm.node_drain" in cells["gpu02"] and "<code>request</code>" in cells["gpu03"]
