@@ -220,3 +220,30 @@ def test_the_with_alerts_count_agrees_with_the_alerts_column(
     with_alerts = sorted(n for n, cell in cells.items() if "<code>" in cell)
     assert with_alerts == ["gpu02", "gpu03"], cells
     assert "slurm.node_drain" in cells["gpu02"] and "<code>request</code>" in cells["gpu03"]
+
+
+def test_a_wait_that_ends_by_itself_is_a_grey_badge_and_a_persons_hold_stays_red(
+        tmp_path: Path, small: MemorySlurm) -> None:
+    """docs/console.md (issue 36 item 11, SPEC S2, S7, S5): the cooldown and S7's settle
+    wait end by themselves at their time: grey "waiting"; the open breaker and an
+    incident wait for a person: red "blocked"."""
+    records = [{"at": NOW.isoformat(), "node": "gpu02", "phase": "blocked", "rule": rule,
+                "why": why, "action": "reboot"} for rule, why in (
+        ("S2", "cooldown: the last remediation on gpu02 ended at 10:00; the next may start "
+               "30m later"),
+        ("S7", "gpu.xid.79 is a fault a shared component can cause: waits until 10:05 "
+               "(incidents.settle = 5m) to see whether other nodes under rack r1 show it too"),
+        ("S7", "held by incident i-1 on rack r1: a person closes it"),
+        ("S5", "the breaker is open: automatic remediation waits for a person"))]
+    html = _console(tmp_path, small, State(data={DECISIONS_KEY: records})).get(
+        "/nodes/gpu02").text
+    rows = re.findall(r'<tr><td>[^<]*</td><td><span class="phase ([^"]+)">([^<]+)</span></td>'
+                      r'<td><code class="rule">([^<]+)</code>', html)
+    assert rows == [("phase-neutral", "waiting", "S2"),
+                    ("phase-neutral", "waiting", "S7"), ("phase-blocked", "blocked", "S7"),
+                    ("phase-blocked", "blocked", "S5")]
+    from slurm_heal.policy import gates
+    from slurm_heal.readmodel import badges
+
+    # the settle wait's record says so in the engine's own words
+    assert all(words in Path(gates.__file__).read_text() for words in badges.S7_SELF_ENDING)
