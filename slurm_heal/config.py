@@ -163,6 +163,19 @@ class Approvals(_Section):
     default: Mode = "manual"
     rules: tuple[ApprovalRule, ...] = ()
 
+    def decide(self, fault: str, action: Action, node: str, pool: str | None) -> tuple[Mode, str]:
+        """The mode for (fault, action, node, pool) and the rule id that decided it: the
+        most specific matching rule, a tie to the more cautious mode, then file order;
+        none: the default (``P2:default``)."""
+        matching = [(i, r) for i, r in enumerate(self.rules)
+                    if r.matches(fault, action, node, pool)]
+        if not matching:
+            return self.default, "P2:default"
+        strict = {"deny": 2, "manual": 1, "auto": 0}
+        i, rule = sorted(matching, key=lambda m: (
+            tuple(-x for x in m[1].specificity()), -strict[m[1].mode], m[0]))[0]
+        return rule.mode, f"P2:approvals[{i}]"
+
 
 class Waiting(_Section):
     """SPEC P3: waiting for running jobs before acting."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from slurm_heal.config import Policy, load_policy
 from slurm_heal.errors import ConfigError, HealError, ProviderError
+from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.controller import ControllerSettings
@@ -67,6 +68,11 @@ def dry_provider(section: dict[str, Any], source: str) -> str:
     ConfigError names the file and the key; a provider that fails to build raises
     ProviderError (exit 4).
     """
+    return _dry_build(section, source)[0]
+
+
+def _dry_build(section: dict[str, Any], source: str) -> tuple[str, frozenset[Action]]:
+    """`dry_provider`, and the actions the built provider says it can carry out."""
     from slurm_heal.providers import make_provider
 
     if not section:
@@ -82,10 +88,11 @@ def dry_provider(section: dict[str, Any], source: str) -> str:
             raise
         except HealError as exc:
             raise ProviderError(f"{source}: provider: {exc}") from None
+        can = frozenset(a for a in Action if a is not Action.NONE and provider.supports(a))
         close = getattr(provider, "close", None)
         if callable(close):
             close()
-    return str(section.get("type"))
+    return str(section.get("type")), can
 
 
 def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
@@ -112,8 +119,11 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
 
     # SPEC V1-V3: the suites, the flow's knobs and the ticket sinks: a typo is exit 2
     sinks_from(validation_from(policy.validation, source).tickets, source)
-    kind = (dry_provider(dict(policy.provider.table), source) if build_provider
-            else str(policy.provider.kind))
+    can: frozenset[Action] | None = None
+    if build_provider:
+        kind, can = _dry_build(dict(policy.provider.table), source)
+    else:
+        kind = str(policy.provider.kind)
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
     # Issue 22: a state_dir the daemon cannot use is exit 5 here too, never "OK".
     from slurm_heal.location import ENV_STATE_DIR, usable_state_dir
@@ -139,6 +149,8 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
                 f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
                 "severity (critical, warning, info): it never applies")
     _check_topology(policy, source, fault_ids, report)
+    if can is not None and policy.mode != "recommend_only":
+        _check_auto_actions(policy, source, kind, can, report)
     if policy.escalation.gpu_reset and not policy.validation.results_dir:
         # SPEC E6: the reset job's result is read back by the controller
         report.warnings.append(
@@ -168,6 +180,49 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
                         f"{source}: approvals.rules[{i}].pools: {pool!r} is no pool of the "
                         f"cluster (pools by {policy.pools.by}: {', '.join(sorted(pools))})")
     return report
+
+
+def _check_auto_actions(policy: Policy, source: str, kind: str, can: frozenset[Action],
+                        report: ConfigReport) -> None:
+    """SPEC P2, issue 36 item 9: an auto-approved fault whose catalog action the provider
+    cannot carry out (the ``slurm`` provider only reboots; Xid 79's action is migrate)
+    would be approved and fail at once, every time. Said loudly, one warning per rule and
+    action, with the faults it concerns and what to write instead."""
+    from slurm_heal import catalog
+
+    hit: dict[tuple[str, Action], list[str]] = {}
+    for fault in catalog.load().faults.values():
+        if fault.action is Action.NONE or fault.record_only or fault.action in can:
+            continue
+        # a node no host list names and no pool: what every node gets unless a rule
+        # scoped to nodes or pools says otherwise; those scoped rules are checked too
+        decided = [policy.approvals.decide(fault.id, fault.action, "", None)]
+        decided += [(r.mode, f"P2:approvals[{i}]") for i, r in enumerate(policy.approvals.rules)
+                    if (r.nodes is not None or r.pools is not None) and r.mode == "auto"
+                    and r.model_copy(update={"nodes": None, "pools": None}).matches(
+                        fault.id, fault.action, "", None)]
+        for mode, rid in decided:
+            if mode == "auto":
+                hit.setdefault((rid, fault.action), []).append(fault.id)
+    for (rid, action), faults in sorted(hit.items(), key=lambda kv: (kv[0][0], kv[0][1].value)):
+        shown = ", ".join(faults[:6]) + (f" and {len(faults) - 6} more" if len(faults) > 6 else "")
+        # the rule that outranks this one: its own matchers plus the action (P2)
+        matchers = []
+        if rid != "P2:default":
+            rule = policy.approvals.rules[int(rid.split("[")[1].rstrip("]"))]
+            if rule.fault is not None:
+                matchers.append(f'fault = "{rule.fault}"')
+            if rule.nodes is not None:
+                matchers.append(f'nodes = "{rule.nodes}"')
+            if rule.pools is not None:
+                matchers.append("pools = [" + ", ".join(f'"{p}"' for p in rule.pools) + "]")
+        matchers += [f'action = "{action.value}"', 'mode = "manual"']
+        report.warnings.append(
+            f"{source}: {rid} auto-approves {action.value} ({shown}: their catalog action), "
+            f"which the {kind} provider cannot carry out (it can: "
+            f"{', '.join(sorted(a.value for a in can)) or 'nothing'}): each would be approved "
+            f"and fail at once. Add a rule {{{', '.join(matchers)}}} (a person decides) or "
+            "use a provider that can (docs/providers.md)")
 
 
 def _check_topology(policy: Policy, source: str, fault_ids: list[str],

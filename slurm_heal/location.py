@@ -6,6 +6,8 @@ A person's word must never land in a store no controller reads. So:
 * **Config file**: ``--config``, else ``$SLURM_HEAL_CONFIG``, else
   ``/etc/slurm-heal/heal.toml`` when it exists (what ``install-controller`` writes and
   the systemd unit names). The daemon and the admin commands read the same one.
+  (Every built-in default here is looked for under ``$SLURM_HEAL_DEFAULT_ROOT`` when
+  that is set: `slurm_heal.checks.paths.default`; the test suite sets it.)
 * **State directory**: ``--state-dir``, else ``$SLURM_HEAL_STATE_DIR``, else the
   config's ``[controller] state_dir``, else ``slurm-heal`` beside slurmctld's
   StateSaveLocation (asked of ``scontrol show config``).
@@ -25,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from slurm_heal.checks import paths
 from slurm_heal.errors import SlurmError, StoreError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.heartbeat import read as read_heartbeat
@@ -47,17 +50,25 @@ def config_path(explicit: str | Path | None) -> Path | None:
         return Path(explicit)
     if os.environ.get(ENV_CONFIG):
         return Path(os.environ[ENV_CONFIG])
-    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+    default = default_config()
+    return default if default.is_file() else None
 
 
-def slurm_conf_path(configured: str | Path | None = None) -> Path:
-    """The slurm.conf Slurm will read; SlurmError (one message) when it cannot be read."""
+def default_config() -> Path:
+    """`DEFAULT_CONFIG` as looked for here (under ``$SLURM_HEAL_DEFAULT_ROOT`` when set)."""
+    return Path(paths.default(str(DEFAULT_CONFIG)))
+
+
+def slurm_conf_path(configured: str | Path | None = None,
+                    source: str = "[controller] slurm_conf") -> Path:
+    """The slurm.conf Slurm will read; SlurmError (one message) when it cannot be read.
+    ``source`` names where ``configured`` came from (the config, ``--slurm-conf``)."""
     if configured:
-        path, source = Path(configured), "[controller] slurm_conf"
+        path = Path(configured)
     elif os.environ.get("SLURM_CONF"):
         path, source = Path(os.environ["SLURM_CONF"]), "$SLURM_CONF"
     else:
-        path, source = DEFAULT_SLURM_CONF, "Slurm's default"
+        path, source = Path(paths.default(str(DEFAULT_SLURM_CONF))), "Slurm's default"
     if not path.is_file():
         raise SlurmError(f"slurm.conf not found: {path} ({source}); set SLURM_CONF or "
                          "[controller] slurm_conf to the cluster's slurm.conf")
@@ -124,12 +135,15 @@ def locate(state_dir: str | Path | None = None, config: str | Path | None = None
     if section.get("state_dir"):
         return Location(Path(str(section["state_dir"])), f"[controller] state_dir of {cfg}",
                         cfg, heartbeat, section)
-    from slurm_heal.store import FALLBACK_STATE_DIR, default_state_dir
+    from slurm_heal.store import default_state_dir, fallback_state_dir
 
-    conf = slurm_conf_path(section.get("slurm_conf") or slurm_conf)
+    if section.get("slurm_conf"):
+        conf = slurm_conf_path(section["slurm_conf"])
+    else:
+        conf = slurm_conf_path(slurm_conf, "--slurm-conf")
     found = default_state_dir(conf)
     source = (f"fallback: scontrol show config (SLURM_CONF={conf}) named no StateSaveLocation"
-              if found == FALLBACK_STATE_DIR else f"beside StateSaveLocation of {conf}")
+              if found == fallback_state_dir() else f"beside StateSaveLocation of {conf}")
     return Location(found, source, cfg, heartbeat, section)
 
 

@@ -26,7 +26,7 @@ from slurm_heal.models import Command, Decision, Remediation, State
 from slurm_heal.readmodel import incidents as incident_views
 from slurm_heal.readmodel.incidents import IncidentView
 from slurm_heal.slurm.base import SlurmClient
-from slurm_heal.types import Action, Alert, NodeInfo, Severity
+from slurm_heal.types import Action, Alert
 
 CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
                       "unpause", "validate", "close_incident"]
@@ -109,15 +109,24 @@ def detector_drain_note(rem: Remediation | None, kind: str) -> str | None:
 # --------------------------------------------------------------------------- Slurm
 
 
-def slurm_client(controller: dict[str, Any]) -> SlurmClient:
+def slurm_client(controller: dict[str, Any], *, slurm_conf: str | None = None,
+                 backend: str | None = None, timeout: float | None = None) -> SlurmClient:
     """A Slurm client for the slurm.conf and backend the daemon uses (``[controller]``
-    section); a missing slurm.conf fails at once with one message."""
+    section; ``slurm_conf``/``backend`` given on a command line win over it); a missing
+    slurm.conf fails at once with one message. Every admin command (status, alerts,
+    explain, ...) finds its Slurm here (issue 36 item 5)."""
     factory = getattr(importlib.import_module("slurm_heal.slurm"), "make_client", None)
     if factory is None:
         raise SlurmError("no Slurm backend is available in this installation")
-    kwargs: dict[str, Any] = {"slurm_conf": str(slurm_conf_path(controller.get("slurm_conf")))}
-    if controller.get("slurm_backend"):
+    conf = (slurm_conf_path(slurm_conf, "--slurm-conf") if slurm_conf
+            else slurm_conf_path(controller.get("slurm_conf")))
+    kwargs: dict[str, Any] = {"slurm_conf": str(conf)}
+    if backend and backend != "auto":
+        kwargs["backend"] = backend
+    elif controller.get("slurm_backend"):
         kwargs["backend"] = controller["slurm_backend"]
+    if timeout is not None:
+        kwargs["timeout"] = timeout
     for key in ("slurm_rest_url", "slurm_rest_token_file"):  # the rest backend (slurmrestd)
         if controller.get(key):
             kwargs[key.replace("slurm_rest_", "rest_")] = controller[key]
@@ -165,66 +174,13 @@ def alert_json(alert: Alert) -> dict[str, Any]:
 
 def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
     """The node checks' alerts from Extra, plus D5: a node DOWN or drained for a reason
-    slurm-heal did not set (what a Slurm exporter would show; never touched by us)."""
-    from slurm_heal import catalog, reasons
-    from slurm_heal.extra import alerts_from_extra
+    slurm-heal did not set (what a Slurm exporter would show; never touched by us), and
+    what else holds a node out of service (`slurm_heal.nodealerts.node_alerts`)."""
+    from slurm_heal.nodealerts import node_alerts
 
     at = now()
     nodes = (client.node(node),) if node else client.nodes()
-    out: list[Alert] = []
-    for n in nodes:
-        found = alerts_from_extra(n.name, n.extra, at)
-        out.extend(found)
-        problem = reasons.request_problem(n.reason) if (n.down or n.drained) else ""
-        if problem:
-            # SPEC Q1, O6: a malformed request holds the node and nothing acts on it:
-            # an alert that says what is wrong in it, with or without alerts in Extra.
-            seen = n.reason_time or at
-            fault = catalog.load().get("request.malformed")
-            out.append(Alert(
-                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
-                summary=f"{'DOWN' if n.down else 'drained'} by a request that does not "
-                        f"parse ({problem}): nothing is done; fix the detector, then "
-                        f"scontrol update nodename={n.name} state=resume",
-                first_seen=seen, last_seen=seen))
-            continue
-        whose = reasons.owner(n.reason)
-        if (n.down or n.drained) and not found and whose in ("ours", "request"):
-            # Issue 11: what drained the node is shown even when no alert says so (Extra
-            # not writable, the alert cleared while our cordon stays, a detector's request)
-            out.append(_drained_without_alert(n, at))
-            continue
-        if (n.down or n.drained) and whose in ("slurm", "person"):
-            fault = catalog.load().get("slurm.node_down" if n.down else "slurm.node_drain")
-            seen = n.reason_time or at
-            out.append(Alert(
-                node=n.name, fault=fault.id, severity=fault.severity, detector="slurm",
-                summary=f"{'DOWN' if n.down else 'drained'} by someone else: {n.reason}",
-                first_seen=seen, last_seen=seen))
-    return out
-
-
-def _drained_without_alert(n: NodeInfo, at: datetime) -> Alert:
-    """A node out of service under our marker or a request, with no alert in Extra."""
-    from slurm_heal import catalog, reasons
-    from slurm_heal.errors import ReasonError
-
-    fault, severity = "request", Severity.WARNING
-    if reasons.is_ours(n.reason):
-        try:
-            fault = reasons.parse_marker(n.reason).fault or fault
-        except ReasonError:
-            pass
-    try:
-        severity = catalog.load().get(fault).severity
-    except HealError:
-        pass
-    seen = n.reason_time or at
-    state = "DOWN" if n.down else "drained"
-    return Alert(node=n.name, fault=fault, severity=severity, detector="slurm",
-                 summary=f"{state} by {n.reason!r}: no node check reports a fault on it "
-                         "(its Extra field holds no alert)",
-                 first_seen=seen, last_seen=seen)
+    return [a for n in nodes for a in node_alerts(n, at)]
 
 
 def pause_json(state: State) -> dict[str, Any] | None:

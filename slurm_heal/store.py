@@ -183,9 +183,17 @@ def default_state_dir(slurm_conf: str | Path | None = None, *, timeout: float = 
             break
         if attempt + 1 < retries:
             time.sleep(0.5)
+    fallback = fallback_state_dir()
     log.warning("state directory: %s; using %s (set --state-dir or SLURM_HEAL_STATE_DIR "
-                "to choose another)", problem, FALLBACK_STATE_DIR)
-    return FALLBACK_STATE_DIR
+                "to choose another)", problem, fallback)
+    return fallback
+
+
+def fallback_state_dir() -> Path:
+    """`FALLBACK_STATE_DIR` as used here (under ``$SLURM_HEAL_DEFAULT_ROOT`` when set)."""
+    from slurm_heal.checks import paths
+
+    return Path(paths.default(str(FALLBACK_STATE_DIR)))
 
 
 # --------------------------------------------------------------------------- store

@@ -95,6 +95,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                        f"not again with {backend}"))
 
 
+# What locates a config, a slurm.conf or a store outside the test's own hands (issue 36
+# item 10): an operator's controller host has /etc/slurm-heal/heal.toml, often
+# $SLURM_CONF, sometimes $SLURM_HEAL_CONFIG; none of it may reach a test.
+HOST_LOCATIONS = ("SLURM_HEAL_CONFIG", "SLURM_HEAL_STATE_DIR", "SLURM_CONF")
+
+
+def _clear_host_locations(patch: pytest.MonkeyPatch, root: Path) -> None:
+    for name in HOST_LOCATIONS:
+        patch.delenv(name, raising=False)
+    patch.setenv("SLURM_HEAL_DEFAULT_ROOT", str(root))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same for what session- and module-wide fixtures start (a `serve`, a lab's
+    helpers): they run before any test's own fixture."""
+    with pytest.MonkeyPatch.context() as patch:
+        _clear_host_locations(patch, tmp_path_factory.mktemp("session-default-root"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def hermetic_locations(hermetic_session: None, monkeypatch: pytest.MonkeyPatch,
+                       tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """No test reads the host's /etc/slurm-heal, /var/lib/slurm-heal, /etc/slurm/slurm.conf,
+    $SLURM_HEAL_CONFIG, $SLURM_HEAL_STATE_DIR or $SLURM_CONF unless it sets them itself:
+    the built-in defaults are looked for under an empty directory of the test's own
+    (``$SLURM_HEAL_DEFAULT_ROOT``, which the CLI's subprocesses inherit) and those
+    variables are cleared. Returns that directory (a test may put a default file there)."""
+    root = tmp_path_factory.mktemp("default-root")
+    _clear_host_locations(monkeypatch, root)
+    return root
+
+
 @pytest.fixture(scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
     """The Slurm backend under test (--slurm-backend)."""

@@ -81,6 +81,7 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
     With ``query`` (the console): ``nodes`` is one page of the nodes that match it,
     attention first, and ``page`` says where it is (`readmodel.nodepage`); without, every
     node by name (the API's shape)."""
+    from slurm_heal.nodealerts import node_alerts
     from slurm_heal.readmodel import nodepage
     from slurm_heal.readmodel import overview as status_overview
     from slurm_heal.readmodel.nodes import node_status
@@ -102,7 +103,6 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
                                     store=src.loc.describe(), slurm_error=slurm_error,
                                     all_details=query is not None)
     page = nodepage.page(query, infos or (), status.nodes, now) if query is not None else None
-    lines = {ln.name: ln for ln in status.nodes}
     open_rems = [r for r in state.remediations if not r.phase.terminal]
     waiting = [r for r in open_rems if waits_for_person(r)]
     status_json = status.model_dump(mode="json")
@@ -116,12 +116,10 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
         "pause": pause_info(state),
         "counts": {
             "nodes": len(infos or ()),
-            # what `alerts` lists: the node checks' alerts, and a node out of service for
-            # any reason (ours, a request, someone else's: D5) says so (issue 25 item 8)
-            "nodes_with_alerts": sum(1 for n in infos or () if (
-                (n.drained or n.down) and n.reason) or (
-                lines[n.name].alerts if n.name in lines else
-                any(True for _ in _extra_alerts(n, now)))),
+            # the nodes `alerts` lists: the node checks' alerts, and a node out of
+            # service for a reason (ours, a request, someone else's: D5; issue 25 item 8),
+            # counted by the one function the Alerts column shows too (issue 36 item 11)
+            "nodes_with_alerts": sum(1 for n in infos or () if node_alerts(n, now)),
             "foreign_drains": status.counts.get("drained_by_others", 0),
             "open_remediations": len(open_rems),
             "in_progress": sum(1 for r in open_rems if r.phase.disruptive),
@@ -135,12 +133,6 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
         "page": page,
         "status": status_json,
     }
-
-
-def _extra_alerts(n: NodeInfo, now: datetime) -> list[Alert]:
-    from slurm_heal.extra import alerts_from_extra
-
-    return alerts_from_extra(n.name, n.extra, now)
 
 
 def summary(rem: Remediation) -> dict[str, Any]:
@@ -202,10 +194,18 @@ def remediation_detail(state: State, rem: Remediation) -> dict[str, Any]:
 
 
 def remediation(src: Sources, rid: str) -> dict[str, Any]:
+    """One remediation: ``rid`` is its id (open or finished, the archive too) or a node
+    with one open remediation (docs/api.md; issue 36 item 7), as the CLI's targets are."""
     state = src.history(remediation=rid)
     rem = state.get(rid)
     if rem is None:
-        raise NotFound(f"no remediation {rid!r} in the store or its audit archive")
+        from slurm_heal.store import resolve_open
+
+        try:
+            rem = resolve_open(src.state(), rid)
+        except NotFound as exc:
+            raise NotFound(f"no remediation {rid!r} in the store or its audit archive, "
+                           f"and {exc}") from None
     # the machine's earlier remediations, the archived ones too (issue 26)
     state = src.history(host=rem.host) if rem.host else src.history(node=rem.node)
     out = remediation_detail(state, rem)

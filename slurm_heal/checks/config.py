@@ -289,7 +289,10 @@ class CheckConfig:
     plugins: tuple[tuple[DetectorSpec, Any], ...] = ()
 
     def state_path(self) -> str:
-        """The state dir as read on this node (under the replay root when set)."""
+        """The state dir as read on this node (under the replay root when set; the
+        default one under ``$SLURM_HEAL_DEFAULT_ROOT`` when that is set instead)."""
+        if self.state_dir == paths.STATE_DIR:
+            return paths.own(self.state_dir)
         return paths.host_path(self.state_dir)
 
     def detectors(self) -> tuple[tuple[DetectorSpec, Any], ...]:
@@ -465,7 +468,7 @@ def load_config(path: str | None) -> CheckConfig:
     imports: ~10 ms of every run, issue 26); it is validated every run.
     """
     explicit = path is not None
-    file = path if explicit else paths.host_path(paths.CONFIG_FILE)
+    file = path if explicit else paths.own(paths.CONFIG_FILE)
     assert file is not None
     try:
         with open(file, "rb") as fh:
@@ -501,7 +504,7 @@ CACHE = "check-toml.json"
 def _cache_file() -> str:
     import os
 
-    return os.path.join(paths.host_path(paths.STATE_DIR), CACHE)
+    return os.path.join(paths.own(paths.STATE_DIR), CACHE)
 
 
 def _cached(file: str, text: str) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from slurm_heal import operations
+from slurm_heal.commands.hostlists import expand_hosts
 from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import ENV_STATE_DIR, Location, config_path, locate
@@ -119,6 +120,26 @@ def _ts(value: datetime | None) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters; a cut one ends with an ellipsis."""
+    return text if len(text) <= width else text[:max(1, width - 1)].rstrip() + "…"
+
+
+def _last_column_width(rows: list[list[str]], header: list[str], default: int,
+                       least: int = 20) -> int:
+    """What the last column of a `_table` may take: the terminal's width ($COLUMNS,
+    else the terminal's own) less the other columns; ``default`` when neither is known
+    (output to a pipe); never less than ``least``."""
+    import shutil
+
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    if columns <= 0:
+        return default
+    taken = sum(max(len(str(r[i])) for r in [header[:-1], *rows]) + 2
+                for i in range(len(header) - 1))
+    return max(least, columns - taken)
+
+
 def _table(rows: list[list[str]], header: list[str]) -> None:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
@@ -198,18 +219,21 @@ def _last_why(rem: Remediation) -> str:
 
 @click.command()
 @click.option("--all", "show_all", is_flag=True, help="Include finished remediations.")
-@click.option("--node", default=None, help="Only this node.")
+@click.option("--node", default=None, metavar="NODES",
+              help="Only these nodes (a node name or a host list, e.g. gpu[01-04]).")
 @state_options
 @json_option
 def remediations(show_all: bool, node: str | None, state_dir: str | None, config: str | None,
                  as_json: bool) -> None:
     """List open remediations (with --all, finished ones too)."""
+    wanted = set(expand_hosts([node])) if node is not None else None  # a typo: exit 2
     store = _store(state_dir, config)
     # --all: the finished ones the audit archive holds too (issue 26)
-    state: State = store.load_history(node=node) if show_all else store.load()
+    one = next(iter(wanted)) if wanted is not None and len(wanted) == 1 else None
+    state: State = store.load_history(node=one) if show_all else store.load()
     rems = [r for r in state.remediations
-            if (show_all or not r.phase.terminal) and (node is None or r.node == node)]
-    pending = [c for c in state.inbox if node is None or c.node == node]
+            if (show_all or not r.phase.terminal) and (wanted is None or r.node in wanted)]
+    pending = [c for c in state.inbox if wanted is None or c.node in wanted]
     if as_json:
         _emit_json({"remediations": [_rem_json(r) for r in rems],
                     "pending_commands": [c.model_dump(mode="json") for c in pending],
@@ -224,7 +248,7 @@ def remediations(show_all: bool, node: str | None, state_dir: str | None, config
         click.echo("No open remediations." if not show_all else "No remediations recorded.")
     else:
         _table([[r.id, r.node, r.fault, r.action.value, r.phase.value, r.origin,
-                 _ts(r.updated), _last_why(r)[:60]] for r in rems],
+                 _ts(r.updated), _cut(_last_why(r), 60)] for r in rems],
                ["ID", "NODE", "FAULT", "ACTION", "PHASE", "ORIGIN", "UPDATED", "WHY"])
     if pending:
         def waits(c: Command) -> str:
@@ -301,22 +325,30 @@ def _known_somewhere(node: str, config: str | None) -> None:
 
 
 @click.command()
-@click.option("--node", default=None, help="Only this node.")
+@click.option("--node", default=None, metavar="NODES",
+              help="Only these nodes (a node name or a host list, e.g. gpu[01-04]).")
 @state_options
 @json_option
 def alerts(node: str | None, state_dir: str | None, config: str | None, as_json: bool) -> None:
     """Active alerts: what the node checks published in Slurm (node Extra, SPEC D7, I2)
     and nodes DOWN or drained by someone else (D5)."""
-    found = _alerts_of(_slurm(config), node)
+    wanted = expand_hosts([node]) if node is not None else None  # a typo: exit 2
+    if wanted is not None and len(wanted) == 1:
+        found = _alerts_of(_slurm(config), wanted[0])
+    else:
+        found = [a for a in _alerts_of(_slurm(config), None)
+                 if wanted is None or a.node in wanted]
     if as_json:
         _emit_json({"alerts": [_alert_json(a) for a in found]})
         return
     if not found:
         click.echo("No active alerts." if node is None else f"No active alerts on {node}.")
         return
-    _table([[a.node, a.fault, a.severity.value, _ts(a.first_seen), _ts(a.last_seen),
-             a.summary[:70]] for a in found],
-           ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"])
+    rows = [[a.node, a.fault, a.severity.value, _ts(a.first_seen), _ts(a.last_seen)]
+            for a in found]
+    header = ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"]
+    width = _last_column_width(rows, header, default=70)
+    _table([[*row, _cut(a.summary, width)] for row, a in zip(rows, found, strict=True)], header)
 
 
 # --------------------------------------------------------------------------- explain

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from slurm_heal.commands.hostlists import expand_hosts
 from slurm_heal.commands.jsonmode import json_option
 from slurm_heal.readmodel.nodes import node_status
 from slurm_heal.types import NodeInfo
@@ -44,7 +45,9 @@ def _line(entry: dict[str, Any]) -> str:
               help="Exit 1 when the controller is not seen, stale or failing (for cron and "
                    "monitoring); the first line says why.")
 @click.option("--slurm-conf", type=click.Path(dir_okay=False), default=None,
-              envvar="SLURM_CONF", help="The cluster's slurm.conf (default: $SLURM_CONF).")
+              help="The cluster's slurm.conf (default: the config's [controller] "
+                   "slurm_conf, else $SLURM_CONF, else /etc/slurm/slurm.conf), as for "
+                   "every admin command.")
 @click.option("--backend", type=click.Choice(["auto", "cli", "pyslurm", "rest"]),
               default="auto", show_default=True,
               help="How to talk to Slurm (SPEC I3); rest reads SLURM_HEAL_REST_URL and "
@@ -69,13 +72,12 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
     from slurm_heal.config import load_policy
     from slurm_heal.errors import SlurmError
     from slurm_heal.location import config_path, locate
+    from slurm_heal.operations import slurm_client
     from slurm_heal.readmodel import overview
-    from slurm_heal.slurm import make_client
     from slurm_heal.store import Store
 
+    wanted = expand_hosts(nodes)
     obj = ctx.find_object(dict)  # embedding/tests: {"slurm": client}, as the admin commands
-    client = (obj or {}).get("slurm") or make_client(backend=backend, slurm_conf=slurm_conf,
-                                                     timeout=timeout)
     loc = locate(state_dir, config, slurm_conf)
     cfg = config_path(config)
     policy = load_policy(cfg) if cfg is not None else None
@@ -84,10 +86,13 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
     infos: list[NodeInfo] | None
     slurm_error = None
     try:
+        # the slurm.conf every admin command uses: --slurm-conf, the config's
+        # [controller] slurm_conf, $SLURM_CONF, Slurm's default (issue 36 item 5)
+        client = (obj or {}).get("slurm") or slurm_client(
+            loc.controller, slurm_conf=slurm_conf, backend=backend, timeout=timeout)
         infos = sorted(client.nodes(), key=lambda n: n.name)
     except SlurmError as exc:
         infos, slurm_error = None, str(exc)
-    wanted = _expand(nodes)
     ov = overview.gather(state, infos, now, heartbeat=loc.heartbeat_record(),
                          store=loc.describe(), policy=policy, slurm_error=slurm_error,
                          details=wanted, all_details="all" in nodes)
@@ -109,11 +114,3 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
         ctx.exit(1)
 
 
-def _expand(specs: tuple[str, ...]) -> list[str]:
-    from ClusterShell.NodeSet import NodeSet
-
-    out: list[str] = []
-    for spec in specs:
-        if spec != "all":
-            out.extend(NodeSet(spec))
-    return out

@@ -30,19 +30,10 @@ class Lifecycle(Acting):
         if rem.origin == "operator":
             return self.step(rem, "approved", "P2:person", f"requested by {rem.requested_by}, "
                              "a person", approved_by=rem.requested_by, approval_rule="P2:person")
-        ap = self.policy.approvals
         pool = self.pool(rem.node)
         fault = (rem.data.evidence_fault or rem.fault) if rem.origin == "alert" else rem.fault
-        matching = [(i, r) for i, r in enumerate(ap.rules)
-                    if r.matches(fault, rem.action, rem.node, pool)]
-        strict = {"deny": 2, "manual": 1, "auto": 0}
-        if matching:
-            # Most specific first; a tie goes to the more cautious mode, then file order.
-            i, rule = sorted(matching, key=lambda m: (
-                tuple(-x for x in m[1].specificity()), -strict[m[1].mode], m[0]))[0]
-            mode, rid = rule.mode, f"P2:approvals[{i}]"
-        else:
-            mode, rid = ap.default, "P2:default"
+        # Most specific first; a tie goes to the more cautious mode, then file order.
+        mode, rid = self.policy.approvals.decide(fault, rem.action, rem.node, pool)
         if rem.data.approval_pending == rid and mode == "manual":
             return rem
         if mode == "auto":

@@ -130,6 +130,49 @@ def exchange(session: Any, method: str, url: str, *, deadline: Deadline,
     return call.value
 
 
+def plain_reason(exc: BaseException) -> str:
+    """What went wrong under a connection error, in plain words ("connection refused",
+    "the host name does not resolve", "TLS failed: ..."), found in the chain of causes
+    (requests wraps urllib3's MaxRetryError wrapping the socket's error); never the
+    wrapper's text (``HTTPConnectionPool(host=...): Max retries exceeded ... [Errno
+    111]``, issue 36 item 11)."""
+    import socket
+    import ssl
+
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    deepest: OSError | None = None
+    while todo:
+        err = todo.pop(0)
+        if id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, ssl.SSLError):
+            return f"TLS failed: {err.reason or err.strerror or err}"
+        if isinstance(err, socket.gaierror):
+            return "the host name does not resolve"
+        if isinstance(err, socket.timeout | TimeoutError):
+            return "timed out"
+        if isinstance(err, OSError) and err.errno is not None and err.strerror:
+            deepest = err
+        nexts = [err.__cause__, err.__context__, getattr(err, "reason", None), *err.args]
+        todo.extend(e for e in nexts if isinstance(e, BaseException))
+    if deepest is not None:
+        return str(deepest.strerror).lower()
+    text = str(exc).split(": ")[-1].strip() or exc.__class__.__name__
+    return text[:120]
+
+
+def connection_words(url: str, exc: BaseException) -> str:
+    """``cannot connect to http://host:port: connection refused``: the provider's
+    address (no path, no credentials) and `plain_reason`."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    where = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return f"cannot connect to {where}: {plain_reason(exc)}"
+
+
 def _send(session: Any, method: str, url: str, deadline: Deadline,
           cancelled: threading.Event, timeout: tuple[float, float], what: str,
           kwargs: dict[str, Any]) -> Answer:
@@ -141,7 +184,7 @@ def _send(session: Any, method: str, url: str, deadline: Deadline,
     except requests.Timeout as exc:
         raise ProviderTimeout(f"timed out ({exc.__class__.__name__})") from exc
     except (requests.RequestException, OSError, http.client.HTTPException) as exc:
-        raise TransportError(f"connection failed: {exc}") from exc
+        raise TransportError(f"connection failed: {connection_words(url, exc)}") from exc
     try:
         chunks: list[bytes] = []
         size = 0
@@ -161,7 +204,7 @@ def _send(session: Any, method: str, url: str, deadline: Deadline,
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError,
             http.client.HTTPException) as exc:
         # A reset mid-answer, a body shorter than its Content-Length.
-        raise TransportError(f"the answer was cut off: {exc}") from exc
+        raise TransportError(f"the answer was cut off: {plain_reason(exc)}") from exc
     finally:
         resp.close()
     return Answer(status_code=resp.status_code, reason=str(resp.reason or ""),

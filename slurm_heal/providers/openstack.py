@@ -54,7 +54,7 @@ from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline, call_within
+from slurm_heal.providers._transport import Deadline, call_within, plain_reason
 from slurm_heal.providers.base import Operation
 from slurm_heal.providers.settings import (
     Count,
@@ -453,9 +453,9 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
     if isinstance(exc, ksa.SSLError):
         return _Refused(f"{prefix}: TLS failed ({exc}); set [provider] verify to a CA bundle")
     if isinstance(exc, ksa.ConnectTimeout):
-        return _Retryable(f"{prefix}: connect timed out: {exc}", timed_out=True)
+        return _Retryable(f"{prefix}: connect timed out: {plain_reason(exc)}", timed_out=True)
     if isinstance(exc, ksa.ConnectFailure) and (read or _never_sent(exc)):
-        return _Retryable(f"{prefix}: connection failed: {exc}")
+        return _Retryable(f"{prefix}: connection failed: {plain_reason(exc)}")
     if isinstance(exc, ksa.ConnectionError):
         # A reset or a read timeout after the request went out.
         if read:

@@ -44,6 +44,7 @@ from pydantic import Field, field_validator
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
+from slurm_heal.providers._transport import connection_words, plain_reason
 from slurm_heal.providers.base import Operation
 from slurm_heal.providers.settings import (
     Count,
@@ -208,11 +209,11 @@ class RedfishProvider(SteppedOperations):
                 raise ProviderError(f"redfish: TLS to the BMC of {node} failed ({exc}); "
                                     "set [provider] verify to a CA bundle") from exc
             except requests.exceptions.ConnectTimeout as exc:
-                last, timed_out = f"connect timed out: {exc}", True
+                last, timed_out = f"connect timed out: {plain_reason(exc)}", True
             except requests.exceptions.ConnectionError as exc:
                 if not _never_sent(exc):
                     raise _Unknown(f"redfish: {reset_type} on {node}: {exc}") from exc
-                last = f"connection failed: {exc}"
+                last = f"connection failed: {connection_words(url, exc)}"
             except requests.exceptions.Timeout as exc:
                 raise _Unknown(f"redfish: {reset_type} on {node}: no answer ({exc})") from exc
             else:

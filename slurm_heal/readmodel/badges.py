@@ -12,8 +12,14 @@ from typing import Any
 from slurm_heal.readmodel import rulewords
 
 # A "blocked" record under these rules holds nothing back that needs a person: a
-# duplicate dropped (Q3), a wait that ends by itself (S1, L3).
-NEUTRAL = {"Q3": "duplicate", "S1": "waiting", "L3": "waiting"}
+# duplicate dropped (Q3), a wait that ends by itself at a time it knows: the alert's
+# persistence (S1), one at a time per node (L3), the cooldown (S2) (issue 36 item 11).
+# A limit (S3, S4, S5, ...) stays a red "blocked": it holds until something else changes.
+NEUTRAL = {"Q3": "duplicate", "S1": "waiting", "L3": "waiting", "S2": "waiting"}
+# S7 holds both ways: an open incident waits for a person to close it, the blast radius
+# for room (red); the settle wait ends at its time (grey): its record says so
+# (policy/gates.py's words).
+S7_SELF_ENDING = ("(incidents.settle = ",)
 
 
 def _said(rule: str | None, why: str = "") -> str:
@@ -27,6 +33,8 @@ def step_badge(phase: str, rule: str | None = None, why: str = "") -> tuple[str,
     if phase == "blocked":
         if rule in NEUTRAL:
             return NEUTRAL[rule], "phase-neutral", _said(rule)
+        if rule == "S7" and any(words in why for words in S7_SELF_ENDING):
+            return "waiting", "phase-neutral", _said(rule)
         return "blocked", "phase-blocked", _said(rule)
     return phase, f"phase-{phase}", _said(rule)
 

@@ -85,9 +85,20 @@ def parse_query(args: Mapping[str, str]) -> NodeQuery:
                      **text)
 
 
+def _category(line: NodeLine, node: NodeInfo) -> str:
+    """The line's category as the page ranks and filters it: a node drained by a request
+    with no alert in Extra (``alerting`` with the alert ``request`` in `status`'s count,
+    as `alerts` lists it) is out of service here, before any alerting node."""
+    if (line.category == "alerting" and line.alerts == ("request",)
+            and (node.drained or node.down) and reasons.is_request(node.reason or "")):
+        return ""
+    return line.category
+
+
 def rank(line: NodeLine, node: NodeInfo) -> int:
-    if line.category in RANK:
-        return RANK[line.category]
+    category = _category(line, node)
+    if category in RANK:
+        return RANK[category]
     if node.drained or node.down:
         return OUT_OF_SERVICE  # e.g. drained under a heal-request (Q1), no alert behind it
     if line.check_erroring:
@@ -111,7 +122,7 @@ def _matches(q: NodeQuery, line: NodeLine, node: NodeInfo, r: int,
         if s == "attention":
             return r < ATTENTION_BELOW
         if s in CATEGORIES:
-            return line.category == s
+            return _category(line, node) == s
         return q.state.upper() in node.states
     return True
 
@@ -120,6 +131,7 @@ def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
          now: datetime) -> dict[str, Any]:
     """One page of nodes, attention first then by name, and what the page's controls need:
     the counts, the pools and categories to choose from, the links (``?...``)."""
+    from slurm_heal.nodealerts import node_alerts
     from slurm_heal.readmodel.nodes import node_status
 
     by_name = {ln.name: ln for ln in lines}
@@ -148,9 +160,13 @@ def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
     rows = []
     for r, _name, node, line in ranked[(current - 1) * q.per: current * q.per]:
         row = node_status(node, now)
+        # the Alerts column is what `alerts` lists for the node (also a drain no alert in
+        # Extra explains), so it agrees with the overview's "N with alerts" (issue 36)
+        row["alerts"] = [{"fault": a.fault, "severity": a.severity.value, "summary": a.summary,
+                          "detector": a.detector} for a in node_alerts(node, now)]
         request = bool(node.reason and reasons.is_request(node.reason))
-        needs = line.category
-        if r == OUT_OF_SERVICE and line.category not in RANK:
+        needs = _category(line, node) or line.category
+        if r == OUT_OF_SERVICE and _category(line, node) not in RANK:
             needs = "drained by a request" if request else "out of service"
         row.update(category=line.category, needs=needs, attention=r < ATTENTION_BELOW,
                    check_stale=line.check_stale, check_erroring=line.check_erroring,

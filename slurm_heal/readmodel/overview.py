@@ -15,7 +15,9 @@ Node categories (each node is in exactly one, first match wins):
   for a ``heal-request:`` that does not parse (Q1, O6: never "healthy");
 * ``cordoned``: drained with our reason and no open remediation (the node check's own
   drain, waiting for the controller);
-* ``alerting``: in service with active alerts in Extra;
+* ``alerting``: with active alerts in Extra (in service), or drained by a well-formed
+  ``heal-request:`` that no alert in Extra explains (its alert is ``request``, as
+  `alerts` lists it);
 * ``healthy``: the rest.
 
 Besides: ``unrecorded`` (SPEC I5, O6): nodes out of service under our controller's marker
@@ -305,6 +307,12 @@ def classify(node: NodeInfo, state: State, now: datetime,
     check = extra.read_check_data(node.name, node.extra, now)
     alerts = check.alerts
     out_of_service = node.drained or node.down
+    faults = tuple(a.fault for a in alerts)
+    if (out_of_service and not alerts and reasons.owner(node.reason) == "request"
+            and not reasons.request_problem(node.reason)):
+        # A request's drain with no alert in Extra: `alerts` lists it (fault "request",
+        # operations.alerts_of), so it is alerting here too, never healthy (issue 36).
+        faults = ("request",)
     if last is not None and last.data.handed_to_person and not open_ and out_of_service:
         category = "handed_to_person"
     elif open_:
@@ -313,7 +321,7 @@ def classify(node: NodeInfo, state: State, now: datetime,
         category = "drained_by_others"
     elif out_of_service and reasons.is_ours(node.reason):
         category = "cordoned"
-    elif alerts:
+    elif faults:
         category = "alerting"
     else:
         category = "healthy"
@@ -321,7 +329,7 @@ def classify(node: NodeInfo, state: State, now: datetime,
     rem = open_[0] if open_ else None
     return NodeLine(
         name=node.name, category=category, states=tuple(sorted(node.states)),
-        reason=node.reason, alerts=tuple(a.fault for a in alerts),
+        reason=node.reason, alerts=faults,
         acknowledged=tuple(a.fault for a in check.acknowledged), checked_at=checked,
         check_stale=checked is None or now - checked > check_stale,
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),

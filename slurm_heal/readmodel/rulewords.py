@@ -4,8 +4,10 @@ approval rule matched: approvals.default decided ...".
 
 One source: the tables of ``docs/rules.md`` (what a user looks up, and what
 `tests/unit/test_rules_doc.py` holds complete against the code). They are read once,
-from the source tree; where the project is installed without its docs, an id is shown
-alone (the link to docs/rules.md still says where to look it up).
+as package data: ``slurm_heal/data/rules.md`` is a link to docs/rules.md in the source
+tree, and the file itself in a built wheel (issue 36 item 11: an installed wheel showed
+the ids alone). Where it is missing all the same, an id is shown alone (the link to
+docs/rules.md still says where to look it up).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-RULES_MD = Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+RULES_MD = Path(__file__).resolve().parents[1] / "data" / "rules.md"
 _ROW = re.compile(r"^\| `?([A-Za-z0-9:_\[\]<>]+)`? \| (.+?) \|\s*$", re.MULTILINE)
 _MD = re.compile(r"`([^`]*)`|\*\*([^*]*)\*\*")
 # The first sentence: up to ". " or ": " followed by more text, at most this long.

@@ -82,3 +82,20 @@ def test_a_request_without_a_store_flag_to_a_store_no_daemon_runs_on_is_refused(
     assert result.exit_code == 5, result.output
     assert f"store {where} (from beside StateSaveLocation of {lab.conf})" in result.output
     assert "--config" in result.output and not (where / "state.json").exists()
+
+
+def test_status_reads_the_cluster_named_by_the_configs_slurm_conf(lab: Lab, tmp_path: Path) -> None:
+    """SPEC I4, issue 36 item 5: $SLURM_CONF unset, the config naming the lab's slurm.conf:
+    `status` asks that cluster (it used to stop on scontrol's "Could not establish a
+    configuration source", exit 3), as `explain` and `alerts` do."""
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text(f'[controller]\nstate_dir = "{tmp_path / "state"}"\n'
+                   f'slurm_conf = "{lab.conf}"\n[provider]\ntype = "simulator"\n')
+    env = {"SLURM_CONF": None, "SLURM_HEAL_STATE_DIR": None, "SLURM_HEAL_CONFIG": None}
+    result = CliRunner().invoke(cli, ["status", "--json", "--config", str(cfg),
+                                      "--backend", "cli"], env=env)
+    assert result.exit_code == 0, result.output
+    listed = {n["name"] for n in json.loads(result.stdout)["node_status"]}
+    assert set(lab.nodes) <= listed
+    alerts = CliRunner().invoke(cli, ["alerts", "--json", "--config", str(cfg)], env=env)
+    assert alerts.exit_code == 0, alerts.output

@@ -6,6 +6,7 @@ context object; the store is a real one in a temp directory. No Slurm needed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -251,6 +252,45 @@ def test_alerts_come_from_the_nodes_extra_with_their_explanation(
                                "bucket": "RESTART_BM", "investigatory": "CONTACT_SUPPORT"}
     plain = run(store, ["alerts", "--node", "gpu02"], slurm=slurm).output
     assert "No active alerts on gpu02" in plain
+
+
+def test_a_long_alert_summary_is_cut_with_an_ellipsis_to_the_terminals_width(
+        store: Store, slurm: MemorySlurm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D7, I4 (issue 36 item 11): the alerts table ends a cut summary with "…" and
+    fits $COLUMNS; a wider terminal shows more of it, the JSON all of it."""
+    long = dataclasses.replace(xid79_alert(), summary="GPU 3 has fallen off the bus " * 8)
+    slurm.set_extra("gpu01", KEY, our_section([long], T0))
+    for columns in (100, 160):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        lines = run(store, ["alerts"], slurm=slurm).output.splitlines()
+        row = next(line for line in lines if line.startswith("gpu01"))
+        assert row.endswith("…") and len(row) <= columns, (columns, row)
+        assert row[:-1].rstrip().endswith(long.summary[:len(row[:-1].rstrip().split("Z  ")[-1])])
+    wide = len(row)
+    monkeypatch.setenv("COLUMNS", "100")
+    narrow = next(line for line in run(store, ["alerts"], slurm=slurm).output.splitlines()
+                  if line.startswith("gpu01"))
+    assert len(narrow) < wide
+    data = json.loads(run(store, ["alerts", "--json"], slurm=slurm).output)
+    assert data["alerts"][0]["summary"] == long.summary
+
+
+def test_status_counts_a_request_drain_as_alerting_as_alerts_lists_it(
+        store: Store, slurm: MemorySlurm) -> None:
+    """SPEC Q1, O6 (issue 36 item 11): a node drained by a detector's request with no
+    alert in Extra is the alert `request` in `alerts`, so `status` counts it alerting
+    (it said "0 alerting", the node healthy)."""
+    slurm.drain("gpu02", "heal-request: reboot detector=ibmon id=4711 link flaps")
+    listed = json.loads(run(store, ["alerts", "--json"], slurm=slurm).output)["alerts"]
+    assert [(a["node"], a["fault"]) for a in listed] == [("gpu02", "request")]
+    out = json.loads(run(store, ["status", "--json"], slurm=slurm).stdout)
+    assert out["counts"]["alerting"] == 1 and out["counts"]["healthy"] == 2
+    assert out["groups"]["alerting"] == "gpu02"
+    detail = json.loads(run(store, ["status", "--json", "--node", "gpu02"], slurm=slurm).stdout)
+    (line,) = detail["nodes"]
+    assert line["category"] == "alerting" and line["alerts"] == ["request"]
+    text = run(store, ["status"], slurm=slurm).stdout
+    assert "1 alerting" in text and "alerting: gpu02" in text
 
 
 def test_a_node_drained_by_someone_else_is_reported_not_ours(store: Store,

@@ -155,6 +155,22 @@ def test_a_missing_slurm_conf_fails_at_once_with_one_message(tmp_path: Path,
                      "SLURM_CONF or [controller] slurm_conf to the cluster's slurm.conf"]
 
 
+@pytest.mark.parametrize("args", [["status"], ["alerts"], ["explain", "gpu01"]])
+def test_every_admin_command_uses_the_configs_slurm_conf(tmp_path: Path,
+                                                         args: list[str]) -> None:
+    """SPEC I4, issue 36 item 5: with $SLURM_CONF unset, `status` asks Slurm with the
+    config's [controller] slurm_conf, as `explain` and `alerts` do (one place resolves it)."""
+    missing = tmp_path / "site" / "slurm.conf"
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text(f'[controller]\nstate_dir = "{tmp_path / "state"}"\nslurm_conf = "{missing}"\n'
+                   '[provider]\ntype = "simulator"\n')
+    result = run([*args, "--config", str(cfg)])
+    # explain answers from the store alone when Slurm does not (docs/cli.md)
+    assert result.exit_code == (0 if args[0] == "explain" else 3), result.output
+    assert (f"slurm.conf not found: {missing} ([controller] slurm_conf)"
+            in result.output), result.output
+
+
 # ------------------------------------------------------------------ --json errors
 
 

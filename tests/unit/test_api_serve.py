@@ -348,6 +348,21 @@ def test_reads_say_what_the_cli_says_and_degrade_without_slurm(srv: Serve, fresh
     assert policy["policy"]["approvals"]["default"] == "manual"
 
 
+def test_a_remediation_is_read_by_the_node_name_as_well_as_by_its_id(
+        srv: Serve, fresh: Site) -> None:
+    """SPEC O5, issue 36 item 7: docs/api.md's ``GET /api/v1/remediations/{target}`` takes
+    a node with one open remediation, as the write routes do; a node with none is a 404
+    that says so."""
+    token = fresh.tokens["victor"]
+    by_id = srv.get("/api/v1/remediations/r-0000proposal", token)
+    by_node = srv.get("/api/v1/remediations/gpu01", token)
+    assert by_node.status_code == 200, by_node.text
+    assert by_node.json()["remediation"]["id"] == "r-0000proposal"
+    assert by_node.json() == by_id.json()
+    problem = _problem(srv.get("/api/v1/remediations/gpu02", token), 404)
+    assert "gpu02" in str(problem["detail"]) and "open remediation" in str(problem["detail"])
+
+
 def test_breaker_reset_pause_and_unpause_are_queued_as_the_cli_queues_them(
         srv: Serve, site: Site) -> None:
     """SPEC S5, O2: a person's decisions, by name, for the daemon to take."""

@@ -200,3 +200,50 @@ def test_a_bad_filter_is_a_clear_error_not_a_500(big: Client, query: str, words:
 def test_a_filter_nothing_matches_says_so(big: Client) -> None:
     html = big.get("/?hosts=zz[1-3]").text
     assert _rows(html) == [] and "No node matches these filters" in html
+
+
+def test_the_with_alerts_count_agrees_with_the_alerts_column(
+        tmp_path: Path, small: MemorySlurm) -> None:
+    """SPEC D5, O5 (issue 36 item 11): "N with alerts" counts the nodes whose Alerts cell
+    says something, the same alerts `alerts` lists: a person's drain and a request's drain
+    with no alert in Extra are each shown in the column, never counted over an empty one."""
+    small.drain("gpu02", "bios update (bob)")
+    small.drain("gpu03", "heal-request: reboot detector=ibmon id=1 link flaps")
+    html = _console(tmp_path, small).get("/").text
+    counted = re.search(r"(\d+) with alerts", html)
+    assert counted is not None and counted.group(1) == "2"
+    table = re.search(r'<table id="nodes">(.*?)</table>', html, re.S)
+    assert table is not None
+    cells = {m.group(1): m.group(2) for m in re.finditer(
+        r'<td><a href="/nodes/([^"]+)">.*?<td>((?:(?!</td>).)*)</td>\s*</tr>', table.group(1),
+        re.S)}
+    with_alerts = sorted(n for n, cell in cells.items() if "<code>" in cell)
+    assert with_alerts == ["gpu02", "gpu03"], cells
+    assert "slurm.node_drain" in cells["gpu02"] and "<code>request</code>" in cells["gpu03"]
+
+
+def test_a_wait_that_ends_by_itself_is_a_grey_badge_and_a_persons_hold_stays_red(
+        tmp_path: Path, small: MemorySlurm) -> None:
+    """docs/console.md (issue 36 item 11, SPEC S2, S7, S5): the cooldown and S7's settle
+    wait end by themselves at their time: grey "waiting"; the open breaker and an
+    incident wait for a person: red "blocked"."""
+    records = [{"at": NOW.isoformat(), "node": "gpu02", "phase": "blocked", "rule": rule,
+                "why": why, "action": "reboot"} for rule, why in (
+        ("S2", "cooldown: the last remediation on gpu02 ended at 10:00; the next may start "
+               "30m later"),
+        ("S7", "gpu.xid.79 is a fault a shared component can cause: waits until 10:05 "
+               "(incidents.settle = 5m) to see whether other nodes under rack r1 show it too"),
+        ("S7", "held by incident i-1 on rack r1: a person closes it"),
+        ("S5", "the breaker is open: automatic remediation waits for a person"))]
+    html = _console(tmp_path, small, State(data={DECISIONS_KEY: records})).get(
+        "/nodes/gpu02").text
+    rows = re.findall(r'<tr><td>[^<]*</td><td><span class="phase ([^"]+)">([^<]+)</span></td>'
+                      r'<td><code class="rule">([^<]+)</code>', html)
+    assert rows == [("phase-neutral", "waiting", "S2"),
+                    ("phase-neutral", "waiting", "S7"), ("phase-blocked", "blocked", "S7"),
+                    ("phase-blocked", "blocked", "S5")]
+    from slurm_heal.policy import gates
+    from slurm_heal.readmodel import badges
+
+    # the settle wait's record says so in the engine's own words
+    assert all(words in Path(gates.__file__).read_text() for words in badges.S7_SELF_ENDING)

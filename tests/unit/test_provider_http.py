@@ -179,6 +179,29 @@ def test_malformed_answers_name_the_problem(body: bytes, problem: str) -> None:
         httpd.shutdown()  # type: ignore[attr-defined]
 
 
+def test_an_unreachable_provider_is_said_in_plain_words_not_requests_text(
+        sleeps: list[float]) -> None:
+    """SPEC O6, issue 36 item 11: the provider-error line status, explain, the console
+    and the API show is the address and the plain reason, never urllib3's
+    ``HTTPConnectionPool(host=...): Max retries exceeded ... [Errno 111]``."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = HttpProvider(f"http://127.0.0.1:{port}/base", attempts=1, sleep=sleeps.append)
+    with pytest.raises(ProviderError) as info:
+        p.submit("gpu07", Action.REBOOT, "r-12:act:0")
+    message = str(info.value)
+    assert message.endswith(f"cannot connect to http://127.0.0.1:{port}: connection refused")
+    for raw in ("HTTPConnectionPool", "Max retries", "Errno", "NewConnectionError", "object at"):
+        assert raw not in message, message
+    named = HttpProvider("http://no-such-host.invalid", attempts=1, sleep=sleeps.append)
+    with pytest.raises(ProviderError, match="cannot connect to http://no-such-host.invalid: "
+                                            "the host name does not resolve$"):
+        named.submit("gpu07", Action.REBOOT, "r-12:act:1")
+
+
 def test_unreachable_provider_is_retried_then_a_clear_error(sleeps: list[float]) -> None:
     import socket
 

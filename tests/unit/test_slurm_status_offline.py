@@ -18,5 +18,8 @@ def test_status_with_missing_slurm_conf_fails_in_one_line(tmp_path: Path) -> Non
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     # --json: the error is one JSON object too (docs/cli.md)
     (line,) = lines
-    assert json.loads(line)["error"]["message"] == f"slurm.conf not found: {missing}"
+    # the one message of every admin command (slurm_heal.location.slurm_conf_path)
+    assert json.loads(line)["error"]["message"] == (
+        f"slurm.conf not found: {missing} (--slurm-conf); set SLURM_CONF or "
+        "[controller] slurm_conf to the cluster's slurm.conf")
     assert json.loads(line)["error"]["exit"] == 3

@@ -575,6 +575,8 @@ def test_default_state_dir_falls_back_when_scontrol_is_missing(
         caplog: pytest.LogCaptureFixture) -> None:
     from slurm_heal.store import default_state_dir
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no scontrol
+    # the product's own default, not the suite's stand-in for it (tests/conftest.py)
+    monkeypatch.delenv("SLURM_HEAL_DEFAULT_ROOT")
     assert default_state_dir() == Path("/var/lib/slurm-heal")
     assert "scontrol is not installed" in caplog.text
 
