@@ -68,10 +68,14 @@ NEEDLES: tuple[bytes, ...] = (
     # CPUs/tasks", which "detected stall" missed. One needle for all, ending in a rare byte.
     b"INFO: rcu_",
     # amdgpu (SPEC D9): RAS "N [new ]uncorrectable hardware errors detected in [total in]
-    # BLOCK block" (and the fatal "uncorrectable hardware error(ERREVENT_...) detected!"),
-    # and the driver's "GPU reset begin!" (drivers/gpu/drm/amd/amdgpu).
-    b"uncorrectable hardware error",
-    b"GPU reset begin!",
+    # BLOCK block" and the fatal "[{N}]uncorrectable hardware error(ERREVENT_...) detected!"
+    # (the RAS manager of 6.1x kernels writes it "Uncorrectable": one needle without the
+    # first letter); the driver's "GPU reset begin!", "GPU reset(N) failed", "GPU reset
+    # end with ret = -62" (drivers/gpu/drm/amd/amdgpu); KFD's "RAS poison consumption"
+    # and "poison is consumed by client N" (amdkfd/kfd_int_process_v9.c): "oison ".
+    b"ncorrectable hardware error",
+    b"GPU reset",
+    b"oison ",
     # NVSwitch (SPEC D10): "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link
     # 48 LTSSM Fault Up" (the driver's lwswitch SXid print).
     b"SXid (PCI:",
@@ -133,8 +137,12 @@ _NVL5 = _Lazy(r"^([A-Za-z0-9_/]+)\s+(Fatal|Non-?fatal|Non_fatal)\s+XC\s*(\d{1,3}
 _XFS = _Lazy(r"XFS \(([^)]{1,64})\):")
 _HUNG = _Lazy(r"INFO: task (.{1,64}):(\d+) blocked for more than (\d+) seconds")
 _AMD_DEV = _Lazy(r"amdgpu (" + _PCI + r"):")
-_AMD_RAS = _Lazy(r"(\d+) (?:new )?uncorrectable hardware errors? detected in (?:total in )?"
+_AMD_RAS = _Lazy(r"(\d+) (?:new )?[Uu]ncorrectable hardware errors? detected in (?:total in )?"
                  r"(\w{1,32}) block")
+# "GPU reset begin!", "GPU reset(1) failed", "GPU reset failed", "GPU reset end with ret =
+# -62" (and the successes, which are not faults).
+_AMD_RESET = _Lazy(r"GPU reset( begin!|(?:\(\d{1,4}\))? ?(failed)|(?:\(\d{1,4}\))? "
+                   r"end with ret = -?(\d{1,6})|)")
 _SOFT = _Lazy(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.{1,64}):(\d+)\])?")
 _RCU = _Lazy(r"detected (?:expedited )?stall")
 # "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"; the
@@ -380,7 +388,8 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
     at = msg.find("rcu")
     if at != -1 and _rcu_stall(msg, at):
         return Event(fault="kernel.rcu_stall", key="", line=line, detail=msg)
-    if "uncorrectable hardware error" in msg or "GPU reset begin!" in msg:
+    if ("ncorrectable hardware error" in msg or "GPU reset" in msg
+            or "oison " in msg):
         return _amdgpu(line, msg)
     return None
 
@@ -415,9 +424,22 @@ def _sxid(line: Line, msg: str, at: int) -> Event | None:
 
 
 def _amdgpu(line: Line, msg: str) -> Event | None:
-    """amdgpu's RAS and reset messages (SPEC D9): uncorrectable errors in the memory
-    (umc) block are the double-bit ECC fault NVIDIA's GPUs report too; in another block
-    they are recorded as a GPU health problem; a GPU reset is recorded (jobs on it died)."""
+    """amdgpu's RAS and reset messages (SPEC D9), mapped as AMD documents them (the
+    kernel's "AMDGPU RAS Reboot Behavior for Unrecoverable Errors"; ROCm issue 3766: a
+    reset after an uncorrectable error may not complete, "a system reboot is needed"):
+
+    * uncorrectable errors in the memory (umc) block: ``gpu.ecc.dbe``, critical, the
+      double-bit ECC fault NVIDIA's GPUs report too (Xid 48); in another block
+      ``gpu.health`` (recorded);
+    * the fatal ``uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT)`` (a sync flood:
+      the driver resets the GPU at once): ``gpu.ras.fatal``, critical;
+    * RAS poison consumption (a job read corrupt memory; KFD falls back to a GPU reset):
+      ``gpu.ras.poison``, critical;
+    * a GPU reset that failed (``GPU reset(N) failed``, ``GPU reset failed``, ``GPU reset
+      end with ret = -N``): ``gpu.reset.failed``, critical, the GPU is unusable until the
+      node reboots (whatever came before it: a ring timeout, a RAS event);
+    * a reset that begins: ``gpu.reset`` (recorded: jobs on it were killed).
+    """
     dev = None
     at = msg.find("amdgpu ")
     for _ in range(3):  # the device prefix is the first "amdgpu " that names a bus
@@ -428,22 +450,48 @@ def _amdgpu(line: Line, msg: str) -> Event | None:
             break
         at = msg.find("amdgpu ", at + 1)
     pci = norm_pci(dev.group(1)) if dev else None
-    if "GPU reset begin!" in msg:
-        return Event(fault="gpu.reset", key=pci or "", line=line, pci=pci, detail=msg)
-    at = msg.find("uncorrectable hardware error")
+    data: dict[str, Any] = {"vendor": "amd"}
+    at = msg.find("GPU reset")
+    if at != -1:
+        m = _AMD_RESET.match(msg[:at + 64], at)
+        if m is None:
+            return None  # "VRAM is lost due to GPU reset!": the reset's own report follows
+        if m.group(1) == " begin!":
+            return Event(fault="gpu.reset", key=pci or "", line=line, pci=pci, detail=msg,
+                         data=data)
+        ret = m.group(3)
+        if ret is not None and _num(ret) == 0:
+            return None  # "GPU reset end with ret = 0": it worked
+        if m.group(2) is None and ret is None:
+            return None  # "GPU reset succeeded", "GPU reset(2) succeeded!"
+        if ret is not None:
+            data["ret"] = -_num(ret)
+        return Event(fault="gpu.reset.failed", key=pci or "", line=line, pci=pci,
+                     detail=msg, data=data)
+    if "oison consum" in msg or "oison is consum" in msg:
+        return Event(fault="gpu.ras.poison", key=pci or "", line=line, pci=pci,
+                     detail=msg, data=data)
+    at = msg.find("ncorrectable hardware error")
     window, start = _window(msg, at, 32, 128)
     m = _AMD_RAS.search(window)
-    if m is None:  # "uncorrectable hardware error(ERREVENT_...) detected!": fatal, no block
+    if m is None:
+        if "(ERREVENT_" in msg[at + 27:at + 40]:
+            # "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!" (6.1x:
+            # a space before the parenthesis): fatal
+            return Event(fault="gpu.ras.fatal", key=pci or "", line=line, pci=pci,
+                         detail=msg, data=data)
+        # Another uncorrectable report: recorded, never dropped.
         return Event(fault="gpu.health", key=f"{pci or ''}:ras", line=line, pci=pci,
-                     detail=msg, data={"vendor": "amd"})
+                     detail=msg, data=data)
     if m.start() == 0 and start > 0 and msg[start - 1].isdigit():
         raise ValueError("an error count longer than the window: not a count")
     count, block = _num(m.group(1)), m.group(2).lower()
     if count == 0:
         return None
     fault = "gpu.ecc.dbe" if block == "umc" else "gpu.health"
+    data.update(block=block, uncorrectable=count)
     return Event(fault=fault, key=f"{pci or ''}:{block}", line=line, pci=pci, detail=msg,
-                 data={"vendor": "amd", "block": block, "uncorrectable": count})
+                 data=data)
 
 
 def nvlink5(text: str) -> dict[str, Any]:
