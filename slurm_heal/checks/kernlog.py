@@ -16,6 +16,10 @@ Line formats understood, detected per line (a file may mix them after rotation):
 * ``dmesg --time-format=iso``: ``2024-11-15T12:02:03,470068+00:00 message`` (a comma
   before the fraction), and ``dmesg --decode`` (``-x``) in any of the dmesg forms:
   ``kern  :err   : <stamp> message``
+* ``talosctl dmesg``: ``10.5.0.3: kern: warning: [2026-04-22T21:25:20.505406921Z]:
+  message`` (the node prefix optional, the level padded); remote syslog's ``<4>`` (RFC
+  3164) and ``<4>1 <stamp> host kernel - - - message`` (RFC 5424); a container
+  runtime's log (CRI ``<stamp> stdout F <line>``) of any form, whose inner time wins
 * classic syslog: ``Feb 23 16:24:18 host kernel: [ 123.4] message``. The stamp has no
   year and no zone: ``at`` is that local time, zone-less like ``dmesg -T``, in the year
   that puts it at most a day after the scan's ``now`` (so a December line read in
@@ -79,6 +83,9 @@ NEEDLES: tuple[bytes, ...] = (
     # NVSwitch (SPEC D10): "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link
     # 48 LTSSM Fault Up" (the driver's lwswitch SXid print).
     b"SXid (PCI:",
+    # The kernel's first line, "Linux version 6.8.0-45-generic (buildd@...) ...": a boot
+    # in a file that outlives boots. Lines before it are from an earlier boot (D1).
+    b"Linux version",
 )
 
 # Characters the patterns were allowed to examine, summed over calls: the work bound of
@@ -155,7 +162,13 @@ _KMSG = _Lazy(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
 _DMESG_T = _Lazy(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\] ?(.*)$")
 _DMESG = _Lazy(r"^\[ *(\d+)\.(\d+)\] ?(.*)$")
 _STAMP = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
-_ISO = _Lazy(r"^" + _STAMP + r" \S+ kernel: ?(?:\[ *\d+\.\d+\] )?(.*)$")
+# journalctl short-iso, rsyslog; RFC 5424 (remote syslog): "<stamp> host kernel - - - ".
+_ISO = _Lazy(r"^" + _STAMP + r" \S+ kernel(?::| - - -) ?(?:\[ *\d+\.\d+\] )?(.*)$")
+_PRIO = _Lazy(r"<\d{1,3}>(?:1 )?")
+# talosctl dmesg: "[<node>: ]<facility>: <level>: [<RFC 3339 stamp>]: <message>".
+_TALOS = _Lazy(r"^(?:[^\s:]{1,253}: )?[a-z]{1,10}: *[a-z]{1,8}: \[" + _STAMP + r"\]: ?(.*)$")
+# A container runtime's (CRI) log line after its stamp: "stdout F " / "stderr P ".
+_CRI = _Lazy(r"(?:stdout|stderr) [FP] ")
 # dmesg --time-format=iso: the stamp, then the message (no host, no "kernel:").
 _DMESG_ISO = _Lazy(r"^" + _STAMP + r" (.*)$")
 # dmesg --decode: "kern  :err   : " before the stamp (facility and level, padded).
@@ -207,6 +220,14 @@ class ScanResult:
     lines: int = 0  # lines parsed (after the prefilter)
     skipped: int = 0  # lines that could not be parsed: skipped, never fatal
     skipped_sample: str = ""  # the first skipped line (trimmed), for the detector's status
+    # How many of ``events`` came before the last boot the data shows (a "Linux version"
+    # line, or a monotonic stamp / kmsg sequence number that went back): those are from
+    # an earlier boot, whatever their own time says (0: no boot seen).
+    boot_at: int = 0
+    boots: int = 0  # boots seen in the data
+    # The last monotonic stamp and kmsg sequence number seen (to see them go back).
+    last_usec: int | None = None
+    last_seq: int | None = None
 
 
 def norm_pci(text: str) -> str:
@@ -239,12 +260,21 @@ def _num(text: str) -> int:
 
 
 def _split(raw: str, now: datetime | None) -> Line:
-    c = raw[:1]
     text = raw
-    if c.isalpha() and ":" in raw[:20]:
-        d = _DECODE.match(raw[:24])
+    if raw[:1] == "<":
+        p = _PRIO.match(raw[:8])
+        if p:  # remote syslog: "<4>" (RFC 3164) or "<4>1 " (RFC 5424) before the stamp
+            text = raw[p.end():]
+    c = text[:1]
+    j = text.find(": [", 0, 300)
+    if j != -1 and text[j + 3:j + 7].isdigit():
+        m = _TALOS.match(text)
+        if m:  # talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:26:20.599488292Z]: "
+            return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
+    if c.isalpha() and ":" in text[:20]:
+        d = _DECODE.match(text[:24])
         if d:  # dmesg --decode: the rest is one of the dmesg forms
-            text = raw[d.end():]
+            text = text[d.end():]
             c = text[:1]
     if c.isdigit():
         m = _KMSG.match(text) if text is raw else None
@@ -258,7 +288,15 @@ def _split(raw: str, now: datetime | None) -> Line:
         if m:
             at = _iso(m.group(1))
             if at is not None:
-                return Line(raw=raw, message=m.group(2), at=at)
+                rest = m.group(2)
+                cri = _CRI.match(rest)
+                if cri:
+                    # A container's log (CRI: "<stamp> stdout F <line>") of a kernel log
+                    # line: the line's own time is truer than when the container wrote it.
+                    inner = _split(rest[cri.end():], now)
+                    return Line(raw=raw, message=inner.message, at=inner.at or at,
+                                usec=inner.usec, seq=inner.seq)
+                return Line(raw=raw, message=rest, at=at)
     elif c == "[":
         m = _DMESG_T.match(text)
         if m:
@@ -267,8 +305,8 @@ def _split(raw: str, now: datetime | None) -> Line:
         if m:
             usec = _num(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
             return Line(raw=raw, message=m.group(3), usec=usec)
-    elif text is raw:
-        m = _SYSLOG.match(raw)
+    elif c.isalpha():
+        m = _SYSLOG.match(text)
         if m:
             mono = (_num(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
                     if m.group(2) is not None else None)
@@ -279,6 +317,13 @@ def _split(raw: str, now: datetime | None) -> Line:
 
 def _iso(text: str) -> str | None:
     text = text.replace(",", ".", 1)  # dmesg --time-format=iso: "12:02:03,470068+00:00"
+    dot = text.find(".")
+    if dot != -1:  # talos and CRI print nanoseconds: datetime takes six digits at most
+        end = dot + 1
+        while end < len(text) and text[end].isdigit():
+            end += 1
+        if end - dot > 7:
+            text = text[:dot + 7] + text[end:]
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -558,6 +603,7 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
                 out.skipped_sample = f"{raw[:120]!r}: {exc}"[:240]
             continue
         out.lines += 1
+        _boot_seen(out, line)
         if ev is None:
             continue
         if isinstance(ev, tuple):
@@ -571,6 +617,24 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
         else:
             out.events.append(ev)
     return out
+
+
+def _boot_seen(out: ScanResult, line: Line) -> None:
+    """Note a boot between the events so far and this line: the kernel's first line, or
+    a monotonic stamp (more than a second) / kmsg sequence number lower than the last
+    one (a file or replay that outlives boots; SPEC D1)."""
+    back = (line.message.startswith("Linux version ")
+            or (line.usec is not None and out.last_usec is not None
+                and line.usec + 1_000_000 < out.last_usec)
+            or (line.seq is not None and out.last_seq is not None
+                and line.seq < out.last_seq))
+    if back:
+        out.boot_at = len(out.events)
+        out.boots += 1
+    if line.usec is not None:
+        out.last_usec = line.usec
+    if line.seq is not None:
+        out.last_seq = line.seq
 
 
 def _named_before(data: Buffer, lo: int, start: int, end: int, ev: Event) -> Event:
@@ -593,6 +657,12 @@ def _named_before(data: Buffer, lo: int, start: int, end: int, ev: Event) -> Eve
     bus = norm_pci(m.group(1))
     raw = data[first:end].decode("utf-8", "replace").replace("\r", "")
     line = replace(ev.line, raw=raw)
+    if line.at is None and line.usec is None:
+        # The time is on the first line (the others are the driver's continuation):
+        # "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0" (SPEC D1).
+        head_line = split_line(raw.split("\n", 1)[0])
+        if head_line is not None:
+            line = replace(line, at=head_line.at, usec=head_line.usec, seq=head_line.seq)
     return replace(ev, key=bus, pci=bus, line=line, detail=" ".join(raw.split())[:400])
 
 

@@ -235,3 +235,59 @@ def test_a_fault_on_a_long_line_keeps_a_bounded_evidence_text() -> None:
     assert finding.fault == "gpu.xid.79"
     assert len(finding.evidence[0].text) == kernlog.MAX_EVIDENCE_TEXT
     assert finding.evidence[0].text.startswith("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79")
+
+
+# ------------------------------------- SPEC D1 (issue 35): talos, and no time, no raise
+
+TALOS = "talos-vllm-40652-a100-dmesg.log"
+
+
+def _replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uptime: float) -> None:
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    (tmp_path / "proc" / "uptime").write_text(f"{uptime:.2f} 1.00\n")
+
+
+def test_talosctl_dmesg_lines_are_read_with_their_nanosecond_stamps() -> None:
+    """SPEC D1 on a real Talos 1.12 node (vLLM issue 40652, 8x A100): ``<node>: kern:
+    warning: [2026-04-22T21:25:20.505406921Z]: NVRM: Xid ...``: the Xid 62 keeps its wall
+    time (nanoseconds cut to microseconds), the message its own words; the padded
+    ``kern:    info:`` level and a line without the node prefix read the same."""
+    res = kernlog.scan((REAL / TALOS).read_bytes())
+    (xid,) = [e for e in res.events if e.xid is not None]
+    assert xid.xid == 62 and xid.pci == "0000:48:00"
+    assert xid.line.at == "2026-04-22T21:25:20.505406+00:00"
+    assert xid.line.message.startswith("NVRM: Xid (PCI:0000:48:00): 62, 00002740")
+    assert res.gpu_uuids == {"0000:48:00": "GPU-5fc0bcec-c2e1-38dc-8994-2a9f9f3b709e"}
+    raw = (REAL / TALOS).read_text().splitlines()[4]
+    for variant in (raw.split(": ", 1)[1], raw.replace("kern: warning:", "kern:    info:")):
+        line = kernlog.split_line(variant)
+        assert line is not None and line.at == "2026-04-22T21:25:20.505406+00:00"
+
+
+def test_a_talos_xid_from_months_before_this_boot_is_not_raised_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1, issue 35 item 3: a replay root booted 30 s ago with fresh state (a new
+    install, a rebuilt node) reads the real Talos file: its critical Xid 62 of April is
+    from before the boot and is not raised (before: no time read, raised as current)."""
+    _replay(tmp_path, monkeypatch, 30.0)
+    log = tmp_path / "kern.log"
+    log.write_bytes((REAL / TALOS).read_bytes())
+    res = kernlog.ScanResult()
+    sources.read_file(str(log), None, 1 << 30, res, now=datetime(2026, 7, 1, tzinfo=timezone.utc))
+    assert res.events == []
+
+
+def test_the_first_line_of_a_three_line_off_bus_message_gives_its_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1/D2 on the real NVSentinel #155 capture: the stamp is on "NVRM: The NVIDIA
+    GPU ..." (the first line); the event keeps it (before: none, the continuation line's),
+    so after a boot of 20 minutes the off-bus GPU at 1843 s of an earlier boot is old."""
+    res = kernlog.scan((REAL / "nvsentinel-155-off-bus-dmesg.log").read_bytes())
+    assert res.events[0].line.usec == 1843308145
+    _replay(tmp_path, monkeypatch, 1200.0)
+    log = tmp_path / "kern.log"
+    log.write_bytes((REAL / "nvsentinel-155-off-bus-dmesg.log").read_bytes())
+    res = kernlog.ScanResult()
+    sources.read_file(str(log), None, 1 << 30, res, now=NOW)
+    assert res.events == []
