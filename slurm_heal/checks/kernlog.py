@@ -129,10 +129,13 @@ def _window(msg: str, at: int, before: int = _BEFORE, after: int = _AFTER) -> tu
     return msg[start:at + after], start
 
 
-_XID = _Lazy(r"NVRM: Xid \((?:PCI:)?(" + _PCI + r")\): (\d+),\s*(.*)$")
+# The PCI field may be redacted in a posted log ("Xid (PCI:...): 145"): still an Xid, on
+# an unknown GPU (a line is never dropped).
+_XID = _Lazy(r"NVRM: Xid \((?:PCI:)?(" + _PCI + r"|[^)]{0,32})\): (\d+),\s*(.*)$")
 _PIDNAME = _Lazy(r"^pid=([^,]*),\s*(?:name=([^,]*),\s*)?(.*)$")
 _GPU_AT = _Lazy(r"NVRM: GPU at PCI:(" + _PCI + r"): (GPU-[0-9a-fA-F-]+)")
 _PCI_AT = _Lazy(r"(" + _PCI + r")\b")
+_PCI_ONLY = _Lazy(_PCI + r"\Z")
 _GPU_NAMED = b"NVRM: The NVIDIA GPU "
 _RECOVERY = _Lazy(r"to 0x[0-9a-fA-F]{1,16} \(([^)]{1,64})\)")
 # Xid 144-150 (NVLink5): "<sub-code> <Fatal|Nonfatal> XC<n> i<n> Link <n> (<intrInfo>
@@ -373,7 +376,9 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
         m = _XID.match(msg, at)
         if m is None:
             return None
-        pci, code, rest = norm_pci(m.group(1)), _num(m.group(2)), m.group(3).strip()
+        bus = m.group(1)
+        pci = norm_pci(bus) if _PCI_ONLY.match(bus) else None
+        code, rest = _num(m.group(2)), m.group(3).strip()
         pid: int | None = None
         process: str | None = None
         pm = _PIDNAME.match(rest)
@@ -391,7 +396,9 @@ def classify(line: Line) -> Event | tuple[str, str] | None:
                 data["recovery_action"] = rm.group(1)
         elif 144 <= code <= 150:
             data.update(nvlink5(rest))
-        return Event(fault=f"gpu.xid.{code}", key=pci, line=line, pci=pci, xid=code,
+        if pci is None:
+            data["pci_field"] = bus[:32]  # what the line had instead of a bus id
+        return Event(fault=f"gpu.xid.{code}", key=pci or "", line=line, pci=pci, xid=code,
                      pid=pid, process=process, detail=rest, data=data)
     at = msg.find("NVRM: GPU at PCI:")
     if at != -1:

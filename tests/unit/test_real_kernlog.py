@@ -291,3 +291,23 @@ def test_the_first_line_of_a_three_line_off_bus_message_gives_its_time(
     res = kernlog.ScanResult()
     sources.read_file(str(log), None, 1 << 30, res, now=NOW)
     assert res.events == []
+
+
+# ----------------------------------------------- SPEC D1 (issue 35 item 4): PCI redacted
+
+def test_an_xid_whose_pci_field_is_redacted_is_kept_on_an_unknown_gpu() -> None:
+    """SPEC D1 on a real posted sequence (the PCI field written ``...`` by its poster):
+    Xid 79 and Xid 154 are events on an unknown GPU, never dropped (before: no event),
+    the Xid 79 critical with its catalog action, the summary saying "a GPU"."""
+    res = kernlog.scan((REAL / "redacted-pci-xid-79-154-egpu.log").read_bytes())
+    assert [(e.xid, e.pci, e.key) for e in res.events] == [(79, None, ""), (154, None, "")]
+    assert res.events[0].data["pci_field"] == "..."
+    found = {f.fault: f for f in kernlog.findings(_latch(res), "gpu07")}
+    assert found["gpu.xid.79"].severity is Severity.CRITICAL and cordons(found["gpu.xid.79"])
+    assert found["gpu.xid.79"].summary.startswith("a GPU reported Xid 79")
+    # the same redaction on a B200's NVLink5 Xid 145 (the line's other words from
+    # gpud's real GB200 capture): decoded, non-fatal, recorded
+    line = (REAL / "gpud-pr1174-nvlink5.log").read_text().splitlines()[2]
+    redacted = line.replace(line[line.index("(PCI:"):line.index("): ")], "(PCI:...")
+    (ev,) = kernlog.scan(redacted.encode() + b"\n").events
+    assert ev.xid == 145 and ev.pci is None and ev.data["fatal"] is False
