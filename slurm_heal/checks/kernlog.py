@@ -167,6 +167,7 @@ _DMESG = _Lazy(r"^\[ *(\d+)\.(\d+)\] ?(.*)$")
 _STAMP = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)"
 # journalctl short-iso, rsyslog; RFC 5424 (remote syslog): "<stamp> host kernel - - - ".
 _ISO = _Lazy(r"^" + _STAMP + r" \S+ kernel(?::| - - -) ?(?:\[ *\d+\.\d+\] )?(.*)$")
+_LONG_FRACTION = _Lazy(r"\.\d{7,}")
 _PRIO = _Lazy(r"<\d{1,3}>(?:1 )?")
 # talosctl dmesg: "[<node>: ]<facility>: <level>: [<RFC 3339 stamp>]: <message>".
 _TALOS = _Lazy(r"^(?:[^\s:]{1,253}: )?[a-z]{1,10}: *[a-z]{1,8}: \[" + _STAMP + r"\]: ?(.*)$")
@@ -284,7 +285,7 @@ def _split(raw: str, now: datetime | None) -> Line:
         if m:
             return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
                         usec=_num(m.group(3)), seq=_num(m.group(2)))
-        m = _ISO.match(text)
+        m = _ISO.match(text) if text.find(" kernel", 19, 160) != -1 else None
         if m:
             return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
         m = _DMESG_ISO.match(text)
@@ -319,14 +320,14 @@ def _split(raw: str, now: datetime | None) -> Line:
 
 
 def _iso(text: str) -> str | None:
+    try:  # Python 3.11+ reads every form below as it is (the fast path of a fault storm)
+        return datetime.fromisoformat(text).isoformat()
+    except ValueError:
+        pass
     text = text.replace(",", ".", 1)  # dmesg --time-format=iso: "12:02:03,470068+00:00"
-    dot = text.find(".")
-    if dot != -1:  # talos and CRI print nanoseconds: datetime takes six digits at most
-        end = dot + 1
-        while end < len(text) and text[end].isdigit():
-            end += 1
-        if end - dot > 7:
-            text = text[:dot + 7] + text[end:]
+    m = _LONG_FRACTION._get().search(text)  # linear: one run of digits
+    if m:  # talos and CRI print nanoseconds: datetime takes six digits at most
+        text = text[:m.start() + 7] + text[m.end():]
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
@@ -596,13 +597,26 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     ``spans``: the candidate lines when the caller found them already (one multi-pattern
     pass over a big file, `slurm_heal.checks.sources`), else `candidate_spans`."""
     out = result if result is not None else ScanResult()
+    # A fault storm repeats one message with new stamps (issue 35: <= 10 us an event): the
+    # message's reading is kept for the scan and given each line anew.
+    memo: dict[str, Event | tuple[str, str] | None] = {}
     for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
         try:
             line = split_line(raw, now)
             if line is None:
                 continue
-            ev = classify(line)
+            msg = line.message
+            if msg in memo:
+                seen = memo[msg]
+                ev = (Event(fault=seen.fault, key=seen.key, line=line, pci=seen.pci,
+                            xid=seen.xid, pid=seen.pid, process=seen.process,
+                            detail=seen.detail, data=dict(seen.data))
+                      if isinstance(seen, Event) else seen)
+            else:
+                ev = classify(line)
+                if len(memo) < 4096:
+                    memo[msg] = ev
         except (ValueError, OverflowError, IndexError) as exc:
             # One record that cannot be parsed never blinds the detector (module doc).
             out.skipped += 1
@@ -737,10 +751,16 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
     """
     out = {k: dict(v) for k, v in latched.items()}
     stamp = now.astimezone(timezone.utc).isoformat()
+    # One catalog lookup per fault, not per event (a fault storm: issue 35, <= 10 us each).
+    severities: dict[str, Severity] = {}
+    explanations: dict[str, str] = {}
     for ev in events:
         k = f"{ev.fault}|{ev.key}"
         rec = out.get(k)
-        severity: Severity = severity_of(ev.fault)
+        if ev.fault not in severities:
+            severities[ev.fault] = severity_of(ev.fault)
+            explanations[ev.fault] = explanation_of(ev.fault)
+        severity: Severity = severities[ev.fault]
         data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
         if ev.pci and ev.pci in gpus.index:
             data["gpu_index"] = gpus.index[ev.pci]
@@ -773,7 +793,7 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
         evidence = {"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
                     "at": event_at(ev.line, boot_wall), "data": data}
         count = (rec or {}).get("count", 0) + 1
-        summary = _summary(ev, gpus, explanation_of(ev.fault), count)
+        summary = _summary(ev, gpus, explanations[ev.fault], count)
         if rec is None:
             out[k] = {"fault": ev.fault, "severity": severity.value, "summary": summary,
                       "first_seen": stamp, "last_seen": stamp, "count": count,
