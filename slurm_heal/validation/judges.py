@@ -370,7 +370,11 @@ def judge_nccl(step: Step, output: str) -> Verdict:
             raise Unreadable("no GPU model of expected_by_model ("
                              + ", ".join(c.expected_by_model) + ") in the '# Using devices' "
                              "lines" + (f" (saw {models[0]!r})" if models else ""))
-    which = (lambda i: f"run {i + 1}: ") if len(per_run) > 1 else (lambda i: "")
+    many = len(per_run) > 1
+
+    def which(i: int) -> str:
+        return f"run {i + 1}: " if many else ""
+
     if wrong or oob:
         return ("fail", f"all_reduce_perf: {wrong} wrong result(s), {oob} out of bounds value(s)"
                 + (f" over {len(per_run)} runs" if len(per_run) > 1 else ""),
