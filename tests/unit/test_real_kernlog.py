@@ -311,3 +311,50 @@ def test_an_xid_whose_pci_field_is_redacted_is_kept_on_an_unknown_gpu() -> None:
     redacted = line.replace(line[line.index("(PCI:"):line.index("): ")], "(PCI:...")
     (ev,) = kernlog.scan(redacted.encode() + b"\n").events
     assert ev.xid == 145 and ev.pci is None and ev.data["fatal"] is False
+
+
+# -------------------------------- issue 35 "keep looking": more real kernel-log excerpts
+
+MORE = {
+    # file: the (fault, PCI bus) of each event, in order
+    "akash-244-dmesg-T-xid-43-31-94.log": [
+        ("gpu.xid.43", "0000:00:05"), ("gpu.xid.43", "0000:00:05"),
+        ("gpu.xid.31", "0000:00:07"), ("gpu.xid.94", "0000:00:08")],
+    "gpud-pr46-dmesg-ctime-xid-13-109.log": [("gpu.xid.13", "0000:cb:00")] * 3 + [
+        ("gpu.xid.109", "0000:cb:00")],
+    "nvidia-ogkm-1150-journal-xid-45-after-149-145.log": [
+        ("gpu.xid.45", bus) for bus in ("0000:dc:00", "0000:ed:00", "0000:ba:00",
+                                        "0000:97:00", "0000:dc:00", "0000:ba:00",
+                                        "0000:ed:00")],
+    "bumblebee-677-dmesg-xid-32-31.log": [("gpu.xid.32", "0000:01:00")] * 2 + [
+        ("gpu.xid.31", "0000:01:00")],
+    "gpud-pr1160-nvlink5-144-149.log": [("gpu.xid.144", "0000:01:00")] + [
+        ("gpu.xid.149", "0000:00:00")] * 2,
+    "rocm-2533-syslog-sdma-timeout-reset.log": [("gpu.reset", "0000:0a:00")],
+    "loongson-89-syslog-gfx-timeout-baco-reset.log": [("gpu.reset", "0000:07:00")],
+    "cosmic-3764-dmesg-ring-timeout-reset-source.log": [("gpu.reset", "0000:28:00")],
+    "rocm-4021-comment-mi300x-errevent-apei.log": [
+        ("gpu.reset", "0000:9e:00"), ("gpu.ras.fatal", "0000:e6:00")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_real_kernel_logs_read_right(name: str) -> None:
+    """SPEC D1, D9 on real excerpts posted in issue threads (SOURCES.md): dmesg -T,
+    ``dmesg --ctime``, a journal without stamps, plain dmesg, NVLink5 Xids, syslog with
+    and without ``[sec.usec]``, the 6.x ``GPU reset begin!. Source:  1`` form, a MI300X
+    fatal RAS event. Every line with a fault is read, none skipped; a recovered reset is
+    a record, the fatal RAS event critical."""
+    res = kernlog.scan((REAL / name).read_bytes(), now=NOW)
+    assert [(e.fault, e.pci) for e in res.events] == MORE[name]
+    assert res.skipped == 0
+    for f in kernlog.findings(_latch(res), "gpu07"):
+        if f.fault == "gpu.reset":
+            assert not cordons(f)
+        if f.fault == "gpu.ras.fatal":
+            assert cordons(f)
+    if name.startswith("akash"):
+        assert res.events[0].line.at == "2024-07-31T23:14:18"
+        assert len(res.gpu_uuids) == 3 and res.events[3].process is None
+    if name.startswith("gpud-pr1160"):
+        assert [e.data["fatal"] for e in res.events] == [False, True, True]
