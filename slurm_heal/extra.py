@@ -119,13 +119,16 @@ def is_placeholder_serial(serial: str) -> bool:
     (all zeros or all F of any length, ``0x`` + all F, ``N/A``, ``[N/A]``,
     ``[Not Supported]``, empty, ``0``, NVML's "not available" -1 as a number), one of
     NVML's error strings however nvidia-smi wraps it (``[GPU requires reset]``,
-    ``N/A (GPU is lost)``, ``ERR!``), or anything that is not in a serial's form
+    ``N/A (GPU is lost)``, ``ERR!``), DCGM's ``<<<NOT_SUPPORTED>>>``, or anything that
+    is not in a serial's form
     (letters, digits, ``-_.``; 4-64 characters). Such a value is the same on every
     broken machine, so it identifies none."""
     raw = " ".join(serial.split())
     text = raw.strip("[]()<>\"' ").lower()
     if text in PLACEHOLDER_SERIALS or text in NVML_ERROR_STRINGS:
         return True
+    if text.replace("_", " ") in PLACEHOLDER_SERIALS:
+        return True  # DCGM's "<<<NOT_SUPPORTED>>>" (dcgmi diag -j of DCGM 4.x)
     if text.startswith("n/a") and text[3:].strip(" ()[]") in NVML_ERROR_STRINGS:
         return True  # "N/A (GPU is lost)"
     if text in _NOT_AVAILABLE_NUMBERS:

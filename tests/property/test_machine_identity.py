@@ -126,6 +126,7 @@ def nvml_errors(draw: st.DrawFn) -> str:
 @example("[GPU requires reset]", "[GPU requires reset]", "i-00000001")
 @example("N/A (GPU is lost)", "[Unknown Error]", "i-00000002")
 @example("FFFFFFFFFFFFF", "ERR!", "i-00000003")
+@example("<<<NOT_SUPPORTED>>>", "[Not Found]", "i-00000004")  # DCGM 4.2.3 on a GB10
 def test_nvml_error_strings_are_no_identity(a: str, b: str, iid: str) -> None:
     """SPEC D11, E1, E7: two broken machines whose nvidia-smi prints the same NVML
     error for the serial share no machine id (so no lemon ledger, no escalation count):
