@@ -110,7 +110,7 @@ NVML_ERROR_STRINGS = frozenset(s.lower() for s in (
 # NVML's "value not available" (NVML_VALUE_NOT_AVAILABLE: an unsigned -1) as a number.
 _NOT_AVAILABLE_NUMBERS = frozenset({"-1", "65535", "4294967295", "18446744073709551615"})
 # What a serial of any vendor looks like: letters, digits and "-", "_", "." (NVIDIA's
-# 13 digits, AMD's "PCB046982-0071" or hex, a board's "1652923017935"), 4 to 64 long.
+# 13 digits, AMD's "PCB046982-0071" or hex, a board's "1652923017935"), 2 to 64 long.
 _SERIAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
@@ -121,7 +121,7 @@ def is_placeholder_serial(serial: str) -> bool:
     NVML's error strings however nvidia-smi wraps it (``[GPU requires reset]``,
     ``N/A (GPU is lost)``, ``ERR!``), DCGM's ``<<<NOT_SUPPORTED>>>``, or anything that
     is not in a serial's form
-    (letters, digits, ``-_.``; 4-64 characters). Such a value is the same on every
+    (letters, digits, ``-_.``; 2-64 characters). Such a value is the same on every
     broken machine, so it identifies none."""
     raw = " ".join(serial.split())
     text = raw.strip("[]()<>\"' ").lower()
@@ -138,7 +138,7 @@ def is_placeholder_serial(serial: str) -> bool:
         bare = bare[2:]
     if bare == "" or set(bare) <= {"0"} or set(bare) <= {"f"}:
         return True
-    return not (4 <= len(text) <= 64 and set(text) <= _SERIAL_CHARS)
+    return not (2 <= len(text) <= 64 and set(text) <= _SERIAL_CHARS)
 
 
 def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str, Any] | None:
