@@ -293,7 +293,7 @@ def _split(raw: str, now: datetime | None) -> Line:
             at = _iso(m.group(1))
             if at is not None:
                 rest = m.group(2)
-                cri = _CRI.match(rest)
+                cri = _CRI.match(rest) if rest[:3] == "std" else None
                 if cri:
                     # A container's log (CRI: "<stamp> stdout F <line>") of a kernel log
                     # line: the line's own time is truer than when the container wrote it.
