@@ -82,23 +82,63 @@ def alert_to_json(alert: Alert) -> dict[str, Any]:
 
 # What tools print where a GPU has no readable serial (SPEC D11): nvidia-smi on AWS A10G
 # / T4 ("0000000000000"), consumer and vGPU cards ("N/A", "[N/A]" in CSV), rocm-smi ("0",
-# "N/A"), amd-smi ("N/A"), NVML errors. Compared without case, brackets and blanks.
+# "N/A"), amd-smi ("N/A"). Compared without case, brackets and blanks.
 PLACEHOLDER_SERIALS = frozenset({
     "", "n/a", "na", "none", "null", "nil", "unknown", "not supported", "notsupported",
     "not available", "unavailable", "unknown error", "insufficient permissions",
     "no permission", "gpu is lost", "default string", "to be filled by o.e.m.", "-",
+    "err!", "error",
 })
+# NVML's own error strings (nvmlErrorString; nvidia-ml-py's NVMLError._errcode_to_string
+# and DCGM's nvml_error_strings.h spell them), which nvidia-smi prints in place of a value
+# it cannot read ("[GPU requires reset]", "[Unknown Error]", "N/A (GPU is lost)", ...):
+# the same on every broken machine, so never an identity (SPEC D11, E1, E7).
+NVML_ERROR_STRINGS = frozenset(s.lower() for s in (
+    "Uninitialized", "Invalid Argument", "Not Supported", "Insufficient Permissions",
+    "Already Initialized", "Not Found", "Insufficient Size", "Insufficient External Power",
+    "Driver Not Loaded", "Timeout", "Interrupt Request Issue",
+    "NVML Shared Library Not Found", "Function Not Found", "Corrupted infoROM",
+    "GPU is lost", "GPU requires reset", "GPU requires restart",
+    "GPU access blocked by the operating system",
+    "The operating system has blocked the request.", "Driver/library version mismatch",
+    "RM has detected an NVML/RM version mismatch.", "In use by another client",
+    "The GPU is currently in use", "Insufficient Memory", "No data",
+    "The requested vgpu operation is not available on target device, because ECC is "
+    "enabled", "Insufficient resources", "Frequency not supported",
+    "Argument version mismatch", "Deprecated", "Not ready", "GPU not found",
+    "Invalid state", "Reset type not supported", "Unknown Error"))
+# NVML's "value not available" (NVML_VALUE_NOT_AVAILABLE: an unsigned -1) as a number.
+_NOT_AVAILABLE_NUMBERS = frozenset({"-1", "65535", "4294967295", "18446744073709551615"})
+# What a serial of any vendor looks like: letters, digits and "-", "_", "." (NVIDIA's
+# 13 digits, AMD's "PCB046982-0071" or hex, a board's "1652923017935"), 2 to 64 long.
+_SERIAL_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
 def is_placeholder_serial(serial: str) -> bool:
-    """Whether ``serial`` is a tool's stand-in for "no serial" (SPEC D11): all zeros (any
-    length), ``N/A``, ``[N/A]``, ``[Not Supported]``, empty, ``0``... Such a value is the
-    same on every machine, so it identifies none."""
-    text = " ".join(serial.strip().strip("[]()<>\"'").split()).lower()
-    if text in PLACEHOLDER_SERIALS:
+    """Whether ``serial`` is no identity (SPEC D11): a tool's stand-in for "no serial"
+    (all zeros or all F of any length, ``0x`` + all F, ``N/A``, ``[N/A]``,
+    ``[Not Supported]``, empty, ``0``, NVML's "not available" -1 as a number), one of
+    NVML's error strings however nvidia-smi wraps it (``[GPU requires reset]``,
+    ``N/A (GPU is lost)``, ``ERR!``), DCGM's ``<<<NOT_SUPPORTED>>>``, or anything that
+    is not in a serial's form
+    (letters, digits, ``-_.``; 2-64 characters). Such a value is the same on every
+    broken machine, so it identifies none."""
+    raw = " ".join(serial.split())
+    text = raw.strip("[]()<>\"' ").lower()
+    if text in PLACEHOLDER_SERIALS or text in NVML_ERROR_STRINGS:
+        return True
+    if text.replace("_", " ") in PLACEHOLDER_SERIALS:
+        return True  # DCGM's "<<<NOT_SUPPORTED>>>" (dcgmi diag -j of DCGM 4.x)
+    if text.startswith("n/a") and text[3:].strip(" ()[]") in NVML_ERROR_STRINGS:
+        return True  # "N/A (GPU is lost)"
+    if text in _NOT_AVAILABLE_NUMBERS:
         return True
     bare = text.replace("-", "").replace(" ", "").replace(":", "")
-    return bare == "" or set(bare) <= {"0"} or set(bare) <= {"f"} and len(bare) >= 8
+    if bare.startswith("0x"):
+        bare = bare[2:]
+    if bare == "" or set(bare) <= {"0"} or set(bare) <= {"f"}:
+        return True
+    return not (2 <= len(text) <= 64 and set(text) <= _SERIAL_CHARS)
 
 
 def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str, Any] | None:

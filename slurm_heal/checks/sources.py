@@ -14,11 +14,18 @@ current boot's last lines of the journal.
 
 A file outlives boots: on its first read (no cursor: a new install, a wiped or corrupt
 state), and on the first read after a reboot (the state marks the kept cursor
-``new_boot``), an event line older than this boot (boot wall time = now -
-/proc/uptime) is skipped, so a fault the reboot already fixed is not raised again. A
-line whose time cannot be told (no wall stamp, e.g. kmsg records or plain dmesg) is
-kept: a missed fault is worse than a repeated one. Without /proc/uptime nothing is
-skipped.
+``new_boot``), an event line from before this boot (boot wall time = now -
+/proc/uptime) is skipped, so a fault the reboot already fixed is not raised again
+(`before_boot`): by its own wall time where the line has one. Where it has none (kmsg
+records, plain dmesg, a bare message), the line is kept only when the data shows this
+boot before it: the kernel's "Linux version" line (or a monotonic stamp / kmsg sequence
+number that went back) with none after the line, a monotonic stamp within this boot's
+uptime, in a file written since this boot began. A line that nothing dates is not
+raised on such a read (SPEC D1: a line from before this boot never raises after it; a
+fault it reports, if current, is in the next lines the driver prints, read as new). A
+kmsg replay file is this boot's ring buffer, like /dev/kmsg: there a line with no wall
+time is this boot's unless a boot follows it or its stamp passes the uptime. Without
+/proc/uptime nothing is skipped.
 """
 
 from __future__ import annotations
@@ -50,6 +57,39 @@ def boot_wall(now: datetime | None = None) -> datetime | None:
     except (IndexError, ValueError):
         return None
     return (now or datetime.now(timezone.utc)) - timedelta(seconds=uptime)
+
+
+def before_boot(found: kernlog.ScanResult, since: datetime, now: datetime | None,
+                written: float | None, ring: bool = False) -> list[kernlog.Event]:
+    """The events of ``found`` that are not from before this boot (``since``, its wall
+    time; module docstring). ``written``: the file's last write (st_mtime), None when
+    unknown; ``ring``: the data is this boot's ring buffer (a kmsg replay). Pure."""
+    uptime_usec = int(((now or datetime.now(timezone.utc)) - since).total_seconds()
+                      * 1_000_000)
+    stale = written is not None and written < since.timestamp()
+    kept: list[kernlog.Event] = []
+    for i, ev in enumerate(found.events):
+        line = ev.line
+        if line.at is not None and _parses(line.at):
+            if not _before(line, since):
+                kept.append(ev)
+            continue
+        if i < found.boot_at or stale:
+            continue  # a boot came after it, or the file was last written before this boot
+        if not ring and not found.boots:
+            continue  # nothing shows this boot before it: it may be from any boot
+        if line.usec is not None and line.usec > uptime_usec:
+            continue  # longer after its boot than this boot has lasted
+        kept.append(ev)
+    return kept
+
+
+def _parses(at: str) -> bool:
+    try:
+        datetime.fromisoformat(at)
+    except ValueError:
+        return False
+    return True
 
 
 def _before(line: kernlog.Line, since: datetime) -> bool:
@@ -140,11 +180,12 @@ def grep_spans(fd: int, data: kernlog.Buffer, lo: int, hi: int,
 
 
 def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
-              result: kernlog.ScanResult, now: datetime | None = None) -> Cursor:
+              result: kernlog.ScanResult, now: datetime | None = None,
+              ring: bool = False) -> Cursor:
     """Scan what is new in a log file since ``cursor``; return the new cursor.
 
     On a first read, and on the first read after a reboot, events older than this boot
-    are skipped (see the module docstring).
+    are skipped (see the module docstring; ``ring``: the file is a kmsg replay).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -172,7 +213,7 @@ def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
             partial = start > 0
         end = _scan_file(fd, start, partial, found, now)
         if since is not None:
-            result.events.extend(e for e in found.events if not _before(e.line, since))
+            result.events.extend(before_boot(found, since, now, st.st_mtime, ring))
             result.gpu_uuids.update(found.gpu_uuids)
             result.lines += found.lines
         return {"kind": "file", "path": path, "inode": st.st_ino, "offset": end}
@@ -208,7 +249,7 @@ def read_kmsg(path: str, cursor: Cursor | None, result: kernlog.ScanResult) -> C
     if not stat.S_ISCHR(st.st_mode):
         # Replay: a regular file in kmsg record format.
         new = read_file(path, cursor if (cursor or {}).get("kind") == "file" else None,
-                        1 << 62, result)
+                        1 << 62, result, ring=True)
         return new
     last = int((cursor or {}).get("seq", -1)) if (cursor or {}).get("kind") == "kmsg" else -1
     records: list[bytes] = []

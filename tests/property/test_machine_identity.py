@@ -95,3 +95,71 @@ def test_real_csv_captures_with_placeholder_serials_are_two_machines() -> None:
              for n, s in enumerate(serials.values())}
     assert len(hosts) == 3
     assert all(h.startswith("instance-") for h in hosts)
+
+
+# ------------------------------------------- issue 35 item 7: NVML's error strings (D11)
+
+def _nvml_error_strings() -> list[str]:
+    """NVML's error strings as nvidia-ml-py (installed with the project) spells them,
+    plus those of newer nvml.h versions (DCGM's nvml_error_strings.h)."""
+    import pynvml
+
+    words = set(pynvml.NVMLError._errcode_to_string.values())
+    return sorted(words | {"GPU requires reset", "In use by another client", "No data",
+                           "Driver/library version mismatch", "Insufficient resources",
+                           "GPU access blocked by the operating system"})
+
+
+@st.composite
+def nvml_errors(draw: st.DrawFn) -> str:
+    """An NVML error as nvidia-smi prints it in place of a value: bracketed in CSV and
+    -q text (``[GPU requires reset]``), bare, after ``N/A`` (``N/A (GPU is lost)``), or
+    its short ``ERR!``; or NVML's "value not available" (-1 unsigned, all F)."""
+    word = draw(st.sampled_from(_nvml_error_strings()))
+    form = draw(st.sampled_from(["[{}]", "{}", "N/A ({})", "ERR!", "0xFFFFFFFF",
+                                 "FFFFFFFFFFFFF", "ffff", "4294967295",
+                                 "18446744073709551615"]))
+    return draw(st.sampled_from(["", " "])) + form.format(word)
+
+
+@given(nvml_errors(), nvml_errors(), st.from_regex(r"\Ai-[0-9a-f]{8,17}\Z"))
+@example("[GPU requires reset]", "[GPU requires reset]", "i-00000001")
+@example("N/A (GPU is lost)", "[Unknown Error]", "i-00000002")
+@example("FFFFFFFFFFFFF", "ERR!", "i-00000003")
+@example("<<<NOT_SUPPORTED>>>", "[Not Found]", "i-00000004")  # DCGM 4.2.3 on a GB10
+def test_nvml_error_strings_are_no_identity(a: str, b: str, iid: str) -> None:
+    """SPEC D11, E1, E7: two broken machines whose nvidia-smi prints the same NVML
+    error for the serial share no machine id (so no lemon ledger, no escalation count):
+    the error is set aside as a placeholder and no ``gpus-`` host is made."""
+    assert extra.is_placeholder_serial(a) and extra.is_placeholder_serial(b)
+    ident = extra.machine_identity([a, b], iid)
+    assert ident is not None and ident["host"] == f"instance-{iid}"
+    assert "gpu_serials" not in ident
+    assert extra.machine_identity([a, b]) == {"identity": "node_name",
+                                              "placeholder_serials": sorted({a.strip(),
+                                                                             b.strip()})}
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=24)
+       .filter(lambda t: not (2 <= len(t.strip()) <= 64)
+               or any(c.lower() not in "abcdefghijklmnopqrstuvwxyz0123456789-_." for c in t.strip())))
+def test_a_value_not_in_a_serials_form_is_no_identity(value: str) -> None:
+    """SPEC D11: a value with blanks, punctuation or odd characters, or too short to be
+    a serial, is not a serial of any vendor's form: no identity."""
+    assert extra.is_placeholder_serial(value)
+
+
+def test_a_real_h100_csv_whose_serial_reads_an_nvml_error_makes_no_machine_id() -> None:
+    """SPEC D11 on the real H100 ``--query-gpu`` capture (driver 590.48.01): with its
+    serial column holding what nvidia-smi prints for a GPU that needs a reset (the
+    value put in by hand, each NVML error in turn), two such nodes are two machines
+    (before: ``[GPU requires reset]`` was hashed as a serial, one id for both)."""
+    header, row = (REAL / "query-gpu-h100-590.48.01.csv").read_text().splitlines()[:2]
+    for word in ("GPU requires reset", "Unknown Error", "Not Found", "Timeout", "GPU is lost"):
+        text = "\n".join([header, row.replace("0000000000000", f"[{word}]", 1)]) + "\n"
+        (reading,) = nvidia.parse_csv(text)
+        assert reading.serial == f"[{word}]"
+        one = extra.machine_identity([reading.serial], "i-0a1")
+        two = extra.machine_identity([reading.serial], "i-0b2")
+        assert one is not None and two is not None and one["host"] != two["host"]
+        assert one["identity"] == "instance_id"

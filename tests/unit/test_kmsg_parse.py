@@ -208,13 +208,15 @@ def test_a_pre_r575_nvlink5_message_is_parsed_too() -> None:
 def test_amdgpu_uncorrectable_memory_errors_are_the_same_dbe_fault_as_nvidias() -> None:
     """SPEC D9 (issue 10): amdgpu's RAS report of uncorrectable errors in the memory (umc)
     block is gpu.ecc.dbe, critical, like NVIDIA's; other blocks and a GPU reset are
-    recorded as warnings on the GPU at that PCI address. The lines follow the formats of
-    drivers/gpu/drm/amd/amdgpu (written, not captured)."""
+    recorded as warnings on the GPU at that PCI address; the fatal ERREVENT is critical
+    (issue 35). The lines follow the formats of drivers/gpu/drm/amd/amdgpu (written, not
+    captured)."""
     res = kernlog.scan((DATA / "amdgpu-ras-reset.log").read_bytes(), now=NOW)
     latched = _latch(res)
     by_fault = {(v["fault"], v["severity"]) for v in latched.values()}
     assert ("gpu.ecc.dbe", "critical") in by_fault
     assert ("gpu.reset", "warning") in by_fault and ("gpu.health", "warning") in by_fault
+    assert ("gpu.ras.fatal", "critical") in by_fault
     dbe = next(v for v in latched.values() if v["fault"] == "gpu.ecc.dbe")
     assert "0000:c1:00" in dbe["summary"] and "2 uncorrectable" in dbe["summary"]
     # "0 uncorrectable" and "correctable" lines are not faults

@@ -47,11 +47,13 @@ def test_real_rocm_smi_json_has_no_ecc_count() -> None:
 
 def test_an_amd_gpu_without_a_readable_ecc_count_is_noted_never_clean(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SPEC D3: rocm-smi's real JSON and no RAS counters in sysfs: no finding, and the
-    detector's note says ECC is not readable on GPU 0."""
+    """SPEC D3, O6: rocm-smi's real JSON and no RAS counters in sysfs: the "cannot tell"
+    finding gpu.ecc.unreadable (record-only; issue 35 item 2: it was no finding at all),
+    and the detector's note says ECC is not readable on GPU 0."""
     _root(tmp_path, monkeypatch, None)
     findings, update = amd.detect(CheckConfig(), {}, "gpu07", NOW)
-    assert findings == []
+    assert [(f.fault, f.severity.value) for f in findings] == [("gpu.ecc.unreadable", "info")]
+    assert findings[0].evidence[0].data["ecc"] == "unknown"
     assert update[amd.NOTE].startswith("ECC not readable on GPU 0: rocm-smi gives no")
 
 
@@ -87,7 +89,8 @@ def test_ras_count_files_without_a_ue_line_are_not_counts() -> None:
 
 def test_the_check_run_shows_the_note_on_the_amd_status_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SPEC D3 end to end (dry run, only the amd detector): status ok with the note."""
+    """SPEC D3, O6 end to end (dry run, only the amd detector): status ok with the note,
+    and the run is not "healthy" (issue 35 item 2): it reports the cannot-tell finding."""
     from slurm_heal.checks import runner
 
     _root(tmp_path, monkeypatch, None)
@@ -97,12 +100,47 @@ def test_the_check_run_shows_the_note_on_the_amd_status_line(
     (status,) = [s for s in result.statuses if s.name == "amd"]
     assert status.status == "ok"
     assert status.message.startswith("ECC not readable on GPU 0")
-    assert result.findings == []
+    assert [f.fault for f in result.findings] == ["gpu.ecc.unreadable"]
     import io
 
     from slurm_heal.checks import fastcli
 
     text = io.StringIO()
     fastcli.render_text(result, text)
-    assert "gpu07: healthy" in text.getvalue()
+    assert "gpu07: healthy" not in text.getvalue()
+    assert "gpu.ecc.unreadable: cannot tell ECC on GPU 0" in text.getvalue()
     assert "detector amd: ok: ECC not readable on GPU 0" in text.getvalue()
+
+
+@pytest.mark.parametrize("capture", ["rocm-smi-json-mi100x6-rocm-5.7.1.json",
+                                     "rocm-smi-json-mi100x4-rocm-6.0.2.json"])
+def test_mi100_nodes_without_an_ecc_count_publish_cannot_tell_everywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capture: str) -> None:
+    """SPEC O6, D3 on the real MI100 captures (telegraf's rocm-smi 5.7.1 and 6.0.2
+    JSON, no uncorrectable count, no sysfs RAS): ``--json`` lists the cannot-tell
+    finding for every GPU (before: ``[]``, exit 0), the exit status says findings, and
+    the alert goes into our Extra key, which status and the console show (before: a
+    healthy node everywhere but one text line)."""
+    import io
+    import json
+
+    from slurm_heal import extra
+    from slurm_heal.checks import fastcli, runner
+
+    _root(tmp_path, monkeypatch, None)
+    (tmp_path / "bin" / "rocm-smi").write_text(f"#!/bin/sh\ncat '{REAL / capture}'\n")
+    cfg = CheckConfig(state_dir=str(tmp_path / "state"))
+    result = runner.run_check(cfg, node_name="gpu07", dry_run=True,
+                              only=frozenset({"amd"}), now=NOW)
+    out = io.StringIO()
+    fastcli.render_json(result, out)
+    (found,) = json.loads(out.getvalue())
+    gpus = len(amd.parse_rocm_smi((REAL / capture).read_text()))
+    assert found["fault"] == "gpu.ecc.unreadable" and found["severity"] == "info"
+    assert found["evidence"][0]["data"]["gpus"] == list(range(gpus))
+    assert found["evidence"][0]["data"]["ecc"] == "unknown"
+    assert runner.exit_code(result) == runner.EXIT_FINDINGS
+    section = extra.our_section(runner.to_alerts(result.findings, {}, NOW), NOW)
+    assert [a["fault"] for a in section["alerts"]] == ["gpu.ecc.unreadable"]
+    assert "cannot tell ECC" in section["alerts"][0]["summary"]
+    assert not runner.cordons(result.findings[0])

@@ -56,3 +56,22 @@ def test_v3_amd_smi_of_rocm_6_4_wraps_its_gpus_in_gpu_data() -> None:
     old, new = evaluate(step, 0, plain), evaluate(step, 0, wrapped)
     assert new.outcome == old.outcome == "fail"
     assert new.reason == old.reason and new.measured == old.measured
+
+
+def test_v3_a_dcgm_4_diag_with_a_failed_test_fails_with_dcgms_words() -> None:
+    """SPEC V2, V3 on real DCGM 4.2.3 output (``dcgmi diag -r 1 -j`` on a GB10, driver
+    580.82.09, dcgmi exit 226; issue 35): the 4.x shape ("DCGM Diagnostic", entity
+    results, warnings with error ids), the ``software`` test Fail on GPU 0 for
+    persistence mode: a failure naming the test, the GPU and DCGM's own words; the
+    entity list's ``<<<NOT_SUPPORTED>>>`` serial is no machine identity (SPEC D11)."""
+    from slurm_heal import extra
+
+    step = Step(name="gpu", kind="dcgm", command=["dcgmi", "diag", "-r", "1", "-j"],
+                criteria={})
+    text = (REAL / "dcgm-4.2.3-diag-r1-j-gb10-software-fail.json").read_text()
+    r = evaluate(step, 226, text)
+    assert r.outcome == "fail", r.reason
+    assert r.measured["tests"] == {"software": "Fail"}
+    (failure,) = r.measured["failures"]
+    assert failure["entity"] == "GPU 0" and "Persistence mode" in failure["warnings"][0]
+    assert extra.is_placeholder_serial("<<<NOT_SUPPORTED>>>")

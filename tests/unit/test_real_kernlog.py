@@ -235,3 +235,126 @@ def test_a_fault_on_a_long_line_keeps_a_bounded_evidence_text() -> None:
     assert finding.fault == "gpu.xid.79"
     assert len(finding.evidence[0].text) == kernlog.MAX_EVIDENCE_TEXT
     assert finding.evidence[0].text.startswith("[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79")
+
+
+# ------------------------------------- SPEC D1 (issue 35): talos, and no time, no raise
+
+TALOS = "talos-vllm-40652-a100-dmesg.log"
+
+
+def _replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uptime: float) -> None:
+    monkeypatch.setenv(paths.ROOT_ENV, str(tmp_path))
+    (tmp_path / "proc").mkdir(exist_ok=True)
+    (tmp_path / "proc" / "uptime").write_text(f"{uptime:.2f} 1.00\n")
+
+
+def test_talosctl_dmesg_lines_are_read_with_their_nanosecond_stamps() -> None:
+    """SPEC D1 on a real Talos 1.12 node (vLLM issue 40652, 8x A100): ``<node>: kern:
+    warning: [2026-04-22T21:25:20.505406921Z]: NVRM: Xid ...``: the Xid 62 keeps its wall
+    time (nanoseconds cut to microseconds), the message its own words; the padded
+    ``kern:    info:`` level and a line without the node prefix read the same."""
+    res = kernlog.scan((REAL / TALOS).read_bytes())
+    (xid,) = [e for e in res.events if e.xid is not None]
+    assert xid.xid == 62 and xid.pci == "0000:48:00"
+    assert xid.line.at == "2026-04-22T21:25:20.505406+00:00"
+    assert xid.line.message.startswith("NVRM: Xid (PCI:0000:48:00): 62, 00002740")
+    assert res.gpu_uuids == {"0000:48:00": "GPU-5fc0bcec-c2e1-38dc-8994-2a9f9f3b709e"}
+    raw = (REAL / TALOS).read_text().splitlines()[4]
+    for variant in (raw.split(": ", 1)[1], raw.replace("kern: warning:", "kern:    info:")):
+        line = kernlog.split_line(variant)
+        assert line is not None and line.at == "2026-04-22T21:25:20.505406+00:00"
+
+
+def test_a_talos_xid_from_months_before_this_boot_is_not_raised_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1, issue 35 item 3: a replay root booted 30 s ago with fresh state (a new
+    install, a rebuilt node) reads the real Talos file: its critical Xid 62 of April is
+    from before the boot and is not raised (before: no time read, raised as current)."""
+    _replay(tmp_path, monkeypatch, 30.0)
+    log = tmp_path / "kern.log"
+    log.write_bytes((REAL / TALOS).read_bytes())
+    res = kernlog.ScanResult()
+    sources.read_file(str(log), None, 1 << 30, res, now=datetime(2026, 7, 1, tzinfo=timezone.utc))
+    assert res.events == []
+
+
+def test_the_first_line_of_a_three_line_off_bus_message_gives_its_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D1/D2 on the real NVSentinel #155 capture: the stamp is on "NVRM: The NVIDIA
+    GPU ..." (the first line); the event keeps it (before: none, the continuation line's),
+    so after a boot of 20 minutes the off-bus GPU at 1843 s of an earlier boot is old."""
+    res = kernlog.scan((REAL / "nvsentinel-155-off-bus-dmesg.log").read_bytes())
+    assert res.events[0].line.usec == 1843308145
+    _replay(tmp_path, monkeypatch, 1200.0)
+    log = tmp_path / "kern.log"
+    log.write_bytes((REAL / "nvsentinel-155-off-bus-dmesg.log").read_bytes())
+    res = kernlog.ScanResult()
+    sources.read_file(str(log), None, 1 << 30, res, now=NOW)
+    assert res.events == []
+
+
+# ----------------------------------------------- SPEC D1 (issue 35 item 4): PCI redacted
+
+def test_an_xid_whose_pci_field_is_redacted_is_kept_on_an_unknown_gpu() -> None:
+    """SPEC D1 on a real posted sequence (the PCI field written ``...`` by its poster):
+    Xid 79 and Xid 154 are events on an unknown GPU, never dropped (before: no event),
+    the Xid 79 critical with its catalog action, the summary saying "a GPU"."""
+    res = kernlog.scan((REAL / "redacted-pci-xid-79-154-egpu.log").read_bytes())
+    assert [(e.xid, e.pci, e.key) for e in res.events] == [(79, None, ""), (154, None, "")]
+    assert res.events[0].data["pci_field"] == "..."
+    found = {f.fault: f for f in kernlog.findings(_latch(res), "gpu07")}
+    assert found["gpu.xid.79"].severity is Severity.CRITICAL and cordons(found["gpu.xid.79"])
+    assert found["gpu.xid.79"].summary.startswith("a GPU reported Xid 79")
+    # the same redaction on a B200's NVLink5 Xid 145 (the line's other words from
+    # gpud's real GB200 capture): decoded, non-fatal, recorded
+    line = (REAL / "gpud-pr1174-nvlink5.log").read_text().splitlines()[2]
+    redacted = line.replace(line[line.index("(PCI:"):line.index("): ")], "(PCI:...")
+    (ev,) = kernlog.scan(redacted.encode() + b"\n").events
+    assert ev.xid == 145 and ev.pci is None and ev.data["fatal"] is False
+
+
+# -------------------------------- issue 35 "keep looking": more real kernel-log excerpts
+
+MORE = {
+    # file: the (fault, PCI bus) of each event, in order
+    "akash-244-dmesg-T-xid-43-31-94.log": [
+        ("gpu.xid.43", "0000:00:05"), ("gpu.xid.43", "0000:00:05"),
+        ("gpu.xid.31", "0000:00:07"), ("gpu.xid.94", "0000:00:08")],
+    "gpud-pr46-dmesg-ctime-xid-13-109.log": [("gpu.xid.13", "0000:cb:00")] * 3 + [
+        ("gpu.xid.109", "0000:cb:00")],
+    "nvidia-ogkm-1150-journal-xid-45-after-149-145.log": [
+        ("gpu.xid.45", bus) for bus in ("0000:dc:00", "0000:ed:00", "0000:ba:00",
+                                        "0000:97:00", "0000:dc:00", "0000:ba:00",
+                                        "0000:ed:00")],
+    "bumblebee-677-dmesg-xid-32-31.log": [("gpu.xid.32", "0000:01:00")] * 2 + [
+        ("gpu.xid.31", "0000:01:00")],
+    "gpud-pr1160-nvlink5-144-149.log": [("gpu.xid.144", "0000:01:00")] + [
+        ("gpu.xid.149", "0000:00:00")] * 2,
+    "rocm-2533-syslog-sdma-timeout-reset.log": [("gpu.reset", "0000:0a:00")],
+    "loongson-89-syslog-gfx-timeout-baco-reset.log": [("gpu.reset", "0000:07:00")],
+    "cosmic-3764-dmesg-ring-timeout-reset-source.log": [("gpu.reset", "0000:28:00")],
+    "rocm-4021-comment-mi300x-errevent-apei.log": [
+        ("gpu.reset", "0000:9e:00"), ("gpu.ras.fatal", "0000:e6:00")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_real_kernel_logs_read_right(name: str) -> None:
+    """SPEC D1, D9 on real excerpts posted in issue threads (SOURCES.md): dmesg -T,
+    ``dmesg --ctime``, a journal without stamps, plain dmesg, NVLink5 Xids, syslog with
+    and without ``[sec.usec]``, the 6.x ``GPU reset begin!. Source:  1`` form, a MI300X
+    fatal RAS event. Every line with a fault is read, none skipped; a recovered reset is
+    a record, the fatal RAS event critical."""
+    res = kernlog.scan((REAL / name).read_bytes(), now=NOW)
+    assert [(e.fault, e.pci) for e in res.events] == MORE[name]
+    assert res.skipped == 0
+    for f in kernlog.findings(_latch(res), "gpu07"):
+        if f.fault == "gpu.reset":
+            assert not cordons(f)
+        if f.fault == "gpu.ras.fatal":
+            assert cordons(f)
+    if name.startswith("akash"):
+        assert res.events[0].line.at == "2024-07-31T23:14:18"
+        assert len(res.gpu_uuids) == 3 and res.events[3].process is None
+    if name.startswith("gpud-pr1160"):
+        assert [e.data["fatal"] for e in res.events] == [False, True, True]

@@ -11,7 +11,9 @@ from slurm_heal import extra
 from slurm_heal.checks.detectors import nvidia
 
 REAL = Path(__file__).resolve().parent.parent / "data" / "real" / "nvidia"
-CAPTURES = ["h100-590.48.01", "l40s-595.80", "rtx-4080-super-595.71.05"]
+CAPTURES = ["h100-590.48.01", "l40s-595.80", "rtx-4080-super-595.71.05",
+            # issue 35: an H200, and an H200 and an H100 in MIG mode (driver 590.48.01)
+            "h200-590.48.01", "h200-mig-590.48.01", "h100-mig-590.48.01"]
 
 
 @pytest.mark.parametrize("name", CAPTURES)
@@ -70,3 +72,21 @@ def test_an_a100_in_mig_mode_reads_ecc_from_its_instances() -> None:
     out = gpu.evaluate([bad], {}, {}, datetime(2026, 1, 5, tzinfo=timezone.utc),
                        gpu.Thresholds(), "gpu07", "nvidia", "nvidia-smi (xml)")
     assert [f.fault for f in out.findings] == ["gpu.ecc.dbe"]
+
+
+@pytest.mark.parametrize(("name", "model", "bus"), [
+    ("h200-590.48.01", "NVIDIA H200", "00000000:83:00.0"),
+    ("h200-mig-590.48.01", "NVIDIA H200", "00000000:83:00.0"),
+    ("h100-mig-590.48.01", "NVIDIA H100 80GB HBM3", "00000000:00:09.0"),
+])
+def test_real_h200_and_mig_mode_hopper_captures_read_clean_with_no_identity(
+        name: str, model: str, bus: str) -> None:
+    """SPEC D3, D11 on real ``nvidia-smi -q`` of an H200 and of an H200 and an H100 in
+    MIG mode (nvidia_gpu_exporter's captures, driver 590.48.01; issue 35): ECC 0, no
+    thermal slowdown, the remap state read where the GPU has it (``No``) and unknown in
+    MIG mode (``Remapped Rows : N/A``), never a fault; the masked serial no identity."""
+    (g,) = nvidia.parse_text((REAL / f"smi-q-{name}.txt").read_text())
+    assert (g.name, g.pci, g.ecc_dbe_volatile) == (model, bus, 0)
+    assert not g.hw_thermal and not g.sw_thermal and not g.lost
+    assert g.remap_pending is (None if "mig" in name else False)
+    assert extra.is_placeholder_serial(g.serial)

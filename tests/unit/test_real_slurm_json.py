@@ -186,3 +186,80 @@ def test_i6_25_11_scontrol_json_of_an_unknown_node_is_no_node_and_no_error(versi
     that into NotFound for `node()`, and cross-checks `sinfo -h -o %N` for `nodes()`)."""
     assert cli.parse_sinfo_json(
         text(f"lab-scontrol-json-show-node-nosuch-{version}.json")) == ()
+
+
+# issue 35 "keep looking": more of Slurm-web's real slurmrestd captures (its dev
+# clusters, 24.05.3 to 25.11.0, data_parser v0.0.41 to v0.0.44), read by the parsers
+# `scontrol --json show node` and `squeue --json` output go through.
+DOWN = {
+    "slurmrestd-node-down-24.05-0.0.41-slurmweb.json": "cn026",
+    "slurmrestd-node-down-24.11-0.0.42-slurmweb.json": "cn1",
+    "slurmrestd-node-down-25.05-0.0.43-slurmweb.json": "cn1",
+    "slurmrestd-node-down-25.11-0.0.43-slurmweb.json": "cn4",
+    "slurmrestd-node-down-25.11-0.0.44-slurmweb.json": "cn3",
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOWN))
+def test_i6_a_down_node_of_24_05_to_25_11_is_read_with_its_reason(name: str) -> None:
+    """SPEC I6, D5 on real node objects of 24.05.3 to 25.11.0: a node set DOWN by
+    root for "CPU dead" reads as DOWN with its reason and who set it."""
+    (node,) = cli.parse_sinfo_json(text(name), what="scontrol --json show node")
+    assert node.name == DOWN[name]
+    assert node.states == frozenset({"DOWN"})
+    assert (node.reason, node.reason_user) == ("CPU dead", "root")
+
+
+@pytest.mark.parametrize(("name", "states"), [
+    ("slurmrestd-nodes-24.11-0.0.42-slurmweb.json",
+     {"cn1": {"IDLE"}, "cn3": {"DOWN"}, "cn4": {"DRAIN", "IDLE"}}),
+    ("slurmrestd-nodes-25.05-0.0.43-slurmweb.json",
+     {"cn3": {"DRAIN", "IDLE"}, "cn4": {"DOWN"}}),
+    ("slurmrestd-nodes-25.11-0.0.43-slurmweb.json",
+     {"cn1": {"DOWN"}, "cn4": {"DRAIN", "IDLE"}}),
+    ("slurmrestd-nodes-25.11-0.0.44-slurmweb.json",
+     {"cn1": {"DRAIN", "IDLE"}, "cn2": {"DOWN"}, "cn3": {"ALLOCATED"}, "cn4": {"MIXED"},
+      "gpu1": {"IDLE"}}),
+])
+def test_i6_the_whole_node_list_of_24_11_to_25_11_is_read(
+        name: str, states: dict[str, set[str]]) -> None:
+    """SPEC I6 on real ``/nodes`` answers (the ``nodes`` list ``scontrol --json show
+    node`` prints): every node, its states and partitions; 25.11's v0.0.44 included."""
+    nodes = by_name(cli.parse_sinfo_json(text(name), what="scontrol --json show node"))
+    for node, want in states.items():
+        assert nodes[node].states == frozenset(want), node
+    assert all(n.partitions for n in nodes.values())
+    if "25.11-0.0.44" in name:
+        assert len(nodes) == 8 and nodes["gpu1"].partitions == ("gpu",)
+        assert (nodes["cn1"].reason, nodes["cn1"].reason_user) == ("ECC memory error", "slurm")
+
+
+@pytest.mark.parametrize(("name", "node", "states"), [
+    ("slurmrestd-node-draining-25.11-0.0.44-slurmweb.json", "cn1", {"DRAIN", "MIXED"}),
+    ("slurmrestd-node-planned-25.11-0.0.43-slurmweb.json", "gpu1",
+     {"COMPLETING", "IDLE", "PLANNED"}),
+    ("slurmrestd-node-planned-25.11-0.0.44-slurmweb.json", "gpu2", {"IDLE", "PLANNED"}),
+    ("slurmrestd-node-with-gpus-mixed-25.11-0.0.43-slurmweb.json", "gpu3", {"MIXED"}),
+    ("slurmrestd-node-with-gpus-mixed-25.11-0.0.44-slurmweb.json", "gpu3", {"MIXED"}),
+])
+def test_i6_25_11_node_states_draining_planned_and_mixed_are_read(
+        name: str, node: str, states: set[str]) -> None:
+    """SPEC I6 on real 25.11.0 node objects: a draining node (DRAIN with jobs still on
+    it: MIXED), PLANNED nodes (the backfill's reservation), a GPU node partly in use."""
+    (got,) = cli.parse_sinfo_json(text(name), what="scontrol --json show node")
+    assert (got.name, got.states) == (node, frozenset(states))
+
+
+@pytest.mark.parametrize(("name", "job_id", "state", "nodes"), [
+    ("slurmrestd-job-failed-25.11-0.0.43-slurmweb.json", 5758, "FAILED", ("cn1",)),
+    ("slurmrestd-job-failed-25.11-0.0.44-slurmweb.json", 5739, "FAILED", ("cn1",)),
+    ("slurmrestd-job-pending-25.11-0.0.43-slurmweb.json", 5769, "PENDING", ()),
+    ("slurmrestd-job-pending-25.11-0.0.44-slurmweb.json", 5750, "PENDING", ()),
+])
+def test_i6_25_11_failed_and_pending_jobs_are_read(name: str, job_id: int, state: str,
+                                                   nodes: tuple[str, ...]) -> None:
+    """SPEC I6 on real 25.11.0 job objects: a failed job on cn1, a pending one on no
+    node (the job objects ``squeue --json`` prints), a 1-minute limit."""
+    (job,) = cli.parse_squeue_json(text(name))
+    assert (job.job_id, job.state, job.nodes, job.time_limit_minutes) == (
+        job_id, state, nodes, 1)

@@ -81,3 +81,30 @@ def test_v3_findmnt_without_options_cannot_tell_rw_and_says_so() -> None:
     assert missing.outcome == "fail" and "/scratch is not mounted" in missing.reason
     full = judged("mounts", "findmnt-options-json-util-linux-2.38.json", {"mounts": ["/"], "rw": ["/", "/dev"]})
     assert full.outcome == "pass", full.reason
+
+
+def test_v3_an_nccl_log_with_two_runs_judges_and_reports_each() -> None:
+    """SPEC V3 (issue 35 item 5) on the two real runs of one 8x A100-SXM4-80GB host
+    (``-g 8`` in one process, then ``mpirun -np 8``), logged one after the other: both
+    runs are judged and reported (before: the first run's avg 66.2058 only); the
+    verdict holds the worst run."""
+    r = judged("nccl", "nccl-two-runs-a100x8.txt", {"min_avg_busbw_gbps": 60})
+    assert r.outcome == "pass", r.reason
+    runs = r.measured["runs"]
+    assert [x["avg_busbw_gbps"] for x in runs] == [66.2058, 72.7724]
+    assert [x["busbw_gbps"] for x in runs] == [231.59, 232.81]
+    assert r.measured["avg_busbw_gbps"] == 66.2058 and r.measured["gpus"] == 8
+    assert "2 runs" in r.reason and "72.7724" in r.reason
+    slow = judged("nccl", "nccl-two-runs-a100x8.txt", {"min_avg_busbw_gbps": 70})
+    assert slow.outcome == "fail"
+    assert "run 1: avg busbw 66.2058 GB/s" in slow.reason and "run 2" not in slow.reason
+
+
+def test_v3_a_perftest_table_with_markdown_bold_values_is_read() -> None:
+    """SPEC V3: the real perftest #273 table with its values wrapped in markdown ``**``
+    (as a table posted in a markdown thread; the bold put in by hand) reads like the
+    plain one (before: "no ib_write_bw result table" although the header is there)."""
+    plain = judged("ib", "ib-write-bw-perftest-273.txt", {"min_bw_gbps": 0.4})
+    bold = judged("ib", "ib-write-bw-perftest-273-markdown-bold.txt", {"min_bw_gbps": 0.4})
+    assert bold.outcome == "pass", bold.reason
+    assert bold.measured == plain.measured

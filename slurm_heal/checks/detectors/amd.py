@@ -16,7 +16,9 @@ rocm-smi's JSON carries no RAS counts on real nodes (``--showrasinfo`` prints no
 under ``--json``: "WARNING: No JSON data to report"). Where a tool gives no ECC count the
 kernel's own counters are read, ``/sys/class/drm/card<N>/device/ras/<block>_err_count``
 (``ue: <n>`` / ``ce: <n>`` [/ ``de: <n>``], what amd-smi itself reads); where neither
-says, the detector's status notes "ECC not readable" instead of reporting clean.
+says, the GPU's ECC is a "cannot tell" state: the record-only finding
+``gpu.ecc.unreadable`` (Extra, ``--json``, status, console; SPEC O6) and a note on the
+detector's status line, never clean.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from slurm_heal.checks.detectors.gpu import GpuReading
 from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
 from slurm_heal.frozen import replace
+from slurm_heal.types import Evidence, Finding, Severity
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from slurm_heal.checks.config import CheckConfig
-    from slurm_heal.types import Finding
 
 
 # The key of a detector's update that is a note for its status line, not state.
@@ -212,6 +214,25 @@ def gather(timeout: float) -> list[GpuReading]:
     return parse_rocm_smi(res.stdout)
 
 
+def _ecc_unreadable(readings: list[GpuReading], unreadable: list[int], tool: str,
+                    name: str, now: datetime) -> Finding:
+    """SPEC O6, D3: the GPUs whose uncorrectable ECC count nothing gives are a "cannot
+    tell" state, published like any finding (Extra, ``--json``, status, console) as the
+    record-only ``gpu.ecc.unreadable``, never as clean."""
+    gpus = ", ".join(map(str, unreadable))
+    by_index = {g.index: g for g in readings}
+    return Finding(
+        fault="gpu.ecc.unreadable", severity=Severity.INFO,
+        summary=(f"cannot tell ECC on GPU {gpus}: {tool} gives no uncorrectable count and "
+                 f"the kernel's RAS counters (/sys/class/drm/card<N>/device/ras) have none"),
+        detector="amd", node=name,
+        evidence=(Evidence(source=tool, text=f"no uncorrectable ECC count for GPU {gpus}",
+                           at=now.isoformat(),
+                           data={"ecc": "unknown", "gpus": unreadable,
+                                 "pci": [by_index[i].pci for i in unreadable
+                                         if i in by_index and by_index[i].pci]}),))
+
+
 class Amd:
     """SPEC D3, D9: amd-smi (else rocm-smi) judged by the same evaluator as NVIDIA's.
     Unsupported on a node with neither the amdgpu driver nor either tool (the runner asks
@@ -246,12 +267,14 @@ class Amd:
         serials = sorted({g.serial for g in readings if g.serial})
         update: dict[str, Any] = {"amd_state": {"counters": out.counters, "since": out.since,
                                                 "serials": serials}}
+        findings = list(out.findings)
         if unreadable:
             update[NOTE] = (f"ECC not readable on GPU {', '.join(map(str, unreadable))}: "
                             f"{tool} gives no uncorrectable count and "
                             f"/sys/class/drm/card<N>/device/ras has none (not reported as "
                             f"clean)")
-        return out.findings, update
+            findings.append(_ecc_unreadable(readings, unreadable, tool, name, now))
+        return findings, update
 
 
 DETECTOR = Amd()
