@@ -159,5 +159,15 @@ def run_agent(cfg: CheckConfig, *, node_name: str, interval: float, dry_run: boo
             except HealError as exc:
                 report(str(exc))
                 stop.wait(min(5.0, interval))
+            except Exception as exc:  # a bug in the check: said centrally, the agent goes on
+                what = f"{type(exc).__name__}: {exc}"
+                report(f"the node check itself failed: {what}")
+                if not dry_run:
+                    try:
+                        report(runner.report_crash(node_name, what,
+                                                   client_factory() if client_factory else None))
+                    except Exception as exc2:
+                        report(f"the crash could not be reported in Slurm: {exc2}")
+                stop.wait(min(5.0, interval))
     finally:
         follower.close()

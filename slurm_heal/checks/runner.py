@@ -55,6 +55,9 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_SLURM = 3
 EXIT_DETECTOR_FAILED = 10
+# The check itself broke (an unexpected exception, a bug): never a fault of the node, so
+# our Prolog lets the job run and nothing is drained (SPEC I1); reported centrally (O1).
+EXIT_CRASHED = 11
 
 # The fault a failing detector is published as (SPEC O1; record only, never an action).
 DETECTOR_ERROR = "check.detector_error"
@@ -619,3 +622,40 @@ def exit_code(result: CheckResult) -> int:
         return EXIT_DETECTOR_FAILED
     return EXIT_HEALTHY
 
+
+
+def report_crash(node_name: str, error: str, client: SlurmClient | None = None,
+                 now: datetime | None = None) -> str:
+    """SPEC O1, I1: the node check itself broke (``error``: what it raised). Said
+    centrally as the record-only ``check.detector_error`` alert of the detector
+    ``check``, added to what our key in the node's Extra holds now: the alerts published
+    before stay as they are (the controller must not take a broken check for faults that
+    cleared), and ``checked_at`` is not moved (the check did not complete, so it goes
+    stale). The first run that completes writes its own alerts, without this one.
+    Never drains or resumes anything. Returns what was done, in words; raises what the
+    Slurm client raises."""
+    from slurm_heal import extra
+
+    now = now or datetime.now(timezone.utc)
+    client = client or default_client()
+    current = (client.node(node_name).extra or {}).get(extra.KEY)
+    section: dict[str, Any] = dict(current) if isinstance(current, dict) else {
+        "v": extra.VERSION, "alerts": []}
+    raw = section.get("alerts")
+    alerts = [a for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
+    mine = [a for a in alerts if a.get("fault") == DETECTOR_ERROR and a.get("detector") == "check"]
+    first = now
+    if mine:
+        try:
+            first = datetime.fromisoformat(str(mine[0].get("first_seen")))
+        except ValueError:
+            pass
+    crash = Alert(node=node_name, fault=DETECTOR_ERROR, severity=Severity.WARNING,
+                  summary=f"the node check itself failed: {error}"[:300], first_seen=first,
+                  last_seen=now, detector="check",
+                  evidence=(Evidence(source="slurm-heal check", text=error[:2000],
+                                     at=now.isoformat(),
+                                     data={"detector": "check", "status": "crashed"}),))
+    section["alerts"] = [a for a in alerts if a not in mine] + [extra.alert_to_json(crash)]
+    client.set_extra(node_name, extra.KEY, section)
+    return f"reported in {node_name}'s Extra as {DETECTOR_ERROR} (detector check)"

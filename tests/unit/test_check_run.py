@@ -466,3 +466,33 @@ def replace_evidence(f: object, evidence: tuple[object, ...]) -> object:
     from slurm_heal.frozen import replace
 
     return replace(f, evidence=evidence)  # type: ignore[type-var]
+
+
+def test_a_crash_in_the_check_is_exit_11_and_reported_with_the_published_alerts_kept(
+        node: Node, slurm: MemorySlurm, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC I1, O1 (issue 32 item 11): an unexpected exception in the check (forced here)
+    is not a fault of the node: exit 11 (which our Prolog lets through, not 1), nothing
+    drained, and a record-only alert of the detector `check` added to what Extra held,
+    the alert published before kept."""
+    node.kmsg(XID13, append=True)
+    check(slurm)  # publishes gpu.xid.13 (not a drain)
+    assert not slurm.node("gpu01").drained
+
+    def broken(*args: object, **kwargs: object) -> runner.CheckResult:
+        raise RuntimeError("forced: a bug in the check")
+
+    monkeypatch.setattr(runner, "run_check", broken)
+    monkeypatch.setattr(runner, "default_client", lambda: slurm)
+    assert fastcli.main(["--mode", "prolog", "--node", "gpu01"]) == runner.EXIT_CRASHED
+    err = capsys.readouterr().err
+    assert "RuntimeError: forced: a bug in the check" in err and "Traceback" in err
+    assert not slurm.node("gpu01").drained
+    section = ours(slurm)
+    assert section is not None
+    faults = [(a["fault"], a["detector"]) for a in section["alerts"]]  # type: ignore[index]
+    assert faults == [("gpu.xid.13", "kernel_log"), ("check.detector_error", "check")]
+    from slurm_heal.extra import read_check_data
+
+    data = read_check_data("gpu01", slurm.node("gpu01").extra, datetime.now(timezone.utc))
+    assert data.problem is None and len(data.alerts) == 2
