@@ -35,6 +35,7 @@ from slurm_heal.frozen import dataclass
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
 # The prefixes of the controller's defaults (config.RESET_RESERVATION_PREFIX, the
 # defaults of gate.reservation_prefix and validation.reservation_prefix; a unit test
@@ -111,13 +112,47 @@ def trusted_users(configured: tuple[str, ...]) -> frozenset[str]:
     return frozenset({"root", slurm_user(), *configured})
 
 
-def read(name: str = "") -> list[Reservation]:
+class Pending:
+    """`scontrol -o show reservation` started ahead (the node agent's path from a kernel
+    record to the drain: it runs while the node itself is read); ``result()`` waits for
+    it, ``cancel()`` kills it when the answer is not needed."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self.argv = ["scontrol", "-o", "show", "reservation"]
+        try:
+            self.child: Any = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+        except OSError:
+            self.child = None
+
+    def result(self) -> proc.Result | None:
+        """Its answer (None: it could not start; CheckError past the timeout)."""
+        if self.child is None:
+            return None
+        out, err, timed_out = proc.finish(self.child, TIMEOUT)
+        if timed_out:
+            raise proc.ToolTimeout(self.argv, TIMEOUT)
+        return proc.Result(tuple(self.argv), self.child.returncode, out, err)
+
+    def cancel(self) -> None:
+        if self.child is not None and self.child.poll() is None:
+            proc.finish(self.child, 0)
+        elif self.child is not None:
+            self.child.communicate()
+
+
+def read(name: str = "", pending: Pending | None = None) -> list[Reservation]:
     """Every reservation (or the one ``name``) as ``scontrol`` shows it now; [] when
     there are none. CheckError when scontrol cannot be run or fails."""
     from slurm_heal.errors import CheckError
 
     argv = ["scontrol", "-o", "show", "reservation"] + ([name] if name else [])
-    res = proc.run(argv, TIMEOUT)
+    res = pending.result() if pending is not None and not name else None
+    if res is None:
+        res = proc.run(argv, TIMEOUT)
     if res.returncode != 0:
         if name and "not found" in (res.stderr + res.stdout).lower():
             return []
@@ -126,10 +161,11 @@ def read(name: str = "") -> list[Reservation]:
     return parse_reservations(res.stdout)
 
 
-def holding(node: str, prefixes: tuple[str, ...], trusted: frozenset[str]) -> str:
+def holding(node: str, prefixes: tuple[str, ...], trusted: frozenset[str],
+            pending: Pending | None = None) -> str:
     """The name of our maintenance reservation that holds ``node`` now, or "" (none,
     or only reservations that are not ours). An active one wins over one to come."""
-    found = [r for r in read() if r.holds(node) and ours(r, prefixes, trusted)]
+    found = [r for r in read(pending=pending) if r.holds(node) and ours(r, prefixes, trusted)]
     found.sort(key=lambda r: r.state != "ACTIVE")
     return found[0].name if found else ""
 

@@ -358,7 +358,7 @@ def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
 
 
 def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
-                     result: CheckResult, held: bool) -> str:
+                     result: CheckResult, held: bool, pending: Any = None) -> str:
     """SPEC E6, V1, V4, S8: the name of our own maintenance reservation that holds this
     node now ("" when none does), asked of Slurm at most once per run, and only where it
     can be one: a node we held out of service on this boot that is in service again (the
@@ -375,7 +375,8 @@ def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
 
     try:
         result.maintenance = maintenance.holding(
-            name, cfg.maintenance_prefixes, maintenance.trusted_users(cfg.maintenance_users))
+            name, cfg.maintenance_prefixes, maintenance.trusted_users(cfg.maintenance_users),
+            pending)
     except HealError as exc:
         result.notes.append(f"the reservations holding {name} could not be read ({exc})")
         result.maintenance = ""
@@ -400,10 +401,25 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
     if not any(cordons(f) for f in active) or not pub.get("held") \
             or pub.get("held") != st.get("boot_id"):
         return
-    info = client.node(name)
+    pending = None
+    if cfg is not None and result.mode == "agent" and result.maintenance is None:
+        # The agent's path from a kernel record to the drain (issue 32 item 12): the
+        # reservations are read while the node is, not after it.
+        from slurm_heal.checks import maintenance
+
+        pending = maintenance.Pending()
+    try:
+        info = client.node(name)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
     if info.drained or info.down:
+        if pending is not None:
+            pending.cancel()
         return
-    if cfg is not None and _our_maintenance(cfg, name, info.states, result, held=True):
+    if cfg is not None and _our_maintenance(cfg, name, info.states, result, held=True,
+                                            pending=pending):
         return  # SPEC E6/V1/V4: our drain lifted for our job in our reservation
     seen = pub.get("seen")
     new = acknowledge(active, now, seen if isinstance(seen, dict) else None)
