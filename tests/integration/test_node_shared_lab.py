@@ -237,7 +237,7 @@ class PrologLab:
     """A lab whose slurmd runs our Prolog and Epilog glue (slurm_heal/glue), each node's
     check on a replay root of its own; ``crash(node)`` makes that node's check break."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, slurm: str) -> None:
         self.base = base
         self.roots = base / "roots"
         bindir = base / "bin"
@@ -252,12 +252,15 @@ class PrologLab:
             f'  exec "{sys.executable}" -c "{crash}" "$@"\nfi\n'
             f'exec "{sys.executable}" -m slurm_heal.checks "$@"\n')
         self.program.chmod(0o755)
-        self.lab = Lab(base / "lab", nodes=3, conf_lines=[f"Prolog={bindir}/prolog",
-                                                          f"Epilog={bindir}/epilog"])
+        self.lab = Lab(base / "lab", nodes=3, slurm=slurm,
+                       conf_lines=[f"Prolog={bindir}/prolog", f"Epilog={bindir}/epilog"])
+        # the lab's Slurm commands first, as install-node writes it (SLURM_HEAL_SLURM_BIN)
+        commands = self.lab.path_prefix.split(":", 1)[0]
         for kind in ("prolog", "epilog"):
             script = bindir / kind
             script.write_text(f'#!/bin/sh\nexport SLURM_CONF="{self.lab.conf}" '
-                              f'SLURM_HEAL_BIN="{self.program}"\n'
+                              f'SLURM_HEAL_BIN="{self.program}" '
+                              f'SLURM_HEAL_SLURM_BIN="{commands}"\n'
                               f'exec "{GLUE / ("slurm-heal-" + kind)}"\n')
             script.chmod(0o755)
         self.replays = {n: Replay(self.roots / n) for n in self.lab.nodes}
@@ -288,8 +291,9 @@ class PrologLab:
 
 
 @pytest.fixture(scope="module")
-def prolog_lab(tmp_path_factory: pytest.TempPathFactory, lab: Lab) -> Iterator[PrologLab]:
-    pl = PrologLab(tmp_path_factory.mktemp("prolog"))
+def prolog_lab(tmp_path_factory: pytest.TempPathFactory, lab: Lab,
+               request: pytest.FixtureRequest) -> Iterator[PrologLab]:
+    pl = PrologLab(tmp_path_factory.mktemp("prolog"), str(request.config.getoption("--slurm")))
     pl.lab.start()
     try:
         yield pl
