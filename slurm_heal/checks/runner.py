@@ -16,10 +16,14 @@ What a run does, in order:
    someone else, nor one the controller cordoned);
 5. SPEC S8: a node we held out of service (our drain, or the controller's marker) that is
    found in service again on the same boot while its faults are still there was resumed
-   by a person: the faults seen so far are acknowledged (``acknowledged`` in the state
-   and in Extra, where the controller does not act on them) and never drain the node
-   again; only a new fault does (another fault id, a new kernel event, or a fault that
-   cleared and came back);
+   by a person: the faults seen so far -- what we published (Extra, Reason) before the
+   resume -- are acknowledged (``acknowledged`` in the state and in Extra, where the
+   controller does not act on them) and never drain the node again; only a new fault
+   does (another fault id, a new kernel event, or a fault that cleared and came back),
+   also one found by the run that notices the resume. Unless one of our own maintenance
+   reservations holds the node (`slurm_heal.checks.maintenance`: the controller lifted
+   its drain for the GPU reset, gate or validation job): then the check publishes but
+   never drains, and our Prolog lets that job through (SPEC E6, V1, V4);
 6. save the state.
 
 On a healthy node with nothing published, Slurm is not called at all: that keeps the
