@@ -16,8 +16,13 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["check"]:
-        from slurm_heal.checks import fastcli
+        try:
+            from slurm_heal.checks import fastcli
+        except Exception:  # a broken install is no fault of the node (SPEC I1): exit 11
+            import traceback
 
+            traceback.print_exc()
+            sys.exit(11)
         sys.exit(fastcli.main(args[1:]))
     from slurm_heal import cli
 

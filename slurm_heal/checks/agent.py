@@ -143,6 +143,17 @@ def run_agent(cfg: CheckConfig, *, node_name: str, interval: float, dry_run: boo
     ``on_error`` and the agent carries on (after a short pause)."""
     report = on_error or (lambda msg: sys.stderr.write(f"slurm-heal agent: {msg}\n"))
     follower = Follower(follow_path(cfg))
+    # One Slurm client for the agent's life (issue 32 item 12): a client per run asked
+    # `sinfo --version` on every wake-up, a process start on the path from the kernel
+    # record to the drain. After a Slurm error the next run makes a fresh one (a Slurm
+    # upgraded under the agent is asked again).
+    made: list[SlurmClient] = []
+
+    def client() -> SlurmClient:
+        if not made:
+            made.append((client_factory or runner.default_client)())
+        return made[0]
+
     next_full = 0.0
     try:
         while not stop.is_set():
@@ -155,9 +166,19 @@ def run_agent(cfg: CheckConfig, *, node_name: str, interval: float, dry_run: boo
                 next_full = time.monotonic() + interval
             try:
                 emit(runner.run_check(cfg, node_name=node_name, mode="agent", dry_run=dry_run,
-                                      client_factory=client_factory, only=only))
+                                      client_factory=client, only=only))
             except HealError as exc:
+                made.clear()
                 report(str(exc))
+                stop.wait(min(5.0, interval))
+            except Exception as exc:  # a bug in the check: said centrally, the agent goes on
+                what = f"{type(exc).__name__}: {exc}"
+                report(f"the node check itself failed: {what}")
+                if not dry_run:
+                    try:
+                        report(runner.report_crash(node_name, what, client()))
+                    except Exception as exc2:
+                        report(f"the crash could not be reported in Slurm: {exc2}")
                 stop.wait(min(5.0, interval))
     finally:
         follower.close()

@@ -274,6 +274,10 @@ ENTRY_POINTS = "slurm_heal.detectors"
 class CheckConfig:
     state_dir: str = paths.STATE_DIR
     timeout: float = 20.0
+    # SPEC S8, E6, V1, V4: our maintenance reservations (`slurm_heal.checks.maintenance`)
+    maintenance_prefixes: tuple[str, ...] = ("slurm-heal-reset-", "slurm-heal-gate-",
+                                             "slurm-heal-validate-")
+    maintenance_users: tuple[str, ...] = ()
     # One field per entry of BUILTINS, in its order (a test holds them together).
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
@@ -369,6 +373,10 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
     return type(default)(**values)
 
 
+# The keys of [check] (CheckConfig's own fields).
+TOP_KEYS = ("state_dir", "timeout", "maintenance_prefixes", "maintenance_users")
+
+
 def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
     """Validate a parsed TOML document into a CheckConfig (ConfigError on bad input)."""
     sections: dict[str, Any] = {spec.name: spec.settings() for spec in BUILTINS}
@@ -385,8 +393,8 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
         raise ConfigError("expected a table", file=file, key="check")
     top: dict[str, Any] = {}
     for key, value in check.items():
-        if key not in ("state_dir", "timeout"):
-            raise ConfigError("unknown key (known: state_dir, timeout)", file=file,
+        if key not in TOP_KEYS:
+            raise ConfigError(f"unknown key (known: {', '.join(TOP_KEYS)})", file=file,
                               key=f"check.{key}")
         if f"check.{key}" in DURATIONS:
             value = _seconds(file, f"check.{key}", value)

@@ -11,7 +11,9 @@ argparse said it (usage line, ``slurm-heal check: error: ...``, exit 2).
 
 Exit statuses: 0 healthy, 1 findings (prolog: only faults that make the node unusable;
 epilog: always 0), 2 usage or configuration error, 3 Slurm error (the findings were
-still printed and the state saved), 10 a detector failed and nothing was found.
+still printed and the state saved), 10 a detector failed and nothing was found, 11 the
+check itself broke (an unexpected exception: reported in the node's Extra as a
+record-only alert; our Prolog lets the job run).
 """
 
 from __future__ import annotations
@@ -203,6 +205,8 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
                      runner.EXIT_SLURM, as_json, out, err)
     except HealError as exc:
         return error(str(exc), type(exc).__name__, exit_code_for(exc), as_json, out, err)
+    except Exception as exc:  # a bug in the check: never the node's fault (SPEC I1)
+        return crashed(exc, name, dry_run, as_json, out, err)
     if as_json:
         render_json(result, out)
         for s in result.statuses:
@@ -211,6 +215,25 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
     else:
         render_text(result, out)
     return result.exit_code
+
+
+def crashed(exc: BaseException, node: str, dry_run: bool, as_json: bool, out: TextIO,
+            err: TextIO) -> int:
+    """The check itself broke (SPEC I1, O1): its traceback on stderr, the record-only
+    alert in the node's Extra (best effort: `runner.report_crash`), exit 11, which our
+    Prolog and Epilog never take for a fault of the node."""
+    import traceback
+
+    err.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    what = f"{type(exc).__name__}: {exc}"
+    if not dry_run:
+        try:
+            err.write(f"slurm-heal: {runner.report_crash(node, what)}\n")
+        except Exception as report:  # the report is best effort; the exit says it anyway
+            err.write(f"slurm-heal: the crash could not be reported in Slurm: {report}\n")
+    return error(f"the node check itself failed ({what}); not a fault of {node}: the job "
+                 "is allowed and nothing is drained", "CheckCrashed", runner.EXIT_CRASHED,
+                 as_json, out, err)
 
 
 def main(argv: list[str] | None = None) -> int:

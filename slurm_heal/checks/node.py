@@ -89,7 +89,8 @@ def count_gpus(root_path: str) -> int:
         return 0
 
 
-def _in_set(pattern: str, name: str) -> bool:
+def in_set(pattern: str, name: str) -> bool:
+    """Whether ``name`` is in a Slurm host list (``a,b`` or ``gpu[01-04]``)."""
     if "[" not in pattern:
         return name in pattern.split(",")
     from ClusterShell.NodeSet import NodeSet  # only for bracketed host lists
@@ -121,7 +122,7 @@ def gres_gpus(text: str, node: str) -> int | None:
                 kv[key.lower()] = value
         if kv.get("name", "").lower() != "gpu":
             continue
-        if "nodename" in kv and not _in_set(kv["nodename"], node):
+        if "nodename" in kv and not in_set(kv["nodename"], node):
             continue
         if "file" in kv:
             n = _expand_count(kv["file"])

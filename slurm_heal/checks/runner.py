@@ -16,10 +16,14 @@ What a run does, in order:
    someone else, nor one the controller cordoned);
 5. SPEC S8: a node we held out of service (our drain, or the controller's marker) that is
    found in service again on the same boot while its faults are still there was resumed
-   by a person: the faults seen so far are acknowledged (``acknowledged`` in the state
-   and in Extra, where the controller does not act on them) and never drain the node
-   again; only a new fault does (another fault id, a new kernel event, or a fault that
-   cleared and came back);
+   by a person: the faults seen so far -- what we published (Extra, Reason) before the
+   resume -- are acknowledged (``acknowledged`` in the state and in Extra, where the
+   controller does not act on them) and never drain the node again; only a new fault
+   does (another fault id, a new kernel event, or a fault that cleared and came back),
+   also one found by the run that notices the resume. Unless one of our own maintenance
+   reservations holds the node (`slurm_heal.checks.maintenance`: the controller lifted
+   its drain for the GPU reset, gate or validation job): then the check publishes but
+   never drains, and our Prolog lets that job through (SPEC E6, V1, V4);
 6. save the state.
 
 On a healthy node with nothing published, Slurm is not called at all: that keeps the
@@ -55,6 +59,9 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_SLURM = 3
 EXIT_DETECTOR_FAILED = 10
+# The check itself broke (an unexpected exception, a bug): never a fault of the node, so
+# our Prolog lets the job run and nothing is drained (SPEC I1); reported centrally (O1).
+EXIT_CRASHED = 11
 
 # The fault a failing detector is published as (SPEC O1; record only, never an action).
 DETECTOR_ERROR = "check.detector_error"
@@ -84,6 +91,12 @@ class CheckResult:
     exit_code: int = EXIT_HEALTHY
     # SPEC S8: alerts a person's resume acknowledged (published, never drained for)
     acknowledged: list[Alert] = field(default_factory=list)
+    # SPEC E6, V1, V4: our maintenance reservation holding the node ("" none; None: not
+    # asked this run)
+    maintenance: str | None = None
+    # SPEC S8, I1: the Prolog/Epilog runs for one of our own maintenance jobs (its
+    # reservation's name): never failed by our Prolog
+    maintenance_job: str = ""
 
 
 def node_name(explicit: str | None = None) -> str:
@@ -270,16 +283,44 @@ def _fingerprint(e: Evidence) -> str:
     return hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode()).hexdigest()[:16]
 
 
-def acknowledge(findings: list[Finding], now: datetime) -> dict[str, Any]:
+def acknowledge(findings: list[Finding], now: datetime,
+                published: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """SPEC S8: the acknowledgement a person's resume gives the faults seen so far (pure):
-    fault id -> when, and the evidence seen then (a later event of the fault is new)."""
+    fault id -> when, and the evidence seen then (a later event of the fault is new).
+
+    "Seen so far" is what was published before the resume (``published``: fault id ->
+    the fingerprints of the evidence we wrote into Extra or the Reason while we held the
+    node): a fault never published is not acknowledged, and only the published evidence
+    of an event fault is. The run that notices the resume is often the one a new kernel
+    event woke (the node agent): that event was never published, so ``standing`` ends
+    the acknowledgement of its fault at once and the node drains for it. ``None`` (a
+    state written before this was recorded) acknowledges every finding, as before.
+    """
     out: dict[str, Any] = {}
     for f in findings:
         if f.fault == DETECTOR_ERROR:
             continue  # SPEC O1: a detector that cannot run keeps saying so
+        if published is not None and f.fault not in published:
+            continue  # found after the resume: a new fault
+        prints = {_fingerprint(e) for e in f.evidence}
+        if published is not None:
+            prints &= set(published[f.fault])
         rec = out.setdefault(f.fault, {"at": now.isoformat(), "evidence": []})
-        rec["evidence"] = sorted(set(rec["evidence"]) | {_fingerprint(e) for e in f.evidence})
+        rec["evidence"] = sorted(set(rec["evidence"]) | prints)
     return out
+
+
+def remember_published(pub: dict[str, Any], published: list[Alert] | list[Finding]) -> None:
+    """SPEC S8: add what was just written to Slurm (alerts into Extra, a fault into the
+    Reason) to what a person could have seen while we hold the node (``pub["seen"]``)."""
+    seen = pub.get("seen")
+    seen = dict(seen) if isinstance(seen, dict) else {}
+    for item in published:
+        if item.fault == DETECTOR_ERROR:
+            continue
+        prints = set(seen.get(item.fault) or ()) | {_fingerprint(e) for e in item.evidence}
+        seen[item.fault] = sorted(prints)
+    pub["seen"] = seen
 
 
 def standing(findings: list[Finding], acked: dict[str, Any]) -> dict[str, Any]:
@@ -320,36 +361,92 @@ def _instance_id(client: SlurmClient, name: str, st: dict[str, Any]) -> str:
     return value
 
 
+def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
+                     result: CheckResult, held: bool, pending: Any = None) -> str:
+    """SPEC E6, V1, V4, S8: the name of our own maintenance reservation that holds this
+    node now ("" when none does), asked of Slurm at most once per run, and only where it
+    can be one: a node we held out of service on this boot that is in service again (the
+    controller lifts its drain for our job), or one Slurm shows in a reservation. Slurm
+    22.05 sets MAINT/RESERVED in a node's state only at its next periodic pass (up to a
+    minute after the reservation starts: the lab showed IDLE), so the state alone is not
+    enough. A reservation that cannot be read is none of ours (the node is drained as
+    before)."""
+    if result.maintenance is not None:
+        return result.maintenance
+    if not held and not states & {"MAINT", "MAINTENANCE", "RESERVED"}:
+        return ""
+    from slurm_heal.checks import maintenance
+
+    try:
+        result.maintenance = maintenance.holding(
+            name, cfg.maintenance_prefixes, maintenance.trusted_users(cfg.maintenance_users),
+            pending)
+    except HealError as exc:
+        result.notes.append(f"the reservations holding {name} could not be read ({exc})")
+        result.maintenance = ""
+    return result.maintenance
+
+
 def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding],
-                         st: dict[str, Any], now: datetime, result: CheckResult) -> None:
+                         st: dict[str, Any], now: datetime, result: CheckResult,
+                         cfg: CheckConfig | None = None) -> None:
     """SPEC S8: a node we held out of service on this boot (our drain, or the
     controller's marker) is in service again while faults that drain it are still found:
-    a person resumed it. The faults seen so far are acknowledged (``st["acknowledged"]``)
-    and never drain it again. A new boot is no person's resume (Slurm returns a rebooted
-    node to service by itself), so the faults found after it drain it as before."""
+    a person resumed it. The faults published before (``published.seen``: Extra and
+    Reason) are acknowledged (``st["acknowledged"]``) and never drain it again; evidence
+    found after it (an event not published then, another fault) drains it at once. A new
+    boot is no person's resume (Slurm returns a rebooted node to service by itself), so
+    the faults found after it drain it as before; nor is the lift of our drain for one
+    of our own maintenance jobs (its reservation holds the node: E6, V1, V4). A node in
+    a site's own reservation is a person's resume like any other."""
     pub = st.setdefault("published", {"extra": False, "drained": ""})
     acked = st.get("acknowledged") or {}
     active = [f for f in findings if f.fault not in acked]
     if not any(cordons(f) for f in active) or not pub.get("held") \
             or pub.get("held") != st.get("boot_id"):
         return
-    info = client.node(name)
+    pending = None
+    if cfg is not None and result.mode == "agent" and result.maintenance is None:
+        # The agent's path from a kernel record to the drain (issue 32 item 12): the
+        # reservations are read while the node is, not after it.
+        from slurm_heal.checks import maintenance
+
+        pending = maintenance.Pending()
+    try:
+        info = client.node(name)
+    except BaseException:
+        if pending is not None:
+            pending.cancel()
+        raise
     if info.drained or info.down:
+        if pending is not None:
+            pending.cancel()
         return
-    if info.states & {"MAINT", "MAINTENANCE", "RESERVED"}:
-        return  # SPEC E6/V1: our drain lifted for a job in a maintenance reservation
-    new = acknowledge(active, now)
-    st["acknowledged"] = {**acked, **new}
+    if cfg is not None and _our_maintenance(cfg, name, info.states, result, held=True,
+                                            pending=pending):
+        return  # SPEC E6/V1/V4: our drain lifted for our job in our reservation
+    seen = pub.get("seen")
+    new = acknowledge(active, now, seen if isinstance(seen, dict) else None)
+    st["acknowledged"] = standing(findings, {**acked, **new})
+    kept = sorted(f for f in new if f in st["acknowledged"])
+    fresh = sorted({f.fault for f in active if cordons(f)} - set(kept))
     pub["drained"] = ""
     pub["held"] = ""
-    result.notes.append(f"{name} was resumed by a person while slurm-heal held it: "
-                        f"{', '.join(sorted(new))} acknowledged, the node is not drained "
-                        "again for them (only a new fault drains it) (SPEC S8)")
+    pub["seen"] = {}
+    if kept:
+        result.notes.append(f"{name} was resumed by a person while slurm-heal held it: "
+                            f"{', '.join(kept)} acknowledged, the node is not drained "
+                            "again for them (only a new fault drains it) (SPEC S8)")
+    if fresh:
+        result.notes.append(f"{name} was resumed by a person; {', '.join(fresh)} has "
+                            "evidence not published before the resume: a new fault "
+                            "(SPEC S8)")
 
 
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
-             refresh: bool = False, acknowledged: list[Alert] | None = None) -> None:
+             refresh: bool = False, acknowledged: list[Alert] | None = None,
+             maintenance_of: Callable[[frozenset[str]], str] = lambda states: "") -> None:
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
@@ -360,6 +457,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
         if alerts or acknowledged:
             client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine,
                                                                 acknowledged=acknowledged))
+            remember_published(pub, alerts)  # SPEC S8: what a person can see now
             if not pub.get("extra"):
                 result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
             pub["extra"] = True
@@ -368,6 +466,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # controller sees the health check ran after its action (SPEC L5). Written
             # once per boot (and when alerts clear), not on every healthy run.
             client.set_extra(name, extra.KEY, extra.our_section([], now, machine))
+            pub["seen"] = {}
             if pub.get("extra"):
                 result.actions.append(f"removed our alerts from {name}'s Extra")
             pub["extra"] = False
@@ -386,12 +485,19 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # House style 2: a node someone else took out of service keeps their reason.
             result.notes.append(f"{name} is already {'down' if info.down else 'drained'} "
                                 f"by someone else ({info.reason!r}); left as it is")
+        elif not info.drained and maintenance_of(info.states):
+            # SPEC E6, V1, V4: our drain was lifted for our own job in our maintenance
+            # reservation; the job's result decides (published above, never drained).
+            result.notes.append(f"{name} is held by our maintenance reservation "
+                                f"{result.maintenance}: published, not drained (the "
+                                "job's result decides)")
         elif not info.drained:
             reason = reasons.format_marker(worst[0].fault, by="check", text=worst[0].summary)
             # Recorded before the drain: if scontrol times out after slurmctld applied it
             # (or the wrapper kills us here), a later healthy run still resumes the node.
             pub["drained"] = reason
             pub["held"] = st.get("boot_id") or ""  # SPEC S8: held by us on this boot
+            remember_published(pub, worst[:1])  # the Reason names it
             st["published"] = pub
             client.drain(name, reason)
             result.actions.append(f"drained {name}: {reason}")
@@ -403,6 +509,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     info = client.node(name)
     pub["drained"] = ""
     pub["held"] = ""
+    pub["seen"] = {}
     if not info.drained:
         return
     marker = reasons.marker_of(info.reason)
@@ -447,6 +554,8 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
         result = CheckResult(node=node_name, mode=mode, findings=all_findings, alerts=alerts,
                              statuses=statuses)
         _split(result, all_findings, alerts, st)
+        if mode in ("prolog", "epilog") and not dry_run:
+            _our_job(cfg, node_name, result)
         try:
             pub = st.get("published") or {}
             # SPEC O1: the periodic health check refreshes checked_at in Extra every run
@@ -458,11 +567,16 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                 if client is None:
                     client = (client_factory or default_client)()
                 try:
-                    _resumed_by_a_person(client, node_name, result.findings, st, now, result)
+                    _resumed_by_a_person(client, node_name, result.findings, st, now, result,
+                                         cfg)
                     _split(result, all_findings, alerts, st)
                     _publish(client, node_name, result.alerts, result.findings, st, existed,
                              now, result, refresh=mode in REFRESH_MODES,
-                             acknowledged=result.acknowledged)
+                             acknowledged=result.acknowledged,
+                             maintenance_of=lambda states: _our_maintenance(
+                                 cfg, node_name, states, result,
+                                 held=bool(st["published"].get("held"))
+                                 and st["published"].get("held") == st.get("boot_id")))
                 except SlurmError as exc:
                     if mode != "prolog" or not any(cordons(f) for f in all_findings):
                         raise
@@ -474,6 +588,30 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             state.save(state_dir, st)
     result.exit_code = exit_code(result)
     return result
+
+
+def _our_job(cfg: CheckConfig, name: str, result: CheckResult) -> None:
+    """SPEC S8, E6, V1, V4: whether slurmd runs this Prolog/Epilog for one of our own
+    maintenance jobs (`maintenance.job_is_ours`: our reservation, a trusted user; never
+    the job's name). Slurm is asked only for a job in a reservation with our prefix."""
+    from slurm_heal.checks import maintenance
+
+    if not any(os.environ.get("SLURM_JOB_RESERVATION", "").startswith(p)
+               for p in cfg.maintenance_prefixes if p):
+        return
+    try:
+        found = maintenance.job_is_ours(os.environ, cfg.maintenance_prefixes,
+                                        maintenance.trusted_users(cfg.maintenance_users),
+                                        name)
+    except HealError as exc:
+        result.notes.append(f"the job's reservation could not be read ({exc}); "
+                            "taken as a user's job")
+        return
+    if found:
+        result.maintenance_job = found
+        result.maintenance = found  # the reservation holds the node: never drained
+        result.notes.append(f"our maintenance job in {found}: allowed, the node is not "
+                            "drained while it holds it (its result decides)")
 
 
 def _split(result: CheckResult, findings: list[Finding], alerts: list[Alert],
@@ -488,12 +626,15 @@ def _split(result: CheckResult, findings: list[Finding], alerts: list[Alert],
 
 def exit_code(result: CheckResult) -> int:
     """0 healthy; 1 findings. Prolog: 1 only for faults that make the node unusable
-    (cordon), so Slurm requeues the job. Epilog: 0 (we drain with our own reason; a
+    (cordon), so Slurm requeues the job, and never for our own maintenance job (its
+    reservation holds the node for it: SPEC S8). Epilog: 0 (we drain with our own reason; a
     failing epilog would make Slurm drain with its own). 10: a detector failed and
     nothing was found."""
     if result.mode == "epilog":
         return EXIT_HEALTHY
     if result.mode == "prolog":
+        if result.maintenance_job:
+            return EXIT_HEALTHY  # SPEC S8: our own reset/gate/validation job goes through
         return EXIT_FINDINGS if any(cordons(f) for f in result.findings) else EXIT_HEALTHY
     if any(f.fault != DETECTOR_ERROR for f in result.findings):
         return EXIT_FINDINGS
@@ -501,3 +642,40 @@ def exit_code(result: CheckResult) -> int:
         return EXIT_DETECTOR_FAILED
     return EXIT_HEALTHY
 
+
+
+def report_crash(node_name: str, error: str, client: SlurmClient | None = None,
+                 now: datetime | None = None) -> str:
+    """SPEC O1, I1: the node check itself broke (``error``: what it raised). Said
+    centrally as the record-only ``check.detector_error`` alert of the detector
+    ``check``, added to what our key in the node's Extra holds now: the alerts published
+    before stay as they are (the controller must not take a broken check for faults that
+    cleared), and ``checked_at`` is not moved (the check did not complete, so it goes
+    stale). The first run that completes writes its own alerts, without this one.
+    Never drains or resumes anything. Returns what was done, in words; raises what the
+    Slurm client raises."""
+    from slurm_heal import extra
+
+    now = now or datetime.now(timezone.utc)
+    client = client or default_client()
+    current = (client.node(node_name).extra or {}).get(extra.KEY)
+    section: dict[str, Any] = dict(current) if isinstance(current, dict) else {
+        "v": extra.VERSION, "alerts": []}
+    raw = section.get("alerts")
+    alerts = [a for a in raw if isinstance(a, dict)] if isinstance(raw, list) else []
+    mine = [a for a in alerts if a.get("fault") == DETECTOR_ERROR and a.get("detector") == "check"]
+    first = now
+    if mine:
+        try:
+            first = datetime.fromisoformat(str(mine[0].get("first_seen")))
+        except ValueError:
+            pass
+    crash = Alert(node=node_name, fault=DETECTOR_ERROR, severity=Severity.WARNING,
+                  summary=f"the node check itself failed: {error}"[:300], first_seen=first,
+                  last_seen=now, detector="check",
+                  evidence=(Evidence(source="slurm-heal check", text=error[:2000],
+                                     at=now.isoformat(),
+                                     data={"detector": "check", "status": "crashed"}),))
+    section["alerts"] = [a for a in alerts if a not in mine] + [extra.alert_to_json(crash)]
+    client.set_extra(node_name, extra.KEY, section)
+    return f"reported in {node_name}'s Extra as {DETECTOR_ERROR} (detector check)"

@@ -128,7 +128,10 @@ _SHAPE: dict[str, Any] = {
     "services": lambda v: _is_map(v, lambda h: isinstance(h, list)),
     "instance": lambda v: _is_map(v, lambda s: isinstance(s, str)),
     "published": lambda v: _is_map(v) and _opt(v.get("extra"), bool)
-    and _opt(v.get("drained"), str) and _opt(v.get("boot"), str) and _opt(v.get("held"), str),
+    and _opt(v.get("drained"), str) and _opt(v.get("boot"), str) and _opt(v.get("held"), str)
+    # SPEC S8: fault id -> fingerprints of the evidence published while we held the node
+    and _opt(v.get("seen"), dict) and all(isinstance(p, list) and all(isinstance(x, str) for x in p)
+                                          for p in (v.get("seen") or {}).values()),
     # SPEC S8: fault id -> {"at": time, "evidence": [fingerprint, ...]} (this boot only)
     "acknowledged": lambda v: _is_map(v, lambda r: isinstance(r, dict)
                                       and isinstance(r.get("at", ""), str)

@@ -43,7 +43,7 @@ def test_healthcheck_never_hangs_past_its_deadline(tmp_path: Path) -> None:
     assert run(HEALTHCHECK, prog, SLURM_HEAL_DEADLINE="1").returncode == 124
 
 
-@pytest.mark.parametrize("status, expected", [(0, 0), (1, 1), (3, 0), (10, 0)])
+@pytest.mark.parametrize("status, expected", [(0, 0), (1, 1), (3, 0), (10, 0), (11, 0)])
 def test_prolog_fails_only_when_the_node_is_unusable(tmp_path: Path, status: int,
                                                      expected: int) -> None:
     prog = fake(tmp_path, f"exit {status}")

@@ -396,3 +396,103 @@ def test_acknowledgement_ends_when_the_fault_clears_or_comes_anew() -> None:
                         evidence=(Evidence("k", "line1", at="t1"), Evidence("k", "line2", at="t3")))
     assert set(runner.standing([ro, xid_again], acked)) == {"fs.readonly"}
     assert set(runner.standing([xid], acked)) == {"gpu.xid.79"}  # the mount is rw again
+
+
+XID79_GPU2 = ("2,503,130229999,-;NVRM: Xid (PCI:0000:86:00): 79, pid=777, name=python3, "
+              "GPU has fallen off the bus.\n")
+
+
+def test_a_new_xid_in_the_run_that_notices_the_resume_drains_the_node(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8, D1 (issue 32 item 1): a person resumes the node the check drained for an
+    Xid 79; before the check's next run (the one the node agent starts when the kernel
+    logs something) another GPU falls off the bus. That event was never published, so the
+    resume cannot have acknowledged it: the node is drained again at once."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    assert slurm.node("gpu01").drained
+    slurm.resume("gpu01")  # a person's `scontrol update state=resume`
+    node.kmsg(XID79_GPU2, append=True)  # right after it, before the next run
+    result = check(slurm, now=T0 + timedelta(seconds=1))
+    info = slurm.node("gpu01")
+    assert info.drained and info.reason.startswith("heal: gpu.xid.79 by=check"), info.reason
+    assert result.acknowledged == [] and [a.fault for a in result.alerts] == ["gpu.xid.79"]
+    assert result.exit_code == runner.EXIT_FINDINGS
+    section = ours(slurm)
+    assert section is not None and "acknowledged" not in section
+    texts = [e["text"] for a in section["alerts"] for e in a["evidence"]]  # type: ignore[index]
+    assert any("0000:86:00" in t for t in texts) and any("0000:3b:00" in t for t in texts)
+
+
+def test_a_new_fault_in_the_run_that_notices_the_resume_drains_and_the_seen_one_stays_acknowledged(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8 (issue 32 item 1): the Xid 79 the person saw stays acknowledged; a read-only
+    root file system found in the same run (never published) drains the node."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    slurm.resume("gpu01")
+    (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    result = check(slurm, now=T0 + timedelta(seconds=1))
+    info = slurm.node("gpu01")
+    assert info.drained and info.reason.startswith("heal: fs.readonly by=check"), info.reason
+    assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+    assert [a.fault for a in result.alerts] == ["fs.readonly"]
+
+
+def test_a_resume_acknowledges_only_what_was_published() -> None:
+    """SPEC S8 (pure): with what was published before the resume, a fault never published
+    is not acknowledged and an event fault keeps only its published evidence, so its
+    unpublished event ends the acknowledgement at once."""
+    from slurm_heal.types import Evidence, Finding, Severity
+
+    old = Evidence("k", "line1", at="t1")
+    xid = Finding(fault="gpu.xid.79", severity=Severity.CRITICAL, summary="off",
+                  detector="kernel_log", node="n", evidence=(old, Evidence("k", "line2", at="t2")))
+    ro = Finding(fault="fs.readonly", severity=Severity.CRITICAL, summary="/ ro",
+                 detector="mounts", node="n", evidence=(Evidence("m", "ro", at="t2"),))
+    pub: dict[str, object] = {}
+    runner.remember_published(pub, [Finding(fault="gpu.xid.79", severity=Severity.CRITICAL,
+                                            summary="off", detector="kernel_log", node="n",
+                                            evidence=(old,))])
+    acked = runner.acknowledge([xid, ro], T0, pub["seen"])  # type: ignore[arg-type]
+    assert set(acked) == {"gpu.xid.79"}
+    assert runner.standing([xid, ro], acked) == {}
+    assert set(runner.standing([replace_evidence(xid, (old,)), ro], acked)) == {"gpu.xid.79"}
+    # a state from before this was recorded: everything found is acknowledged, as before
+    assert set(runner.acknowledge([xid, ro], T0)) == {"gpu.xid.79", "fs.readonly"}
+
+
+def replace_evidence(f: object, evidence: tuple[object, ...]) -> object:
+    from slurm_heal.frozen import replace
+
+    return replace(f, evidence=evidence)  # type: ignore[type-var]
+
+
+def test_a_crash_in_the_check_is_exit_11_and_reported_with_the_published_alerts_kept(
+        node: Node, slurm: MemorySlurm, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC I1, O1 (issue 32 item 11): an unexpected exception in the check (forced here)
+    is not a fault of the node: exit 11 (which our Prolog lets through, not 1), nothing
+    drained, and a record-only alert of the detector `check` added to what Extra held,
+    the alert published before kept."""
+    node.kmsg(XID13, append=True)
+    check(slurm)  # publishes gpu.xid.13 (not a drain)
+    assert not slurm.node("gpu01").drained
+
+    def broken(*args: object, **kwargs: object) -> runner.CheckResult:
+        raise RuntimeError("forced: a bug in the check")
+
+    monkeypatch.setattr(runner, "run_check", broken)
+    monkeypatch.setattr(runner, "default_client", lambda: slurm)
+    assert fastcli.main(["--mode", "prolog", "--node", "gpu01"]) == runner.EXIT_CRASHED
+    err = capsys.readouterr().err
+    assert "RuntimeError: forced: a bug in the check" in err and "Traceback" in err
+    assert not slurm.node("gpu01").drained
+    section = ours(slurm)
+    assert section is not None
+    faults = [(a["fault"], a["detector"]) for a in section["alerts"]]  # type: ignore[index]
+    assert faults == [("gpu.xid.13", "kernel_log"), ("check.detector_error", "check")]
+    from slurm_heal.extra import read_check_data
+
+    data = read_check_data("gpu01", slurm.node("gpu01").extra, datetime.now(timezone.utc))
+    assert data.problem is None and len(data.alerts) == 2
