@@ -180,7 +180,8 @@ class HeldBy(Stored):
     that rule from another (the settle wait, an incident, a component: each recorded
     once); ``until`` is when it lifts by itself (None: it does not); ``lifts`` says in
     words what lifts it and ``command`` is the command a person runs for that ("" when
-    only time or the cluster lifts it); ``incident`` is the S7 incident that holds it.
+    only time or the cluster lifts it); ``incident`` is the S7 incident that holds it and
+    ``label`` which hold of the rule it is, in a few words.
     """
 
     rule: str
@@ -190,6 +191,12 @@ class HeldBy(Stored):
     lifts: str = ""
     command: str = ""
     incident: str | None = None
+    label: str = ""  # which hold, in a few words ("incident i-1", "settle wait"): the gate's
+
+    @property
+    def name(self) -> str:
+        """"S7 (incident i-1)", "E7", "pause": the rule and which hold of it."""
+        return f"{self.rule} ({self.label})" if self.label else self.rule
 
     @property
     def by_incident(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from slurm_heal import operations
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import Location
-from slurm_heal.models import Command, Phase, Remediation, State
+from slurm_heal.models import Command, Remediation, State
 from slurm_heal.readmodel.nodepage import NodeQuery
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Alert, NodeInfo
@@ -145,7 +145,12 @@ def _extra_alerts(n: NodeInfo, now: datetime) -> list[Alert]:
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
-    from slurm_heal.readmodel.words import provider_error, provider_words, waiting_for_evidence
+    from slurm_heal.readmodel.words import (
+        held,
+        provider_error,
+        provider_words,
+        waiting_for_evidence,
+    )
 
     waiting = waiting_for_evidence(rem)
     trouble = provider_error(rem)
@@ -154,6 +159,8 @@ def summary(rem: Remediation) -> dict[str, Any]:
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
             "open": not rem.phase.terminal, "blocked": rem.data.blocked,
+            # O6: what holds it, until when, what lifts it (the engine's Work.hold)
+            "hold": h.model_dump(mode="json") if (h := held(rem)) is not None else None,
             "why": waiting or (rem.steps[-1].why if rem.steps else ""),
             "waiting_for_evidence": bool(waiting) and trouble is None,  # O6: not "approved"
             "provider_error": trouble is not None}
@@ -163,8 +170,11 @@ def summary(rem: Remediation) -> dict[str, Any]:
 
 
 def waits_for_person(rem: Remediation) -> bool:
-    """Proposed, and the approval rule that decided says a person approves (SPEC P2)."""
-    return rem.phase is Phase.PROPOSED and bool(rem.data.approval_pending)
+    """Proposed, and the approval rule that decided says a person approves (SPEC P2);
+    never one an open incident holds (S7: `status`'s own rule, one answer for both)."""
+    from slurm_heal.readmodel.overview import waits_for_approval
+
+    return waits_for_approval(rem)
 
 
 def machine_history(state: State, rem: Remediation) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ class Hold:
     lifts: str = ""
     command: str = ""
     incident: str | None = None  # S7: the incident that holds it
+    label: str = ""  # which hold of the rule, in a few words (S7: "settle wait", ...)
     # A person is told once when the hold starts, under this step (E7: "notify-lemon").
     notify: str = ""
 
@@ -45,4 +46,5 @@ class Hold:
     def held(self) -> HeldBy:
         """The typed record stored with the remediation (``Work.hold``)."""
         return HeldBy(rule=self.rule, mark=self.key, why=self.why, until=self.wake,
-                      lifts=self.lifts, command=self.command, incident=self.incident)
+                      lifts=self.lifts, command=self.command, incident=self.incident,
+                      label=self.label)

@@ -58,10 +58,11 @@ def incidents_of(state: State) -> list[Incident]:
 
 
 def held_by(state: State, inc: Incident) -> tuple[str, ...]:
-    """The open remediations the incident holds now (recorded as held by it, not started)."""
-    mark = f"S7:{inc.id}"
+    """The open remediations the incident holds now: those whose stored hold (the
+    engine's `Work.hold`, O6) names it, not started yet."""
     return tuple(r.id for r in state.remediations if r.node in inc.nodes
-                 and r.phase in (Phase.PROPOSED, Phase.APPROVED) and r.data.blocked == mark)
+                 and r.phase in (Phase.PROPOSED, Phase.APPROVED)
+                 and r.data.hold is not None and r.data.hold.incident == inc.id)
 
 
 def _fold(names: tuple[str, ...]) -> str:
