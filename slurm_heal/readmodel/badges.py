@@ -41,7 +41,8 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
     if waiting and rem.get("open", True):  # O6: a request without evidence, never "approved"
         return "waiting for evidence", "phase-held", (
             waiting if isinstance(waiting, str) else _said("P1"))
-    hold = rem.get("hold") or (rem.get("data") or {}).get("hold")
+    # the read model's own answer where the shape carries it (rem_json, summary)
+    hold = rem["hold"] if "hold" in rem else (rem.get("data") or {}).get("hold")
     if isinstance(hold, dict) and rem.get("open", True):
         # SPEC O6: the engine's own record of what holds it (Work.hold), as it is
         h = HeldBy.model_validate(hold)

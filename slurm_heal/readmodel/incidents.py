@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
 from slurm_heal.models import Incident, IncidentAlert, Phase, State
+from slurm_heal.readmodel.words import held
 
 ENDED_SHOWN = timedelta(days=1)  # ended incidents the overview still shows
 
@@ -62,7 +63,7 @@ def held_by(state: State, inc: Incident) -> tuple[str, ...]:
     engine's `Work.hold`, O6) names it, not started yet."""
     return tuple(r.id for r in state.remediations if r.node in inc.nodes
                  and r.phase in (Phase.PROPOSED, Phase.APPROVED)
-                 and r.data.hold is not None and r.data.hold.incident == inc.id)
+                 and (h := held(r)) is not None and h.incident == inc.id)
 
 
 def _fold(names: tuple[str, ...]) -> str:

@@ -65,9 +65,11 @@ def held(rem: Remediation) -> HeldBy | None:
     """What holds an open remediation back now (SPEC O6, issue 32 item 6): the engine's
     own typed record of it (`Work.hold`), the one answer status, explain, the API and the
     console give; None when nothing holds it."""
-    if rem.phase.terminal:
+    h = rem.data.hold
+    # Set and cleared with ``blocked`` (an older build may clear that one alone).
+    if rem.phase.terminal or h is None or h.mark != rem.data.blocked:
         return None
-    return rem.data.hold
+    return h
 
 
 def held_head(h: HeldBy) -> str:
