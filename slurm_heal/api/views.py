@@ -147,12 +147,14 @@ def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
     from slurm_heal.readmodel.words import (
         held,
+        held_words,
         provider_error,
         provider_words,
         waiting_for_evidence,
     )
 
     waiting = waiting_for_evidence(rem)
+    h = held(rem)
     trouble = provider_error(rem)
     if trouble is not None:  # O6: the cause beside the remediation, with its age
         waiting = "provider not answering: " + provider_words(trouble, _now())
@@ -160,8 +162,9 @@ def summary(rem: Remediation) -> dict[str, Any]:
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
             "open": not rem.phase.terminal, "blocked": rem.data.blocked,
             # O6: what holds it, until when, what lifts it (the engine's Work.hold)
-            "hold": h.model_dump(mode="json") if (h := held(rem)) is not None else None,
-            "why": waiting or (rem.steps[-1].why if rem.steps else ""),
+            "hold": h.model_dump(mode="json") if h is not None else None,
+            "why": waiting or (held_words(h) if h is not None else "")
+            or (rem.steps[-1].why if rem.steps else ""),
             "waiting_for_evidence": bool(waiting) and trouble is None,  # O6: not "approved"
             "provider_error": trouble is not None}
 

@@ -214,3 +214,7 @@ def test_the_console_offers_no_approval_for_a_node_the_incident_holds(
     assert 'id="held"' in page and "incident i-" in page
     assert 'id="lifts"' in page and "slurm-heal incident close i-" in page
     assert "held by S7 (incident i-" in page  # the badge
+    node = s.get(srv.url + "/nodes/gpu02", timeout=10).text
+    assert "Held by" in node and "slurm-heal incident close i-" in node, node
+    overview_page = s.get(srv.url + "/", timeout=10).text
+    assert "lifts: a person closes incident i-" in overview_page  # the open remediations
