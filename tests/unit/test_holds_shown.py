@@ -91,6 +91,25 @@ def test_during_an_incident_held_proposals_are_not_waiting_for_approval_and_are_
     assert text.count(f"`slurm-heal incident close {inc.id}`") == 4, text
 
 
+def test_once_the_incident_is_closed_its_proposals_wait_for_approval_again(
+        tmp_path: Path) -> None:
+    """SPEC S7, P2, O6: a person closes the incident: the held proposals go on by their
+    own rules (here: a person's approval), and no hold is shown any longer."""
+    from slurm_heal.models import Command
+
+    store = Store(tmp_path)
+    _cycles(store, MANUAL, _ib(("gpu01", "gpu02", "gpu03")))
+    iid = _status(store, T0)[0].incidents[0].id
+    now = T0 + timedelta(minutes=2)
+    state = store.load().model_copy(update={"inbox": (Command(
+        id="c9", at=now, kind="close_incident", by="alice", incident=iid),)})
+    store.apply(decide(_view(), state, now, policy_from_dict(MANUAL),
+                       _ib(("gpu01", "gpu02", "gpu03"))), now)
+    ov, text = _status(store, now + timedelta(seconds=5))
+    assert {w.node for w in ov.approvals} == {"gpu01", "gpu02", "gpu03"}, text
+    assert "HELD by" not in text, text
+
+
 def test_the_settle_wait_is_shown_with_its_end_not_as_approved(tmp_path: Path) -> None:
     """SPEC S7, O6: a lone related fault waits incidents.settle: `status` says so, until
     when and that it lifts by itself; never a bare "approved for 10s"."""
