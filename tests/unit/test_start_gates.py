@@ -73,6 +73,19 @@ GATE_ALONE: list[tuple[str, str, list[Any], dict[str, Any], State, dict[str, Any
      {"gpu01": [alert("gpu01")], "gpu02": [alert("gpu02")]},
      State(remediations=(rem("gpu02", Phase.WAITING, acted=False),)), {},
      "by itself when another remediation ends"),
+    ("room", "S4", [node("gpu01"), node("gpu02", "DRAIN"), node("gpu03"), node("gpu04")],
+     {"gpu01": [alert("gpu01")], "gpu02": [alert("gpu02")]},
+     State(remediations=(rem("gpu02", Phase.WAITING, acted=False),)),
+     {"safety": {"concurrency": 5}}, "by itself when r-gpu02-waiting-"),
+    ("room", "E5", [node("gpu01", pool="a"), node("gpu02", "DRAIN", pool="b"), node("gpu03")],
+     {"gpu01": [alert("gpu01", "gpu.xid.79")], "gpu02": [alert("gpu02", "gpu.xid.79")]},
+     State(remediations=(rem("gpu02", Phase.ACTING, Action.MIGRATE, "gpu.xid.79",
+                             acted=False),)),
+     {"escalation": {"migrate_spares": 1}, "safety": {"concurrency": 5}},
+     "by itself when another migration ends"),
+    ("room", "Q4", [node("gpu01"), node("gpu02", "DOWN", reason="psu"),
+                    node("gpu03", "DRAIN", reason="x")], {"gpu01": [alert("gpu01")]},
+     State(), {}, "other nodes of pool a are in service"),
 ]
 
 
