@@ -170,6 +170,41 @@ class Attempt(Stored):
         return data
 
 
+class HeldBy(Stored):
+    """What holds a remediation back now (SPEC O6, issue 32 item 6): the one answer
+    `status`, `explain`, the API and the console give, produced by the pure core's gates
+    (`policy.holds.Hold.held`) and stored with the remediation, never parsed back out of a
+    sentence or a mark.
+
+    ``rule`` is the SPEC id (or ``pause``/``recommend_only``); ``mark`` tells one hold of
+    that rule from another (the settle wait, an incident, a component: each recorded
+    once); ``until`` is when it lifts by itself (None: it does not); ``lifts`` says in
+    words what lifts it and ``command`` is the command a person runs for that ("" when
+    only time or the cluster lifts it); ``incident`` is the S7 incident that holds it and
+    ``label`` which hold of the rule it is, in a few words.
+    """
+
+    rule: str
+    mark: str
+    why: str
+    until: datetime | None = None
+    lifts: str = ""
+    command: str = ""
+    incident: str | None = None
+    label: str = ""  # which hold, in a few words ("incident i-1", "settle wait"): the gate's
+
+    @property
+    def name(self) -> str:
+        """"S7 (incident i-1)", "E7", "pause": the rule and which hold of it."""
+        return f"{self.rule} ({self.label})" if self.label else self.rule
+
+    @property
+    def by_incident(self) -> bool:
+        """An incident holds it: the person looks at the component and closes the
+        incident; approving the node's own remediation is not what it waits for (S7)."""
+        return self.incident is not None
+
+
 class Work(BaseModel):
     """The working state of one remediation that decides what happens next: every flag
     `decide()` keeps between cycles, in one place, typed (issue 8, "Shape").
@@ -187,9 +222,12 @@ class Work(BaseModel):
     evidence_fault: str | None = None
     # P2: the approval rule a person's approval waits on (recorded once, not per cycle).
     approval_pending: str | None = None
-    # The rule id of the limit that holds the remediation now (one blocked record per
+    # The mark of the limit that holds the remediation now (one blocked record per
     # hold); cleared on every phase change.
     blocked: str | None = None
+    # What that limit is, until when, and what lifts it (O6): set with ``blocked`` and
+    # cleared with it; the read model shows only this (issue 32 item 6).
+    hold: HeldBy | None = None
     # P3: the checkpoint signal was sent (never twice).
     signalled: bool = False
     # P3: eviction tries made at the wait limit, and when the last one was sent.

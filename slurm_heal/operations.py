@@ -139,11 +139,13 @@ def slurm_client(controller: dict[str, Any], *, slurm_conf: str | None = None,
 
 def rem_json(rem: Remediation) -> dict[str, Any]:
     """A remediation as the CLI's ``--json`` shows it: the whole record plus ``open``."""
-    from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
+    from slurm_heal.readmodel.words import held, provider_error, waiting_for_evidence
 
     out: dict[str, Any] = rem.model_dump(mode="json")
     out["open"] = not rem.phase.terminal
     out["waiting_for_evidence"] = waiting_for_evidence(rem)  # O6: "" when it does not
+    h = held(rem)  # O6: what holds it now, until when, what lifts it (None: nothing)
+    out["hold"] = h.model_dump(mode="json") if h is not None else None
     trouble = provider_error(rem)  # O6: the provider does not answer the act
     out["provider_error"] = None if trouble is None else {
         "error": trouble.last_error, "tries": trouble.errors,

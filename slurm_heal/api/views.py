@@ -16,7 +16,7 @@ from typing import Any
 from slurm_heal import operations
 from slurm_heal.errors import HealError, NotFound
 from slurm_heal.location import Location
-from slurm_heal.models import Command, Phase, Remediation, State
+from slurm_heal.models import Command, Remediation, State
 from slurm_heal.readmodel.nodepage import NodeQuery
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Alert, NodeInfo
@@ -137,16 +137,26 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
 
 def summary(rem: Remediation) -> dict[str, Any]:
     """One line of a remediation for lists."""
-    from slurm_heal.readmodel.words import provider_error, provider_words, waiting_for_evidence
+    from slurm_heal.readmodel.words import (
+        held,
+        held_words,
+        provider_error,
+        provider_words,
+        waiting_for_evidence,
+    )
 
     waiting = waiting_for_evidence(rem)
+    h = held(rem)
     trouble = provider_error(rem)
     if trouble is not None:  # O6: the cause beside the remediation, with its age
         waiting = "provider not answering: " + provider_words(trouble, _now())
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
             "open": not rem.phase.terminal, "blocked": rem.data.blocked,
-            "why": waiting or (rem.steps[-1].why if rem.steps else ""),
+            # O6: what holds it, until when, what lifts it (the engine's Work.hold)
+            "hold": h.model_dump(mode="json") if h is not None else None,
+            "why": waiting or (held_words(h) if h is not None else "")
+            or (rem.steps[-1].why if rem.steps else ""),
             "waiting_for_evidence": bool(waiting) and trouble is None,  # O6: not "approved"
             "provider_error": trouble is not None}
 
@@ -155,8 +165,11 @@ def summary(rem: Remediation) -> dict[str, Any]:
 
 
 def waits_for_person(rem: Remediation) -> bool:
-    """Proposed, and the approval rule that decided says a person approves (SPEC P2)."""
-    return rem.phase is Phase.PROPOSED and bool(rem.data.approval_pending)
+    """Proposed, and the approval rule that decided says a person approves (SPEC P2);
+    never one an open incident holds (S7: `status`'s own rule, one answer for both)."""
+    from slurm_heal.readmodel.overview import waits_for_approval
+
+    return waits_for_approval(rem)
 
 
 def machine_history(state: State, rem: Remediation) -> list[dict[str, Any]]:

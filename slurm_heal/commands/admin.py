@@ -38,6 +38,9 @@ from slurm_heal.operations import alerts_of as _alerts_of
 from slurm_heal.operations import rem_json as _rem_json
 from slurm_heal.readmodel.words import (
     approval,
+    held,
+    held_head,
+    held_words,
     provider_error,
     provider_words,
     requester,
@@ -274,6 +277,8 @@ def _print_remediation(rem: Remediation) -> None:
     waiting = waiting_for_evidence(rem)
     if waiting:  # O6: held for want of evidence, neither approved nor running
         click.echo(f"  WAITING FOR EVIDENCE: {waiting}")
+    elif (h := held(rem)) is not None:  # O6: what holds it, until when, what lifts it
+        click.echo(f"  {held_head(h)}: {held_words(h)}")
     click.echo(f"  requested by {requester(rem)}; {approval(rem)}; "
                f"action chosen by {rem.action_rule or '-'}"
                + (f" (escalated from {rem.escalated_from.value})" if rem.escalated_from else ""))

@@ -16,7 +16,6 @@ from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy.facts import acted_at, ended_at
 from slurm_heal.policy.gates import Gates
-from slurm_heal.policy.lemon import lemon_hold
 from slurm_heal.policy.working import Working
 from slurm_heal.types import Action, Severity
 
@@ -118,17 +117,6 @@ def migrate_refused(w: Working, node: str, host: str) -> MigrateRefused | None:
 
 class Escalation(Gates):
     """The end of automatic work: a failure climbs E1, the top of it goes to a person."""
-
-    def cleared_to_start(self, rem: Remediation) -> Remediation | None:
-        """The gates, with E7 after recommend-only and the pause: a lemon's automatic
-        remediation is held (recorded once) and a person is told, once, with its ledger."""
-        hold = lemon_hold(self, rem)
-        if hold is not None:
-            if rem.data.blocked != "E7":
-                self.effect("notify", rem.node, rem, "notify-lemon", why=hold.why, rule="E7")
-            self.apply_hold(rem, hold)
-            return None
-        return super().cleared_to_start(rem)
 
     def with_a_person(self, name: str) -> bool:
         """SPEC E1: the node's latest remediation handed it to a person: nothing automatic

@@ -33,6 +33,7 @@ from slurm_heal.incidentstore import INCIDENTS_KEY as INCIDENTS_KEY
 from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
+from slurm_heal.policy.holds import Hold
 from slurm_heal.topology import Component, Topology, from_features
 from slurm_heal.types import Alert
 
@@ -117,13 +118,23 @@ def hold_words(inc: Incident) -> str:
             f"incident close {inc.id}, or the alerts clear)")
 
 
+def hold_of(inc: Incident) -> Hold:
+    """The hold an open incident puts on its nodes' own remediations (O6: what lifts it)."""
+    return Hold("S7", hold_words(inc), mark=f"S7:{inc.id}", incident=inc.id,
+                label=f"incident {inc.id}",
+                lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
+                "or its alerts clear", command=f"slurm-heal incident close {inc.id}")
+
+
 def _hold(w: Working, inc: Incident, nodes: Iterable[str]) -> None:
     """Record once on each of ``nodes``' held remediations that the incident holds it."""
     wanted = set(nodes)
+    hold = hold_of(inc)
     for rem in held_rems(w, inc):
-        if rem.node in wanted and rem.data.blocked != "S7:" + inc.id:
-            rem = w.step(rem, "blocked", "S7", hold_words(inc))
-            w.put(rem.model_copy(update={"data": rem.data.but(blocked="S7:" + inc.id)}))
+        if rem.node in wanted and rem.data.blocked != hold.key:
+            rem = w.step(rem, "blocked", "S7", hold.why)
+            w.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
+                                                              hold=hold.held())}))
 
 
 def close(w: Working, cmd: Command) -> None:

@@ -1,14 +1,14 @@
 """SPEC E7, lemons: a machine whose remediations acted ``escalation.lemon.remediations``
 times within ``window`` gets no more automatic remediation. Pure: `lemon_hold` returns the
 Hold (rule E7, with the machine's ledger as the store holds it in its why) or None;
-`Escalation.cleared_to_start` applies it and tells a person once."""
+`gates.START_GATES` asks it, and applying it tells a person once."""
 
 from __future__ import annotations
 
 from slurm_heal.config import format_duration
 from slurm_heal.models import Remediation
 from slurm_heal.policy.facts import acted_at, is_automatic
-from slurm_heal.policy.gates import Hold, mode_hold
+from slurm_heal.policy.holds import Hold
 from slurm_heal.policy.working import Working
 
 
@@ -35,9 +35,8 @@ def lemon_hold(w: Working, rem: Remediation) -> Hold | None:
     ``escalation.lemon.remediations`` acted within ``window`` is held; it lifts when the
     oldest of them leaves the window (or a person approves or requests the work)."""
     pol = w.policy.escalation.lemon
-    if not pol.enabled or not is_automatic(rem) or \
-            mode_hold(w, rem, starting=True) is not None:
-        return None  # recommend-only and the pause say so themselves, first
+    if not pol.enabled or not is_automatic(rem):
+        return None  # (recommend-only and the pause say so themselves, first: START_GATES)
     host = rem.host or rem.node
     since = w.now - pol.window
     rems = [r for r in w.of_host(host) if r.id != rem.id]
@@ -50,4 +49,9 @@ def lemon_hold(w: Working, rem: Remediation) -> Hold | None:
                 f"{pol.remediations}): no more automatic remediation; a person is sent a "
                 f"removal recommendation (slurm-heal never removes, Q2); the hold lifts at "
                 f"{lifts.isoformat()} or when a person approves {rem.id}; ledger: "
-                f"{machine_words(rems)}", wake=lifts)
+                f"{machine_words(rems)}", wake=lifts, notify="notify-lemon",
+                lifts=f"by itself at {lifts.isoformat()} (the oldest of them leaves "
+                f"escalation.lemon.window); or a person takes the work: cancel {rem.id} and "
+                f"request the {rem.action.value} (a person's work is not held)",
+                command=f"slurm-heal cancel {rem.id} && slurm-heal request {rem.node} "
+                f"{rem.action.value}")

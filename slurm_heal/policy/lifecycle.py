@@ -19,6 +19,7 @@ from slurm_heal.policy.facts import (
     RESEND_TRIES,
     iso,
 )
+from slurm_heal.policy.gates import open_incident_hold
 from slurm_heal.types import NodeInfo
 
 
@@ -72,12 +73,21 @@ class Lifecycle(Acting):
                             f"{rem.action.value} ran: the recommendation is withdrawn")
             self.release(rem, "withdrawn")
             return
-        HANDLERS[rem.phase](self, rem, node)
+        HANDLERS[rem.phase](self, self.lifted(rem, node), node)
 
     def proposed(self, rem: Remediation, node: NodeInfo) -> None:
         rem = self.approve(rem)
         if rem.phase is Phase.APPROVED:
             self.approved(rem, node)
+        elif rem.phase is Phase.PROPOSED:
+            # SPEC S7, O6 (issue 32 item 6): a proposal an open incident holds waits for
+            # the incident's end, not for a person's approval of this node: it is shown
+            # held by the incident, never as one more approval to give.
+            hold = open_incident_hold(self, rem)
+            if hold is not None:
+                self.apply_hold(rem, hold)
+            elif rem.data.hold is not None and rem.data.hold.by_incident:
+                self.unhold(rem)
 
     def approved(self, rem: Remediation, node: NodeInfo) -> None:
         cleared = self.cleared_to_start(rem)

@@ -19,7 +19,8 @@ from slurm_heal.models import (
 )
 from slurm_heal.policy.escalation import migrate_refused
 from slurm_heal.policy.facts import PRE_ACT
-from slurm_heal.policy.gates import request_evidence, start_hold
+from slurm_heal.policy.gates import evidence_hold
+from slurm_heal.policy.holds import Hold
 from slurm_heal.policy.lifecycle import Lifecycle
 from slurm_heal.types import REQUESTABLE_ACTIONS, Action, NodeInfo, Severity
 
@@ -163,7 +164,7 @@ class Requests(Lifecycle):
             requested_by=by, detector=detector, request_id=request_id, action_rule=rule,
             escalated_from=action if chosen is not action else None,
             alert_first_seen=ev.first_seen if ev else None, created=self.now, updated=self.now)
-        waits, _ = request_evidence(self, rem)
+        waits = evidence_hold(self, rem)
         if waits is not None:  # O6: said when the request is taken, not found out later
             why += f"; {waits.why}"
         self.put(rem)
@@ -176,16 +177,19 @@ class Requests(Lifecycle):
     def advance(self, rem: Remediation) -> None:
         """SPEC P1/Q4, O6: a request held for want of evidence waits for it before it is
         put to anyone's approval (a person is not asked to approve what cannot run), is
-        recorded and notified once, and waits at most ``requests.evidence_wait``."""
+        recorded and notified once, and waits at most ``requests.evidence_wait``. The
+        evidence is asked directly (issue 32 item 5): a pause, someone else's drain, an
+        incident, the breaker or a cooldown holding the request too never hide it, nor
+        stop the wait's bound."""
         if rem.origin != "alert" and rem.phase in (Phase.PROPOSED, Phase.APPROVED) \
                 and self.node(rem.node) is not None:
-            hold, _ = start_hold(self, rem)
-            if hold is not None and hold.rule == "P1":
-                self.wait_for_evidence(rem, hold.why)
+            hold = evidence_hold(self, rem)
+            if hold is not None:
+                self.wait_for_evidence(rem, hold)
                 return
         super().advance(rem)
 
-    def wait_for_evidence(self, rem: Remediation, why: str) -> None:
+    def wait_for_evidence(self, rem: Remediation, hold: Hold) -> None:
         wait = self.policy.requests.evidence_wait
         deadline = rem.created + wait
         if self.now >= deadline:
@@ -195,7 +199,6 @@ class Requests(Lifecycle):
             self.release(rem, "withdrawn")
             return
         if rem.data.blocked != "P1":
-            self.blocked(rem, "P1", why)
             # Once per remediation: a person's approve while it waits unblocks it, and the
             # next look (in this call or a later one) holds it again without a second notice
             # under the same key (S6).
@@ -205,7 +208,9 @@ class Requests(Lifecycle):
                 who = rem.requested_by if rem.origin == "operator" else \
                     f"detector {rem.detector}"
                 self.effect("notify", rem.node, rem, "notify-evidence", rule="P1",
-                            why=f"{rem.action.value} of {rem.node} requested by {who} {why}")
+                            why=f"{rem.action.value} of {rem.node} requested by {who} "
+                            f"{hold.why}")
+        self.blocked(rem, hold)
         self.wake(deadline)
 
     def create_from_reason(self, node: NodeInfo) -> None:

@@ -187,8 +187,8 @@ class Working:
         if phase in PHASES:
             update["phase"] = Phase(phase)
             times.setdefault(phase, self.now)
-            if work.blocked is not None:
-                flags = {"blocked": None, **flags}
+            if work.blocked is not None or work.hold is not None:
+                flags = {"blocked": None, "hold": None, **flags}
         if flags:
             work = work.but(**flags)
         update.update(phase_times=times, data=work, updated=self.now,

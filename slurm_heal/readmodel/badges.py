@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from slurm_heal.models import HeldBy
 from slurm_heal.readmodel import rulewords
 
 # A "blocked" record under these rules holds nothing back that needs a person: a
@@ -48,12 +49,13 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
     if waiting and rem.get("open", True):  # O6: a request without evidence, never "approved"
         return "waiting for evidence", "phase-held", (
             waiting if isinstance(waiting, str) else _said("P1"))
+    # the read model's own answer where the shape carries it (rem_json, summary)
+    hold = rem["hold"] if "hold" in rem else (rem.get("data") or {}).get("hold")
+    if isinstance(hold, dict) and rem.get("open", True):
+        # SPEC O6: the engine's own record of what holds it (Work.hold), as it is
+        h = HeldBy.model_validate(hold)
+        return f"{phase}, held by {h.name}", "phase-held", _said(h.rule, h.lifts)
     held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
-    if held and str(held).startswith("S7:") and rem.get("open", True):
-        # SPEC S7 marks which hold it is: an incident (i-...), a component, the settle wait
-        what = str(held)[3:]
-        label = f"incident {what}" if what.startswith("i-") else what
-        return f"{phase}, held by S7 ({label})", "phase-held", _said("S7")
-    if held and rem.get("open", True):
+    if held and rem.get("open", True):  # a store from before Work.hold, until its next cycle
         return f"{phase}, held by {held}", "phase-held", _said(held)
     return phase, f"phase-{phase}", ""

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
 from slurm_heal.incidentstore import unreadable as _unreadable
 from slurm_heal.models import Incident, IncidentAlert, Phase, State
+from slurm_heal.readmodel.words import held
 
 ENDED_SHOWN = timedelta(days=1)  # ended incidents the overview still shows
 
@@ -64,10 +65,11 @@ def unreadable(state: State) -> list[str]:
 
 
 def held_by(state: State, inc: Incident) -> tuple[str, ...]:
-    """The open remediations the incident holds now (recorded as held by it, not started)."""
-    mark = f"S7:{inc.id}"
+    """The open remediations the incident holds now: those whose stored hold (the
+    engine's `Work.hold`, O6) names it, not started yet."""
     return tuple(r.id for r in state.remediations if r.node in inc.nodes
-                 and r.phase in (Phase.PROPOSED, Phase.APPROVED) and r.data.blocked == mark)
+                 and r.phase in (Phase.PROPOSED, Phase.APPROVED)
+                 and (h := held(r)) is not None and h.incident == inc.id)
 
 
 def _fold(names: tuple[str, ...]) -> str:

@@ -37,11 +37,17 @@ from pydantic import BaseModel, ConfigDict
 from slurm_heal import extra, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
-from slurm_heal.models import Pause, Phase, Remediation, State
+from slurm_heal.models import HeldBy, Pause, Phase, Remediation, State
 from slurm_heal.readmodel import incidents as incidents_mod
 from slurm_heal.readmodel.incidents import IncidentView
 from slurm_heal.readmodel.words import elapsed as _dur
-from slurm_heal.readmodel.words import provider_error, waiting_for_evidence
+from slurm_heal.readmodel.words import (
+    held,
+    held_head,
+    held_words,
+    provider_error,
+    waiting_for_evidence,
+)
 from slurm_heal.readmodel.words import stamp as _ts
 from slurm_heal.types import NodeInfo
 
@@ -114,6 +120,7 @@ class InFlight(_M):
     since: datetime  # when it entered the phase
     for_s: float
     waiting_for: str = ""  # a request held for want of evidence: what it waits for (O6)
+    held: HeldBy | None = None  # what holds it now, until when, what lifts it (O6)
     provider_error: str = ""  # O6: the provider does not answer: the last error
     provider_error_at: datetime | None = None
     provider_errors: int = 0  # failed tries in a row
@@ -264,6 +271,15 @@ def _breaker(state: State, now: datetime, policy: Any) -> BreakerView:
                        reset_at=b.reset_at)
 
 
+def waits_for_approval(rem: Remediation) -> bool:
+    """Proposed, and the approval rule that decided says a person approves (SPEC P2);
+    not one an open incident holds: that waits for the incident's close, not for an
+    approval of this node (S7, O6: shown held by the incident instead)."""
+    h = held(rem)
+    return rem.phase is Phase.PROPOSED and bool(rem.data.approval_pending) \
+        and not (h is not None and h.by_incident)
+
+
 def _provider(rem: Remediation) -> dict[str, Any]:
     a = provider_error(rem)
     if a is None:
@@ -392,14 +408,14 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         Waiting(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                 since=r.created, age_s=_age(now, r.created), rule=r.approval_rule,
                 approve=f"slurm-heal approve {r.id}")
-        for r in state.remediations if r.phase is Phase.PROPOSED and r.data.approval_pending),
+        for r in state.remediations if waits_for_approval(r)),
         key=lambda w: w.since))
     flying = tuple(sorted((
         InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                  phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)),
-                 waiting_for=waiting_for_evidence(r), **_provider(r))
+                 waiting_for=waiting_for_evidence(r), held=held(r), **_provider(r))
         for r in state.remediations if not r.phase.terminal
-        and (r.phase is not Phase.PROPOSED or waiting_for_evidence(r))),
+        and (r.phase is not Phase.PROPOSED or held(r) is not None)),
         key=lambda f: f.since))
     counts = {c: 0 for c in CATEGORIES}
     groups: dict[str, list[str]] = {c: [] for c in CATEGORIES}
@@ -511,8 +527,13 @@ def render(ov: Overview) -> list[str]:
                 out.append(f"  {f.node} {f.action} ({f.fault}) WAITING FOR EVIDENCE for "
                            f"{_dur(f.for_s)} [{f.remediation}]: {f.waiting_for}")
                 continue
-            out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for {_dur(f.for_s)} "
-                       f"[{f.remediation}]")
+            if f.held is not None:  # O6: what holds it, until when, what lifts it
+                out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase}, "
+                           f"{held_head(f.held)}, for {_dur(f.for_s)} [{f.remediation}]")
+                out.append(f"    {held_words(f.held)}")
+            else:
+                out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for "
+                           f"{_dur(f.for_s)} [{f.remediation}]")
             if f.provider_errors:  # O6: the cause beside the remediation, with its age
                 age = (f", the last {_dur(_age(ov.at, f.provider_error_at))} ago"
                        if f.provider_error_at else "")

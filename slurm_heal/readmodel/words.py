@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from slurm_heal.durations import format_duration
-from slurm_heal.models import Attempt, Remediation
+from slurm_heal.models import Attempt, HeldBy, Remediation
 from slurm_heal.types import Action
 
 
@@ -51,19 +51,46 @@ def approval(rem: Remediation) -> str:
             return (decided.why if decided.why.startswith("approved by")
                     else f"approved by {rem.approved_by} (who requested it)")
         return f"auto-approved by {rem.approval_rule or decided.rule}"
+    h = held(rem)
+    if rem.phase.value == "proposed" and h is not None and h.by_incident:
+        return (f"not put to approval: held by incident {h.incident} (SPEC S7); it goes on "
+                "by its own rules once the incident ends")
     if rem.phase.value == "proposed":
         return (f"waiting for a person's approval ({rem.approval_rule}: slurm-heal approve "
                 f"{rem.node} or deny)" if rem.approval_rule else "not decided yet")
     return f"never approved ({rem.phase.value} before approval)"
 
 
+def held(rem: Remediation) -> HeldBy | None:
+    """What holds an open remediation back now (SPEC O6, issue 32 item 6): the engine's
+    own typed record of it (`Work.hold`), the one answer status, explain, the API and the
+    console give; None when nothing holds it."""
+    h = rem.data.hold
+    # Set and cleared with ``blocked`` (an older build may clear that one alone).
+    if rem.phase.terminal or h is None or h.mark != rem.data.blocked:
+        return None
+    return h
+
+
+def held_head(h: HeldBy) -> str:
+    """"HELD by S7 (incident i-1) until 2026-01-05 10:00:00Z": which hold, and its end."""
+    return f"HELD by {h.name}" + (f" until {stamp(h.until)}" if h.until is not None else "")
+
+
+def held_words(h: HeldBy) -> str:
+    """Why it holds, what lifts it and the command for that (O6), in one line."""
+    cmd = f" (`{h.command}`)" if h.command else ""
+    return f"{h.why}; lifts: {h.lifts or 'see the rule'}{cmd}"
+
+
 def waiting_for_evidence(rem: Remediation) -> str:
     """What a request held for want of evidence waits for (P1/Q4, O6), in the engine's
     words, or "" when it does not: such a request is neither approved nor running."""
+    h = held(rem)
     if rem.origin == "alert" or rem.phase.value not in ("proposed", "approved") \
-            or rem.data.blocked != "P1":
+            or h is None or h.rule != "P1":
         return ""
-    return next((s.why for s in reversed(rem.steps) if s.rule == "P1"), "waits for evidence")
+    return h.why
 
 
 def provider_error(rem: Remediation) -> Attempt | None:
