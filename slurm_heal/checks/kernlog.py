@@ -170,7 +170,7 @@ _ISO = _Lazy(r"^" + _STAMP + r" \S+ kernel(?::| - - -) ?(?:\[ *\d+\.\d+\] )?(.*)
 _LONG_FRACTION = _Lazy(r"\.\d{7,}")
 _PRIO = _Lazy(r"<\d{1,3}>(?:1 )?")
 # talosctl dmesg: "[<node>: ]<facility>: <level>: [<RFC 3339 stamp>]: <message>".
-_TALOS = _Lazy(r"^(?:[^\s:]{1,253}: )?[a-z]{1,10}: *[a-z]{1,8}: \[" + _STAMP + r"\]: ?(.*)$")
+_TALOS = _Lazy(r"^(?:[^\s:]{1,253}: )?([a-z]{1,10}): *[a-z]{1,8}: \[" + _STAMP + r"\]: ?(.*)$")
 # A container runtime's (CRI) log line after its stamp: "stdout F " / "stderr P ".
 _CRI = _Lazy(r"(?:stdout|stderr) [FP] ")
 # dmesg --time-format=iso: the stamp, then the message (no host, no "kernel:").
@@ -187,6 +187,14 @@ MAX_EVIDENCE_TEXT = 2048
 MAX_DIGITS = 20
 
 _SYSLOG = _Lazy(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) \S+ kernel: ?(?:\[ *(\d+)\.(\d+)\] )?(.*)$")
+# A syslog header with the program's tag (RFC 3164 after its stamp: "host tag[pid]: ";
+# RFC 5424 after "<PRI>1 <stamp> ": "host app procid msgid "): the tag a program gives
+# itself (`logger` writes the user's name, `logger -t NAME` any name). Host names hold no
+# colon and tags no parenthesis, so no kernel message of the dmesg forms reads as one.
+_TAG_3164 = _Lazy(r"^(?:\w{3} +\d+ \d\d:\d\d:\d\d )?[^\s:]{1,253} ([\w.\-/@]{1,64})"
+                  r"(?:\[\d{1,10}\])?: ")
+_SYSLOG_STAMP = _Lazy(r"^(\w{3} +\d+ \d\d:\d\d:\d\d) ")
+_TAG_5424 = _Lazy(r"^[^\s:]{1,253} (\S{1,48}) \S{1,128} \S{1,32} ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +206,9 @@ class Line:
     at: str | None = None  # ISO-8601 wall time when the format carries it
     usec: int | None = None  # microseconds since boot (kmsg, plain dmesg)
     seq: int | None = None  # kmsg sequence number
+    # A syslog line another program wrote (its tag, or its facility, is not the
+    # kernel's): never a kernel event, whatever its text (issue 34 item 1, SPEC D1).
+    foreign: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +235,10 @@ class ScanResult:
     lines: int = 0  # lines parsed (after the prefilter)
     skipped: int = 0  # lines that could not be parsed: skipped, never fatal
     skipped_sample: str = ""  # the first skipped line (trimmed), for the detector's status
+    # Lines with a fault's text that another program wrote (a syslog tag or facility that
+    # is not the kernel's: `logger "NVRM: Xid ..."`): never events (issue 34 item 1).
+    foreign: int = 0
+    foreign_sample: str = ""
     # How many of ``events`` came before the last boot the data shows (a "Linux version"
     # line, or a monotonic stamp / kmsg sequence number that went back): those are from
     # an earlier boot, whatever their own time says (0: no boot seen).
@@ -243,14 +258,17 @@ def norm_pci(text: str) -> str:
     return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
 
 
-def split_line(raw: str, now: datetime | None = None) -> Line | None:
+def split_line(raw: str, now: datetime | None = None, kernel: bool = False) -> Line | None:
     """Split one log line into time and message; None for kmsg continuation lines.
 
     ``now`` (default: the clock) only fills in the year a classic syslog stamp lacks.
+    ``kernel``: the source has only the kernel's records (``journalctl -k``: journald
+    shows a record root wrote to /dev/kmsg under the tag it gave itself), so a syslog
+    tag or facility says nothing; elsewhere another program's line is ``foreign``.
     """
     if raw[:1] == " " and "=" in raw:
         return None  # kmsg dictionary line (" SUBSYSTEM=pci")
-    line = _split(raw, now)
+    line = _split(raw, now, kernel)
     if line.usec is not None and not 0 <= line.usec <= MAX_USEC:
         raise ValueError(f"timestamp {line.usec} is out of range")
     return line
@@ -263,18 +281,27 @@ def _num(text: str) -> int:
     return int(text)
 
 
-def _split(raw: str, now: datetime | None) -> Line:
+def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
     text = raw
+    rfc5424 = False
     if raw[:1] == "<":
         p = _PRIO.match(raw[:8])
         if p:  # remote syslog: "<4>" (RFC 3164) or "<4>1 " (RFC 5424) before the stamp
             text = raw[p.end():]
+            rfc5424 = p.group().endswith("1 ")
+            if not kernel and int(p.group()[1:p.group().index(">")]) >> 3 != 0:
+                # Issue 34 item 1 (SPEC D1): a facility other than kern (0) is a program's
+                # message; journald gives a program's facility 0 the user facility.
+                return Line(raw=raw, message="", foreign="syslog facility "
+                            + p.group()[1:p.group().index(">")])
     c = text[:1]
     j = text.find(": [", 0, 300)
     if j != -1 and text[j + 3:j + 7].isdigit():
         m = _TALOS.match(text)
         if m:  # talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:26:20.599488292Z]: "
-            return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
+            if m.group(1) != "kern" and not kernel:  # a program's message (issue 34)
+                return Line(raw=raw, message="", foreign=f"facility {m.group(1)}")
+            return Line(raw=raw, message=m.group(3), at=_iso(m.group(2)))
     if c.isalpha() and ":" in text[:20]:
         d = _DECODE.match(text[:24])
         if d:  # dmesg --decode: the rest is one of the dmesg forms
@@ -297,9 +324,14 @@ def _split(raw: str, now: datetime | None) -> Line:
                 if cri:
                     # A container's log (CRI: "<stamp> stdout F <line>") of a kernel log
                     # line: the line's own time is truer than when the container wrote it.
-                    inner = _split(rest[cri.end():], now)
+                    inner = _split(rest[cri.end():], now, kernel)
                     return Line(raw=raw, message=inner.message, at=inner.at or at,
-                                usec=inner.usec, seq=inner.seq)
+                                usec=inner.usec, seq=inner.seq, foreign=inner.foreign)
+                if not kernel and "," not in m.group(1):  # dmesg's ISO stamp has a comma
+                    tag = (_TAG_5424 if rfc5424 else _TAG_3164).match(rest)
+                    if tag and tag.group(1) != "kernel":
+                        return Line(raw=raw, message="", at=at,
+                                    foreign=f"syslog tag {tag.group(1)!r}")
                 return Line(raw=raw, message=rest, at=at)
     elif c == "[":
         m = _DMESG_T.match(text)
@@ -316,6 +348,11 @@ def _split(raw: str, now: datetime | None) -> Line:
                     if m.group(2) is not None else None)
             return Line(raw=raw, message=m.group(4), at=_syslog_time(m.group(1), now),
                         usec=mono)
+        stamp = _SYSLOG_STAMP.match(text) if not kernel else None
+        tag = _TAG_3164.match(text) if stamp else None
+        if stamp and tag:  # a classic syslog line of another program (issue 34, SPEC D1)
+            return Line(raw=raw, message="", at=_syslog_time(stamp.group(1), now),
+                        foreign=f"syslog tag {tag.group(1)!r}")
     return Line(raw=raw, message=raw)
 
 
@@ -591,7 +628,7 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
          hi: int | None = None, now: datetime | None = None,
-         spans: list[tuple[int, int]] | None = None) -> ScanResult:
+         spans: list[tuple[int, int]] | None = None, kernel: bool = False) -> ScanResult:
     """Parse the interesting lines of ``data[lo:hi]`` (whole lines) into events.
     ``now`` (default: the clock) dates classic syslog stamps, which have no year.
     ``spans``: the candidate lines when the caller found them already (one multi-pattern
@@ -603,8 +640,13 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
         raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
         try:
-            line = split_line(raw, now)
+            line = split_line(raw, now, kernel)
             if line is None:
+                continue
+            if line.foreign:
+                out.foreign += 1
+                if not out.foreign_sample:
+                    out.foreign_sample = f"{line.foreign}: {raw[:160]!r}"[:240]
                 continue
             msg = line.message
             if msg in memo:

@@ -216,6 +216,11 @@ def read_file(path: str, cursor: Cursor | None, first_read_bytes: int,
             result.events.extend(before_boot(found, since, now, st.st_mtime, ring))
             result.gpu_uuids.update(found.gpu_uuids)
             result.lines += found.lines
+            # what could not be read, or was another program's, is said as on any read
+            result.skipped += found.skipped
+            result.skipped_sample = result.skipped_sample or found.skipped_sample
+            result.foreign += found.foreign
+            result.foreign_sample = result.foreign_sample or found.foreign_sample
         return {"kind": "file", "path": path, "inode": st.st_ino, "offset": end}
     finally:
         os.close(fd)
@@ -303,7 +308,9 @@ def read_journal(cursor: Cursor | None, timeout: float, max_lines: int,
     if marker != -1:
         new_cursor = text[marker + len("-- cursor: "):].strip()
         text = text[:marker]
-    kernlog.scan(text.encode("utf-8", "replace"), result)
+    # journalctl -k: the kernel's records only (_TRANSPORT=kernel), whatever tag journald
+    # shows for one root wrote to /dev/kmsg (issue 34 item 1)
+    kernlog.scan(text.encode("utf-8", "replace"), result, kernel=True)
     return {"kind": "journal", "cursor": new_cursor}
 
 

@@ -103,6 +103,15 @@ class KernelLog:
             update["kernel_skipped"] = {"count": (count if isinstance(count, int) else 0)
                                         + result.skipped, "last": result.skipped_sample,
                                         "at": now.isoformat()}
+        if result.foreign:
+            # Issue 34 item 1 (SPEC D1): fault text another program logged (its syslog tag
+            # or facility is not the kernel's) is never a kernel event; counted, so a
+            # person can see that someone wrote it.
+            old = st.get("kernel_foreign")
+            count = old.get("count", 0) if isinstance(old, dict) else 0
+            update["kernel_foreign"] = {"count": (count if isinstance(count, int) else 0)
+                                        + result.foreign, "last": result.foreign_sample,
+                                        "at": now.isoformat()}
         return kernlog.findings(latched, node), update
 
 
