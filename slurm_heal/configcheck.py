@@ -200,7 +200,8 @@ def site_fit(report: ConfigReport) -> SitePlan:
     """SPEC I7: the slurm.conf lines slurm-heal needs against the live configuration
     (``scontrol show config`` with the config's slurm.conf), for the glue of this
     installation's prefix; the ``slurm`` provider's reboot timeout against ResumeTimeout.
-    Its warnings are added to the report's."""
+    Its warnings are added to the report's when Slurm answered (when it did not, the
+    cluster part is reported as not checked, as for host lists)."""
     import sys
 
     from slurm_heal.install import DEFAULT_PREFIX
@@ -216,7 +217,8 @@ def site_fit(report: ConfigReport) -> SitePlan:
     live, source = read_live(conf)
     timeout, why = reboot_timeout_of(report.policy.provider, report.file)
     fit = plan(live, prefix, source=source, reboot_timeout=timeout, reboot_source=why)
-    report.warnings.extend(fit.warnings)
+    if fit.live:
+        report.warnings.extend(fit.warnings)
     return fit
 
 

@@ -695,10 +695,13 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
         return
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
-    if fit is not None:
+    if fit is not None and fit.live:
         click.echo(f"# slurm.conf, merged with {fit.source} (SPEC I7):")
         for line in fit.lines:
             click.echo(line.text())
+    elif fit is not None:
+        click.echo(f"slurm.conf not checked: the live configuration could not be read "
+                   f"({fit.source})", err=True)
     click.echo(f"{file}: OK (mode {p.mode}, approvals default {p.approvals.default}, "
                f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
                + (f", {len(report.warnings)} warning(s)" if report.warnings else "")
