@@ -41,7 +41,8 @@ SCONTROL_TIMEOUT = 15.0
 NOHOLD = "nohold_on_prolog_fail"
 # What scontrol prints for a setting the site did not give.
 _UNSET = ("(null)", "", "none", "None")
-_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)\s+=\s?(.*)$")
+# 25.11+ show a key slurm.conf may repeat with its index: "Prolog[0]   = /etc/..."
+_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_]*)(?:\[(\d+)\])?\s+=\s?(.*)$")
 # glue name -> slurm.conf key it is for
 HOOKS = {"healthcheck": "HealthCheckProgram", "prolog": "Prolog", "epilog": "Epilog"}
 # Link names tried, in order, against a site's glob (the first that matches is used).
@@ -104,13 +105,16 @@ class SitePlan:
 
 def parse_show_config(text: str) -> dict[str, str]:
     """``scontrol show config``'s ``Key = Value`` lines (22.05-26.05) as key -> value;
-    keys Slurm shows unset (``(null)``) are left out."""
+    keys Slurm shows unset (``(null)``) are left out. A repeated key (25.11+: ``Prolog[0]``,
+    ``Prolog[1]``) is ``Prolog`` for its first value, ``Prolog[1]``... for the others."""
     out: dict[str, str] = {}
     for raw in text.splitlines():
         m = _LINE.match(raw.strip())
         if m is None:
             continue
-        key, value = m.group(1), m.group(2).strip()
+        key, index, value = m.group(1), m.group(2), m.group(3).strip()
+        if index is not None and index != "0":
+            key = f"{key}[{index}]"
         if value not in _UNSET and key not in out:
             out[key] = value
     return out
@@ -165,9 +169,23 @@ def _glob_link(value: str, target: Path) -> str | None:
     return None
 
 
-def _hook(plan: SitePlan, name: str, site: str | None, lib: Path, prefix: Path) -> None:
+def _hook(plan: SitePlan, name: str, site: str | None, lib: Path, prefix: Path,
+          more: list[str]) -> None:
     key = HOOKS[name]
     ours = lib / f"slurm-heal-{name}"
+    if site is not None and more:  # several lines (25.11+): Slurm runs each of them
+        every = [site, *more]
+        if any(is_ours(v, name) for v in every):
+            plan.lines.append(ConfLine(key, ", ".join(every), "present", None,
+                                       f"slurm-heal's {name} is one of the site's {key} "
+                                       "lines"))
+        else:
+            plan.lines.append(ConfLine(
+                key, ", ".join(every), "keep", None,
+                f"the site has {len(every)} {key} lines: keep them and add a "
+                f"{key} directory glob holding links to them and to {ours}, or wrap "
+                "one of them by hand"))
+        return
     if site is None:
         plan.lines.append(ConfLine(key, None, "add", f"{key}={ours}",
                                    f"the site sets no {key}"))
@@ -229,8 +247,9 @@ def plan(live: dict[str, str] | None, prefix: Path, *, source: str = "",
                                f"the site's value is not known: add {NOHOLD} to its list")]
         return out
     out = SitePlan(live=True, source=source or "the live configuration")
-    for name in HOOKS:
-        _hook(out, name, live.get(HOOKS[name]), lib, prefix)
+    for name, key in HOOKS.items():
+        more = [v for k, v in sorted(live.items()) if k.startswith(f"{key}[")]
+        _hook(out, name, live.get(key), lib, prefix, more)
     interval = seconds_of(live.get("HealthCheckInterval"))
     if interval:
         out.lines.append(ConfLine("HealthCheckInterval", live["HealthCheckInterval"], "keep",

@@ -21,6 +21,7 @@ import pytest
 
 from slurm_heal import reasons
 from slurm_heal.demo import XID_LINE, ReplayNode
+from slurm_heal.siteconf import parse_show_config
 from tests.lab import Lab, run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -66,9 +67,8 @@ def site_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Lab:
 
 
 def config_of(lab: Lab) -> dict[str, str]:
-    out = lab.scontrol("show", "config").stdout
-    return {k.strip(): v.strip() for k, _, v in (ln.partition("=") for ln in out.splitlines())
-            if _}
+    """`scontrol show config` (25.11+ shows `Prolog[0] = ...`: read as Prolog)."""
+    return parse_show_config(lab.scontrol("show", "config").stdout)
 
 
 def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install(

@@ -193,3 +193,42 @@ def test_policy_check_says_what_slurm_conf_lacks(tmp_path: Path) -> None:
         "SchedulerParameters=bf_continue,bf_interval=60,nohold_on_prolog_fail"
     assert any("ResumeTimeout is 60 s, below the reboot timeout 1800 s" in w
                for w in out["warnings"])
+
+
+def test_install_controller_warns_that_resume_timeout_is_below_the_reboot_timeout(
+        tmp_path: Path) -> None:
+    """The starter config reboots through Slurm (the `slurm` provider, 1800 s): the lab's
+    ResumeTimeout of 60 s would mark a booting GPU node DOWN."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lab\n")
+    result = CliRunner().invoke(cli, [
+        "install-controller", "--prefix", str(tmp_path / "opt"), "--no-venv",
+        "--slurm-conf", str(conf), "--config", str(tmp_path / "heal.toml"),
+        "--slurm-bin", str(fake_scontrol(tmp_path / "slurm"))])
+    assert result.exit_code == 0, result.output
+    assert "warning: ResumeTimeout is 60 s, below the reboot timeout 1800 s" in result.output
+    assert "SchedulerParameters=bf_continue,bf_interval=60,nohold_on_prolog_fail" \
+        in result.output
+
+
+SHOWN_25 = SHOWN.with_name("lab-scontrol-show-config-site-25.11.txt")
+
+
+def test_25_11_s_indexed_prolog_and_epilog_are_read_as_the_site_s() -> None:
+    """25.11 shows `Prolog[0] = ...` (a key slurm.conf may repeat): read as the site's, so
+    the site's prolog is wrapped, not replaced (the 25.11 lab: before, it was 'add')."""
+    conf = parse_show_config(SHOWN_25.read_text())
+    assert conf["Prolog"] == "/etc/slurm/site-prolog.sh"
+    result = plan(conf, PREFIX)
+    assert line_of(result, "Prolog")["line"] == \
+        "Prolog=/opt/slurm-heal/libexec/slurm-heal-site-prolog"
+    assert result.wrap == {"prolog": "/etc/slurm/site-prolog.sh"}
+    assert line_of(result, "Epilog")["status"] == "keep"  # a glob: a link
+    assert line_of(result, "SchedulerParameters")["line"] == \
+        "SchedulerParameters=bf_continue,bf_interval=60,nohold_on_prolog_fail"
+
+
+def test_several_prolog_lines_are_kept() -> None:
+    conf = {"Prolog": "/etc/a.sh", "Prolog[1]": "/etc/b.sh"}
+    got = line_of(plan(conf, PREFIX), "Prolog")
+    assert got["status"] == "keep" and got["line"] is None and "2 Prolog lines" in str(got["note"])
