@@ -65,10 +65,14 @@ class ConfLine:
     status: str
     line: str | None
     note: str
+    # a site's glob: the symbolic link to make (path -> target) instead of a line
+    link: tuple[str, str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"key": self.key, "site": self.site, "status": self.status,
-                "line": self.line, "note": self.note}
+                "line": self.line, "note": self.note,
+                "link": {"path": self.link[0], "target": self.link[1]} if self.link
+                else None}
 
     def text(self) -> str:
         """The human line: what to write (or not) and why."""
@@ -158,14 +162,14 @@ def is_ours(value: str, name: str) -> bool:
     return base in (f"slurm-heal-{name}", f"slurm-heal-site-{name}")
 
 
-def _glob_link(value: str, target: Path) -> str | None:
+def _glob_link(value: str) -> Path | None:
     """For a site's glob ``DIR/PATTERN``: the link in DIR (matching PATTERN) to make."""
     path = Path(value)
     if not any(c in path.name for c in "*?[") or any(c in str(path.parent) for c in "*?["):
         return None
     for name in _LINK_NAMES:
         if fnmatch.fnmatchcase(name, path.name):
-            return f"ln -s {target} {path.parent / name}"
+            return path.parent / name
     return None
 
 
@@ -200,10 +204,15 @@ def _hook(plan: SitePlan, name: str, site: str | None, lib: Path, prefix: Path,
             f"the site runs NHC: keep it and add `* || check_slurm_heal` to nhc.conf (copy "
             f"{prefix}/share/slurm-heal/nhc/slurm_heal.nhc to /etc/nhc/scripts/)"))
         return
-    link = _glob_link(site, ours)
+    link = _glob_link(site)
     if link is not None:
-        plan.lines.append(ConfLine(key, site, "keep", None,
-                                   f"the site's glob runs every program it matches: {link}"))
+        if link.is_symlink() and link.resolve() == ours.resolve():
+            plan.lines.append(ConfLine(key, site, "present", None,
+                                       f"{link} links to slurm-heal's {name}"))
+        else:
+            plan.lines.append(ConfLine(key, site, "keep", None,
+                                       "the site's glob runs every program it matches: "
+                                       f"ln -s {ours} {link}", link=(str(link), str(ours))))
         return
     if any(c in site for c in "*?[") or not _SAFE_PATH.match(site):
         plan.lines.append(ConfLine(

@@ -43,6 +43,9 @@ def apply(conf: Path, lines: list[dict[str, object]]) -> None:
             text[mine[0]] = str(line)
         elif status == "add":
             text.append(str(line))
+        elif isinstance(item.get("link"), dict):  # a site's glob: a link into its directory
+            link = item["link"]
+            Path(str(link["path"])).symlink_to(str(link["target"]))  # type: ignore[index]
         else:
             assert status in ("keep", "present") and line is None, item
     conf.write_text("\n".join(text) + "\n")
@@ -55,8 +58,13 @@ def site_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Lab:
     prolog = site / "prolog.sh"
     prolog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {site}/prolog.ran\nexit 0\n')
     prolog.chmod(0o755)
+    (site / "epilog.d").mkdir()
+    epilog = site / "epilog.d" / "10-site"
+    epilog.write_text(f'#!/bin/sh\necho "$SLURM_JOB_ID" >> {site}/epilog.ran\nexit 0\n')
+    epilog.chmod(0o755)
     lab = Lab(tmp_path / "lab", nodes=2, slurm=str(request.config.getoption("--slurm")),
-              conf_lines=[f"SchedulerParameters={SITE_PARAMS}", f"Prolog={prolog}"])
+              conf_lines=[f"SchedulerParameters={SITE_PARAMS}", f"Prolog={prolog}",
+                          f"Epilog={site}/epilog.d/*"])
     for node in lab.nodes:
         root = ReplayNode(lab.dir / "root", node).root
         (root / "etc" / "slurm-heal").mkdir(parents=True)
@@ -86,6 +94,10 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
     by_key = {ln["key"]: ln for ln in lines}
     assert by_key["SchedulerParameters"]["status"] == "merge"
     assert by_key["Prolog"]["status"] == "merge"
+    assert by_key["Epilog"]["status"] == "keep" and by_key["Epilog"]["line"] is None
+    assert by_key["Epilog"]["link"] == {
+        "path": str(tmp_path / "site" / "epilog.d" / "slurm-heal"),
+        "target": str(prefix / "libexec" / "slurm-heal-epilog")}
     # the printed text (what a person reads) holds the merged line, never ours alone
     assert f"SchedulerParameters={SITE_PARAMS},nohold_on_prolog_fail" in report["snippet"]
     assert "\nSchedulerParameters=nohold_on_prolog_fail" not in report["snippet"]
@@ -95,6 +107,7 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
     shown = config_of(lab)
     assert shown["SchedulerParameters"] == f"{SITE_PARAMS},nohold_on_prolog_fail", shown
     assert shown["Prolog"] == str(prefix / "libexec" / "slurm-heal-site-prolog"), shown
+    assert shown["Epilog"] == f"{tmp_path}/site/epilog.d/*", shown
 
     # A healthy node: the site's prolog runs, the job runs.
     ran = tmp_path / "site" / "prolog.ran"
@@ -102,6 +115,9 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
                   "true"]).stdout.strip().split(";")[0]
     lab.wait_for(lambda: ran.exists() and ok in ran.read_text().split(), timeout=60,
                  what="the site's prolog run by slurmd for a job on gpu01")
+    ended = tmp_path / "site" / "epilog.ran"
+    lab.wait_for(lambda: ended.exists() and ok in ended.read_text().split(), timeout=60,
+                 what="the site's epilog (its glob) run by slurmd after the job")
     # A node with an Xid: the site's prolog ran first, then ours drained the node.
     node = "gpu02"
     with (lab.dir / "root" / node / "dev" / "kmsg").open("a") as fh:
@@ -113,3 +129,16 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
     reason = lab.scontrol("show", "node", node).stdout.split("Reason=", 1)[1].strip()
     assert reasons.is_ours(reason), reason
     assert bad in ran.read_text().split()
+    # Ours in the site's epilog glob: an Xid logged while a job runs on gpu01 drains it
+    # when the job ends, the site's epilog having run too.
+    job = lab.run(["sbatch", "--parsable", "-w", "gpu01", "-t", "2", "--wrap",
+                   "sleep 4"]).stdout.strip().split(";")[0]
+    lab.wait_for(lambda: "RUNNING" in lab.scontrol("show", "job", job).stdout, timeout=60,
+                 what="the job on gpu01 running")
+    with (lab.dir / "root" / "gpu01" / "dev" / "kmsg").open("a") as fh:
+        fh.write(f"3,60,60000000,-;{XID_LINE}\n")
+    lab.wait_for(lambda: "DRAIN" in lab.state("gpu01"), timeout=60,
+                 what="gpu01 drained by slurm-heal's epilog (linked into the site's glob)")
+    # (Slurm runs a glob's programs in its own order: 25.11 ran ours before the site's.)
+    lab.wait_for(lambda: job in ended.read_text().split(), timeout=60,
+                 what="the site's epilog run after the job too")
