@@ -29,6 +29,7 @@ from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.controller import ControllerSettings
+    from slurm_heal.siteconf import SitePlan
     from slurm_heal.slurm.base import SlurmClient
 
 SEVERITIES = ("critical", "warning", "info")
@@ -248,6 +249,32 @@ def _check_topology(policy: Policy, source: str, fault_ids: list[str],
         except TopologyError as exc:
             report.warnings.append(f"{source}: topology.file: {exc}: the daemon runs "
                                    "without a topology until it is fixed")
+
+
+def site_fit(report: ConfigReport) -> SitePlan:
+    """SPEC I7: the slurm.conf lines slurm-heal needs against the live configuration
+    (``scontrol show config`` with the config's slurm.conf), for the glue of this
+    installation's prefix; the ``slurm`` provider's reboot timeout against ResumeTimeout.
+    Its warnings are added to the report's when Slurm answered (when it did not, the
+    cluster part is reported as not checked, as for host lists)."""
+    import sys
+
+    from slurm_heal.install import DEFAULT_PREFIX
+    from slurm_heal.location import slurm_conf_path
+    from slurm_heal.siteconf import plan, read_live, reboot_timeout_of
+
+    here = Path(sys.prefix)
+    prefix = here if (here / "libexec" / "slurm-heal-healthcheck").exists() else DEFAULT_PREFIX
+    try:
+        conf: Path | None = slurm_conf_path(report.settings.slurm_conf)
+    except HealError:
+        conf = None
+    live, source = read_live(conf)
+    timeout, why = reboot_timeout_of(report.policy.provider, report.file)
+    fit = plan(live, prefix, source=source, reboot_timeout=timeout, reboot_source=why)
+    if fit.live:
+        report.warnings.extend(fit.warnings)
+    return fit
 
 
 # Settings read once at start: a change to them on SIGHUP is logged and needs a restart.

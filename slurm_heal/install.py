@@ -4,16 +4,24 @@ prefix (default ``/opt/slurm-heal``), and the slurmd glue at one path.
 ``slurm-heal install-node`` / ``install-controller`` (commands/install.py) call `install`:
 
 * ``PREFIX`` becomes a venv (``python3 -m venv``; Debian 12 refuses a system-wide pip
-  install, PEP 668) and slurm-heal is pip-installed into it: from this source checkout
-  when the running slurm-heal is one, else ``slurm-heal==VERSION`` from the package index.
+  install, PEP 668) and slurm-heal is pip-installed into it: ``--source``, else this
+  source checkout when the running slurm-heal is one, else what the running slurm-heal
+  was installed from (PEP 610's ``direct_url.json``) when that is still there; otherwise
+  refused (slurm-heal is not on the package index: issue 36 item 4). A venv a failed
+  install created is removed again. ``--no-venv``: the glue and the unit name
+  ``PREFIX/bin/slurm-heal`` when it is there, else the running installation's console
+  script (`program`), never a program that is not there.
+* Both roles read the live Slurm configuration and print the slurm.conf lines merged
+  with the site's (`slurm_heal.siteconf`, SPEC I7) into ``slurm.conf.snippet``; the node
+  role writes ``PREFIX/libexec/slurm-heal-site-*`` where the site runs its own Prolog,
+  Epilog or HealthCheckProgram (it runs the site's first, then ours).
 * Node role: ``PREFIX/libexec/slurm-heal-healthcheck``, ``-prolog`` and ``-epilog`` are
   the glue scripts (``slurm_heal/glue/``) with the environment slurmd does not give them
   written in: ``SLURM_CONF`` (slurmd runs HealthCheckProgram without it, and the check then
   fails with "Could not establish a configuration source"), ``SLURM_HEAL_BIN`` (this
   venv's slurm-heal), ``SLURM_HEAL_SLURM_BIN`` (the directory of the site's Slurm
   commands, see `slurm_bin_dir`) and any ``--env NAME=VALUE``. The NHC plugin goes to
-  ``PREFIX/share/slurm-heal/nhc/``. ``PREFIX/share/slurm-heal/slurm.conf.snippet`` holds
-  the exact slurm.conf lines for those paths.
+  ``PREFIX/share/slurm-heal/nhc/`` with the same three written in (`nhc_plugin`).
 * Controller role: a starter config at ``/etc/slurm-heal/heal.toml`` (only when there is
   none: the file the daemon and every admin command read, `slurm_heal.location`) and a
   systemd unit ``PREFIX/share/slurm-heal/slurm-heal.service`` running this venv's daemon,
@@ -40,10 +48,14 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slurm_heal import __version__, fsio
 from slurm_heal.errors import ConfigError, HealError
 from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, slurm_conf_path
+
+if TYPE_CHECKING:
+    from slurm_heal.siteconf import SitePlan
 
 DEFAULT_PREFIX = Path("/opt/slurm-heal")
 GLUE = ("slurm-heal-healthcheck", "slurm-heal-prolog", "slurm-heal-epilog")
@@ -82,7 +94,7 @@ Wants=network-online.target
 [Service]
 Type=simple
 Environment=SLURM_CONF={slurm_conf}
-{path}ExecStart={prefix}/bin/slurm-heal daemon --config {config}
+{path}ExecStart={program} daemon --config {config}
 ExecReload=/bin/kill -HUP $MAINPID
 Restart=on-failure
 RestartSec=10
@@ -102,6 +114,8 @@ class Installed:
     config: Path | None = None
 
     slurm_bin: Path | None = None
+    site: SitePlan | None = None
+    program: Path | None = None
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -155,19 +169,35 @@ def glue_text(name: str) -> str:
 
 
 def wrapper(name: str, prefix: Path, slurm_conf: Path, env: dict[str, str],
-            slurm_bin: Path | None = None) -> str:
+            slurm_bin: Path | None = None, bin_path: Path | None = None) -> str:
     """The glue script ``name`` with the environment slurmd does not pass written in."""
     text = glue_text(name)
     shebang, _, rest = text.partition("\n")
     block = [f"# Written by `slurm-heal install-node --prefix {prefix}`: slurmd runs this "
              "without SLURM_CONF.",
              f'SLURM_CONF="{slurm_conf}"', "export SLURM_CONF",
-             f'SLURM_HEAL_BIN="{prefix}/bin/slurm-heal"', "export SLURM_HEAL_BIN"]
+             f'SLURM_HEAL_BIN="{bin_path or prefix / "bin" / "slurm-heal"}"',
+             "export SLURM_HEAL_BIN"]
     if slurm_bin is not None:  # the glue puts it first on PATH (see the module)
         block += [f'SLURM_HEAL_SLURM_BIN="{slurm_bin}"', "export SLURM_HEAL_SLURM_BIN"]
     for key, value in env.items():
         block += [f'{key}="{value}"', f"export {key}"]
     return shebang + "\n" + "\n".join(block) + "\n" + rest
+
+
+def nhc_plugin(prog: Path, slurm_conf: Path, slurm_bin: Path | None) -> str:
+    """The NHC plugin with its program, SLURM_CONF and the Slurm command directory written
+    in (NHC resets PATH and slurmd gives it no SLURM_CONF: issue 36 item 2)."""
+    text = glue_text("slurm_heal.nhc")
+    for name, value in (("SLURM_HEAL_NHC_BIN", prog), ("SLURM_HEAL_NHC_SLURM_CONF", slurm_conf),
+                        ("SLURM_HEAL_NHC_SLURM_BIN", slurm_bin or "")):
+        if not _ENV_VALUE.match(str(value)) or "$" in str(value):
+            raise ConfigError(f"{value!r} cannot be written into the NHC plugin")
+        line = f'{name}=""\n'
+        if line not in text:
+            raise HealError(f"internal: the NHC plugin has no {name} line")
+        text = text.replace(line, f'{name}="{value}"\n', 1)
+    return text
 
 
 def snippet(prefix: Path) -> str:
@@ -192,22 +222,108 @@ def _run(argv: list[str], what: str) -> None:
         raise HealError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
 
 
+def installed_from() -> str | None:
+    """What the running slurm-heal was pip-installed from, when that is still here: the
+    wheel, sdist or directory named by its ``direct_url.json`` (PEP 610), else None."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
+    try:
+        text = metadata.distribution("slurm-heal").read_text("direct_url.json")
+        url = json.loads(text).get("url", "") if text else ""
+    except (metadata.PackageNotFoundError, ValueError, AttributeError):
+        return None
+    parsed = urlparse(str(url))
+    if parsed.scheme != "file":
+        return None
+    path = Path(unquote(parsed.path))
+    return str(path) if path.exists() else None
+
+
+def pip_source(source: str | None) -> str:
+    """What pip installs into the new venv (issue 36 item 4): ``--source``, else this
+    source checkout, else what the running installation was installed from; never a
+    release from the package index (slurm-heal is not published there)."""
+    if source:
+        return source
+    checkout = source_checkout()
+    if checkout is not None:
+        return str(checkout)
+    found = installed_from()
+    if found is not None:
+        return found
+    raise ConfigError(
+        f"slurm-heal {__version__} runs from an installed package "
+        f"({Path(__file__).resolve().parent}), not from a source checkout, and what it "
+        "was installed from is not here any more: give --source with what to install (a "
+        "wheel or sdist file, or a checkout directory), or make the venv yourself "
+        "(`python3 -m venv PREFIX && PREFIX/bin/pip install WHEEL`) and run "
+        "`PREFIX/bin/slurm-heal install-node` from it")
+
+
 def make_venv(prefix: Path, source: str | None, out: Installed) -> None:
-    """``prefix`` as a venv with slurm-heal installed (from ``source`` or the default)."""
+    """``prefix`` as a venv with slurm-heal installed (`pip_source`); a venv this call
+    created is removed again when the install fails (no half-made venv is left)."""
     python = prefix / "bin" / "python"
     if source is None and Path(sys.prefix).resolve() == prefix.resolve():
         out.say(f"slurm-heal {__version__} runs from {prefix} already: nothing to pip-install")
         return
-    if not python.exists():
-        _run([sys.executable, "-m", "venv", str(prefix)], f"python3 -m venv {prefix}")
-        out.say(f"created the virtual environment {prefix}")
-    what = source or (str(source_checkout()) if source_checkout() else
-                      f"slurm-heal=={__version__}")
-    _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-          "--upgrade", what], f"pip install {what} into {prefix}")
-    if not (prefix / "bin" / "slurm-heal").exists():
-        raise HealError(f"pip installed {what} but {prefix}/bin/slurm-heal is missing")
+    what = pip_source(source)  # refused before anything is made
+    fresh = not prefix.exists() or (prefix.is_dir() and not any(prefix.iterdir()))
+    try:
+        if not python.exists():
+            _run([sys.executable, "-m", "venv", str(prefix)], f"python3 -m venv {prefix}")
+            out.say(f"created the virtual environment {prefix}")
+        _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              "--upgrade", what], f"pip install {what} into {prefix}")
+        if not (prefix / "bin" / "slurm-heal").exists():
+            raise HealError(f"pip installed {what} but {prefix}/bin/slurm-heal is missing")
+    except HealError as exc:
+        if fresh and prefix.is_dir():
+            shutil.rmtree(prefix, ignore_errors=True)
+            raise HealError(f"{exc}; the half-made {prefix} was removed") from None
+        raise
     out.say(f"installed slurm-heal ({what}) into {prefix}")
+
+
+def program(prefix: Path, venv: bool) -> Path:
+    """The slurm-heal program the glue, the unit and the printed commands name (issue
+    36 item 3): ``PREFIX/bin/slurm-heal`` of the venv; with ``--no-venv`` that one when
+    it is there, else the running installation's own console script."""
+    own = prefix / "bin" / "slurm-heal"
+    if venv or os.access(own, os.X_OK):
+        return own
+    import sysconfig
+
+    for scripts in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        found = scripts / "slurm-heal"
+        if os.access(found, os.X_OK):
+            return found.absolute()
+    raise ConfigError(f"--no-venv: there is no slurm-heal program at {own} nor beside the "
+                      f"running Python ({sys.executable}); install without --no-venv, or "
+                      f"give the --prefix of the venv slurm-heal is in")
+
+
+def reboot_timeout(config: Path) -> tuple[float | None, str]:
+    """The ``slurm`` provider's reboot timeout in ``config`` (for the ResumeTimeout
+    warning, SPEC I7); None when the file is not there or reboots elsewhere."""
+    from slurm_heal.config import load_policy
+    from slurm_heal.siteconf import reboot_timeout_of
+
+    try:
+        return reboot_timeout_of(load_policy(config).provider, str(config))
+    except (OSError, HealError):
+        return None, ""
+
+
+def site_plan(prefix: Path, conf: Path, bindir: Path | None, config: Path) -> SitePlan:
+    """The slurm.conf lines merged with the live configuration (`slurm_heal.siteconf`)."""
+    from slurm_heal.siteconf import plan, read_live
+
+    live, source = read_live(conf, bindir)
+    timeout, why = reboot_timeout(config) if config.is_file() else (None, "")
+    return plan(live, prefix, source=source, reboot_timeout=timeout, reboot_source=why)
 
 
 def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
@@ -223,38 +339,56 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
     conf = slurm_conf_path(slurm_conf)  # the slurm.conf carried into the glue, checked now
     bindir = slurm_bin_dir(slurm_bin)  # checked before anything is written
     out = Installed(prefix=prefix, slurm_bin=bindir)
-    if venv:
+    if not venv:
+        out.program = program(prefix, venv)  # refused before anything is written
+    else:
         make_venv(prefix, source, out)
+        out.program = program(prefix, venv)
+    prog = out.program
     share = prefix / "share" / "slurm-heal"
     share.mkdir(parents=True, exist_ok=True)
+    if role == "controller":
+        if not config.exists():
+            config.parent.mkdir(parents=True, exist_ok=True)
+            config.write_text(STARTER_CONFIG.format(config=config, slurm_conf=conf))
+            out.say(f"wrote a starter config {config} (recommend-only; edit, then "
+                    f"`{prog} policy check {config}`)")
+        else:
+            out.say(f"kept the existing config {config}")
+        out.config = config
+    # SPEC I7: the slurm.conf lines merged with what the site runs (read live)
+    out.site = site_plan(prefix, conf, bindir, config if role == "controller"
+                         else DEFAULT_CONFIG)
     if role == "node":
         lib = prefix / "libexec"
         lib.mkdir(parents=True, exist_ok=True)
         for name in GLUE:
             target = lib / name
             # Atomic: slurmd may be running the old one right now.
-            fsio.atomic_write(target, wrapper(name, prefix, conf, env or {}, bindir), 0o755)
+            fsio.atomic_write(target, wrapper(name, prefix, conf, env or {}, bindir, prog),
+                              0o755)
             out.say(f"wrote {target} (SLURM_CONF={conf}, Slurm commands from "
                     f"{bindir or 'the system PATH'})")
+        from slurm_heal.siteconf import site_wrapper
+
+        for hook, site in out.site.wrap.items():
+            target = lib / f"slurm-heal-site-{hook}"
+            fsio.atomic_write(target, site_wrapper(hook, site, lib / f"slurm-heal-{hook}"),
+                              0o755)
+            out.say(f"wrote {target}: runs the site's {site} first, then slurm-heal's")
         (share / "nhc").mkdir(exist_ok=True)
-        (share / "nhc" / "slurm_heal.nhc").write_text(glue_text("slurm_heal.nhc"))
-        out.say(f"wrote {share / 'nhc' / 'slurm_heal.nhc'} (for sites running NHC)")
-        out.snippet = share / "slurm.conf.snippet"
-        out.snippet.write_text(snippet(prefix))
-        out.say(f"wrote {out.snippet}: add these lines to slurm.conf, then "
-                "`scontrol reconfigure`")
-    else:
-        if not config.exists():
-            config.parent.mkdir(parents=True, exist_ok=True)
-            config.write_text(STARTER_CONFIG.format(config=config, slurm_conf=conf))
-            out.say(f"wrote a starter config {config} (recommend-only; edit, then "
-                    f"`{prefix}/bin/slurm-heal policy check {config}`)")
-        else:
-            out.say(f"kept the existing config {config}")
-        out.config = config
+        fsio.atomic_write(share / "nhc" / "slurm_heal.nhc", nhc_plugin(prog, conf, bindir))
+        out.say(f"wrote {share / 'nhc' / 'slurm_heal.nhc'} (for sites running NHC: "
+                f"SLURM_HEAL_BIN={prog}, SLURM_CONF={conf} written in)")
+    out.snippet = share / "slurm.conf.snippet"
+    out.snippet.write_text(out.site.snippet())
+    out.say(f"wrote {out.snippet}: merge these lines into slurm.conf as each says (a "
+            "'merge' line REPLACES the site's line of that key, keeping its setting), then "
+            "`scontrol reconfigure`")
+    if role == "controller":
         unit = share / "slurm-heal.service"
         path = f"Environment=PATH={bindir}:{SYSTEM_PATH}\n" if bindir is not None else ""
-        unit.write_text(UNIT.format(prefix=prefix, config=config, slurm_conf=conf, path=path))
+        unit.write_text(UNIT.format(program=prog, config=config, slurm_conf=conf, path=path))
         out.say(f"wrote {unit}: `systemctl link {unit} && systemctl enable --now "
                 "slurm-heal`")
         if config.resolve() != DEFAULT_CONFIG.resolve():
@@ -265,9 +399,11 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
                     "/etc/profile.d/slurm-heal.sh), or pass --config to each; otherwise "
                     "`slurm-heal status` reads another store")
     link = Path("/usr/local/bin/slurm-heal")
-    if os.access(link.parent, os.W_OK) and prefix == DEFAULT_PREFIX and not link.exists():
-        link.symlink_to(prefix / "bin" / "slurm-heal")
-        out.say(f"linked {link} -> {prefix}/bin/slurm-heal")
+    if os.access(link.parent, os.W_OK) and prefix == DEFAULT_PREFIX and venv \
+            and not link.exists():
+        # documented (README, docs/cli.md): the admin commands on root's PATH
+        link.symlink_to(prog)
+        out.say(f"linked {link} -> {prog} (remove the link to undo)")
     if shutil.which("slurm-heal") is None:
-        out.say(f"the admin commands are {prefix}/bin/slurm-heal (add {prefix}/bin to PATH)")
+        out.say(f"the admin commands are {prog} (add {prog.parent} to PATH)")
     return out

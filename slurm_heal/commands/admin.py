@@ -713,6 +713,10 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
             slurm_note = f"Slurm not asked ({exc})"
     report = check_config(file, client)
     _daemon_and_serve_needs(file, report, no_slurm)
+    from slurm_heal.configcheck import site_fit
+
+    # SPEC I7: what slurm.conf has of what slurm-heal needs (not with --no-slurm)
+    fit = site_fit(report) if not no_slurm else None
     p = report.policy
     if report.cluster_checked:
         slurm_note = "host lists and pools checked against the cluster"
@@ -721,12 +725,20 @@ def policy_check(file: str, no_slurm: bool, as_json: bool) -> None:
     summary = {"file": file, "ok": True, "mode": p.mode,
                "approvals_default": p.approvals.default,
                "approval_rules": len(p.approvals.rules), "provider": report.provider_type,
-               "warnings": report.warnings, "cluster_checked": report.cluster_checked}
+               "warnings": report.warnings, "cluster_checked": report.cluster_checked,
+               "slurm_conf": fit.as_dict() if fit is not None else None}
     if as_json:
         _emit_json(summary)
         return
     for warning in report.warnings:
         click.echo(f"warning: {warning}", err=True)
+    if fit is not None and fit.live:
+        click.echo(f"# slurm.conf, merged with {fit.source} (SPEC I7):")
+        for line in fit.lines:
+            click.echo(line.text())
+    elif fit is not None:
+        click.echo(f"slurm.conf not checked: the live configuration could not be read "
+                   f"({fit.source})", err=True)
     click.echo(f"{file}: OK (mode {p.mode}, approvals default {p.approvals.default}, "
                f"{len(p.approvals.rules)} approval rule(s), provider {report.provider_type}"
                + (f", {len(report.warnings)} warning(s)" if report.warnings else "")

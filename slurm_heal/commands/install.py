@@ -27,8 +27,9 @@ def _options(func: click.decorators.FC) -> click.decorators.FC:
                           "put first on the glue's and the daemon unit's PATH (default: "
                           "where `scontrol` on PATH is)."),
         click.option("--source", default=None, metavar="PIP_SPEC",
-                     help="What pip installs (default: this source checkout, else "
-                          "slurm-heal==VERSION)."),
+                     help="What pip installs (default: this source checkout, else the "
+                          "wheel, sdist or directory the running slurm-heal was installed "
+                          "from)."),
         click.option("--no-venv", is_flag=True,
                      help="Write the glue and files only (the venv is already there)."),
     ]):
@@ -37,21 +38,28 @@ def _options(func: click.decorators.FC) -> click.decorators.FC:
 
 
 def _report(done: Installed, role: str, as_json: bool) -> None:
-    """What the install did: its lines (and the slurm.conf snippet), or one JSON object
-    ``{"role", "prefix", "lines", "snippet_file", "snippet", "config", "slurm_bin"}``."""
+    """What the install did: its lines and the slurm.conf lines merged with the site's
+    (SPEC I7), or one JSON object ``{"role", "prefix", "program", "lines", "snippet_file",
+    "snippet", "slurm_conf", "config", "slurm_bin"}``."""
+    site = done.site
     if as_json:
-        emit_line({"role": role, "prefix": str(done.prefix), "lines": done.lines,
+        emit_line({"role": role, "prefix": str(done.prefix),
+                   "program": str(done.program) if done.program else None,
+                   "lines": done.lines,
                    "snippet_file": str(done.snippet) if done.snippet else None,
                    "snippet": done.snippet.read_text() if done.snippet else None,
+                   "slurm_conf": site.as_dict() if site else None,
                    "config": str(done.config) if done.config else None,
                    "slurm_bin": str(done.slurm_bin) if done.slurm_bin else None})
         return
     for line in done.lines:
         click.echo(line)
-    if done.snippet is not None:
+    if site is not None:
         click.echo("")
-        click.echo(f"# slurm.conf ({done.snippet}):")
-        click.echo(done.snippet.read_text().rstrip())
+        click.echo(f"# slurm.conf, merged with {site.source} ({done.snippet}):")
+        click.echo(site.snippet().rstrip())
+        for warning in site.warnings:
+            click.echo(f"warning: {warning}", err=True)
 
 
 @click.command("install-node")

@@ -32,22 +32,32 @@ def simulator(port: int, host: str, lab_dir: str | None, scratch_root: str | Non
     """
     from pathlib import Path
 
-    from slurm_heal.providers.simulator import ActionHook, LabHook, SimulatorServer
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.providers.simulator import ActionHook, LabHook, SimulatorServer, lab_script
+
+    def warn(warning: str) -> None:
+        if as_json:
+            emit_line({"warning": warning}, err=True)
+        else:
+            click.echo(f"simulator: {warning}", err=True)
 
     hook: ActionHook | None = None
     if lab_dir is not None:
+        try:  # not a lab: refused now, not at the first reboot (issue 36 item 8)
+            lab_script(Path(lab_dir))
+        except ConfigError as exc:
+            raise ConfigError(str(exc), key="--lab-dir") from None
         slurm = None
         try:  # migrate records the new host in Extra when a Slurm client is available
             from slurm_heal.slurm import make_client
 
             slurm = make_client(slurm_conf=slurm_conf)
         except Exception as exc:  # noqa: BLE001 - the simulator still works without it
-            warning = f"no Slurm client ({exc}); migrate will not set Extra"
-            if as_json:
-                emit_line({"warning": warning}, err=True)
-            else:
-                click.echo(f"simulator: {warning}", err=True)
+            warn(f"no Slurm client ({exc}); migrate will not set Extra")
         hook = LabHook(lab_dir, scratch_root=scratch_root, slurm=slurm)
+    else:
+        warn("no --lab-dir: every action succeeds and touches nothing (no node is "
+             "rebooted, rebuilt or moved); give --lab-dir DIR to act on a Slurm lab")
     token = Path(token_file).read_text().strip() if token_file else None
     server = SimulatorServer(host=host, port=port, on_action=hook, duration=duration,
                              token=token)

@@ -169,7 +169,11 @@ def _make_simulator(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                 raise ConfigError("only applies to an embedded simulator (no url)",
                                   key=f"{SECTION}.{embedded_only}")
         return HttpProvider(s.url, **kwargs)
-    hook = LabHook(s.lab_dir, scratch_root=s.scratch_root, slurm=slurm) if s.lab_dir else None
+    try:
+        hook = LabHook(s.lab_dir, scratch_root=s.scratch_root, slurm=slurm) \
+            if s.lab_dir else None
+    except ConfigError as exc:  # not a lab: said now, not at the first reboot
+        raise ConfigError(str(exc), key=f"{SECTION}.lab_dir") from None
     server = SimulatorServer(port=s.port, on_action=hook, duration=s.duration).start()
     return _EmbeddedSimulator(HttpProvider(server.url, **kwargs), server)
 

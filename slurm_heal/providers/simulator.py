@@ -56,6 +56,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import re
 import shutil
 import socket
@@ -72,7 +73,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from slurm_heal import extra
-from slurm_heal.errors import ProviderError
+from slurm_heal.errors import ConfigError, ProviderError
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 
@@ -816,6 +817,35 @@ def _parse_action(value: Any) -> Action:
     return action
 
 
+def lab_script(lab_dir: Path) -> Path:
+    """The lab script that made the lab in ``lab_dir`` (issue 36 item 8): the program its
+    slurm.conf's RebootProgram names (``"LAB --dir DIR reboot-program"``, written by
+    ``lab up``), so an installed slurm-heal (no checkout, no contrib/) reboots the lab's
+    nodes too; else this checkout's ``contrib/lab/lab``. ConfigError, naming the
+    directory, for one that is not a lab."""
+    meta, conf = lab_dir / "lab.json", lab_dir / "etc" / "slurm.conf"
+    if not lab_dir.is_dir() or not meta.is_file() or not conf.is_file():
+        raise ConfigError(f"{lab_dir} is not a Slurm lab directory (no "
+                          f"{'lab.json' if not meta.is_file() else 'etc/slurm.conf'} "
+                          "there): give the directory `contrib/lab/lab --dir DIR up` "
+                          "started (docs/lab.md)")
+    named: Path | None = None
+    try:
+        for line in conf.read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "RebootProgram" and value.strip().strip('"').split():
+                named = Path(value.strip().strip('"').split()[0])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{lab_dir}: cannot read {conf}: {exc}") from None
+    checkout = Path(__file__).resolve().parents[2] / "contrib" / "lab" / "lab"
+    for found in (named, checkout):
+        if found is not None and found.name == "lab" and os.access(found, os.X_OK):
+            return found
+    raise ConfigError(f"{lab_dir}: the lab script that made this lab is not here "
+                      f"({named or 'no RebootProgram in ' + str(conf)}); the simulator "
+                      "reboots the lab's nodes with it")
+
+
 class LabHook:
     """`on_action` for the Slurm lab: real effects that Slurm and the node checks see.
 
@@ -834,7 +864,7 @@ class LabHook:
         self.scratch_root = Path(scratch_root) if scratch_root is not None else None
         self.slurm = slurm
         self.lab_command = Path(lab_command) if lab_command is not None else \
-            Path(__file__).resolve().parents[2] / "contrib" / "lab" / "lab"
+            lab_script(self.lab_dir)
         self.timeout = timeout
 
     def __call__(self, node: str, action: Action, op: SimOperation) -> str:

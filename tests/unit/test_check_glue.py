@@ -3,6 +3,7 @@ Prolog, Epilog and the NHC plugin, run against a stand-in slurm-heal program."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -63,30 +64,93 @@ def test_epilog_always_succeeds(tmp_path: Path, status: int) -> None:
     assert (tmp_path / "args").read_text().split() == ["check", "--mode", "epilog"]
 
 
-def _nhc(tmp_path: Path, prog: Path) -> str:
+def _nhc(tmp_path: Path, prog: Path, **env: str) -> str:
     script = ('die() { echo "DIE $*"; }; log() { echo "LOG $*"; }; '
               f'source {NHC}; check_slurm_heal; echo "RC $?"')
     bash = shutil.which("bash")
     assert bash is not None
-    out = subprocess.run([bash, "-c", script], env=dict(os.environ, SLURM_HEAL_BIN=str(prog)),
+    out = subprocess.run([bash, "-c", script],
+                         env=dict(os.environ, SLURM_HEAL_BIN=str(prog), **env),
                          capture_output=True, text=True, timeout=60)
     return out.stdout
 
 
+def findings_json(*found: tuple[str, str, str]) -> str:
+    """What `slurm-heal check --json` prints (render_json: a list, indent 2)."""
+    return json.dumps([{"fault": f, "severity": sev, "summary": text, "evidence": [
+        {"source": "kernel_log", "text": "x", "data": {"severity": "critical"}}],
+        "detector": "kernel_log", "node": "gpu01"} for f, sev, text in found], indent=2)
+
+
+def json_fake(tmp_path: Path, output: str, status: int, dry_output: str = "",
+              dry_status: int = 0) -> Path:
+    """A stand-in `slurm-heal check --json` (and its --dry-run, for after exit 3)."""
+    (tmp_path / "out.json").write_text(output + "\n")
+    (tmp_path / "dry.json").write_text(dry_output + "\n")
+    return fake(tmp_path, f'case "$*" in *--dry-run*) cat {tmp_path}/dry.json; exit {dry_status};;'
+                          f' esac; cat {tmp_path}/out.json; exit {status}')
+
+
 def test_nhc_plugin_fails_the_node_for_a_critical_finding(tmp_path: Path) -> None:
-    prog = fake(tmp_path, "echo 'gpu01: 1 finding'; "
-                          "echo '  CRITICAL gpu.xid.79: GPU 3 reported Xid 79'; exit 1")
+    prog = json_fake(tmp_path, findings_json(
+        ("gpu.xid.13", "warning", "app error"),
+        ("gpu.xid.79", "critical", "GPU 3 reported Xid 79")), 1)
     out = _nhc(tmp_path, prog)
     assert "DIE 1 slurm-heal: gpu.xid.79: GPU 3 reported Xid 79" in out
     assert "RC 1" in out
+    assert (tmp_path / "args").read_text().split() == ["check", "--mode", "healthcheck",
+                                                       "--json"]
 
 
-def test_nhc_plugin_only_logs_warnings_and_tool_failures(tmp_path: Path) -> None:
-    prog = fake(tmp_path, "echo '  WARNING gpu.xid.13: app error'; exit 1")
+def test_nhc_plugin_only_logs_warnings(tmp_path: Path) -> None:
+    prog = json_fake(tmp_path, findings_json(("gpu.xid.13", "warning", "app error")), 1)
     out = _nhc(tmp_path, prog)
-    assert "DIE" not in out and "LOG slurm-heal:   WARNING gpu.xid.13" in out and "RC 0" in out
-    prog = fake(tmp_path, "exit 3")
-    assert "RC 0" in _nhc(tmp_path, prog)
+    assert "DIE" not in out and "LOG slurm-heal check: exit 1" in out and "RC 0" in out
+
+
+def test_nhc_plugin_fails_closed_on_a_critical_finding_whose_publishing_failed(
+        tmp_path: Path) -> None:
+    """SPEC I7, issue 36 item 2: exit 3 (publishing to Slurm failed) used to pass the
+    node; the findings are read with a dry run and a critical one fails it."""
+    err = '{"error": {"message": "publishing to Slurm failed: x", "kind": "SlurmError", "exit": 3}}'
+    prog = json_fake(tmp_path, err, 3, findings_json(("gpu.xid.79", "critical", "off the bus")), 1)
+    out = _nhc(tmp_path, prog)
+    assert "DIE 1 slurm-heal: gpu.xid.79: off the bus" in out and "RC 1" in out
+    healthy = json_fake(tmp_path, err, 3, "[]", 0)
+    out = _nhc(tmp_path, healthy)
+    assert "DIE" not in out and "RC 0" in out and "publishing to Slurm failed" in out
+
+
+@pytest.mark.parametrize("body, words", [
+    ("echo 'Traceback (most recent call last):' >&2; exit 1", "crashed (exit 1): Traceback"),
+    ("echo 'bad config' >&2; exit 2", "could not run (exit 2): bad config"),
+    ("sleep 30", "did not finish within 1s"),
+])
+def test_nhc_plugin_fails_closed_when_the_check_crashes_or_hangs(
+        tmp_path: Path, body: str, words: str) -> None:
+    out = _nhc(tmp_path, fake(tmp_path, body), SLURM_HEAL_TIMEOUT="1")
+    assert f"DIE 1 slurm-heal check {words}" in out and "RC 1" in out
+
+
+def test_nhc_plugin_fails_closed_without_a_program(tmp_path: Path) -> None:
+    """Not installed: the package's plugin names no program (NHC resets PATH, so
+    `slurm-heal` on PATH is not looked for)."""
+    out = _nhc(tmp_path, tmp_path / "missing")
+    assert "DIE 1 slurm-heal: " in out and "not there or not executable" in out
+    bash = shutil.which("bash")
+    assert bash is not None
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_HEAL_BIN"}
+    bare = subprocess.run([bash, "-c", 'die() { echo "DIE $*"; }; log() { :; }; '
+                           f'source {NHC}; check_slurm_heal; echo "RC $?"'], env=env,
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "DIE 1 slurm-heal: the NHC plugin names no slurm-heal program" in bare
+
+
+def test_nhc_plugin_stays_under_nhc_s_own_timeout(tmp_path: Path) -> None:
+    """NHC's watchdog (TIMEOUT, 30 s by default) kills everything past it: the check gets
+    5 s less, whatever SLURM_HEAL_TIMEOUT asks."""
+    out = _nhc(tmp_path, fake(tmp_path, "sleep 30"), SLURM_HEAL_TIMEOUT="40", TIMEOUT="7")
+    assert "did not finish within 2s" in out
 
 
 def test_healthcheck_wrapper_runs_the_real_check_on_a_replayed_node(tmp_path: Path) -> None:

@@ -109,7 +109,11 @@ def test_install_controller_writes_a_config_the_daemon_takes_and_keeps_an_existi
     report = check_config(config)
     assert report.policy.mode == "recommend_only" and report.provider_type == "slurm"
     unit = (prefix / "share" / "slurm-heal" / "slurm-heal.service").read_text()
-    assert f"ExecStart={prefix}/bin/slurm-heal daemon --config {config}" in unit
+    # --no-venv and no PREFIX/bin/slurm-heal: the unit runs the program that is there
+    # (issue 36 item 3: it named PREFIX/bin/slurm-heal, which did not exist)
+    start = next(ln for ln in unit.splitlines() if ln.startswith("ExecStart="))
+    program = start.split("=", 1)[1].split()[0]
+    assert os.access(program, os.X_OK) and start.endswith(f" daemon --config {config}")
     assert f"Environment=SLURM_CONF={slurm_conf}" in unit
     config.write_text("# mine\n" + config.read_text())
     again = CliRunner().invoke(cli, args)
@@ -176,3 +180,39 @@ def test_a_slurm_bin_without_scontrol_is_refused_before_anything_is_written(
                                       "--slurm-bin", str(empty)])
     assert result.exit_code == 2 and "no executable scontrol" in result.output
     assert not (tmp_path / "p" / "libexec").exists()
+
+
+def test_a_no_venv_install_points_the_glue_and_the_unit_at_the_program_that_is_there(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    """Issue 36 item 3: `--no-venv --prefix X` wrote X/bin/slurm-heal, which does not exist,
+    into the glue (HealthCheckProgram then exited 127) and the unit. The running
+    installation's own slurm-heal is named instead, and the glue really runs the check."""
+    prefix = tmp_path / "x"
+    out = install_node(prefix, slurm_conf)
+    glue = (prefix / "libexec" / "slurm-heal-healthcheck").read_text()
+    named = next(ln for ln in glue.splitlines() if ln.startswith("SLURM_HEAL_BIN="))
+    program = named.split("=", 1)[1].strip('"')
+    assert not program.startswith(str(prefix)) and os.access(program, os.X_OK), named
+    root = tmp_path / "root"
+    (root / "dev").mkdir(parents=True)
+    (root / "dev" / "kmsg").write_text("6,1,1,-;Linux version 6.1.0\n")
+    proc = subprocess.run([str(prefix / "libexec" / "slurm-heal-healthcheck"), "--dry-run",
+                           "--node", "gpu01"], env={"SLURM_HEAL_ROOT": str(root)},
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and "gpu01: healthy" in proc.stdout, proc.stdout + proc.stderr
+    assert f"SLURM_HEAL_BIN={program}" in out or program in out
+    config = tmp_path / "heal.toml"
+    done = CliRunner().invoke(cli, ["install-controller", "--prefix", str(prefix), "--no-venv",
+                                    "--slurm-conf", str(slurm_conf), "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    assert f"`{program} policy check {config}`" in done.output
+    assert f"ExecStart={program} daemon" in (
+        prefix / "share" / "slurm-heal" / "slurm-heal.service").read_text()
+
+
+def test_a_no_venv_install_keeps_the_prefix_s_own_program_when_it_is_there(
+        tmp_path: Path, slurm_conf: Path) -> None:
+    prefix = tmp_path / "p"
+    exe = fake_bin(prefix)
+    install_node(prefix, slurm_conf)
+    assert f'SLURM_HEAL_BIN="{exe}"' in (prefix / "libexec" / "slurm-heal-prolog").read_text()

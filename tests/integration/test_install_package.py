@@ -1,0 +1,83 @@
+"""`install-node` run from an installed package, not a checkout (SPEC I1; issue 36 item
+4): it installs what the running slurm-heal was installed from, refuses clearly when that
+is gone, and leaves no half-made venv behind. Before, it pip-installed
+``slurm-heal==0.1.0`` from the package index, where no such release exists: exit 10 and
+a half-made venv left behind.
+
+The installed package is made the README way: a venv and ``pip install`` of a copy of
+this checkout (the copy: pip builds in the source tree, and it is removed below).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lab import run
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("pkg")
+    checkout = base / "checkout"
+    shutil.copytree(REPO, checkout, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".lab*", "build", "*.egg-info", ".*_cache", ".hypothesis",
+        "__pycache__"))
+    venv = base / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], timeout=120)
+    run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+         str(checkout)], timeout=600)
+    return venv / "bin" / "slurm-heal", checkout
+
+
+def install_node(program: Path, prefix: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    conf = prefix.parent / "slurm.conf"
+    conf.write_text("ClusterName=pkg\n")
+    return subprocess.run([str(program), "install-node", "--prefix", str(prefix),
+                           "--slurm-conf", str(conf), *extra], capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_install_node_from_a_package_installs_what_it_was_installed_from(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    program, checkout = installed
+    prefix = tmp_path / "opt"
+    done = install_node(program, prefix)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"installed slurm-heal ({checkout}) into {prefix}" in done.stdout
+    assert (prefix / "bin" / "slurm-heal").exists()
+    glue = (prefix / "libexec" / "slurm-heal-healthcheck").read_text()
+    assert f'SLURM_HEAL_BIN="{prefix}/bin/slurm-heal"' in glue
+
+
+def test_a_failed_install_leaves_no_half_made_venv(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    program, _ = installed
+    prefix = tmp_path / "opt"
+    done = install_node(program, prefix, "--source", str(tmp_path / "no-such.whl"))
+    assert done.returncode != 0
+    assert f"the half-made {prefix} was removed" in done.stderr, done.stderr
+    assert not prefix.exists()
+
+
+def test_install_node_refuses_clearly_when_its_source_is_gone(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    program, checkout = installed
+    gone = checkout.with_name("moved-away")
+    checkout.rename(gone)  # what the package was installed from is not there any more
+    try:
+        prefix = tmp_path / "opt"
+        done = install_node(program, prefix)
+    finally:
+        gone.rename(checkout)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "not from a source checkout" in done.stderr and "--source" in done.stderr
+    assert not prefix.exists()
