@@ -22,8 +22,15 @@ What a run does, in order:
    cleared and came back);
 6. save the state.
 
-On a healthy node with nothing published, Slurm is not called at all: that keeps the
-check cheap enough to run inside every job's epilog.
+Light on slurmctld (issue 43): Extra and the Reason change only when what they say
+changes (`said`: which faults, how severe, since when, each new kernel event, which
+mount, GPU or port; not a counter or the time a condition was read). A run whose findings
+did not change writes nothing and, on a node that holds no fault of ours, calls Slurm
+not at all; the check's liveness (SPEC O1) is a heartbeat: the health check (and the
+agent's full check) rewrites our key with a fresh ``checked_at`` once ``[check]
+heartbeat`` (30 min) passed since its last write. A run that does call Slurm reads the
+node's record at most once (`OneRead`): the S8 resume test, the drain decision and the
+Extra merge share it. A new finding still publishes and drains in the same run.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
+    from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 # Exit statuses of `slurm-heal check` (documented in docs/checks.md).
 EXIT_HEALTHY = 0
@@ -58,8 +66,11 @@ EXIT_DETECTOR_FAILED = 10
 
 # The fault a failing detector is published as (SPEC O1; record only, never an action).
 DETECTOR_ERROR = "check.detector_error"
-# Modes whose every run writes checked_at into Extra (SPEC O1), even on a healthy node.
-REFRESH_MODES = frozenset({"healthcheck"})
+# Modes whose full runs keep the heartbeat: checked_at rewritten into Extra once
+# [check] heartbeat passed since the last write, even when nothing changed (SPEC O1).
+# Prolog and epilog never do (cheap around every job); nor the agent's kernel-log
+# wake-ups (``only``).
+REFRESH_MODES = frozenset({"healthcheck", "agent"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +281,116 @@ def _fingerprint(e: Evidence) -> str:
     return hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode()).hexdigest()[:16]
 
 
+def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str]) -> str:
+    """What our key in Extra says, as a short digest (issue 43; pure): per alert (the
+    active ones and the acknowledged ones apart) its fault, severity, detector and first
+    seen, and its evidence: each event of an event detector (`EVENT_DETECTORS`: a new
+    kernel line is a change), else which sources (the mount, GPU or port) and how many,
+    not their counters nor the time they were read. Plus the GPU serials (the machine).
+    Extra is written when this changes, at once; otherwise only on the heartbeat."""
+    import hashlib
+    import json
+
+    def one(a: Alert) -> list[Any]:
+        ev = sorted(_fingerprint(e) if a.detector in EVENT_DETECTORS else e.source
+                    for e in a.evidence)
+        return [a.fault, a.severity.value, a.detector, a.first_seen.isoformat(), ev]
+
+    doc = [sorted(one(a) for a in alerts), sorted(one(a) for a in acknowledged),
+           sorted({s.strip() for s in gpu_serials})]
+    return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()[:24]
+
+
+def beat_due(pub: dict[str, Any], now: datetime, heartbeat: float) -> bool:
+    """SPEC O1 (pure): whether the heartbeat is due: ``heartbeat`` seconds passed since
+    our key was last written (``pub["at"]``), or that time is unknown, unreadable or
+    ahead of the clock (a clock set back never silences the check)."""
+    raw = pub.get("at")
+    if not isinstance(raw, str):
+        return True
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        return True
+    if at.tzinfo is None:
+        return True
+    age = (now - at).total_seconds()
+    return age < 0 or age >= heartbeat
+
+
+def _serials(st: dict[str, Any]) -> list[str]:
+    return [s for key in ("nvidia_state", "amd_state")
+            for s in (st.get(key) or {}).get("serials", [])]
+
+
+class OneRead:
+    """The run's Slurm client (issue 43): this node's record is read at most once per
+    run, whoever asks (the S8 resume test, the drain decision, the instance id, the
+    Extra write, which merges into that read instead of reading again). A drain,
+    resume or reboot forgets it; other nodes and calls go to Slurm as they are."""
+
+    def __init__(self, client: SlurmClient, name: str) -> None:
+        self.client = client
+        self.name = name
+        self.reads = 0
+        self._info: NodeInfo | None = None
+        self._extra: str | None = None  # our own write's text, once written
+
+    def node(self, name: str) -> NodeInfo:
+        if name != self.name:
+            return self.client.node(name)
+        if self._info is None:
+            self._info = self.client.node(name)
+            self.reads += 1
+        return self._info
+
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
+        if node != self.name or current is not None:
+            self.client.set_extra(node, key, value, current=current)
+            return
+        from slurm_heal.extra import with_key
+
+        base = self._extra if self._extra is not None else self.node(node).extra_raw
+        self.client.set_extra(node, key, value, current=base)
+        self._extra = with_key(base, key, value)
+
+    def _forget(self, node: str) -> None:
+        if node == self.name:
+            self._info = None
+            self._extra = None
+
+    def drain(self, node: str, reason: str) -> None:
+        self._forget(node)
+        self.client.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        self._forget(node)
+        self.client.resume(node)
+
+    def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        self._forget(node)
+        self.client.reboot(node, reason, nextstate)
+
+    def snapshot(self) -> ClusterView:
+        return self.client.snapshot()
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self.client.nodes()
+
+    def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
+        return self.client.jobs(node)
+
+    def signal_jobs(self, node: str, signal: str) -> None:
+        self.client.signal_jobs(node, signal)
+
+    def requeue_jobs(self, node: str) -> None:
+        self.client.requeue_jobs(node)
+
+    def cancel_jobs(self, node: str) -> None:
+        self.client.cancel_jobs(node)
+
+
 def acknowledge(findings: list[Finding], now: datetime) -> dict[str, Any]:
     """SPEC S8: the acknowledgement a person's resume gives the faults seen so far (pure):
     fault id -> when, and the evidence seen then (a later event of the fault is new)."""
@@ -349,28 +470,36 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
 
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
-             refresh: bool = False, acknowledged: list[Alert] | None = None) -> None:
+             refresh: bool = False, acknowledged: list[Alert] | None = None,
+             heartbeat: float | None = None) -> None:
+    """Write our key into Extra when what it says changed (`said`), on a new boot, on
+    the first run, or when ``refresh`` (the heartbeat, SPEC O1) is due; then drain for
+    a fault that needs it, or resume our drain once its faults are gone."""
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
-    serials = [s for key in ("nvidia_state", "amd_state")
-               for s in (st.get(key) or {}).get("serials", [])]
-    machine = extra.machine_identity(serials, _instance_id(client, name, st))
+    serials = _serials(st)
+    digest = said(alerts, acknowledged or [], serials)
+    write = refresh or digest != pub.get("said") or not existed \
+        or pub.get("boot") != st.get("boot_id")
     try:
-        if alerts or acknowledged:
-            client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine,
-                                                                acknowledged=acknowledged))
-            if not pub.get("extra"):
-                result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
-            pub["extra"] = True
-        elif pub.get("extra") or not existed or pub.get("boot") != st.get("boot_id") or refresh:
-            # Healthy: keep our key with no alerts and the time of this check, so the
-            # controller sees the health check ran after its action (SPEC L5). Written
-            # once per boot (and when alerts clear), not on every healthy run.
-            client.set_extra(name, extra.KEY, extra.our_section([], now, machine))
-            if pub.get("extra"):
-                result.actions.append(f"removed our alerts from {name}'s Extra")
-            pub["extra"] = False
+        if write:
+            machine = extra.machine_identity(serials, _instance_id(client, name, st))
+            # Healthy: our key stays, with no alerts and the time of this write, so the
+            # controller sees the health check ran after its action (SPEC L5; a reboot
+            # is a new boot, which always writes) and that the check is alive (O1).
+            client.set_extra(name, extra.KEY, extra.our_section(
+                alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat))
+            if alerts or acknowledged:
+                if not pub.get("extra"):
+                    result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
+                pub["extra"] = True
+            else:
+                if pub.get("extra"):
+                    result.actions.append(f"removed our alerts from {name}'s Extra")
+                pub["extra"] = False
+            pub["said"] = digest
+            pub["at"] = now.isoformat()
         pub["boot"] = st.get("boot_id")
     except SlurmError as exc:
         if isinstance(exc, SlurmUnreachable):
@@ -417,9 +546,12 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
 def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
               dry_run: bool = False, client: SlurmClient | None = None,
               client_factory: Callable[[], SlurmClient] | None = None,
-              only: frozenset[str] | None = None, now: datetime | None = None) -> CheckResult:
-    """One check run on this node (see the module docstring). Raises SlurmError when
-    publishing fails (the state, cursors included, is saved first)."""
+              only: frozenset[str] | None = None, now: datetime | None = None,
+              publish: bool = False) -> CheckResult:
+    """One check run on this node (see the module docstring). ``publish``: write our key
+    now, changed or not (what our maintenance jobs run after a repair, so the controller
+    sees a check after it at once: SPEC L5). Raises SlurmError when publishing fails
+    (the state, cursors included, is saved first)."""
     now = now or datetime.now(timezone.utc)
     state_dir = cfg.state_path()
     with state.locked(state_dir):
@@ -449,20 +581,26 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
         _split(result, all_findings, alerts, st)
         try:
             pub = st.get("published") or {}
-            # SPEC O1: the periodic health check refreshes checked_at in Extra every run
-            # (the controller and `status` see a check gone quiet); prolog and epilog
-            # stay free of Slurm calls on a healthy node.
-            needs_slurm = bool(alerts) or bool(pub.get("extra")) or bool(pub.get("drained")) \
-                or not existed or pub.get("boot") != st.get("boot_id") or mode in REFRESH_MODES
+            # Issue 43: Slurm is called only when what Extra says changed, on the
+            # heartbeat (SPEC O1: the health check's and the agent's full runs, at most
+            # every [check] heartbeat; `status` sees a check gone quiet), for a fault
+            # that drains the node (S8: was it resumed?), to release our drain, and on a
+            # new boot or state. Prolog and epilog on a healthy node never call it.
+            beat = publish or (mode in REFRESH_MODES and only is None
+                               and beat_due(pub, now, cfg.heartbeat))
+            changed = said(result.alerts, result.acknowledged, _serials(st)) != pub.get("said")
+            needs_slurm = changed or beat or any(cordons(f) for f in result.findings) \
+                or bool(pub.get("drained")) or not existed or pub.get("boot") != st.get("boot_id")
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()
+                one = OneRead(client, node_name)
                 try:
-                    _resumed_by_a_person(client, node_name, result.findings, st, now, result)
+                    _resumed_by_a_person(one, node_name, result.findings, st, now, result)
                     _split(result, all_findings, alerts, st)
-                    _publish(client, node_name, result.alerts, result.findings, st, existed,
-                             now, result, refresh=mode in REFRESH_MODES,
-                             acknowledged=result.acknowledged)
+                    _publish(one, node_name, result.alerts, result.findings, st, existed,
+                             now, result, refresh=beat, acknowledged=result.acknowledged,
+                             heartbeat=cfg.heartbeat)
                 except SlurmError as exc:
                     if mode != "prolog" or not any(cordons(f) for f in all_findings):
                         raise

@@ -708,9 +708,10 @@ class CliSlurm:
                 return
             raise
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
         # Read-modify-write: foreign keys survive; non-JSON foreign text raises.
-        new = with_key(self.node(node).extra_raw, key, value)
+        new = with_key(self.node(node).extra_raw if current is None else current, key, value)
         self._update(node, f"extra={new}")
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
