@@ -233,6 +233,9 @@ def rows(runs: int = 10, faults: int = 3) -> list[Row]:
             time.sleep(2.0)  # no polling of Slurm while counting
             agent_fault = own(lab.rpc_counts())
             drained = "DRAIN" in lab.state(n4)
+            agent.terminate()  # its full checks of the drained node would count below
+            agent.wait(timeout=10)
+            agent = None
             full = window / 2.0
             out.append(("slurmctld RPCs, node agent, healthy: full checks every 2 s and "
                         "kernel-log wake-ups", f"{words({k: v / full for k, v in quiet.items()})}",

@@ -327,11 +327,17 @@ class OneRead:
     """The run's Slurm client (issue 43): this node's record is read at most once per
     run, whoever asks (the S8 resume test, the drain decision, the instance id, the
     Extra write, which merges into that read instead of reading again). A drain,
-    resume or reboot forgets it; other nodes and calls go to Slurm as they are."""
+    resume or reboot forgets it; other nodes and calls go to Slurm as they are.
 
-    def __init__(self, client: SlurmClient, name: str) -> None:
+    ``alone``: the instance id of this boot is known, so the record may come from the
+    client's one-node read where it has one (the cli backend's `own_node`: `sinfo -n`,
+    slurmctld's REQUEST_NODE_INFO_SINGLE, not the whole node table `scontrol show node`
+    has it pack)."""
+
+    def __init__(self, client: SlurmClient, name: str, alone: bool = False) -> None:
         self.client = client
         self.name = name
+        self.alone = alone
         self.reads = 0
         self._info: NodeInfo | None = None
         self._extra: str | None = None  # our own write's text, once written
@@ -340,7 +346,8 @@ class OneRead:
         if name != self.name:
             return self.client.node(name)
         if self._info is None:
-            self._info = self.client.node(name)
+            own = getattr(self.client, "own_node", None) if self.alone else None
+            self._info = own(name) if own is not None else self.client.node(name)
             self.reads += 1
         return self._info
 
@@ -594,7 +601,9 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()
-                one = OneRead(client, node_name)
+                cached = st.get("instance") or {}
+                one = OneRead(client, node_name, alone=cached.get("boot") == st.get("boot_id")
+                              and isinstance(cached.get("id"), str))
                 try:
                     _resumed_by_a_person(one, node_name, result.findings, st, now, result)
                     _split(result, all_findings, alerts, st)

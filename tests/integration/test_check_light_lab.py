@@ -5,7 +5,11 @@ Counts are behaviour (what the check sends), not timing (SPEC O1, D1, D7, I1, I2
 * N healthy runs with nothing changed: no REQUEST_UPDATE_NODE, at most one node read a
   run (there are none: nothing to ask);
 * the run that finds a new Xid 79: one read, the Extra write and the drain, at once;
-* the heartbeat (1 s here) when due: one read and one write.
+* the heartbeat (1 s here) when due: one read and one write;
+
+the read being the node's own record (REQUEST_NODE_INFO_SINGLE, `sinfo -n`), never the
+whole node table `scontrol show node NAME` has slurmctld pack (REQUEST_NODE_INFO), once
+the first run of the boot has read the node's InstanceId.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ def test_a_new_fault_is_one_read_the_extra_write_and_the_drain_in_one_run(
     assert res.returncode == 1 and "gpu.xid.79" in res.stdout, res.stdout + res.stderr
     assert of(counts, NODE_WRITES) == 2, counts  # Extra, then the drain
     assert of(counts, NODE_READS) <= 1, counts
+    # the node's own record (sinfo -n), not the whole node table (scontrol show node)
+    assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
     assert "DRAIN" in lab.state(node)
     assert "heal: gpu.xid.79 by=check" in lab.scontrol("show", "node", "-o", node).stdout
 
@@ -96,5 +102,6 @@ def test_the_heartbeat_when_due_is_one_read_and_one_write(lab_clean: Lab,
     counts = lab.rpc_counts()
     assert of(counts, NODE_WRITES) == 1, counts
     assert of(counts, NODE_READS) == 1, counts
+    assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts  # the node's own record
     after = lab.show(node).get("Extra", "")
     assert '"heartbeat_s":1' in after and after != before  # a later checked_at
