@@ -223,7 +223,7 @@ def rows(runs: int = 10, faults: int = 3) -> list[Row]:
             time.sleep(4)  # its first full checks (the first one publishes)
             window, wakes = 20.0, 10
             lab.reset_rpc_counts()
-            for i in range(wakes):
+            for _ in range(wakes):
                 b.seq += 1
                 append(agent_root, WAKE.format(seq=b.seq, usec=300_000_000 + b.seq))
                 time.sleep(window / wakes)
