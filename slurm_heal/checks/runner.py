@@ -287,8 +287,8 @@ def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str])
     seen, and its evidence: each event of an event detector (`EVENT_DETECTORS`: a new
     kernel line is a change), else which sources (the mount, GPU or port) and how many,
     not their counters nor the time they were read. Plus the GPU serials (the machine).
-    Extra is written when this changes, at once; otherwise only on the heartbeat."""
-    import hashlib
+    Extra is written when this changes, at once; otherwise only on the heartbeat. A short
+    one is the text itself: a healthy node's run imports no hashlib (issue 26)."""
     import json
 
     def one(a: Alert) -> list[Any]:
@@ -298,7 +298,12 @@ def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str])
 
     doc = [sorted(one(a) for a in alerts), sorted(one(a) for a in acknowledged),
            sorted({s.strip() for s in gpu_serials})]
-    return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()[:24]
+    text = json.dumps(doc, separators=(",", ":"))
+    if len(text) <= 400:
+        return text
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def beat_due(pub: dict[str, Any], now: datetime, heartbeat: float) -> bool:
