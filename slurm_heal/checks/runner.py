@@ -492,8 +492,10 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     pub = st.setdefault("published", {"extra": False, "drained": ""})
     serials = _serials(st)
     digest = said(alerts, acknowledged or [], serials)
+    # A state that published for another name (the machine renamed, its disk kept) has
+    # published nothing for this one.
     write = refresh or digest != pub.get("said") or not existed \
-        or pub.get("boot") != st.get("boot_id")
+        or pub.get("boot") != st.get("boot_id") or pub.get("node") != name
     try:
         if write:
             machine = extra.machine_identity(serials, _instance_id(client, name, st))
@@ -512,6 +514,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
                 pub["extra"] = False
             pub["said"] = digest
             pub["at"] = now.isoformat()
+            pub["node"] = name
         pub["boot"] = st.get("boot_id")
     except SlurmError as exc:
         if isinstance(exc, SlurmUnreachable):
@@ -602,7 +605,8 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                                and beat_due(pub, now, cfg.heartbeat))
             changed = said(result.alerts, result.acknowledged, _serials(st)) != pub.get("said")
             needs_slurm = changed or beat or any(cordons(f) for f in result.findings) \
-                or bool(pub.get("drained")) or not existed or pub.get("boot") != st.get("boot_id")
+                or bool(pub.get("drained")) or not existed or pub.get("boot") != st.get("boot_id") \
+                or pub.get("node") != node_name
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()

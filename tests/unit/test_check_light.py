@@ -221,6 +221,21 @@ def test_the_agents_kernel_log_wake_ups_call_slurm_only_for_a_new_finding(
     assert slurm.take() == {"node": 1, "set_extra": 1, "drain": 1}
 
 
+def test_a_machine_renamed_with_its_state_kept_publishes_under_its_new_name(
+        node: Node, slurm: CountedSlurm) -> None:
+    """The state published for gpu01; the same disk comes up as gpu02 (same boot, nothing
+    found anew): gpu02 has had nothing published, so this run writes its key (SPEC E7:
+    the ledger follows the machine by what it publishes)."""
+    check(slurm, T0)
+    slurm.take()
+    runner.run_check(config.CheckConfig(), node_name="gpu02", client=slurm,
+                     now=T0 + timedelta(minutes=5))
+    assert slurm.take() == {"node": 1, "set_extra": 1}
+    value = (MemorySlurm.node(slurm, "gpu02").extra or {}).get(extra.KEY)
+    assert isinstance(value, dict) and value["checked_at"] == (T0 + timedelta(minutes=5)
+                                                               ).isoformat()
+
+
 def test_publish_writes_now_whatever_changed(node: Node, slurm: CountedSlurm) -> None:
     """SPEC L5: our GPU reset job runs the check with --publish: a checked_at after the
     reset at once, so the controller's wait for a check ends."""
