@@ -34,8 +34,11 @@ nodes (the cycle that creates 2 % of the remediations, the next one, one where n
 changed), the whole cycle at 10k (Slurm JSON parsed, load, decide, store write), peak
 memory at 100k, `simulate` of a 10k-node day (200 alerts one a minute, and at random
 times), the store's write. With ``--lab`` (slow: it starts a
-private Slurm lab), fault to drain on the lab (benchmarks/fault_to_drain.py) and the
-snapshot on real Slurm commands at 10,000 configured nodes (benchmarks/snapshot_lab.py).
+private Slurm lab), fault to drain on the lab (benchmarks/fault_to_drain.py), the
+snapshot on real Slurm commands at 10,000 configured nodes (benchmarks/snapshot_lab.py),
+and what the node side costs slurmctld, RPCs by type per run of the check, the agent, the
+Prolog/Epilog and LBNL NHC counted with sdiag, extrapolated to 10k and 100k nodes
+(benchmarks/slurmctld_rpcs.py, issue 43).
 
 Benchmarks are never run by the test suite. ``--markdown`` prints the table as the
 README carries it.
@@ -549,10 +552,12 @@ def main() -> int:
         rows += controller.rows(quick=args.quick)
     if args.lab:
         import fault_to_drain
+        import slurmctld_rpcs
         import snapshot_lab
 
         rows += fault_to_drain.rows(args.injections)
         rows += snapshot_lab.rows()
+        rows += slurmctld_rpcs.rows()
     else:
         rows.append(("fault to drained (lab)", "not run", "", "run with --lab "
                      "(`make bench-lab`): starts a private Slurm lab, takes minutes"))

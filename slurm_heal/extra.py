@@ -4,7 +4,7 @@ Slurm's ``Extra`` holds arbitrary text; slurm-heal keeps a JSON object there and
 exactly one key of it, ``slurm_heal``. Other keys (a site's own tooling) are kept as
 they are. Layout of our key::
 
-    {"slurm_heal": {"v": 1, "checked_at": "2026-01-05T00:00:00+00:00",
+    {"slurm_heal": {"v": 1, "checked_at": "2026-01-05T00:00:00+00:00", "heartbeat_s": 1800,
                     "alerts": [{"fault": "gpu.xid.79", "severity": "critical",
                                 "summary": "...", "detector": "kernel_log",
                                 "first_seen": "...", "last_seen": "...",
@@ -14,6 +14,11 @@ they are. Layout of our key::
 
 Evidence is trimmed (text length, count per alert) so the field stays small; the full
 record stays in the node check's own state file.
+
+The node check rewrites our key only when what it says changes (`slurm_heal.checks.runner.said`), and otherwise
+at most every ``heartbeat_s`` seconds (SPEC O1, issue 43): ``checked_at`` is the time of
+the last write, so a node's check is stale when ``checked_at`` is older than its own
+``heartbeat_s`` plus the controller's slack (slurm_heal.readmodel.overview).
 
 Reading it back (`read_check_data`) is the edge where data from Slurm becomes trusted:
 anyone who may run ``scontrol update`` can write Extra, so every field of our keys is
@@ -171,14 +176,19 @@ def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str,
 
 def our_section(alerts: list[Alert], checked_at: datetime,
                 machine: dict[str, Any] | None = None,
-                acknowledged: list[Alert] | None = None) -> dict[str, Any]:
+                acknowledged: list[Alert] | None = None,
+                heartbeat: float | None = None) -> dict[str, Any]:
     """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
     ``host`` (read by the controller as the machine identity) and ``machine``.
     ``acknowledged`` (SPEC S8): alerts a person's resume acknowledged, published under
     their own key for people to see; the controller acts only on ``alerts`` (it reads
-    ``acknowledged`` to tell a person's resume from a fault that cleared)."""
+    ``acknowledged`` to tell a person's resume from a fault that cleared).
+    ``heartbeat`` (SPEC O1): the most seconds until the check writes again while nothing
+    changes (``heartbeat_s``; the controller's staleness threshold follows it)."""
     out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
                            "alerts": [alert_to_json(a) for a in alerts]}
+    if heartbeat is not None:
+        out["heartbeat_s"] = int(heartbeat) if float(heartbeat).is_integer() else heartbeat
     if acknowledged:
         out["acknowledged"] = [alert_to_json(a) for a in acknowledged]
     if machine:

@@ -188,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # the reset happened; the check may still see the Xid
             result["marked"] = ""
             result["detail"] += f"; the reset time could not be left for the node check: {exc}"
-        check = [sys.executable, "-m", "slurm_heal.cli", "check", "--node", node]
+        # --publish: checked_at after the reset at once, even where the findings did
+        # not change (the check otherwise writes only changes and its heartbeat), so
+        # the controller's L5 wait ends now (issue 43).
+        check = [sys.executable, "-m", "slurm_heal.cli", "check", "--node", node, "--publish"]
         if spec.get("check_config"):
             check += ["--config", str(spec["check_config"])]
         crc, ctext, ctimed = _run(check, 120.0)

@@ -149,6 +149,35 @@ def run(argv: Sequence[str], *, env: dict[str, str] | None = None, timeout: floa
     return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
 
+# The RPCs the node side sends slurmctld (issue 43): its node reads and its writes.
+NODE_READS = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE")
+PARTITION_READS = ("REQUEST_PARTITION_INFO",)
+NODE_WRITES = ("REQUEST_UPDATE_NODE",)
+
+
+def parse_sdiag_rpcs(text: str) -> dict[str, int]:
+    """sdiag's "Remote Procedure Call statistics by message type": message type -> count
+    (``REQUEST_UPDATE_NODE ( 3002) count:1 ave_time:164 total_time:164``, 22.05 to
+    26.05). A section that is missing is an error, never zero RPCs."""
+    lines = text.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines)
+                     if line.strip() == "Remote Procedure Call statistics by message type")
+    except StopIteration:
+        raise LabError("sdiag printed no 'Remote Procedure Call statistics by message "
+                       f"type' section: {text[:200]!r}") from None
+    out: dict[str, int] = {}
+    for line in lines[start + 1:]:
+        if not line.strip():
+            break
+        words = line.split()
+        count = next((w.split(":", 1)[1] for w in words if w.startswith("count:")), None)
+        if count is None or not count.isdigit():
+            raise LabError(f"sdiag RPC line not understood: {line!r}")
+        out[words[0]] = out.get(words[0], 0) + int(count)
+    return out
+
+
 class Lab:
     """A running lab: its directory, slurm.conf, environment and node names."""
 
@@ -204,6 +233,17 @@ class Lab:
         """`scontrol show node -o NODE` as key -> value (values without spaces only)."""
         line = self.scontrol("show", "node", "-o", node).stdout
         return dict(w.split("=", 1) for w in line.split() if "=" in w)
+
+    def reset_rpc_counts(self) -> None:
+        """`sdiag -r`: slurmctld's RPC counters back to zero."""
+        self.run(["sdiag", "-r"])
+
+    def rpc_counts(self) -> dict[str, int]:
+        """slurmctld's RPCs by message type since the last reset (`sdiag`), without
+        sdiag's own REQUEST_STATS_INFO."""
+        counts = parse_sdiag_rpcs(self.run(["sdiag"]).stdout)
+        counts.pop("REQUEST_STATS_INFO", None)
+        return counts
 
     def state(self, node: str) -> set[str]:
         """The node's state flags, e.g. {"IDLE", "DRAIN"} (the `*` not-responding mark

@@ -176,7 +176,8 @@ def run_agent(cfg: CheckConfig, *, node_name: str, interval: float, dry_run: boo
                 report(f"the node check itself failed: {what}")
                 if not dry_run:
                     try:
-                        report(runner.report_crash(node_name, what, client()))
+                        report(runner.report_crash(node_name, what, client(),
+                                                   state_dir=cfg.state_path()))
                     except Exception as exc2:
                         report(f"the crash could not be reported in Slurm: {exc2}")
                 stop.wait(min(5.0, interval))

@@ -11,6 +11,10 @@ silently switches a detector off. Example (all defaults shown)::
     [check]
     state_dir = "/var/lib/slurm-heal/node"   # under SLURM_HEAL_ROOT when set
     timeout = 20.0                           # seconds for all detectors together
+    heartbeat = "30m"                        # SPEC O1: a healthy node whose findings did
+                                             # not change writes to Slurm at most this
+                                             # often (its check's liveness); the console
+                                             # shows a check stale past heartbeat + 20m
 
     [kernel_log]                             # SPEC D1, D2, D4
     enabled = true
@@ -278,6 +282,10 @@ class CheckConfig:
     maintenance_prefixes: tuple[str, ...] = ("slurm-heal-reset-", "slurm-heal-gate-",
                                              "slurm-heal-validate-")
     maintenance_users: tuple[str, ...] = ()
+    # SPEC O1 (issue 43): seconds between the writes of a node whose findings did not
+    # change (checked_at in Extra: the check's liveness, published with it as
+    # heartbeat_s so the controller's staleness threshold follows it).
+    heartbeat: float = 1800.0
     # One field per entry of BUILTINS, in its order (a test holds them together).
     kernel_log: KernelLogConfig = field(default_factory=KernelLogConfig)
     mounts: MountsConfig = field(default_factory=MountsConfig)
@@ -337,9 +345,12 @@ def _typed(file: str, key: str, value: Any, default: Any) -> Any:
     return value
 
 
+# SPEC O1: the longest heartbeat (the controller reads a longer one as this).
+MAX_HEARTBEAT = 86400.0
+
 # Durations of the file, in seconds here: "1h", "30m" like every duration of slurm-heal,
 # or bare seconds (existing files) -- the rule of config.parse_seconds.
-DURATIONS = frozenset({"kernel_log.hold", "check.timeout"})
+DURATIONS = frozenset({"kernel_log.hold", "check.timeout", "check.heartbeat"})
 # ... and every key of a section with one of these names (issue 25 item 6).
 DURATION_KEYS = frozenset({"hold", "timeout", "tool_timeout", "connect_timeout", "window",
                            "thermal_for", "unreachable_for"})
@@ -374,7 +385,7 @@ def _section(file: str, name: str, raw: Any, default: Any) -> Any:
 
 
 # The keys of [check] (CheckConfig's own fields).
-TOP_KEYS = ("state_dir", "timeout", "maintenance_prefixes", "maintenance_users")
+TOP_KEYS = ("state_dir", "timeout", "heartbeat", "maintenance_prefixes", "maintenance_users")
 
 
 def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
@@ -399,6 +410,10 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
         if f"check.{key}" in DURATIONS:
             value = _seconds(file, f"check.{key}", value)
         top[key] = _typed(file, f"check.{key}", value, getattr(CheckConfig(), key))
+    if top.get("heartbeat", 0.0) > MAX_HEARTBEAT:
+        raise ConfigError(f"must be at most {MAX_HEARTBEAT / 3600:g}h (the controller trusts "
+                          f"no longer a silence), got {top['heartbeat']:g}s", file=file,
+                          key="check.heartbeat")
     if built["kernel_log"].source not in SOURCES:
         raise ConfigError(f"unknown source {built['kernel_log'].source!r} "
                           f"(known: {', '.join(SOURCES)})", file=file, key="kernel_log.source")

@@ -168,6 +168,10 @@ def parser() -> Parser:
                 choices=config.MODES[:3], default="healthcheck"),
          Option(("--json",), "json", "print findings as a JSON list", default=False),
          Option(("--dry-run",), "dry_run", "write nothing to Slurm", default=False),
+         Option(("--publish",), "publish",
+                "write the findings and the check time into Extra now, changed or not "
+                "(after a repair; otherwise only changes and the heartbeat are written)",
+                default=False),
          Option(("--check-config", "--config"), "config",
                 f"the node check's configuration (default {paths.CONFIG_FILE} if present); "
                 "--config is the old spelling, kept for one release", metavar="FILE"),
@@ -189,7 +193,8 @@ def error(message: str, kind: str, code: int, as_json: bool, out: TextIO,
 
 
 def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
-        node: str | None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+        node: str | None, out: TextIO | None = None, err: TextIO | None = None,
+        publish: bool = False) -> int:
     """Run a check and print it; return the exit status. Shared with the click command."""
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
@@ -199,7 +204,8 @@ def run(mode: str, as_json: bool, dry_run: bool, config_file: str | None,
         return error(str(exc), type(exc).__name__, runner.EXIT_USAGE, as_json, out, err)
     name = runner.node_name(node)
     try:
-        result = runner.run_check(cfg, node_name=name, mode=mode, dry_run=dry_run)
+        result = runner.run_check(cfg, node_name=name, mode=mode, dry_run=dry_run,
+                                  publish=publish)
     except SlurmError as exc:
         return error(f"publishing to Slurm failed: {exc}", type(exc).__name__,
                      runner.EXIT_SLURM, as_json, out, err)
@@ -248,4 +254,4 @@ def main(argv: list[str] | None = None) -> int:
     config_file, node = args["config"], args["node"]
     return run(str(args["mode"]), bool(args["json"]), bool(args["dry_run"]),
                config_file if isinstance(config_file, str) else None,
-               node if isinstance(node, str) else None)
+               node if isinstance(node, str) else None, publish=bool(args["publish"]))

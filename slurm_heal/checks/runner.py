@@ -26,8 +26,15 @@ What a run does, in order:
    never drains, and our Prolog lets that job through (SPEC E6, V1, V4);
 6. save the state.
 
-On a healthy node with nothing published, Slurm is not called at all: that keeps the
-check cheap enough to run inside every job's epilog.
+Light on slurmctld (issue 43): Extra and the Reason change only when what they say
+changes (`said`: which faults, how severe, since when, each new kernel event, which
+mount, GPU or port; not a counter or the time a condition was read). A run whose findings
+did not change writes nothing and, on a node that holds no fault of ours, calls Slurm
+not at all; the check's liveness (SPEC O1) is a heartbeat: the health check (and the
+agent's full check) rewrites our key with a fresh ``checked_at`` once ``[check]
+heartbeat`` (30 min) passed since its last write. A run that does call Slurm reads the
+node's record at most once (`OneRead`): the S8 resume test, the drain decision and the
+Extra merge share it. A new finding still publishes and drains in the same run.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:  # the Slurm package is imported only when something must be written
     from slurm_heal.slurm.base import SlurmClient
+    from slurm_heal.types import ClusterView, JobInfo, NodeInfo
 
 # Exit statuses of `slurm-heal check` (documented in docs/checks.md).
 EXIT_HEALTHY = 0
@@ -65,8 +73,11 @@ EXIT_CRASHED = 11
 
 # The fault a failing detector is published as (SPEC O1; record only, never an action).
 DETECTOR_ERROR = "check.detector_error"
-# Modes whose every run writes checked_at into Extra (SPEC O1), even on a healthy node.
-REFRESH_MODES = frozenset({"healthcheck"})
+# Modes whose full runs keep the heartbeat: checked_at rewritten into Extra once
+# [check] heartbeat passed since the last write, even when nothing changed (SPEC O1).
+# Prolog and epilog never do (cheap around every job); nor the agent's kernel-log
+# wake-ups (``only``).
+REFRESH_MODES = frozenset({"healthcheck", "agent"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +294,128 @@ def _fingerprint(e: Evidence) -> str:
     return hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode()).hexdigest()[:16]
 
 
+def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str]) -> str:
+    """What our key in Extra says, as a short digest (issue 43; pure): per alert (the
+    active ones and the acknowledged ones apart) its fault, severity, detector and first
+    seen, and its evidence: each event of an event detector (`EVENT_DETECTORS`: a new
+    kernel line is a change), else which sources (the mount, GPU or port) and how many,
+    not their counters nor the time they were read. Plus the GPU serials (the machine).
+    Extra is written when this changes, at once; otherwise only on the heartbeat. A short
+    one is the text itself: a healthy node's run imports no hashlib (issue 26)."""
+    import json
+
+    def one(a: Alert) -> list[Any]:
+        ev = sorted(_fingerprint(e) if a.detector in EVENT_DETECTORS else e.source
+                    for e in a.evidence)
+        return [a.fault, a.severity.value, a.detector, a.first_seen.isoformat(), ev]
+
+    doc = [sorted(one(a) for a in alerts), sorted(one(a) for a in acknowledged),
+           sorted({s.strip() for s in gpu_serials})]
+    text = json.dumps(doc, separators=(",", ":"))
+    if len(text) <= 400:
+        return text
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def beat_due(pub: dict[str, Any], now: datetime, heartbeat: float) -> bool:
+    """SPEC O1 (pure): whether the heartbeat is due: ``heartbeat`` seconds passed since
+    our key was last written (``pub["at"]``), or that time is unknown, unreadable or
+    ahead of the clock (a clock set back never silences the check)."""
+    raw = pub.get("at")
+    if not isinstance(raw, str):
+        return True
+    try:
+        at = datetime.fromisoformat(raw)
+    except ValueError:
+        return True
+    if at.tzinfo is None:
+        return True
+    age = (now - at).total_seconds()
+    return age < 0 or age >= heartbeat
+
+
+def _serials(st: dict[str, Any]) -> list[str]:
+    return [s for key in ("nvidia_state", "amd_state")
+            for s in (st.get(key) or {}).get("serials", [])]
+
+
+class OneRead:
+    """The run's Slurm client (issue 43): this node's record is read at most once per
+    run, whoever asks (the S8 resume test, the drain decision, the instance id, the
+    Extra write, which merges into that read instead of reading again). A drain,
+    resume or reboot forgets it; other nodes and calls go to Slurm as they are.
+
+    ``alone``: the instance id of this boot is known, so the record may come from the
+    client's one-node read where it has one (the cli backend's `own_node`: `sinfo -n`,
+    slurmctld's REQUEST_NODE_INFO_SINGLE, not the whole node table `scontrol show node`
+    has it pack)."""
+
+    def __init__(self, client: SlurmClient, name: str, alone: bool = False) -> None:
+        self.client = client
+        self.name = name
+        self.alone = alone
+        self.reads = 0
+        self._info: NodeInfo | None = None
+        self._extra: str | None = None  # our own write's text, once written
+
+    def node(self, name: str) -> NodeInfo:
+        if name != self.name:
+            return self.client.node(name)
+        if self._info is None:
+            own = getattr(self.client, "own_node", None) if self.alone else None
+            self._info = own(name) if own is not None else self.client.node(name)
+            self.reads += 1
+        return self._info
+
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
+        if node != self.name or current is not None:
+            self.client.set_extra(node, key, value, current=current)
+            return
+        from slurm_heal.extra import with_key
+
+        base = self._extra if self._extra is not None else self.node(node).extra_raw
+        self.client.set_extra(node, key, value, current=base)
+        self._extra = with_key(base, key, value)
+
+    def _forget(self, node: str) -> None:
+        if node == self.name:
+            self._info = None
+            self._extra = None
+
+    def drain(self, node: str, reason: str) -> None:
+        self._forget(node)
+        self.client.drain(node, reason)
+
+    def resume(self, node: str) -> None:
+        self._forget(node)
+        self.client.resume(node)
+
+    def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
+        self._forget(node)
+        self.client.reboot(node, reason, nextstate)
+
+    def snapshot(self) -> ClusterView:
+        return self.client.snapshot()
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self.client.nodes()
+
+    def jobs(self, node: str | None = None) -> tuple[JobInfo, ...]:
+        return self.client.jobs(node)
+
+    def signal_jobs(self, node: str, signal: str) -> None:
+        self.client.signal_jobs(node, signal)
+
+    def requeue_jobs(self, node: str) -> None:
+        self.client.requeue_jobs(node)
+
+    def cancel_jobs(self, node: str) -> None:
+        self.client.cancel_jobs(node)
+
+
 def acknowledge(findings: list[Finding], now: datetime,
                 published: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """SPEC S8: the acknowledgement a person's resume gives the faults seen so far (pure):
@@ -446,30 +579,42 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
              refresh: bool = False, acknowledged: list[Alert] | None = None,
-             maintenance_of: Callable[[frozenset[str]], str] = lambda states: "") -> None:
+             maintenance_of: Callable[[frozenset[str]], str] = lambda states: "",
+             heartbeat: float | None = None) -> None:
+    """Write our key into Extra when what it says changed (`said`), on a new boot, on
+    the first run, or when ``refresh`` (the heartbeat, SPEC O1) is due; then drain for
+    a fault that needs it (never while ``maintenance_of`` names our own maintenance
+    reservation holding the node), or resume our drain once its faults are gone."""
     from slurm_heal import extra, reasons
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
-    serials = [s for key in ("nvidia_state", "amd_state")
-               for s in (st.get(key) or {}).get("serials", [])]
-    machine = extra.machine_identity(serials, _instance_id(client, name, st))
+    serials = _serials(st)
+    digest = said(alerts, acknowledged or [], serials)
+    # A state that published for another name (the machine renamed, its disk kept) has
+    # published nothing for this one.
+    write = refresh or digest != pub.get("said") or not existed \
+        or pub.get("boot") != st.get("boot_id") or pub.get("node") != name
     try:
-        if alerts or acknowledged:
-            client.set_extra(name, extra.KEY, extra.our_section(alerts, now, machine,
-                                                                acknowledged=acknowledged))
-            remember_published(pub, alerts)  # SPEC S8: what a person can see now
-            if not pub.get("extra"):
-                result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
-            pub["extra"] = True
-        elif pub.get("extra") or not existed or pub.get("boot") != st.get("boot_id") or refresh:
-            # Healthy: keep our key with no alerts and the time of this check, so the
-            # controller sees the health check ran after its action (SPEC L5). Written
-            # once per boot (and when alerts clear), not on every healthy run.
-            client.set_extra(name, extra.KEY, extra.our_section([], now, machine))
-            pub["seen"] = {}
-            if pub.get("extra"):
-                result.actions.append(f"removed our alerts from {name}'s Extra")
-            pub["extra"] = False
+        if write:
+            machine = extra.machine_identity(serials, _instance_id(client, name, st))
+            # Healthy: our key stays, with no alerts and the time of this write, so the
+            # controller sees the health check ran after its action (SPEC L5; a reboot
+            # is a new boot, which always writes) and that the check is alive (O1).
+            client.set_extra(name, extra.KEY, extra.our_section(
+                alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat))
+            if alerts or acknowledged:
+                remember_published(pub, alerts)  # SPEC S8: what a person can see now
+                if not pub.get("extra"):
+                    result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
+                pub["extra"] = True
+            else:
+                pub["seen"] = {}
+                if pub.get("extra"):
+                    result.actions.append(f"removed our alerts from {name}'s Extra")
+                pub["extra"] = False
+            pub["said"] = digest
+            pub["at"] = now.isoformat()
+            pub["node"] = name
         pub["boot"] = st.get("boot_id")
     except SlurmError as exc:
         if isinstance(exc, SlurmUnreachable):
@@ -524,9 +669,12 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
 def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
               dry_run: bool = False, client: SlurmClient | None = None,
               client_factory: Callable[[], SlurmClient] | None = None,
-              only: frozenset[str] | None = None, now: datetime | None = None) -> CheckResult:
-    """One check run on this node (see the module docstring). Raises SlurmError when
-    publishing fails (the state, cursors included, is saved first)."""
+              only: frozenset[str] | None = None, now: datetime | None = None,
+              publish: bool = False) -> CheckResult:
+    """One check run on this node (see the module docstring). ``publish``: write our key
+    now, changed or not (what our maintenance jobs run after a repair, so the controller
+    sees a check after it at once: SPEC L5). Raises SlurmError when publishing fails
+    (the state, cursors included, is saved first)."""
     now = now or datetime.now(timezone.utc)
     state_dir = cfg.state_path()
     with state.locked(state_dir):
@@ -558,21 +706,30 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             _our_job(cfg, node_name, result)
         try:
             pub = st.get("published") or {}
-            # SPEC O1: the periodic health check refreshes checked_at in Extra every run
-            # (the controller and `status` see a check gone quiet); prolog and epilog
-            # stay free of Slurm calls on a healthy node.
-            needs_slurm = bool(alerts) or bool(pub.get("extra")) or bool(pub.get("drained")) \
-                or not existed or pub.get("boot") != st.get("boot_id") or mode in REFRESH_MODES
+            # Issue 43: Slurm is called only when what Extra says changed, on the
+            # heartbeat (SPEC O1: the health check's and the agent's full runs, at most
+            # every [check] heartbeat; `status` sees a check gone quiet), for a fault
+            # that drains the node (S8: was it resumed?), to release our drain, and on a
+            # new boot or state. Prolog and epilog on a healthy node never call it.
+            beat = publish or (mode in REFRESH_MODES and only is None
+                               and beat_due(pub, now, cfg.heartbeat))
+            changed = said(result.alerts, result.acknowledged, _serials(st)) != pub.get("said")
+            needs_slurm = changed or beat or any(cordons(f) for f in result.findings) \
+                or bool(pub.get("drained")) or not existed or pub.get("boot") != st.get("boot_id") \
+                or pub.get("node") != node_name
             if not dry_run and needs_slurm:
                 if client is None:
                     client = (client_factory or default_client)()
+                cached = st.get("instance") or {}
+                one = OneRead(client, node_name, alone=cached.get("boot") == st.get("boot_id")
+                              and isinstance(cached.get("id"), str))
                 try:
-                    _resumed_by_a_person(client, node_name, result.findings, st, now, result,
+                    _resumed_by_a_person(one, node_name, result.findings, st, now, result,
                                          cfg)
                     _split(result, all_findings, alerts, st)
-                    _publish(client, node_name, result.alerts, result.findings, st, existed,
-                             now, result, refresh=mode in REFRESH_MODES,
-                             acknowledged=result.acknowledged,
+                    _publish(one, node_name, result.alerts, result.findings, st, existed,
+                             now, result, refresh=beat, acknowledged=result.acknowledged,
+                             heartbeat=cfg.heartbeat,
                              maintenance_of=lambda states: _our_maintenance(
                                  cfg, node_name, states, result,
                                  held=bool(st["published"].get("held"))
@@ -645,7 +802,7 @@ def exit_code(result: CheckResult) -> int:
 
 
 def report_crash(node_name: str, error: str, client: SlurmClient | None = None,
-                 now: datetime | None = None) -> str:
+                 now: datetime | None = None, state_dir: str | None = None) -> str:
     """SPEC O1, I1: the node check itself broke (``error``: what it raised). Said
     centrally as the record-only ``check.detector_error`` alert of the detector
     ``check``, added to what our key in the node's Extra holds now: the alerts published
@@ -678,4 +835,24 @@ def report_crash(node_name: str, error: str, client: SlurmClient | None = None,
                                      data={"detector": "check", "status": "crashed"}),))
     section["alerts"] = [a for a in alerts if a not in mine] + [extra.alert_to_json(crash)]
     client.set_extra(node_name, extra.KEY, section)
+    _said_changed(state_dir)
     return f"reported in {node_name}'s Extra as {DETECTOR_ERROR} (detector check)"
+
+
+def _said_changed(state_dir: str | None) -> None:
+    """Extra no longer says what the state says we last wrote (issue 43 writes only on a
+    change): the next run that completes writes its own alerts, so the crash's alert goes
+    with it, never only at the heartbeat. Best effort: the state may be what broke."""
+    try:
+        if state_dir is None:
+            from slurm_heal.checks import config
+
+            state_dir = config.load_config(None).state_path()
+        with state.locked(state_dir, timeout=2.0):
+            st, _existed = state.load(state_dir, paths.boot_id())
+            pub = st.get("published")
+            if isinstance(pub, dict):
+                pub["said"] = ""
+                state.save(state_dir, st)
+    except Exception:  # noqa: BLE001 - the crash is reported already; this only hastens
+        pass

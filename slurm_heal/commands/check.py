@@ -21,6 +21,9 @@ from slurm_heal.commands.jsonmode import json_option
 @json_option(help="Print the findings as one JSON list (docs/cli.md); an error is one "
              "JSON object {\"error\": ...} on stdout.")
 @click.option("--dry-run", is_flag=True, help="Write nothing to Slurm.")
+@click.option("--publish", is_flag=True,
+              help="Write the findings and the check time into Extra now, changed or not "
+                   "(after a repair; otherwise only changes and the heartbeat are written).")
 @click.option("--check-config", "--config", "config_file", metavar="FILE", default=None,
               help="The node check's configuration, check.toml (default "
                    "/etc/slurm-heal/check.toml if present); --config is the old spelling, "
@@ -28,7 +31,7 @@ from slurm_heal.commands.jsonmode import json_option
 @click.option("--node", metavar="NAME", default=None,
               help="Node name (default $SLURMD_NODENAME, else the short host name).")
 @click.pass_context
-def check(ctx: click.Context, mode: str, as_json: bool, dry_run: bool,
+def check(ctx: click.Context, mode: str, as_json: bool, dry_run: bool, publish: bool,
           config_file: str | None, node: str | None) -> None:
     """Run the node health checks; publish alerts and drain for critical faults.
 
@@ -36,4 +39,4 @@ def check(ctx: click.Context, mode: str, as_json: bool, dry_run: bool,
     unusable; epilog: always 0), 2 usage or configuration error, 3 Slurm error,
     10 a detector failed and nothing was found.
     """
-    ctx.exit(fastcli.run(mode, as_json, dry_run, config_file, node))
+    ctx.exit(fastcli.run(mode, as_json, dry_run, config_file, node, publish=publish))

@@ -22,8 +22,8 @@ Node categories (each node is in exactly one, first match wins):
 
 Besides: ``unrecorded`` (SPEC I5, O6): nodes out of service under our controller's marker
 for a remediation the store does not know (a store set aside as corrupt, or started
-afresh), with the commands that release them or hand them back; ``check_stale`` (the node check's ``checked_at`` is older than the limit, or it
-never published) and ``check_erroring`` (a ``check.detector_error`` alert, O1).
+afresh), with the commands that release them or hand them back; ``check_stale`` (the node check's ``checked_at`` is older than its heartbeat
+plus the slack, `stale_after`, or it never published) and ``check_erroring`` (a ``check.detector_error`` alert, O1).
 """
 
 from __future__ import annotations
@@ -54,9 +54,15 @@ from slurm_heal.types import NodeInfo
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
 STALE_INTERVALS = 5
 STALE_MIN = timedelta(minutes=2)
-# A node check that has not published for this long is stale (HealthCheckInterval is
-# typically 5 minutes; three missed runs and some slack).
+# A node check that has not published for this long past its own heartbeat is stale
+# (SPEC O1, issue 43): the check rewrites checked_at at most every [check] heartbeat
+# while nothing changes, and publishes that heartbeat (``heartbeat_s``); the slack is
+# HealthCheckInterval (typically 5 minutes): three missed runs and some more. A check
+# that publishes no heartbeat (older versions wrote every run) has the slack alone.
 CHECK_STALE = timedelta(minutes=20)
+# A published heartbeat longer than this is read as this (the check's own limit): a
+# forged one never hides a dead check for long.
+MAX_HEARTBEAT = timedelta(days=1)
 DETECTOR_ERROR = "check.detector_error"  # the same id as slurm_heal.checks.runner's
 CATEGORIES = ("healthy", "alerting", "cordoned", "remediating", "handed_to_person",
               "drained_by_others")
@@ -304,6 +310,22 @@ def _checked_at(node: NodeInfo) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
+def heartbeat_of(node: NodeInfo) -> timedelta:
+    """The heartbeat the node's check published (``heartbeat_s``; 0 when none or not a
+    positive number), at most `MAX_HEARTBEAT`."""
+    section = (node.extra or {}).get(extra.KEY)
+    raw = section.get("heartbeat_s") if isinstance(section, dict) else None
+    if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not raw > 0:
+        return timedelta(0)
+    return timedelta(seconds=min(float(raw), MAX_HEARTBEAT.total_seconds()))
+
+
+def stale_after(node: NodeInfo, slack: timedelta = CHECK_STALE) -> timedelta:
+    """SPEC O1: how long after its ``checked_at`` the node's check counts as stale: its
+    heartbeat plus ``slack`` (50 min at the default heartbeat of 30 min)."""
+    return heartbeat_of(node) + slack
+
+
 def _foreign(node: NodeInfo) -> bool:
     """Someone else's drain (D5); a malformed request is one too (O6): nothing of ours
     will ever act on it, so it is never counted as healthy."""
@@ -347,7 +369,7 @@ def classify(node: NodeInfo, state: State, now: datetime,
         name=node.name, category=category, states=tuple(sorted(node.states)),
         reason=node.reason, alerts=faults,
         acknowledged=tuple(a.fault for a in check.acknowledged), checked_at=checked,
-        check_stale=checked is None or now - checked > check_stale,
+        check_stale=checked is None or now - checked > stale_after(node, check_stale),
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
 

@@ -38,10 +38,12 @@ class SlurmClient(Protocol):
         """Resume (undrain) the node."""
         ...
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
         """Set (or with None remove) one top-level key of the node's Extra JSON object,
         keeping every other key. Non-JSON text in Extra is never overwritten
-        (SlurmError)."""
+        (SlurmError). ``current``: the node's Extra text as the caller read it moments
+        ago (the node check's one read per run, issue 43); None reads it now."""
         ...
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:

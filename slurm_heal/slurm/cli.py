@@ -655,6 +655,30 @@ class CliSlurm:
             raise NotFound(f"Slurm does not know node {name!r}")
         return found[0]
 
+    def own_node(self, name: str) -> NodeInfo:
+        """One node's record alone, as the node check reads its own (issue 43): `sinfo -N
+        -h -n NAME -O ...`, one REQUEST_NODE_INFO_SINGLE (and sinfo's partition read),
+        where `node()` (`scontrol show node NAME`) has slurmctld pack the whole node
+        table. Without boot times and InstanceId (sinfo prints neither): `node()` for
+        those. NotFound when Slurm does not know the node."""
+        from slurm_heal.slurm import text
+
+        if not name or any(c in name for c in "[],") or len(NodeSet(name)) != 1:
+            raise NotFound(f"not a single node name: {name!r}")
+        sep = text.separator()
+        try:
+            out = self._run(text.sinfo_argv(sep, name), read=True).stdout
+        except SlurmUnreachable:
+            raise
+        except SlurmError as exc:
+            if any(s in exc.stderr + str(exc) for s in _NOT_FOUND):
+                raise NotFound(f"Slurm does not know node {name!r}") from exc
+            raise
+        found = text.one_node(out, sep, name)
+        if found is None:
+            raise NotFound(f"Slurm does not know node {name!r}")
+        return found
+
     def _node_json(self, name: str) -> NodeInfo:
         argv = ["scontrol", "--json", "show", "node", name]
         proc = self._show_node(argv, name)
@@ -708,9 +732,10 @@ class CliSlurm:
                 return
             raise
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
         # Read-modify-write: foreign keys survive; non-JSON foreign text raises.
-        new = with_key(self.node(node).extra_raw, key, value)
+        new = with_key(self.node(node).extra_raw if current is None else current, key, value)
         self._update(node, f"extra={new}")
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:

@@ -220,11 +220,12 @@ class MemorySlurm:
                 raise SlurmError(f"node {node} is not responding", command=["scontrol", "update"])
             n.down, n.drain, n.reason, n.reason_user, n.reason_time = False, False, "", "", None
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
         with self._lock:
             self._maybe_fail(node, "set_extra")
             n = self._node(node)
-            n.extra_raw = with_key(n.extra_raw, key, value)
+            n.extra_raw = with_key(n.extra_raw if current is None else current, key, value)
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
         if nextstate.upper() not in NEXT_STATES:

@@ -270,8 +270,10 @@ class PyslurmSlurm:
         if self.node(node).states & {"DRAIN", "DOWN", "FAIL"}:
             self._modify(node, state="RESUME")
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
-        self._modify(node, extra=with_key(self.node(node).extra_raw, key, value))
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
+        base = self.node(node).extra_raw if current is None else current
+        self._modify(node, extra=with_key(base, key, value))
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
         # pyslurm has no reboot call: the Slurm commands do it, on the same cluster.

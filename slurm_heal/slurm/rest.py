@@ -236,9 +236,11 @@ class RestSlurm:
         if self.node(node).states & {"DRAIN", "DOWN", "FAIL"}:
             self._update(node, {"state": ["RESUME"]})
 
-    def set_extra(self, node: str, key: str, value: Any | None) -> None:
+    def set_extra(self, node: str, key: str, value: Any | None,
+                  current: str | None = None) -> None:
         # Read-modify-write: foreign keys survive; non-JSON foreign text raises.
-        self._update(node, {"extra": with_key(self.node(node).extra_raw, key, value)})
+        base = self.node(node).extra_raw if current is None else current
+        self._update(node, {"extra": with_key(base, key, value)})
 
     def reboot(self, node: str, reason: str, nextstate: str = "RESUME") -> None:
         if nextstate.upper() not in NEXT_STATES:

@@ -247,15 +247,47 @@ def nodes_from_text(scontrol_text: str, read_sinfo: Callable[[str, str], str]
         if known is not None:
             return known
         boot, slurmd = boots[name]
-        _, state, reason, user, when, extra, _c, _p, feats, addr, host = listed[name]
-        user = "" if user == "Unknown" else _UID.sub("", user)
-        if reason == "none" and not user:  # sinfo's word for no reason
-            reason = ""
-        return node_info(name, flags_of(state), reason=reason, user=user, when=when,
-                         extra=extra, partitions=partitions[name], features=feats, boot=boot,
-                         slurmd_start=slurmd, address=addr, hostname=host, instance_id="")
+        return from_sinfo(listed[name], partitions[name], flags_of, boot, slurmd)
 
     return tuple(guarded("scontrol show node -o: node", str, mapped, name) for name in lines)
+
+
+def from_sinfo(rec: list[str], partitions: list[str],
+               flags_of: Callable[[str], frozenset[str]], boot: str = "",
+               slurmd: str = "") -> NodeInfo:
+    """One `sinfo -N -O` record (`NODE_FIELDS`) as a NodeInfo: sinfo prints no boot
+    times (``boot``, ``slurmd``: scontrol's, where read) and no InstanceId."""
+    from slurm_heal.slurm.mapping import node_info
+
+    name, state, reason, user, when, extra, _c, _p, feats, addr, host = rec
+    user = "" if user == "Unknown" else _UID.sub("", user)
+    if reason == "none" and not user:  # sinfo's word for no reason
+        reason = ""
+    return node_info(name, flags_of(state), reason=reason, user=user, when=when,
+                     extra=extra, partitions=partitions, features=feats, boot=boot,
+                     slurmd_start=slurmd, address=addr, hostname=host, instance_id="")
+
+
+def one_node(answer: str, sep: str, name: str) -> NodeInfo | None:
+    """`sinfo -N -h -n NAME -O ...` (`sinfo_argv`) as the one node's record, its
+    partitions from all of its lines (one a partition); None when sinfo lists no such
+    node. Slurm answers it with one REQUEST_NODE_INFO_SINGLE (and the partition read
+    sinfo adds), where `scontrol show node NAME` fetches the whole node table (issue 43:
+    the node check's read)."""
+    from slurm_heal.slurm.mapping import state_flags
+
+    recs = records(answer, sep, len(NODE_FIELDS), "sinfo -N -O")
+    mine = [r for r in recs if r[0] == name]
+    if len(mine) != len(recs):
+        raise SlurmError(f"sinfo -N -n {name} printed another node: "
+                         f"{next(r[0] for r in recs if r[0] != name)[:80]!r}")
+    if not mine:
+        return None
+    parts: list[str] = []
+    for r in mine:
+        if r[7] and r[7] != "(null)" and r[7] not in parts:
+            parts.append(r[7])
+    return from_sinfo(mine[0], parts, state_flags)
 
 
 def limit_minutes(text: str) -> int | None:

@@ -20,8 +20,9 @@ FORBIDDEN = ("dataclasses", "argparse", "socket", "click", "pydantic", "requests
              "importlib.metadata")
 # ... and where no tool runs and no check.toml is read (no GPU, no systemd, defaults):
 # subprocess's selectors, shutil, tomllib, typing (our modules import it for the type
-# checker only), pathlib and tempfile (fsio without them).
-NO_TOOL = ("selectors", "shutil", "tomllib", "typing", "pathlib", "tempfile")
+# checker only), pathlib and tempfile (fsio without them), hashlib (issue 43: what Extra
+# says is compared as its text on a healthy node, not hashed).
+NO_TOOL = ("selectors", "shutil", "tomllib", "typing", "pathlib", "tempfile", "hashlib")
 DETECTOR_MODULES = tuple(f"slurm_heal.checks.detectors.{m}" for m in (
     "gpu", "nvidia", "amd", "infiniband", "network"))
 

@@ -18,14 +18,16 @@ def parse(*argv: str) -> dict[str, object]:
 
 def test_the_options_in_every_spelling_argparse_took() -> None:
     assert parse() == {"mode": "healthcheck", "json": False, "dry_run": False,
-                       "config": None, "node": None}
+                       "publish": False, "config": None, "node": None}
     assert parse("--mode", "prolog", "--json", "--dry-run", "--check-config", "/c.toml",
                  "--node", "gpu01") == {"mode": "prolog", "json": True, "dry_run": True,
-                                        "config": "/c.toml", "node": "gpu01"}
+                                        "publish": False, "config": "/c.toml",
+                                        "node": "gpu01"}
     assert parse("--mode=epilog", "--config=/old.toml", "--node=n2")["config"] == "/old.toml"
     assert parse("--dry", "--js", "--no", "n3") == {"mode": "healthcheck", "json": True,
-                                                     "dry_run": True, "config": None,
-                                                     "node": "n3"}
+                                                     "dry_run": True, "publish": False,
+                                                     "config": None, "node": "n3"}
+    assert parse("--publish")["publish"] is True  # issue 43: after a repair
 
 
 @pytest.mark.parametrize(("argv", "words"), [

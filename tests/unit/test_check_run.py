@@ -496,3 +496,30 @@ def test_a_crash_in_the_check_is_exit_11_and_reported_with_the_published_alerts_
 
     data = read_check_data("gpu01", slurm.node("gpu01").extra, datetime.now(timezone.utc))
     assert data.problem is None and len(data.alerts) == 2
+
+
+def test_the_first_run_after_a_crash_writes_its_own_alerts_without_the_crash(
+        node: Node, slurm: MemorySlurm, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SPEC O1, I1 with issue 43's writes on change: the crash's alert is written into
+    Extra outside what the state says we last wrote, so the next run that completes
+    writes (what it says did not change, Extra did), and the crash's alert goes then,
+    not at the next heartbeat 30 minutes later."""
+    node.kmsg(XID13, append=True)
+    check(slurm)
+    real_run = runner.run_check
+
+    def broken(*args: object, **kwargs: object) -> runner.CheckResult:
+        raise RuntimeError("forced: a bug in the check")
+
+    monkeypatch.setattr(runner, "run_check", broken)
+    monkeypatch.setattr(runner, "default_client", lambda: slurm)
+    assert fastcli.main(["--node", "gpu01"]) == runner.EXIT_CRASHED
+    capsys.readouterr()
+    section = ours(slurm)
+    assert section is not None and len(section["alerts"]) == 2  # type: ignore[arg-type]
+    monkeypatch.setattr(runner, "run_check", real_run)
+    check(slurm, now=T0 + timedelta(minutes=1))  # well before the heartbeat
+    section = ours(slurm)
+    assert section is not None
+    assert [a["fault"] for a in section["alerts"]] == ["gpu.xid.13"]  # type: ignore[index]

@@ -1,7 +1,8 @@
 """SPEC O1, liveness that does not lie: the controller's heartbeat says when a cycle
 last succeeded and what failed since; a node check whose detector fails says so
 centrally (a record-only ``check.detector_error`` alert with the error as evidence) and
-refreshes ``checked_at`` on every health-check run.
+refreshes ``checked_at`` on its heartbeat (issue 43: at most every ``[check] heartbeat``
+while nothing changes; a run in between costs Slurm nothing).
 
 The real `run_forever` loop and `Controller` over the in-process `MemorySlurm`; the node
 check on a replay root (as tests/unit/test_check_run.py)."""
@@ -135,9 +136,11 @@ def test_a_detector_that_cannot_read_the_kernel_log_is_published_as_a_record_onl
     assert later.exit_code == runner.EXIT_HEALTHY and _ours(slurm)["alerts"] == []
 
 
-def test_every_health_check_run_refreshes_checked_at_but_prolog_and_epilog_stay_quiet(
+def test_the_health_check_refreshes_checked_at_on_its_heartbeat_and_prolog_epilog_stay_quiet(
         root: Path) -> None:
-    """SPEC O1: a check gone quiet shows as a stale checked_at; cheap prolog/epilog."""
+    """SPEC O1: a check gone quiet shows as a stale checked_at; cheap prolog/epilog. Issue
+    43: the refresh is the heartbeat (30 min), not every run: a healthy run in between
+    calls Slurm not at all."""
     slurm = MemorySlurm([("gpu01", "gpu")], clock=lambda: T0)
     calls: list[int] = []
 
@@ -151,10 +154,13 @@ def test_every_health_check_run_refreshes_checked_at_but_prolog_and_epilog_stay_
 
     run("healthcheck", T0)
     assert _ours(slurm)["checked_at"] == T0.isoformat()
+    assert _ours(slurm)["heartbeat_s"] == 1800  # the controller's staleness follows it
     run("epilog", T0 + timedelta(minutes=1))
     run("prolog", T0 + timedelta(minutes=2))
+    run("healthcheck", T0 + timedelta(minutes=5))
+    run("healthcheck", T0 + timedelta(minutes=29))
     assert calls == [1]
-    later = T0 + timedelta(minutes=5)
+    later = T0 + timedelta(minutes=30)
     run("healthcheck", later)
     assert calls == [1, 1]
     assert json.loads(json.dumps(_ours(slurm)))["checked_at"] == later.isoformat()
