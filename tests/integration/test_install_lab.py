@@ -145,7 +145,7 @@ def test_installed_the_readme_way_a_fault_is_remediated_with_the_checks_run_by_s
     try:
         node = "gpu02"
         with (lab.dir / "root" / node / "dev/kmsg").open("a") as fh:
-            fh.write(f"3,50,50000000,-;{XID_LINE}\n")
+            fh.write(f"3,50,3000000,-;{XID_LINE}\n")  # within the replay boot's 5 s of uptime
         job = lab.run(["sbatch", "--parsable", "-w", node, "-t", "5", "--wrap",
                        "hostname"]).stdout.strip().split(";")[0]
         # The Prolog (run by slurmd) found the fault, drained the node with our reason,

@@ -121,7 +121,7 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
     # A node with an Xid: the site's prolog ran first, then ours drained the node.
     node = "gpu02"
     with (lab.dir / "root" / node / "dev" / "kmsg").open("a") as fh:
-        fh.write(f"3,50,50000000,-;{XID_LINE}\n")
+        fh.write(f"3,50,3000000,-;{XID_LINE}\n")  # within the replay boot's 5 s of uptime
     bad = lab.run(["sbatch", "--parsable", "-w", node, "-t", "2", "--wrap",
                    "true"]).stdout.strip().split(";")[0]
     lab.wait_for(lambda: "DRAIN" in lab.state(node), timeout=60,
@@ -136,7 +136,7 @@ def test_a_site_s_scheduler_parameters_and_prolog_survive_the_documented_install
     lab.wait_for(lambda: "RUNNING" in lab.scontrol("show", "job", job).stdout, timeout=60,
                  what="the job on gpu01 running")
     with (lab.dir / "root" / "gpu01" / "dev" / "kmsg").open("a") as fh:
-        fh.write(f"3,60,60000000,-;{XID_LINE}\n")
+        fh.write(f"3,60,4000000,-;{XID_LINE}\n")  # within the 5 s of uptime
     lab.wait_for(lambda: "DRAIN" in lab.state("gpu01"), timeout=60,
                  what="gpu01 drained by slurm-heal's epilog (linked into the site's glob)")
     # (Slurm runs a glob's programs in its own order: 25.11 ran ours before the site's.)
