@@ -101,11 +101,14 @@ KNOWN = {
     "item10": "issue 32 item 10: a person's scancel of our reset job makes us reboot",
     "item12": "issue 32 item 12: fault to drain slower than the agent's bound",
     # Found by this suite on main, not in issue 32's list (reported to the coordinator):
-    # a person's resume that lands while a node check runs is undone by that run, which
-    # read the node drained before the resume (so it saw no person's resume) and finds it
-    # in service when it publishes, and drains it again (runner._resumed_by_a_person,
-    # then _publish). Seen within 0.3 s of the resume, by=check, no reservation.
-    "resume-race": "a person's resume during a node check run is undone by that run "
+    # a person's resume is undone in the seconds after it, before the node check's next
+    # run acknowledges what was published: by a check run in flight, which read the node
+    # drained before the resume (so it saw no person's resume) and finds it in service
+    # when it publishes (runner._resumed_by_a_person, then _publish), or by the
+    # controller, which opens a new remediation for the alert still in Extra and cordons
+    # the node (then cancels it under S8). Seen within 0.3-2 s of the resume.
+    "resume-race": "a person's resume is undone in the seconds before the check "
+                   "acknowledges it, by a check run in flight or by the controller "
                    "(found by this suite; S8)",
     # Found by this suite on main: a person drains a node whose faults are published
     # (often with our remediation open), later resumes it; the node check or the
@@ -356,8 +359,8 @@ class Driver:
             late = f.out_at is not None
             after = [r for r in self.resumes if r.node == f.node and r.at < f.at]
             item = "item12" if late and f.fault != "ib.link_down" else None
-            if not late and after and f.tag and f.acked is not None:
-                item = "item1"
+            if not late and after and f.acked is not None:
+                item = "item1"  # acknowledged by an earlier resume: swallowed
             info = self.nodes.get(f.node)
             self.violate("drain-bound", f.node,
                          f"{f.fault} ({f.tag or 'ports down'}) injected at step {f.step}: "
@@ -434,6 +437,9 @@ class Driver:
                 if item is None and marker.by == "check" and now - r.at < 3.0 \
                         and reasons.is_ours(r.reason):
                     item = "resume-race"
+                if item is None and marker.by == "controller" and now - r.at < 5.0 \
+                        and marker.remediation not in r.open_rems:
+                    item = "resume-race"  # a new remediation for an alert still published
                 self.violate("person-kept", r.node,
                              f"a person's resume at step {r.step} undone: drained again "
                              f"{now - r.at:.1f}s later with {info.reason!r}", item,
@@ -462,19 +468,21 @@ class Driver:
                              phases=r.phase, reservations=sorted(self.resv[r.node]))
         for rid, (at, step) in self.denied.items():
             for o in self.ops:
+                flag = f"op:{o['id']}"
                 if o["idempotency_key"].startswith(rid + ":") and _iso(o["created"]) > at \
-                        and not o.get("_flagged"):
-                    o["_flagged"] = True
+                        and flag not in self.rems_flagged:
+                    self.rems_flagged.add(flag)
                     self.violate("person-kept", o["node"],
                                  f"{rid} denied at step {step}, then acted on "
                                  f"({o['action']})", None, operation=o)
-        for job, (node, at, step, rid) in self.cancelled.items():
+        for job, (node, at, step, of_rem) in self.cancelled.items():
             for o in self.ops:
-                if rid and o["idempotency_key"].startswith(rid + ":") \
-                        and _iso(o["created"]) > at and not o.get("_flagged"):
-                    o["_flagged"] = True
+                flag = f"op:{o['id']}"
+                if of_rem and o["idempotency_key"].startswith(of_rem + ":") \
+                        and _iso(o["created"]) > at and flag not in self.rems_flagged:
+                    self.rems_flagged.add(flag)
                     self.violate("person-kept", node,
-                                 f"a person cancelled our job {job} of {rid} at step "
+                                 f"a person cancelled our job {job} of {of_rem} at step "
                                  f"{step}; we then asked the provider for {o['action']}",
                                  "item10", operation=o)
 
@@ -543,10 +551,12 @@ class Driver:
             if any((f.tag or f.fault) in r.visible for r in self.resumes
                    if r.node == node and f.at < r.at < start):
                 continue  # a person put it back in service knowingly
+            # a fault the check acknowledged for an earlier resume: item 1's swallowing
             self.violate("user-job", node,
                          f"user job {j['id']} started {start - f.at:.1f}s after "
                          f"{f.fault} ({f.tag or 'ports down'}, step {f.step}) on its node",
-                         None, job=j)
+                         "item1" if f.acked is not None else None, job=j,
+                         acknowledged=f.acked is not None)
             return
 
     def _check_rems(self, now: float) -> None:
