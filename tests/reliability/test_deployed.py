@@ -837,7 +837,9 @@ class Driver:
             marker = reasons.marker_of(info.reason) if reasons.is_ours(info.reason) else None
             if "DRAIN" in info.states and marker is not None and marker.remediation:
                 rem = by_id.get(marker.remediation)
-                if rem is not None and rem.phase.terminal and not rem.data.handed_to_person:
+                # failed: handed to a person (L5: the node stays out until they act)
+                if rem is not None and rem.phase.terminal and rem.phase.value != "failed" \
+                        and not rem.data.handed_to_person:
                     self.violate("ends", node, f"left drained by {rem.id}, which is "
                                  f"{rem.phase.value}", "item9", reason=info.reason)
         self._account_our_jobs()
