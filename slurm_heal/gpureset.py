@@ -39,7 +39,7 @@ from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 from slurm_heal.validation.flow import JOB_DONE
-from slurm_heal.validation.slurmjobs import SlurmJobs
+from slurm_heal.validation.slurmjobs import SlurmJobs, job_partitions
 from slurm_heal.validation.suite import validation_from
 
 log = logging.getLogger("slurm_heal.gpureset")
@@ -174,7 +174,7 @@ class GpuReset:
             job = jobs.submit(name=PREFIX + node, reservation=PREFIX + node, nodes=[node],
                               time_minutes=max(1, -(-int(limit.total_seconds()) // 60)),
                               output=str(d / "job.out"), chdir=str(d), script=str(script),
-                              comment=key)
+                              comment=key, partitions=job_partitions(info.partitions))
         except HealError as exc:
             try:
                 self._finish(key, d, run, False, f"the reset job could not be started: {exc}")

@@ -154,7 +154,7 @@ class Lab:
 
     def __init__(self, directory: Path, nodes: int = 4, base_port: int | None = None,
                  conf_lines: Sequence[str] = (), slurm: str = "22.05",
-                 rest: bool = False) -> None:
+                 rest: bool = False, partitions: Sequence[str] = ()) -> None:
         self.dir = Path(directory).resolve()
         self.base_port = base_port if base_port is not None else free_base_port(nodes)
         self.conf = self.dir / "etc" / "slurm.conf"
@@ -174,6 +174,9 @@ class Lab:
         # `lab reboot NODE` simulates a machine reboot from outside (provider simulator).
         self.reboot_script = [*self.lab_cmd, "reboot"]
         self._conf_lines = list(conf_lines)
+        # `lab up --partition NAME=NODES` each (the first the default); none: one `gpu`
+        # partition of every node.
+        self.partitions = list(partitions)
 
     # life cycle
     def start(self, timeout: float = 90.0) -> None:
@@ -184,6 +187,8 @@ class Lab:
             argv.append("--rest")
         for line in self._conf_lines:
             argv += ["--conf-line", line]
+        for spec in self.partitions:
+            argv += ["--partition", spec]
         run(argv, timeout=timeout + 30)
 
     def stop(self) -> None:

@@ -39,7 +39,7 @@ from slurm_heal.slurm.mapping import ACTIVE_JOB_STATES
 from slurm_heal.types import Action, ClusterView, NodeInfo
 from slurm_heal.validation import flow
 from slurm_heal.validation.gate import Gate
-from slurm_heal.validation.slurmjobs import SlurmJobs
+from slurm_heal.validation.slurmjobs import SlurmJobs, job_partitions
 from slurm_heal.validation.suite import SuiteResult, Validation, validation_from
 
 log = logging.getLogger("slurm_heal.validation")
@@ -398,10 +398,13 @@ class Validator:
         self._set(run, results_dir=str(out))
         minutes = max(1, int(cfg.job_time_limit.total_seconds() // 60))
         nodes = [run.node] + ([run.peer] if run.peer else [])
+        # The partitions that hold the node (and its peer): a node outside the default
+        # partition is refused without them (issue 32 item 4).
         job_id = jobs.submit(name=run.job_name, reservation=run.reservation, nodes=nodes,
                              time_minutes=minutes, output=str(out / "job.out"),
                              chdir=str(out), script=str(script),
-                             comment=comment)
+                             comment=comment, partitions=job_partitions(
+                                 *(self.slurm.node(n).partitions for n in nodes)))
         return f"job {job_id} submitted ({run.job_name}, {minutes} min)", str(job_id)
 
     def _set(self, run: ValidationRun, **changes: Any) -> None:
