@@ -220,6 +220,9 @@ class Work(BaseModel):
     # ``seen_evidence`` then holds the evidence published when it was handed over.
     handed_out_of_service: bool | None = None
     handed_reason: str = ""
+    # ... and that person has acted since: the hand-over is over (kept, so that our own
+    # drain of a new fault later does not bring it back).
+    handed_ended: bool = False
 
     @field_serializer("evict_at", "act_done")
     def _iso(self, value: datetime | None) -> str | None:

@@ -86,16 +86,25 @@ def hand_over_ended(old: Remediation, node: NodeInfo) -> str | None:
     has ended, or None while it holds. It holds until a person acts on the node: resumes
     it (out of service when it was handed over, in service now) or drains or re-reasons
     it (a reason of a person's that is not the one it was handed over with). Our own
-    drains (the node check's, our marker's) are no person's act. A hand-over recorded
+    drain of a node handed over in service is no person's act; a new reason of ours on
+    one handed over drained is (its drain was lifted in between). A hand-over recorded
     before its node's state was (None) was one that left the node cordoned."""
     was_out = old.data.handed_out_of_service
     out = node.drained or node.down
     if (was_out is None or was_out) and not out:
         return f"{node.name} was resumed by a person after {old.id} was handed to them"
-    if was_out is not None and node.drained and reasons.owner(node.reason) == "person" \
-            and node.reason != old.data.handed_reason:
+    if was_out is None or not node.drained or node.reason == old.data.handed_reason:
+        return None
+    if reasons.owner(node.reason) == "person":
         return (f"{node.name} was drained by a person ({node.reason!r}) after {old.id} was "
                 "handed to them")
+    if was_out:
+        # Nothing of ours runs on a node with a person, and the node check never
+        # relabels a drained node: a new reason of ours means the drain it was handed
+        # over with was lifted (a person's resume the controller did not see) and the
+        # node drained again since, for something new.
+        return (f"{node.name} was resumed by a person after {old.id} was handed to them, "
+                f"and drained again since ({node.reason!r})")
     return None
 
 

@@ -96,8 +96,10 @@ def test_the_hand_over_ends_when_the_person_resumes_and_a_new_fault_is_remediate
     (new evidence) is remediated again, as on any node (after the S2 cooldown)."""
     state, _ = _handed()
     same = _decide(gpu01(alerts=(xid(),)), state, 20)
-    assert kinds(same) == [] and not same.updates
-    assert ("released", "S8") in phases(same)
+    assert kinds(same) == [] and ("released", "S8") in phases(same)
+    (kept,) = same.updates  # the old one, its hand-over marked over: nothing new opens
+    assert kept.phase is Phase.CANCELLED and kept.data.handed_ended
+    state = apply(state, same)
     new = xid(T0 + timedelta(minutes=35), line="NVRM: Xid 119 on GPU 1, again")
     plan = _decide(gpu01(alerts=(new,)), state, 40)  # past the S2 cooldown
     opened = [u for u in plan.updates if u.phase is not Phase.CANCELLED]
@@ -116,6 +118,18 @@ def test_the_hand_over_holds_while_the_node_is_as_it_was_handed_over() -> None:
     drained = _decide(gpu01("IDLE", "DRAIN", reason="bob: swapping the riser", alerts=(new,)),
                       state, 20)
     assert ("released", "S8") in phases(drained)
+
+
+def test_a_resume_between_two_cycles_ends_the_hand_over_too() -> None:
+    """SPEC S8: the person resumed the node and a new Xid drained it again (the node
+    check's own drain) before the controller looked: the reason it was handed over with
+    is gone, so that person acted; the new Xid is remediated."""
+    state, _ = _handed()
+    new = xid(T0 + timedelta(minutes=35), line="NVRM: Xid 119 on GPU 1, again")
+    check = format_marker(XID, by="check", text="Xid 119")
+    plan = _decide(gpu01("IDLE", "DRAIN", reason=check, alerts=(new,)), state, 40)
+    assert ("released", "S8") in phases(plan)
+    assert [u.action for u in plan.updates if not u.phase.terminal] == [Action.RESET_GPU]
 
 
 def test_the_gates_job_cancelled_by_a_person_hands_the_remediation_to_them() -> None:
