@@ -17,6 +17,7 @@ The same on the real lab: tests/integration/test_person_jobs_lab.py.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 from slurm_heal import extra
 from slurm_heal.models import Attempt, Phase, Plan, Remediation, State, ValidationRun
@@ -267,3 +268,35 @@ def test_attempts_keep_a_persons_hand_through_the_store() -> None:
     """SPEC S8, I5: the flag survives the store's round trip (and is left out when off)."""
     a = Attempt(key="r:act:0", effect="act", started=T0, outcome="failed", by_person=True)
     assert Attempt.model_validate(a.model_dump(mode="json")).by_person
+
+
+def test_the_restore_drain_sent_again_after_a_kill_finds_the_node_released(
+        tmp_path: Path) -> None:
+    """SPEC L1, O6 (issue 32 item 9): the validator carries out a restore's drain that
+    was recorded before a kill -9; meanwhile the remediation whose cordon it had ended
+    and the controller released the node: the node is not drained again (the Slurm
+    double holds the node as Slurm would; the store is the real one)."""
+    from slurm_heal.slurm.memory import MemorySlurm
+    from slurm_heal.store import Store
+    from slurm_heal.validation.service import Validator
+
+    slurm = MemorySlurm([("gpu01", "a"), ("gpu02", "a")], clock=lambda: NOW)
+    store = Store(tmp_path / "state")
+    old = rem(phase=Phase.DONE, action=Action.REBOOT, fault=XID, id="r-old")
+    with store.transaction() as txn:
+        txn.state = txn.state.model_copy(update={"remediations": (old,)})
+    v = Validator(store=store, slurm=slurm, state_dir=tmp_path)
+    ours = format_marker(XID, "r-old", "controller", "for reboot")
+    run = ValidationRun(id="v-1", node="gpu01", origin="request", created=T0, updated=T0,
+                        phase="restoring", previous=flow.Previous(drained=True, reason=ours))
+    cfg = v.settings(pol())
+    effect = flow.VEffect(kind="drain", key="v-1:restoring:drain", node="gpu01", reason=ours)
+    outcome, detail, _ = v.execute(effect, run, cfg, NOW, store.load())
+    assert outcome == "ok" and detail.startswith("not drained: r-old"), detail
+    assert not slurm.node("gpu01").drained
+    # with its remediation still open, the same step drains it as before
+    with store.transaction() as txn:
+        txn.state = txn.state.model_copy(update={"remediations": (
+            old.model_copy(update={"phase": Phase.RETURNING}),)})
+    outcome, detail, _ = v.execute(effect, run, cfg, NOW, store.load())
+    assert outcome == "ok" and slurm.node("gpu01").reason == ours, detail
