@@ -501,14 +501,18 @@ def _closed(state: State, node: str) -> frozenset[str]:
     return frozenset(r.id for r in state.remediations if r.node == node and r.phase.terminal)
 
 
-def _check_faults(node: NodeInfo | None, now: datetime | None) -> frozenset[str]:
-    """The faults the node check publishes as active on ``node`` (its Extra)."""
+def _check_faults(node: NodeInfo | None, now: datetime | None) -> frozenset[str] | None:
+    """The faults the node check publishes as active on ``node`` (its Extra); None when
+    it publishes nothing that can be read (no check data: not known)."""
     if node is None:
-        return frozenset()
+        return None
     from datetime import timezone
 
     from slurm_heal import extra
+
     data = extra.read_check_data(node.name, node.extra, now or datetime.now(timezone.utc))
+    if data.problem or data.checked_at is None:
+        return None
     return frozenset(a.fault for a in data.alerts)
 
 

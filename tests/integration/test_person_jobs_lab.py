@@ -164,3 +164,40 @@ def test_a_persons_drain_after_the_action_is_a_hand_over_not_an_interrupted_gate
     assert not [a for a in rem.attempts if a.effect == "gate"] and not both.gate_runs(node)
     assert "Reason=alice: cable check" in lab.scontrol("show", "node", node).stdout
     assert GATE_PREFIX not in both.reservations()
+
+
+def test_a_persons_scancel_of_the_gate_job_hands_it_to_them_and_the_gate_is_not_rerun(
+        lab: Lab, both: Reset) -> None:
+    """SPEC S8, V4 (issue 32 item 10): the post-repair gate's job runs after the reboot;
+    a person cancels it: the remediation is handed to them (S8), the gate is not run
+    again, the node stays drained under our cordon (as it was before the gate), no
+    reservation is left and nothing more is sent to the provider."""
+    node = "gpu01"
+    both.gate_tool(rc=0)
+    (both.gate_bin / "sleep").write_text("120\n")
+    both.kernel_says(node, XID79)
+    assert both.check(node).returncode == 1
+    both.start_daemon()
+
+    def running() -> object:
+        runs = both.gate_runs(node)
+        return runs[0] if runs and runs[0].phase == "running" and runs[0].job_id else None
+    first = lab.wait_for(running, timeout=150, what="the gate job running")
+    lab.wait_for(lambda: "RUNNING" in lab.run(["squeue", "-h", "-j", str(first.job_id), "-o",
+                                                "%T"], check=False).stdout, timeout=60,
+                 what="job running")
+    lab.run(["scancel", str(first.job_id)])  # a person's hand
+
+    def ended() -> object:
+        rems = both.rems(node)
+        return rems and rems[-1].phase.terminal
+    both.wait(ended, f"{node}: the remediation ended", timeout=90)
+    (rem,) = both.rems(node)
+    assert rem.phase is Phase.CANCELLED and rem.data.handed_to_person, rem.steps
+    assert "cancelled the post-repair gate" in rem.steps[-2].why, rem.steps
+    (run,) = both.gate_runs(node)  # not run again
+    assert run.phase == "interrupted" and run.by_person and run.job_state == "CANCELLED"
+    assert "DRAIN" in lab.state(node) and f"rem={rem.id}" in lab.scontrol(
+        "show", "node", node).stdout
+    assert GATE_PREFIX not in both.reservations()
+    assert list(both.executed().values()) == [1]  # the reboot, once
