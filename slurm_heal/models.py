@@ -151,6 +151,14 @@ class Attempt(Stored):
     # True: a person ended the step (their scancel of our GPU reset job, SPEC S8): their
     # hand, never a failure that climbs E1 (issue 32 item 10).
     by_person: bool = False
+
+    @model_serializer(mode="wrap")
+    def _by_person_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set: a document of a build before it reads back as it was.
+        out: dict[str, Any] = handler(self)
+        if not out.get("by_person"):
+            out.pop("by_person", None)
+        return out
     # The step of its owner the attempt belongs to: a remediation's "act", "cordon",
     # "notify-held", ...; a validation's phase. Rules count attempts by it, never by a
     # prefix of the key (issue 21).
@@ -380,6 +388,14 @@ class ValidationRun(Stored):
     # SPEC S8: the job was cancelled by someone else (a person's scancel; the flow
     # cancels its own only on its way to restoring): a person's hand (issue 32 item 10).
     by_person: bool = False
+
+    @model_serializer(mode="wrap")
+    def _by_person_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set (as an attempt's): older documents round-trip unchanged.
+        out: dict[str, Any] = handler(self)
+        if not out.get("by_person"):
+            out.pop("by_person", None)
+        return out
 
     @property
     def terminal(self) -> bool:

@@ -139,16 +139,17 @@ def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
     nothing new (SPEC S8): the node check acknowledges it on its next run.
 
     ``old`` handed to a person (``handed_to_person``, its evidence recorded then): any
-    alert whose evidence was all published at the hand-over is covered too, once that
-    person acted on the node (issue 32 item 10: only a new fault is remediated again)."""
+    alert seen then whose evidence was all published at the hand-over is covered too,
+    once that person acted on the node (issue 32 item 10: only a new fault is
+    remediated again)."""
     handed = old.data.handed_to_person and bool(old.data.seen_evidence)
+    end = ended_at(old) or old.updated
     if handed:
-        if not alert.evidence:
-            return False
+        if not alert.evidence or alert.first_seen > end:
+            return False  # an alert first seen after the hand-over is new
     elif not old.data.resumed_by_person or old.fault != alert.fault \
             or old.alert_first_seen != alert.first_seen:
         return False
-    end = ended_at(old) or old.updated
     if node is not None and node.boot_time is not None and node.boot_time > end:
         return False  # a reboot ends the acknowledgement
     return set(marks(alert)) <= set(old.data.seen_evidence)
