@@ -367,10 +367,18 @@ def _restore_effects(run: ValidationRun, node: NodeInfo | None, open_remediation
     if prev.drained and prev.reason:
         if drain_hold(run, prev.reason, node, closed, check_faults) is None:
             out.append(("drain", prev.reason))  # exactly the old reason
-    elif node is not None and (node.drained or node.down) and (
-            not node.reason or _ours(node.reason)) and not open_remediation:
+    elif node is not None and node.drained and _set_by(run, node.reason) \
+            and not open_remediation:
+        # Only a drain this run set itself (issue 32 item 9): the node check's drain of
+        # a fault it found meanwhile, or anyone else's, is not ours to undo.
         out.append(("resume", node.reason))
     return out
+
+
+def _set_by(run: ValidationRun, reason: str) -> bool:
+    """``reason`` is this run's own marker (``by=validation``, its id)."""
+    m = reasons.marker_of(reason)
+    return m is not None and m.by == MARKER_BY and m.remediation == run.id
 
 
 def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,

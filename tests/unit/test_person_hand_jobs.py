@@ -253,6 +253,19 @@ def test_the_restore_leaves_a_node_released_or_taken_since_as_it_is() -> None:
     assert ("drain", ours) in [(e.kind, e.reason) for e in open_.effects]
 
 
+def test_the_restore_never_resumes_a_drain_it_did_not_set() -> None:
+    """SPEC L1, D4 (issue 32 item 9): the node was in service when the validation began;
+    the node check drained it during the job for a fault it found: the restore removes
+    the reservation and leaves that drain (it was never the validation's)."""
+    run = ValidationRun(id="v-2", node="gpu01", origin="request", created=T0, updated=T0,
+                        phase="running", job_id=7, reservation="slurm-heal-validate-gpu01",
+                        previous=flow.Previous(drained=False))
+    check = format_marker(XID, by="check", text="Xid 119")
+    adv = flow.advance(run, flow.Facts(node=node("gpu01", "IDLE", "DRAIN", reason=check),
+                                       job=_job("TIMEOUT")), NOW, flow.Knobs())
+    assert [e.kind for e in adv.effects] == ["unreserve"]
+
+
 def test_a_drain_sent_again_after_a_restart_is_asked_again_before_it_runs() -> None:
     """SPEC L1 (issue 32 item 9, seen once in 169 kill -9s): the restore's drain was
     recorded before the controller was killed, and the controller released the node
