@@ -197,6 +197,9 @@ class Controller:
         # SPEC E6: reset_gpu runs as a Slurm job on the node (slurm_heal.gpureset), not
         # through the provider; None: the provider is asked (simulate, tests).
         self.gpu_reset = gpu_reset
+        # SPEC S8: the act keys whose operation a person ended this cycle (their scancel
+        # of our reset job): recorded on the act's attempt with its outcome.
+        self._by_person: set[str] = set()
 
     def cycle(self) -> CycleReport:
         started = time.monotonic()
@@ -276,6 +279,7 @@ class Controller:
         outcome: Outcome
         operation: str | None = None
         sent = True  # False: the last look found the node taken over; nothing was sent
+        self._by_person.discard(record_key)
         try:
             if effect.kind in DISRUPTIVE and (taken := self._taken_over(effect.node)):
                 # House style 2 (issue 8, defect 11): the last look before a disruptive
@@ -301,11 +305,13 @@ class Controller:
             outcome = settled
         log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
                  effect.action.value, outcome, detail[:200])
+        by_person = record_key in self._by_person
+        self._by_person.discard(record_key)
         if effect.remediation and record_key:
             try:
                 self.store.record_outcome(effect.remediation, record_key, outcome, now,
                                           operation=operation, detail=detail[:2000],
-                                          sent=sent)
+                                          sent=sent, by_person=by_person)
             except HealError as exc:
                 log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
             except Exception:
@@ -340,6 +346,8 @@ class Controller:
 
     def _operation(self, effect: Effect, op: Operation, now: datetime) -> Done:
         outcome, detail, operation = _op_outcome(op)
+        if op.by_person and op.finished:
+            self._by_person.add(op.key)
         self._vacated(effect, op, outcome, now)
         return outcome, detail, operation
 

@@ -13,7 +13,9 @@ it runs, polled by its idempotency key and resolved after a restart like any act
 * ``status``: the job still runs: running (one past its limit is cancelled: a hung
   reset is a failed one); it ended: its ``result.json`` is the evidence. Either way the
   node is drained again under the marker it had and the reservation removed before the
-  outcome is reported, so the node check's verdict (L5) decides the resume.
+  outcome is reported, so the node check's verdict (L5) decides the resume. A job that
+  ends CANCELLED although we never cancelled it was cancelled by a person: failed with
+  ``by_person`` (SPEC S8: the remediation is handed to them, nothing climbs E1).
 
 Files live in ``<results_dir>/reset/<key>/`` (``[validation] results_dir``: on a file
 system the controller and the node share, as for validation).
@@ -39,7 +41,7 @@ from slurm_heal.providers.base import Operation
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action
 from slurm_heal.validation.flow import JOB_DONE
-from slurm_heal.validation.slurmjobs import SlurmJobs
+from slurm_heal.validation.slurmjobs import SlurmJobs, job_partitions
 from slurm_heal.validation.suite import validation_from
 
 log = logging.getLogger("slurm_heal.gpureset")
@@ -118,9 +120,11 @@ class GpuReset:
         tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
-    def _op(self, key: str, node: str, status: str, detail: str, job: str = "") -> Operation:
+    def _op(self, key: str, node: str, status: str, detail: str, job: str = "",
+            by_person: bool = False) -> Operation:
         return Operation(id=job or key, key=key, node=node, action=Action.RESET_GPU,
-                         status=status, detail=detail)  # type: ignore[arg-type]
+                         status=status, detail=detail,  # type: ignore[arg-type]
+                         by_person=by_person)
 
     # ------------------------------------------------------------------ the port
     def submit(self, node: str, action: Action, key: str) -> Operation:
@@ -174,7 +178,7 @@ class GpuReset:
             job = jobs.submit(name=PREFIX + node, reservation=PREFIX + node, nodes=[node],
                               time_minutes=max(1, -(-int(limit.total_seconds()) // 60)),
                               output=str(d / "job.out"), chdir=str(d), script=str(script),
-                              comment=key)
+                              comment=key, partitions=job_partitions(info.partitions))
         except HealError as exc:
             try:
                 self._finish(key, d, run, False, f"the reset job could not be started: {exc}")
@@ -206,7 +210,7 @@ class GpuReset:
         done = self._read(d / "done.json")
         if done is not None:
             return self._op(key, node, "succeeded" if done.get("ok") else "failed",
-                            str(done.get("detail", "")), job)
+                            str(done.get("detail", "")), job, bool(done.get("by_person")))
         if not job:
             return None  # submitted never got as far as sbatch: send it again (same key)
         jobs = self.jobs()
@@ -216,10 +220,20 @@ class GpuReset:
             limit = timedelta(seconds=float(run["limit_s"])) + timedelta(minutes=1)
             if self.clock() < started + limit:
                 return self._op(key, node, "running", f"reset job {job} is {info.state}", job)
+            # Ours to cancel: said before it is sent, so that a CANCELLED job we did not
+            # mark is a person's scancel, also after a stop in between.
+            self._write(d / "run.json", {**run, "cancelling": True})
             jobs.cancel(int(job))  # a hung reset: bounded, cancelled, failed
             return self._finish(key, d, run, False, f"the reset job {job} did not end within "
                                 f"{int(limit.total_seconds())}s ({info.state}): cancelled")
         result = self._read(d / "result.json")
+        if result is None and info is not None and info.state == "CANCELLED" \
+                and not run.get("cancelling"):
+            # SPEC S8 (issue 32 item 10): we never cancelled it: someone did (scancel).
+            # A person's hand: the remediation is theirs, nothing climbs to a reboot.
+            return self._finish(key, d, run, False, f"the reset job {job} was cancelled by "
+                                "someone else (scancel), not by slurm-heal: a person's hand",
+                                by_person=True)
         if result is None:
             state = info.state if info is not None else "gone from Slurm"
             tail = ""
@@ -233,7 +247,7 @@ class GpuReset:
                             str(result.get("detail", ""))[:1500])
 
     def _finish(self, key: str, d: Path, run: dict[str, Any], ok: bool,
-                detail: str) -> Operation:
+                detail: str, by_person: bool = False) -> Operation:
         """Drain the node again under its marker, remove the reservation, then report."""
         node, job = str(run["node"]), str(run.get("job") or "")
         try:
@@ -248,6 +262,6 @@ class GpuReset:
             raise ProviderError(f"{node} could not be drained again after its GPU reset: "
                                 f"{exc}") from exc
         self.jobs().unreserve(str(run["reservation"]))
-        self._write(d / "done.json", {"ok": ok, "detail": detail,
+        self._write(d / "done.json", {"ok": ok, "detail": detail, "by_person": by_person,
                                       "at": self.clock().isoformat()})
-        return self._op(key, node, "succeeded" if ok else "failed", detail, job)
+        return self._op(key, node, "succeeded" if ok else "failed", detail, job, by_person)

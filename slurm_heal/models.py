@@ -148,6 +148,17 @@ class Attempt(Stored):
     # run, and ``detail`` says why ("not sent: ..."). E1/S2 count no such act (issue 21:
     # typed, where the detail's first words were the flag).
     sent: bool = True
+    # True: a person ended the step (their scancel of our GPU reset job, SPEC S8): their
+    # hand, never a failure that climbs E1 (issue 32 item 10).
+    by_person: bool = False
+
+    @model_serializer(mode="wrap")
+    def _by_person_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set: a document of a build before it reads back as it was.
+        out: dict[str, Any] = handler(self)
+        if not out.get("by_person"):
+            out.pop("by_person", None)
+        return out
     # The step of its owner the attempt belongs to: a remediation's "act", "cordon",
     # "notify-held", ...; a validation's phase. Rules count attempts by it, never by a
     # prefix of the key (issue 21).
@@ -249,6 +260,15 @@ class Work(BaseModel):
     # remediation's marker (never released as an orphan) until the fault is seen again
     # (E1) or a person acts.
     gate_failed: bool = False
+    # SPEC S8 (issue 32 item 10): the node as the hand-over to a person left it (out of
+    # service or not, and its reason); None: not recorded (a store from before). The
+    # hand-over holds until a person acts on the node (resumes, drains, re-reasons it);
+    # ``seen_evidence`` then holds the evidence published when it was handed over.
+    handed_out_of_service: bool | None = None
+    handed_reason: str = ""
+    # ... and that person has acted since: the hand-over is over (kept, so that our own
+    # drain of a new fault later does not bring it back).
+    handed_ended: bool = False
 
     @field_serializer("evict_at", "act_done")
     def _iso(self, value: datetime | None) -> str | None:
@@ -403,6 +423,17 @@ class ValidationRun(Stored):
     summary: str = ""  # the suite's verdict in words (failed steps and why)
     ticket: str = ""  # the ticket's reference(s), when one was filed
     restored: str = ""  # what an interruption put back, in words
+    # SPEC S8: the job was cancelled by someone else (a person's scancel; the flow
+    # cancels its own only on its way to restoring): a person's hand (issue 32 item 10).
+    by_person: bool = False
+
+    @model_serializer(mode="wrap")
+    def _by_person_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Written only when set (as an attempt's): older documents round-trip unchanged.
+        out: dict[str, Any] = handler(self)
+        if not out.get("by_person"):
+            out.pop("by_person", None)
+        return out
 
     @property
     def terminal(self) -> bool:

@@ -557,12 +557,13 @@ class Store:
 
     def record_outcome(self, remediation_id: str, key: str, outcome: OutcomeKind,
                        now: datetime, operation: str | None = None, detail: str = "",
-                       sent: bool = True) -> State:
+                       sent: bool = True, by_person: bool = False) -> State:
         """Record what happened to the attempt ``key`` of a remediation; return the state.
 
         ``running`` means the provider accepted it and an operation is under way (the
         engine polls it); ``ok``/``failed`` finish the attempt. ``sent=False``: the step
-        was not sent at all (``detail`` says why; `Attempt.sent`). NotFound when the
+        was not sent at all (``detail`` says why; `Attempt.sent`); ``by_person``: a person
+        ended it (`Attempt.by_person`, SPEC S8). NotFound when the
         remediation or the attempt is not in the store.
         """
         if outcome not in ("ok", "failed", "running"):
@@ -570,7 +571,7 @@ class Store:
         def answered(a: Attempt) -> Attempt:
             return a.model_copy(update={
                 "outcome": outcome, "errors": 0,  # an answer: the provider is reachable
-                "sent": sent,
+                "sent": sent, "by_person": by_person,
                 "finished": None if outcome == "running" else now,
                 "operation": operation if operation is not None else a.operation,
                 "detail": detail[-MAX_DETAIL:] if detail else a.detail,

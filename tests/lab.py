@@ -183,7 +183,8 @@ class Lab:
 
     def __init__(self, directory: Path, nodes: int = 4, base_port: int | None = None,
                  conf_lines: Sequence[str] = (), slurm: str = "22.05",
-                 rest: bool = False, partitions: Sequence[tuple[str, str]] = ()) -> None:
+                 rest: bool = False,
+                 partitions: Sequence[str | tuple[str, str]] = ()) -> None:
         self.dir = Path(directory).resolve()
         self.base_port = base_port if base_port is not None else free_base_port(nodes)
         self.conf = self.dir / "etc" / "slurm.conf"
@@ -203,8 +204,9 @@ class Lab:
         # `lab reboot NODE` simulates a machine reboot from outside (provider simulator).
         self.reboot_script = [*self.lab_cmd, "reboot"]
         self._conf_lines = list(conf_lines)
-        # (name, nodes) of each partition, the first the default; () = one "gpu" of all
-        self.partitions = list(partitions)
+        # `lab up --partition NAME=NODES` each, as NAME=NODES or (NAME, NODES), the first
+        # the default; none: one `gpu` partition of every node.
+        self.partitions = [p if isinstance(p, str) else f"{p[0]}={p[1]}" for p in partitions]
 
     # life cycle
     def start(self, timeout: float = 90.0) -> None:
@@ -215,8 +217,8 @@ class Lab:
             argv.append("--rest")
         for line in self._conf_lines:
             argv += ["--conf-line", line]
-        for name, nodes in self.partitions:
-            argv += ["--partition", f"{name}={nodes}"]
+        for spec in self.partitions:
+            argv += ["--partition", spec]
         run(argv, timeout=timeout + 30)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ its health check or the remediation fails."""
 
 from __future__ import annotations
 
+import slurm_heal.policy.person as person
 import slurm_heal.policy.postgate as postgate
 from slurm_heal import reasons
 from slurm_heal.config import format_duration
@@ -151,6 +152,19 @@ class Acting(Escalation):
                       data={"act_done": done})
             self.wake(self.now + POLL_EVERY)
             return
+        if latest.by_person:
+            # SPEC S8 (issue 32 item 10): a person ended our action (their scancel of the
+            # reset job): their hand. Not an E1 failure (no reboot follows): the
+            # remediation is handed to them; the node stays as the job's end left it.
+            rem = self.step(rem, "cancelled", "S8", f"the {rem.action.value} of {rem.node} "
+                            f"was ended by a person ({latest.detail}); {rem.id} is handed to "
+                            f"them: nothing automatic on {rem.node} until a person acts",
+                            data={"handed_to_person": True})
+            self.hand_to_person(rem, "S8", f"a person ended the {rem.action.value} of "
+                                f"{rem.node}: it is theirs now (resume it, or request an "
+                                "action); slurm-heal does nothing automatic on it until a "
+                                "person acts")
+            return
         if not latest.sent:
             # House style 2 (issue 8, defect 11): someone else took the node over between
             # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
@@ -203,6 +217,19 @@ class Acting(Escalation):
             if bad:
                 self.fail(rem, "L5", f"after the {rem.action.value} the health check still "
                           f"sees {', '.join(sorted({a.fault for a in bad}))}")
+                return
+            drained = person.person_drained(rem, node)
+            if drained is not None and (self.policy.gate.enabled or postgate.tries(rem)) \
+                    and not person.gate_lifted(self, rem):
+                # SPEC S8, V4 (issue 32 item 8): a person drained the node after the
+                # action: their hand, recorded as such; no gate runs on a node of theirs
+                # (never "the gate was interrupted" and a person later).
+                rem = self.step(rem, "cancelled", "S8", f"{drained}: a person's hand wins; "
+                                f"{rem.id} is handed to them, no post-repair gate runs",
+                                data={"handed_to_person": True})
+                self.hand_to_person(rem, "S8", f"{drained}: {rem.node} is theirs now; "
+                                    "slurm-heal does nothing automatic on it until a person "
+                                    "acts")
                 return
             gated = postgate.after_check(self, rem, node)  # SPEC V4, before the resume
             if gated is None:

@@ -124,7 +124,18 @@ class Escalation(Gates):
         once while it holds."""
         past = [r for r in self.of_node(name) if r.phase.terminal]
         last = max(past, key=lambda r: (ended_at(r) or r.updated, r.id), default=None)
-        if last is None or not last.data.handed_to_person:
+        if last is None or not last.data.handed_to_person or last.data.handed_ended:
+            return False
+        node = self.node(name)
+        ended = person.hand_over_ended(last, node) if node is not None else None
+        if ended is not None:
+            # SPEC S8 (issue 32 item 10): that person acted: the hand-over is over, and
+            # a new fault is remediated again (what was published when it was handed
+            # over opens nothing: `person.covers`). Kept on the record: our own drain of
+            # a new fault later does not hand the node back to the person.
+            self.put(last.model_copy(update={"data": last.data.but(handed_ended=True)}))
+            self.record(name, "released", "S8", f"{ended}: the hand-over has ended; a new "
+                        "fault on it is remediated again", last)
             return False
         if self.once(f"person:{name}", last.id):
             self.record(name, "blocked", "E1", f"{name} was handed to a person after "
@@ -175,5 +186,11 @@ class Escalation(Gates):
         """The end of automatic work on a node: an ``escalated`` step and a notification.
         The remediation carries ``handed_to_person``; nothing automatic starts on the node
         until a person acts (E1)."""
-        self.step(rem, "escalated", rule, msg)
+        node = self.node(rem.node)
+        # SPEC S8: the node as it is handed over, and what was published then: the
+        # hand-over ends when a person acts on it (`person.hand_over_ended`).
+        rem = self.step(rem, "escalated", rule, msg, data={
+            "handed_to_person": True, "seen_evidence": person.seen_now(self, rem.node),
+            "handed_out_of_service": node is None or node.drained or node.down,
+            "handed_reason": node.reason if node is not None else ""})
         self.effect("notify", rem.node, rem, "notify", why=msg, rule=rule)

@@ -44,13 +44,19 @@ class Intake(Requests):
             cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in resumed)]
         if not cands:
             return
+        if self.with_a_person(name):
+            return
+        # SPEC S8 (issue 32 item 10): the hand-over ended (a person acted); what was
+        # published when the node was handed over opens nothing, only a new fault does.
+        handed = [r for r in self.of_node(name) if r.data.handed_to_person and r.phase.terminal]
+        cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in handed)]
+        if not cands:
+            return
         ladder = self.policy.escalation.steps
         alert, action = sorted(cands, key=lambda c: (
             -c[0].severity.rank, -(ladder.index(c[1]) if c[1] in ladder else -1),
             c[0].fault))[0]
         host = self.ctx(name).host
-        if self.with_a_person(name):
-            return
         rid = self.new_id(name, alert)
         if rid is None:
             return
@@ -102,9 +108,10 @@ class Intake(Requests):
                 since = end  # L5: the next recommendation follows E1
             elif old.phase in (Phase.DONE, Phase.WITHDRAWN) and alert.last_seen > end:
                 since = end  # seen again after it ended: a recurrence
-            elif old.data.resumed_by_person and not person.covers(old, alert,
-                                                                  self.node(name)):
-                since = end  # S8: something new since a person resumed the node
+            elif (old.data.resumed_by_person or old.data.handed_to_person) \
+                    and not person.covers(old, alert, self.node(name)):
+                since = end  # S8: something new since a person resumed the node (or
+                # since the hand-over that person has ended)
             else:
                 return None
         return None

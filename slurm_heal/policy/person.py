@@ -64,6 +64,14 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
         held = [a for a in rem.attempts if a.effect == "act"]
         return (f"{name} was resumed by a person before the {rem.action.value} ran"
                 + (f" (not sent: {held[-1].detail})" if held else ""))
+    if rem.phase is Phase.RETURNING and not reasons.slurm_rebooting(node.states) \
+            and not gate_lifted(w, rem):
+        # SPEC S8, V4 (issue 32 item 8): our drain stays through the action (the reboot
+        # keeps it; a reset's job drains it again before its end) until the health check
+        # and the gate; only our own gate lifts it, for its job. In service otherwise: a
+        # person resumed it, and no gate (nor a drain after one) undoes that.
+        return (f"{name} was resumed by a person after the {rem.action.value}, before "
+                "slurm-heal resumed it")
     if rem.phase in BEFORE_CORDON and rem.data.held_by_check:
         ev = rem.data.evidence_fault
         if ev and not w.check_of(name).problem and not w.active(name, ev) \
@@ -73,15 +81,75 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
     return None
 
 
+def hand_over_ended(old: Remediation, node: NodeInfo) -> str | None:
+    """SPEC S8 (issue 32 item 10): why the hand-over of ``old`` (``handed_to_person``)
+    has ended, or None while it holds. It holds until a person acts on the node: resumes
+    it (out of service when it was handed over, in service now) or drains or re-reasons
+    it (a reason of a person's that is not the one it was handed over with). Our own
+    drain of a node handed over in service is no person's act; a new reason of ours on
+    one handed over drained is (its drain was lifted in between). A hand-over recorded
+    before its node's state was (None) was one that left the node cordoned."""
+    was_out = old.data.handed_out_of_service
+    out = node.drained or node.down
+    if (was_out is None or was_out) and not out:
+        return f"{node.name} was resumed by a person after {old.id} was handed to them"
+    if was_out is None or not node.drained or node.reason == old.data.handed_reason:
+        return None
+    if reasons.owner(node.reason) == "person":
+        return (f"{node.name} was drained by a person ({node.reason!r}) after {old.id} was "
+                "handed to them")
+    if was_out:
+        # Nothing of ours runs on a node with a person, and the node check never
+        # relabels a drained node: a new reason of ours means the drain it was handed
+        # over with was lifted (a person's resume the controller did not see) and the
+        # node drained again since, for something new.
+        return (f"{node.name} was resumed by a person after {old.id} was handed to them, "
+                f"and drained again since ({node.reason!r})")
+    return None
+
+
+def seen_now(w: Working, name: str) -> tuple[str, ...]:
+    """The evidence of every active alert of the node, as `marks` (what is published
+    now: a hand-over's "seen so far")."""
+    return tuple(sorted({m for a in w.active(name) for m in marks(a)}))
+
+
+def gate_lifted(w: Working, rem: Remediation) -> bool:
+    """``rem``'s post-repair gate (SPEC V4) holds its node in service now: a run of it
+    past its start and not yet restored (its job in our reservation), or one that passed
+    (the reservation removed, the node in service until ``rem`` ends done)."""
+    return any(v.origin == "gate" and v.remediation == rem.id and (
+        v.phase == "passed" or (not v.terminal and v.phase != "requested"))
+        for v in w.state.validations)
+
+
+def person_drained(rem: Remediation, node: NodeInfo) -> str | None:
+    """SPEC S8 (issue 32 item 8): after the action, a person drained the node with a
+    reason of their own (not Slurm's reboot reason, not DOWN): why, or None."""
+    if rem.phase is not Phase.RETURNING or not node.drained or node.down \
+            or reasons.owner(node.reason) != "person":
+        return None
+    return f"{node.name} was drained by a person ({node.reason!r}) after the {rem.action.value}"
+
+
 def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
     """``old`` ended because a person resumed its node, and ``alert`` is the alert it
     was about with nothing new since: the same fault instance (fault, first seen), no
     evidence that was not seen then, no boot of the node since. Such an alert opens
-    nothing new (SPEC S8): the node check acknowledges it on its next run."""
-    if not old.data.resumed_by_person or old.fault != alert.fault \
+    nothing new (SPEC S8): the node check acknowledges it on its next run.
+
+    ``old`` handed to a person (``handed_to_person``, its evidence recorded then): any
+    alert seen then whose evidence was all published at the hand-over is covered too,
+    once that person acted on the node (issue 32 item 10: only a new fault is
+    remediated again)."""
+    handed = old.data.handed_to_person and bool(old.data.seen_evidence)
+    end = ended_at(old) or old.updated
+    if handed:
+        if not alert.evidence or alert.first_seen > end:
+            return False  # an alert first seen after the hand-over is new
+    elif not old.data.resumed_by_person or old.fault != alert.fault \
             or old.alert_first_seen != alert.first_seen:
         return False
-    end = ended_at(old) or old.updated
     if node is not None and node.boot_time is not None and node.boot_time > end:
         return False  # a reboot ends the acknowledgement
     return set(marks(alert)) <= set(old.data.seen_evidence)

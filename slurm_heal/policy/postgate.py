@@ -78,6 +78,16 @@ def after_check(w: Escalation, rem: Remediation, node: NodeInfo) -> str | None:
     elif run.phase == "failed":
         _failed(w, rem, run)
         return None
+    elif run.by_person:
+        # SPEC S8 (issue 32 item 10): a person cancelled the gate's job: their hand, not
+        # an interruption to run again; the node stays as the restore left it.
+        rem = w.step(rem, "cancelled", "S8", f"a person cancelled the post-repair gate's job "
+                     f"on {rem.node} ({run.summary}); {rem.id} is handed to them",
+                     data={"handed_to_person": True})
+        w.hand_to_person(rem, "S8", f"a person cancelled the post-repair gate of {rem.node}: "
+                         f"it is theirs now (resume it, or request an action); nothing "
+                         "automatic on it until a person acts")
+        return None
     else:
         why = f"{run.phase}: {run.summary or (run.steps[-1].why if run.steps else '?')}"
     if not gate.enabled:

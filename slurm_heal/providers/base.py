@@ -29,6 +29,9 @@ class Operation:
     # migrate: the host the node left, which goes to validation (SPEC L2, V1); "" when
     # the provider does not say
     previous_host: str = ""
+    # True: a person ended it (their scancel of our GPU reset job, SPEC S8): a person's
+    # hand, not a failure of the action
+    by_person: bool = False
 
     @property
     def finished(self) -> bool:

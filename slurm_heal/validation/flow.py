@@ -115,6 +115,12 @@ class Facts:
     # SPEC V4, a gate's run: why it must stop now ("" while its remediation still waits
     # for it): the remediation ended, or is no longer returning.
     abandoned: str = ""
+    # The faults the node check publishes as active on the node now (its Extra): a drain
+    # of the check's own is restored only while its fault is still published (L1, O6);
+    # None: not known (restored as before).
+    check_faults: frozenset[str] | None = None
+    # The node's remediations that have ended: a cordon of theirs is not put back.
+    closed: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -238,6 +244,11 @@ def _start(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Adv
     if node.down:
         return _finish(run, now, "skipped", "V2", f"{run.node} is DOWN: the machine cannot "
                        "run the suite")
+    if gate and not node.drained:
+        # SPEC S8, V4 (issue 32 item 8): the remediation's cordon holds the node until
+        # its gate; in service now, a person resumed it: their hand, no gate after it.
+        return _finish(run, now, "skipped", "S8", f"not run: {run.node} is in service (a "
+                       "person resumed it): no gate and no drain after a person's resume")
     if facts.needs_peer and not facts.peer:
         return _once(run, now, "requested", "V1", "waits for a healthy idle peer in the same "
                      "pool (a step tests across two machines)")
@@ -307,27 +318,74 @@ def _follow(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
                           "hardware ticket with the results and logs; the machine stays out",
                           [("ticket", ""), ("drain", ""), ("unreserve", "")])
         return _restore(run, facts, now, f"the suite concluded nothing ({res.summary})")
+    if state == "CANCELLED":
+        # SPEC S8 (issue 32 item 10): the flow cancels its job only on its way to
+        # restoring; a job cancelled while it is followed was cancelled by someone else.
+        run = _with(run, by_person=True)
+        return _restore(run, facts, now, f"job {run.job_id} was cancelled by someone else "
+                        "(scancel), not by slurm-heal: a person's hand")
     what = f"job {run.job_id} ended {state}" if state else \
         f"job {run.job_id} is gone from Slurm without a final results file"
     return _restore(run, facts, now, what)
 
 
-def _restore_effects(run: ValidationRun, node: NodeInfo | None, open_remediation: str | None
+def drain_hold(run: ValidationRun, reason: str, node: NodeInfo | None,
+               closed: frozenset[str], check_faults: frozenset[str] | None,
+               restoring: bool = True) -> str | None:
+    """Why the flow must not drain ``node`` with ``reason`` now (None: it drains it).
+    SPEC L1, O6, S8 (issue 32 items 8, 9): the flow puts back only what it changed, and
+    only while the node is as it left it: in service (its lift), never DOWN, never
+    drained by a person; and the reason still holds: our controller's marker not once its
+    remediation has ended (``closed``: released, or handed to a person), the node
+    check's only while the check still publishes its fault (a stale one would keep a
+    healthy node out with nothing to resume it). Asked when the step is decided and
+    again right before it runs (a step sent again after a restart)."""
+    if node is None:
+        return f"{run.node} is gone from Slurm"
+    if node.down:
+        return f"{run.node} is DOWN now ({node.reason!r}): left as it is"
+    if node.drained and not (reasons.is_ours(node.reason) and not restoring):
+        return f"{run.node} is drained now ({node.reason!r}): left as it is"
+    marker = reasons.marker_of(reason)
+    if marker is None:
+        return None
+    if marker.by == "controller" and marker.remediation in closed:
+        return (f"{marker.remediation}, whose cordon it had, is over (released or handed "
+                "to a person): not drained again")
+    if marker.by == "check" and check_faults is not None and marker.fault not in check_faults:
+        return (f"the node check no longer publishes {marker.fault}: its old drain is not "
+                "put back")
+    return None
+
+
+def _restore_effects(run: ValidationRun, node: NodeInfo | None, open_remediation: str | None,
+                     closed: frozenset[str] = frozenset(),
+                     check_faults: frozenset[str] | None = None
                      ) -> list[tuple[EffectKind, str]]:
     prev = run.previous or Previous()
     out: list[tuple[EffectKind, str]] = [("unreserve", "")]
     if prev.drained and prev.reason:
-        out.append(("drain", prev.reason))  # exactly the old reason
-    elif node is not None and (node.drained or node.down) and (
-            not node.reason or _ours(node.reason)) and not open_remediation:
+        if drain_hold(run, prev.reason, node, closed, check_faults) is None:
+            out.append(("drain", prev.reason))  # exactly the old reason
+    elif node is not None and node.drained and _set_by(run, node.reason) \
+            and not open_remediation:
+        # Only a drain this run set itself (issue 32 item 9): the node check's drain of
+        # a fault it found meanwhile, or anyone else's, is not ours to undo.
         out.append(("resume", node.reason))
     return out
+
+
+def _set_by(run: ValidationRun, reason: str) -> bool:
+    """``reason`` is this run's own marker (``by=validation``, its id)."""
+    m = reasons.marker_of(reason)
+    return m is not None and m.by == MARKER_BY and m.remediation == run.id
 
 
 def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,
              cancel: bool = False) -> Advance:
     prev = run.previous or Previous()
-    effects = _restore_effects(run, facts.node, facts.open_remediation)
+    effects = _restore_effects(run, facts.node, facts.open_remediation, facts.closed,
+                               facts.check_faults)
     if cancel:
         effects.insert(0, ("cancel", ""))  # the job first: it must not run on
     kinds = [k for k, _ in effects]
@@ -335,6 +393,9 @@ def _restore(run: ValidationRun, facts: Facts, now: datetime, why: str,
     node = facts.node
     if "drain" in kinds:
         words.append(f"drained again ({prev.reason!r})")
+    elif prev.drained and prev.reason:
+        held = drain_hold(run, prev.reason, node, facts.closed, facts.check_faults)
+        words.append(f"not drained again: {held}")
     elif "resume" in kinds:
         words.append("resumed: in service as before")
     elif node is not None and (node.drained or node.down):

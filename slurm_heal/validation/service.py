@@ -39,7 +39,7 @@ from slurm_heal.slurm.mapping import ACTIVE_JOB_STATES
 from slurm_heal.types import Action, ClusterView, NodeInfo
 from slurm_heal.validation import flow
 from slurm_heal.validation.gate import Gate
-from slurm_heal.validation.slurmjobs import SlurmJobs
+from slurm_heal.validation.slurmjobs import SlurmJobs, job_partitions
 from slurm_heal.validation.suite import SuiteResult, Validation, validation_from
 
 log = logging.getLogger("slurm_heal.validation")
@@ -212,7 +212,7 @@ class Validator:
 
     def step(self, run: ValidationRun, view: ClusterView, state: State, now: datetime,
              cfg: Validation) -> ValidationRun:
-        facts = self.facts(run, view, state, cfg)
+        facts = self.facts(run, view, state, cfg, now)
         knobs = flow.Knobs(prefix=cfg.reservation_prefix, level=cfg.level,
                            level_after_failure=cfg.level_after_failure,
                            pending_limit=cfg.job_time_limit)
@@ -253,7 +253,7 @@ class Validator:
 
     # ------------------------------------------------------------------ facts
     def facts(self, run: ValidationRun, view: ClusterView, state: State,
-              cfg: Validation) -> flow.Facts:
+              cfg: Validation, now: datetime | None = None) -> flow.Facts:
         node = view.node(run.node)
         if node is None:
             try:
@@ -262,7 +262,9 @@ class Validator:
                 node = None
         steps = cfg.suite_for(cfg.vendor)
         base: dict[str, Any] = {"node": node, "enabled": cfg.enabled,
-                                "has_steps": bool(steps)}
+                                "has_steps": bool(steps),
+                                "check_faults": _check_faults(node, now),
+                                "closed": _closed(state, run.node)}
         opened = state.open_for(run.node)
         base["open_remediation"] = opened[0].id if opened else None
         if run.origin == "gate":
@@ -361,6 +363,15 @@ class Validator:
             self.slurm.resume(run.node)
             return "resumed", None
         if kind == "drain":
+            # L1, O6 (issue 32 item 9): asked again right before it runs (this step may
+            # be one sent again after a restart): only a node still as the flow left it.
+            info = self.slurm.node(run.node)
+            held = flow.drain_hold(run, effect.reason, info, _closed(self.store.load(),
+                                                                     run.node),
+                                   _check_faults(info, now),
+                                   restoring=effect.key.split(":")[-2:-1] == ["restoring"])
+            if held is not None:
+                return f"not drained: {held}", None
             self.slurm.drain(run.node, effect.reason)
             return f"drained: {effect.reason}", None
         if kind == "ticket":
@@ -398,10 +409,13 @@ class Validator:
         self._set(run, results_dir=str(out))
         minutes = max(1, int(cfg.job_time_limit.total_seconds() // 60))
         nodes = [run.node] + ([run.peer] if run.peer else [])
+        # The partitions that hold the node (and its peer): a node outside the default
+        # partition is refused without them (issue 32 item 4).
         job_id = jobs.submit(name=run.job_name, reservation=run.reservation, nodes=nodes,
                              time_minutes=minutes, output=str(out / "job.out"),
                              chdir=str(out), script=str(script),
-                             comment=comment)
+                             comment=comment, partitions=job_partitions(
+                                 *(self.slurm.node(n).partitions for n in nodes)))
         return f"job {job_id} submitted ({run.job_name}, {minutes} min)", str(job_id)
 
     def _set(self, run: ValidationRun, **changes: Any) -> None:
@@ -480,6 +494,26 @@ class Validator:
                     f"logs stay in {logs}"), ""
         refs = [sink.file(ticket, logs) for sink in sinks]
         return f"ticket {run.id} filed: {', '.join(refs)}", ", ".join(refs)
+
+
+def _closed(state: State, node: str) -> frozenset[str]:
+    """The ids of the node's remediations that have ended."""
+    return frozenset(r.id for r in state.remediations if r.node == node and r.phase.terminal)
+
+
+def _check_faults(node: NodeInfo | None, now: datetime | None) -> frozenset[str] | None:
+    """The faults the node check publishes as active on ``node`` (its Extra); None when
+    it publishes nothing that can be read (no check data: not known)."""
+    if node is None:
+        return None
+    from datetime import timezone
+
+    from slurm_heal import extra
+
+    data = extra.read_check_data(node.name, node.extra, now or datetime.now(timezone.utc))
+    if data.problem or data.checked_at is None:
+        return None
+    return frozenset(a.fault for a in data.alerts)
 
 
 def _identity(info: NodeInfo, now: datetime) -> dict[str, str]:

@@ -112,13 +112,21 @@ class SlurmJobs:
         return None
 
     def submit(self, *, name: str, reservation: str, nodes: Sequence[str], time_minutes: int,
-               output: str, chdir: str, script: str, comment: str) -> int:
-        """``sbatch`` the job script (once: a job of that name still listed is reused)."""
+               output: str, chdir: str, script: str, comment: str,
+               partitions: Sequence[str] = ()) -> int:
+        """``sbatch`` the job script (once: a job of that name still listed is reused).
+
+        ``partitions``: the partitions that hold the job's nodes (`job_partitions`). Without
+        ``--partition`` sbatch asks for the default partition, and a node outside it is
+        refused ("Requested node configuration is not available", 22.05 to 26.05, issue 32
+        item 4); with the node's partitions listed Slurm takes the first that holds it."""
         found = self.find_job(name, comment)
         if found is not None:
             return found.job_id
+        where = [f"--partition={','.join(partitions)}"] if partitions else []
         out = self._run(["sbatch", "--parsable", f"--job-name={name}",
-                         f"--reservation={reservation}", f"--nodelist={','.join(nodes)}",
+                         f"--reservation={reservation}", *where,
+                         f"--nodelist={','.join(nodes)}",
                          f"--nodes={len(nodes)}", f"--time={time_minutes}",
                          f"--output={output}", f"--chdir={chdir}", f"--comment={comment}",
                          "--no-requeue", script])
@@ -135,6 +143,17 @@ class SlurmJobs:
                 return f"job {job_id} was already gone"
             raise
         return f"job {job_id} cancelled"
+
+
+def job_partitions(*of_nodes: Sequence[str]) -> tuple[str, ...]:
+    """The partitions a job on these nodes is submitted to: those of the first node that
+    every other node is in too (a validation's peer shares its pool), else the first
+    node's own (Slurm then says which node it refuses); () when Slurm named none."""
+    if not of_nodes:
+        return ()
+    first = tuple(of_nodes[0])
+    shared = tuple(p for p in first if all(p in other for other in of_nodes[1:]))
+    return shared or first
 
 
 def _job_line(line: str) -> JobInfo | None:

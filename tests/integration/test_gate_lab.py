@@ -9,6 +9,8 @@ logic: tests/unit/test_post_repair_gate.py.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,11 +96,12 @@ def test_gate_failure_fails_the_remediation_with_its_evidence_and_keeps_the_node
     assert "DRAIN" in lab.state(node)
 
 
-def test_cancelled_gate_job_is_retried_once_and_the_retry_resumes_the_node(
+def test_an_interrupted_gate_job_is_retried_once_and_the_retry_resumes_the_node(
         lab: Lab, gated: Gated) -> None:
-    """SPEC V4: `scancel` of the gate's job -> interrupted: the node is drained again
-    under our cordon, the gate runs once more (a new run, a new job) and its pass resumes
-    the node."""
+    """SPEC V4: the gate's job dies without a verdict (its runner killed: the job ends
+    FAILED with no final results) -> interrupted: the node is drained again under our
+    cordon, the gate runs once more (a new run, a new job) and its pass resumes the node.
+    (A person's `scancel` of it is their hand instead, SPEC S8: test_person_jobs_lab.py.)"""
     node = "gpu04"
     gated.tool(rc=0)
     (gated.bin / "sleep").write_text("120\n")
@@ -114,11 +117,16 @@ def test_cancelled_gate_job_is_retried_once_and_the_retry_resumes_the_node(
                  what="job running")
     assert "DRAIN" not in lab.state(node)  # lifted for the job; the reservation holds it
     (gated.bin / "sleep").unlink()
-    lab.run(["scancel", str(first.job_id)])
+    # the job's runner dies (its pid found by its own results directory, killed by id)
+    pids = lab.run(["pgrep", "-f", f"slurm_heal.validation.runner --spec {first.results_dir}/"],
+                   check=False).stdout.split()
+    assert pids, "the gate job's runner"
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
     rem = gated.wait_phase(node, Phase.DONE, timeout=150)
     lab.wait_for(lambda: lab.state(node) == {"IDLE"}, timeout=60, what=f"{node} IDLE")
     one, two = gated.gate_runs(node)
-    assert one.phase == "interrupted" and one.job_state == "CANCELLED"
+    assert one.phase == "interrupted" and one.job_state == "FAILED" and not one.by_person
     assert "drained again" in one.restored
     assert two.phase == "passed" and two.job_id not in (None, one.job_id)
     assert [a.key.rsplit(":", 1)[1] for a in rem.attempts if a.effect == "gate"] == ["0", "1"]
