@@ -603,7 +603,6 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             client.set_extra(name, extra.KEY, extra.our_section(
                 alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat))
             if alerts or acknowledged:
-                remember_published(pub, alerts)  # SPEC S8: what a person can see now
                 if not pub.get("extra"):
                     result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
                 pub["extra"] = True
@@ -615,6 +614,11 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             pub["said"] = digest
             pub["at"] = now.isoformat()
             pub["node"] = name
+        if alerts:
+            # SPEC S8: what a person can see now. Written just now, or written before and
+            # unchanged since (issue 43 writes only on a change: Extra says what the
+            # digest says), it is published either way.
+            remember_published(pub, alerts)
         pub["boot"] = st.get("boot_id")
     except SlurmError as exc:
         if isinstance(exc, SlurmUnreachable):
