@@ -341,7 +341,7 @@ def storm_cost(events: int = 1000) -> tuple[float, float, int]:
                       lambda f: cat.get(f).severity, lambda f: cat.get(f).explanation,
                       lambda text: None)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
-        if wall < best[0]:
+        if wall * 1e3 < best[0]:
             best = (wall * 1e3, cpu * 1e3, len(res.events))
     return best
 
