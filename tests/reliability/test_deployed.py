@@ -215,6 +215,10 @@ def _tags(section: dict[str, Any] | None, key: str) -> set[str]:
         if not isinstance(alert, dict):
             continue
         out.add(str(alert.get("fault")))
+        if "(and " in str(alert.get("summary", "")):
+            # Extra shows the first evidence entries of an alert and says "(and N more)"
+            # (extra.MAX_EVIDENCE): a person saw that there are more of this fault.
+            out.add(f"more:{alert.get('fault')}")
         for ev in alert.get("evidence") or []:
             text = str(ev.get("text", "")) if isinstance(ev, dict) else str(ev)
             tags = TAG.findall(text)
@@ -222,6 +226,12 @@ def _tags(section: dict[str, Any] | None, key: str) -> set[str]:
             if not tags and "Xid" in text:
                 out.add(_foreign(text))
     return out
+
+
+def _saw(visible: set[str], f: Fault) -> bool:
+    """Whether a person who saw ``visible`` (`_tags`) saw the fault ``f``: its record, or
+    its fault id with "(and N more)" where Extra shows only the first records."""
+    return (f.tag or f.fault) in visible or (bool(f.tag) and f"more:{f.fault}" in visible)
 
 
 def _foreign(text: str) -> str:
@@ -378,7 +388,7 @@ class Driver:
             return
         seen = [r for r in self.resumes if r.node == f.node and r.at >= f.at - 0.5]
         key = f.tag or f.fault
-        if any(key in r.visible for r in seen):
+        if any(_saw(r.visible, f) for r in seen):
             return
         self.violate("ack-published", f.node,
                      f"{f.fault} ({key}) injected at step {f.step} acknowledged, but it "
@@ -418,7 +428,7 @@ class Driver:
                 self.skipped["person-kept (resume)"] += 1
                 continue
             new = [f for f in self.faults if f.node == r.node and (
-                f.at > r.at or f.cleared is None and (f.tag or f.fault) not in r.visible)]
+                f.at > r.at or f.cleared is None and not _saw(r.visible, f))]
             if new:  # a fault the person did not see: draining it is right
                 r.ended = now
                 continue
@@ -544,7 +554,7 @@ class Driver:
                 continue
             if f.cleared is not None and f.cleared < start:
                 continue
-            if any((f.tag or f.fault) in r.visible for r in self.resumes
+            if any(_saw(r.visible, f) for r in self.resumes
                    if r.node == node and f.at < r.at < start):
                 continue  # a person put it back in service knowingly
             # a fault the check acknowledged for an earlier resume: item 1's swallowing
