@@ -351,7 +351,8 @@ def classify(node: NodeInfo, state: State, now: datetime,
         # A request's drain with no alert in Extra: `alerts` lists it (fault "request",
         # operations.alerts_of), so it is alerting here too, never healthy (issue 36).
         faults = ("request",)
-    if last is not None and last.data.handed_to_person and not open_ and out_of_service:
+    if last is not None and last.data.handed_to_person and not last.data.handed_ended \
+            and not open_ and out_of_service:  # S8: the hand-over ends when they act
         category = "handed_to_person"
     elif open_:
         category = "remediating"

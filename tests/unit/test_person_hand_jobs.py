@@ -313,3 +313,19 @@ def test_the_restore_drain_sent_again_after_a_kill_finds_the_node_released(
             old.model_copy(update={"phase": Phase.RETURNING}),)})
     outcome, detail, _ = v.execute(effect, run, cfg, NOW, store.load())
     assert outcome == "ok" and slurm.node("gpu01").reason == ours, detail
+
+
+def test_status_says_handed_to_a_person_only_until_that_person_acts() -> None:
+    """SPEC S8, O6: `status` and the console show "handed to a person" for a node whose
+    remediation was handed over; once the person acted (here: drained it with their own
+    reason), the hand-over has ended and the node is theirs, drained by someone else."""
+    from slurm_heal.readmodel import overview
+
+    handed = rem(phase=Phase.CANCELLED, data={"evidence_fault": XID, "handed_to_person": True})
+    drained = NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}),
+                       reason="looking at the GPU (alice)", partitions=("a",))
+    line = overview.classify(drained, State(remediations=(handed,)), T0)
+    assert line.category == "handed_to_person"
+    ended = handed.model_copy(update={"data": handed.data.but(handed_ended=True)})
+    line = overview.classify(drained, State(remediations=(ended,)), T0)
+    assert line.category == "drained_by_others"
