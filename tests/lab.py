@@ -187,6 +187,7 @@ class Lab:
                  partitions: Sequence[str | tuple[str, str]] = ()) -> None:
         self.dir = Path(directory).resolve()
         self.base_port = base_port if base_port is not None else free_base_port(nodes)
+        self._own_ports = base_port is None  # chosen here: another may be chosen at start
         self.conf = self.dir / "etc" / "slurm.conf"
         width = max(2, len(str(nodes)))
         self.nodes = [f"gpu{i:0{width}d}" for i in range(1, nodes + 1)]
@@ -210,16 +211,29 @@ class Lab:
 
     # life cycle
     def start(self, timeout: float = 90.0) -> None:
-        """`lab up` in this lab's directory, on its ports; waits until all nodes are IDLE."""
-        argv = [*self.lab_cmd, "--nodes", str(len(self.nodes)), "--base-port",
-                str(self.base_port), "up", "--slurm", self.slurm, "--timeout", str(timeout)]
-        if self.rest:
-            argv.append("--rest")
-        for line in self._conf_lines:
-            argv += ["--conf-line", line]
-        for spec in self.partitions:
-            argv += ["--partition", spec]
-        run(argv, timeout=timeout + 30)
+        """`lab up` in this lab's directory, on its ports; waits until all nodes are IDLE.
+
+        The ports were free when this lab chose them; a lab of a test pass beside this one
+        may take them before `up` binds them (CI's passes run side by side: seen once on
+        the 26.05 pass). Ports this lab chose itself are then chosen again, twice at most."""
+        for tries in range(3):
+            argv = [*self.lab_cmd, "--nodes", str(len(self.nodes)), "--base-port",
+                    str(self.base_port), "up", "--slurm", self.slurm, "--timeout", str(timeout)]
+            if self.rest:
+                argv.append("--rest")
+            for line in self._conf_lines:
+                argv += ["--conf-line", line]
+            for spec in self.partitions:
+                argv += ["--partition", spec]
+            try:
+                run(argv, timeout=timeout + 30)
+                return
+            except LabError as exc:
+                if not self._own_ports or "ports in use" not in str(exc) or tries == 2:
+                    raise
+            n = len(self.nodes)
+            self.base_port = free_base_port(n, start=21000 + 997 * (tries + 1) % 7000)
+            self.rest_url = f"http://127.0.0.1:{self.base_port + n + 2}"
 
     def stop(self) -> None:
         """`lab down`: stops only this lab's processes."""
