@@ -457,9 +457,18 @@ def test_daemon_notifies_serves_metrics_and_status_shows_it_running(
         heal.wait(lambda: any("done" in t for t in receiver.titles()), "the outcome notified")
         alert = next(b for b in receiver.bodies if "gpu.xid.119 on gpu01" in str(b["title"]))
         assert _evidence(alert) == published["evidence"]  # D7: unchanged
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-        assert ('slurm_heal_time_to_repair_seconds_count{action="reboot",fault="gpu.xid.119"} '
-                '1.0') in text.decode()
+        # The store says done (and the notifier, its own thread, sends it) once the cycle
+        # applied its plan; the metrics observer runs at the end of that cycle, after its
+        # effects (the resume): poll the scrape, as Prometheus does.
+        repaired = ('slurm_heal_time_to_repair_seconds_count{action="reboot",'
+                    'fault="gpu.xid.119"} 1.0')
+
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                          timeout=10).read().decode()
+
+        heal.wait(lambda: repaired in scrape(), "the repair in /metrics")
+        assert repaired in scrape()  # observed once, not again by later cycles
         status = subprocess.run([sys.executable, "-m", "slurm_heal.cli", "status", "--check",
                                  "--config", str(heal.config)], env=lab.env,
                                 capture_output=True, text=True, timeout=60)
