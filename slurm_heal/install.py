@@ -323,6 +323,15 @@ def site_plan(prefix: Path, conf: Path, bindir: Path | None, config: Path) -> Si
 
     live, source = read_live(conf, bindir)
     timeout, why = reboot_timeout(config) if config.is_file() else (None, "")
+    if timeout is None and not config.is_file() and live and live.get("RebootProgram"):
+        # A node has no controller config to say how long a reboot may take; the site
+        # reboots through Slurm (RebootProgram set), so ResumeTimeout is measured
+        # against the slurm provider's default (SPEC I7).
+        from slurm_heal.providers.slurm import SlurmSettings
+
+        timeout = float(SlurmSettings.model_fields["timeout"].default)
+        why = ("the slurm provider's default timeout; this host has no controller "
+               f"config {config}")
     return plan(live, prefix, source=source, reboot_timeout=timeout, reboot_source=why)
 
 

@@ -76,7 +76,14 @@ class ConfLine:
 
     def text(self) -> str:
         """The human line: what to write (or not) and why."""
-        head = self.line if self.line else f"# {self.key}: no change"
+        if self.line is None:
+            head = f"# {self.key}: no change"
+        elif self.status == "unknown":
+            # Not knowing the site's value, a plain line could replace it (Slurm keeps the
+            # last of two lines with one key): printed as a template to merge by hand.
+            head = f"# {self.line}"
+        else:
+            head = self.line
         return f"{head}    # {self.status}: {self.note}"
 
 

@@ -127,6 +127,11 @@ def test_an_unreadable_live_configuration_is_said_loudly() -> None:
     result = plan(None, PREFIX, source="`scontrol show config` failed (exit 1): x")
     assert result.warnings and "could not be read" in result.warnings[0]
     assert all(ln.status == "unknown" for ln in result.lines)
+    # SPEC I7: not knowing the site's lines, none is printed as a line to paste (it could
+    # replace the site's own): each is a commented template to merge by hand
+    written = [t for t in result.snippet().splitlines() if not t.startswith("#")]
+    assert written == [], written
+    assert "# SchedulerParameters=nohold_on_prolog_fail" in result.snippet()
 
 
 @pytest.mark.parametrize(("name", "site_rc", "ours_rc", "rc", "ran"), [
@@ -176,6 +181,10 @@ def test_install_node_prints_the_merged_lines_and_writes_the_site_s_wrapper(
     assert os.access(wrapper, os.X_OK)
     snippet = (prefix / "share" / "slurm-heal" / "slurm.conf.snippet").read_text()
     assert f"Epilog={wrapper}" in snippet
+    # A node has no controller config; the site reboots through Slurm (RebootProgram set),
+    # so Slurm's default ResumeTimeout is said against the slurm provider's default.
+    assert "warning: ResumeTimeout is 60 s, below the reboot timeout 1800 s (the slurm " \
+        "provider's default timeout" in result.output
 
 
 def test_policy_check_says_what_slurm_conf_lacks(tmp_path: Path) -> None:
