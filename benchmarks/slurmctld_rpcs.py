@@ -10,7 +10,8 @@ read scontrol and sinfo add to each: REQUEST_PARTITION_INFO; writes: REQUEST_UPD
 
 * `slurm-heal check` (HealthCheckProgram) on a healthy node with nothing changed, on a
   run that finds a new Xid 79, and on a run whose heartbeat is due;
-* the Prolog and the Epilog (``--mode prolog`` / ``epilog``), healthy and with a new Xid;
+* the Prolog and the Epilog (``--mode prolog`` / ``epilog``), healthy and with a new Xid
+  (each);
 * the node agent (`slurm-heal agent --interval 2`): a healthy window of full checks and
   kernel-log wake-ups (an informational ``NVRM: GPU at PCI:`` line: a needle, no fault),
   then a new Xid 79;
@@ -217,6 +218,11 @@ def rows(runs: int = 10, faults: int = 3) -> list[Row]:
             out.append(("slurmctld RPCs, Prolog, the run that finds a new Xid 79",
                         words(pro_fault), "one read; Extra + drain at once",
                         f"per run over {faults} faults: {by_type(pro_fault)}"))
+            epi_fault = b.faulted(faults, n3, pro_root,
+                                  lambda: b.check(pro_root, n3, "--mode", "epilog"))
+            out.append(("slurmctld RPCs, Epilog, the run that finds a new Xid 79",
+                        words(epi_fault), "one read; Extra + drain at once",
+                        f"per run over {faults} faults: {by_type(epi_fault)}"))
 
             agent_root = replay_root(base / "agent")
             console = shutil.which("slurm-heal", path=str(Path(sys.executable).parent)) \

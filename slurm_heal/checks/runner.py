@@ -522,7 +522,7 @@ def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
 
 def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding],
                          st: dict[str, Any], now: datetime, result: CheckResult,
-                         cfg: CheckConfig | None = None) -> None:
+                         cfg: CheckConfig | None = None, ahead: bool = False) -> None:
     """SPEC S8: a node we held out of service on this boot (our drain, or the
     controller's marker) is in service again while faults that drain it are still found:
     a person resumed it. The faults published before (``published.seen``: Extra and
@@ -531,7 +531,10 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
     boot is no person's resume (Slurm returns a rebooted node to service by itself), so
     the faults found after it drain it as before; nor is the lift of our drain for one
     of our own maintenance jobs (its reservation holds the node: E6, V1, V4). A node in
-    a site's own reservation is a person's resume like any other."""
+    a site's own reservation is a person's resume like any other. ``ahead``: the
+    reservations are read beside the node (the agent's kernel-log wake-up, the path from
+    a kernel record to the drain); otherwise only once the node is seen in service, so a
+    periodic run on a node still drained costs slurmctld the one node read (issue 43)."""
     pub = st.setdefault("published", {"extra": False, "drained": ""})
     acked = st.get("acknowledged") or {}
     active = [f for f in findings if f.fault not in acked]
@@ -539,7 +542,7 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
             or pub.get("held") != st.get("boot_id"):
         return
     pending = None
-    if cfg is not None and result.mode == "agent" and result.maintenance is None:
+    if cfg is not None and ahead and result.maintenance is None:
         # The agent's path from a kernel record to the drain (issue 32 item 12): the
         # reservations are read while the node is, not after it.
         from slurm_heal.checks import maintenance
@@ -729,7 +732,7 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                               and isinstance(cached.get("id"), str))
                 try:
                     _resumed_by_a_person(one, node_name, result.findings, st, now, result,
-                                         cfg)
+                                         cfg, ahead=mode == "agent" and only is not None)
                     _split(result, all_findings, alerts, st)
                     _publish(one, node_name, result.alerts, result.findings, st, existed,
                              now, result, refresh=beat, acknowledged=result.acknowledged,

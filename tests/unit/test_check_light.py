@@ -314,3 +314,29 @@ def test_a_check_that_publishes_no_heartbeat_keeps_the_old_bound_and_a_forged_on
     assert line({"v": 1, "alerts": []}) == timedelta(minutes=20)
     assert line({"v": 1, "heartbeat_s": "1800"}) == timedelta(minutes=20)
     assert line({"v": 1, "heartbeat_s": 10 ** 9}) == timedelta(days=1, minutes=20)
+
+
+def test_the_agents_periodic_run_on_a_node_it_drained_reads_no_reservation(
+        node: Node, slurm: CountedSlurm, tmp_path: Path) -> None:
+    """Issue 43 (with issue 32 item 12's read ahead): while the agent's drain stands, its
+    periodic full check reads the node alone; the reservations (SPEC E6, V1, V4: is it our
+    maintenance job's?) are asked only once the node is seen in service again."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    asked = tmp_path / "scontrol.calls"
+    scontrol = bindir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$*" >> {asked}\necho "No reservations in the '
+                        'system"\n')
+    scontrol.chmod(0o755)
+    node.log(XID79)
+    check(slurm, T0, mode="agent")
+    assert MemorySlurm.node(slurm, "gpu01").drained
+    slurm.take()
+    for i in range(1, 4):  # full checks while the fault stands and the node is drained
+        check(slurm, T0 + timedelta(seconds=60 * i), mode="agent")
+    assert slurm.take() == {"node": 3}
+    assert not asked.exists()
+    MemorySlurm.resume(slurm, "gpu01")  # a person
+    result = check(slurm, T0 + timedelta(minutes=5), mode="agent")
+    assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+    assert asked.read_text().splitlines() == ["-o show reservation"]
