@@ -38,6 +38,7 @@ from typing import Any
 
 from slurm_heal import jsonsafe
 from slurm_heal.errors import SlurmError
+from slurm_heal.nvml import NVML_ERROR_STRINGS
 from slurm_heal.types import Alert, Evidence, Severity
 
 KEY = "slurm_heal"
@@ -94,24 +95,10 @@ PLACEHOLDER_SERIALS = frozenset({
     "no permission", "gpu is lost", "default string", "to be filled by o.e.m.", "-",
     "err!", "error",
 })
-# NVML's own error strings (nvmlErrorString; nvidia-ml-py's NVMLError._errcode_to_string
-# and DCGM's nvml_error_strings.h spell them), which nvidia-smi prints in place of a value
-# it cannot read ("[GPU requires reset]", "[Unknown Error]", "N/A (GPU is lost)", ...):
-# the same on every broken machine, so never an identity (SPEC D11, E1, E7).
-NVML_ERROR_STRINGS = frozenset(s.lower() for s in (
-    "Uninitialized", "Invalid Argument", "Not Supported", "Insufficient Permissions",
-    "Already Initialized", "Not Found", "Insufficient Size", "Insufficient External Power",
-    "Driver Not Loaded", "Timeout", "Interrupt Request Issue",
-    "NVML Shared Library Not Found", "Function Not Found", "Corrupted infoROM",
-    "GPU is lost", "GPU requires reset", "GPU requires restart",
-    "GPU access blocked by the operating system",
-    "The operating system has blocked the request.", "Driver/library version mismatch",
-    "RM has detected an NVML/RM version mismatch.", "In use by another client",
-    "The GPU is currently in use", "Insufficient Memory", "No data",
-    "The requested vgpu operation is not available on target device, because ECC is "
-    "enabled", "Insufficient resources", "Frequency not supported",
-    "Argument version mismatch", "Deprecated", "Not ready", "GPU not found",
-    "Invalid state", "Reset type not supported", "Unknown Error"))
+# NVML's own error strings, which nvidia-smi prints in place of a value it cannot read
+# ("[GPU requires reset]", "[Unknown Error]", "N/A (GPU is lost)", ...): the same on every
+# broken machine, so never an identity (SPEC D11, E1, E7). One list: slurm_heal.nvml.
+
 # NVML's "value not available" (NVML_VALUE_NOT_AVAILABLE: an unsigned -1) as a number.
 _NOT_AVAILABLE_NUMBERS = frozenset({"-1", "65535", "4294967295", "18446744073709551615"})
 # What a serial of any vendor looks like: letters, digits and "-", "_", "." (NVIDIA's

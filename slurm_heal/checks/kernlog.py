@@ -353,6 +353,11 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
         if stamp and tag:  # a classic syslog line of another program (issue 34, SPEC D1)
             return Line(raw=raw, message="", at=_syslog_time(stamp.group(1), now),
                         foreign=f"syslog tag {tag.group(1)!r}")
+        if text.startswith("kernel: "):
+            # A journal's line printed without its stamp ("kernel: NVRM: Xid ..."): the
+            # message is after the tag, so its "Linux version" line marks the boot
+            # (issue 35 item 3: that file's lines of this boot were never raised).
+            return Line(raw=raw, message=text[8:])
     return Line(raw=raw, message=raw)
 
 

@@ -7,6 +7,7 @@ raised where its format dates it (or a boot marker precedes it)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,9 +24,29 @@ def _local(t: datetime) -> datetime:
     return t.astimezone()
 
 
+def _dmesg(u: int) -> str:
+    return f"[{u // 1_000_000:5d}.{u % 1_000_000:06d}]"
+
+
+def _off_bus(m: str, u: int) -> str:
+    """An Xid line's GPU in the driver's three-line "fallen off the bus" message, as the
+    real capture prints it (nvsentinel-155-off-bus-dmesg.log: the GPU on the first line,
+    the words on the third); any other message in plain dmesg."""
+    bus = re.search(r"\(PCI:([0-9a-f:]+)\)", m)
+    if bus is None:
+        return f"{_dmesg(u)} {m}"
+    return (f"{_dmesg(u)} NVRM: The NVIDIA GPU {bus.group(1)}.0\n"
+            "               NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+            "               NVRM: fallen off the bus and is not responding to commands.")
+
+
 # Each format renders (message, wall time, microseconds since its boot, kmsg sequence
 # number) as the tool prints it (the real captures in tests/data/real/kernlog and
-# tests/data/kmsg); ``dated``: whether the line carries its wall time.
+# tests/data/kmsg); ``dated``: whether the line carries its wall time. Issue 35 item 3:
+# rsyslog's ISO stamp before the ring buffer's [sec.usec] (kmsg/kern-log-across-boot.log),
+# syslog without [sec.usec] (loongson-89-syslog-...), a journal's bare "kernel:" line
+# (nvidia-ogkm-1150-journal-...) and the three-line "fallen off the bus" message
+# (nvsentinel-155-off-bus-dmesg.log), with the first eleven.
 FORMATS: dict[str, tuple[bool, Callable[[str, datetime, int, int], str]]] = {
     "kmsg": (False, lambda m, t, u, s: f"4,{s},{u},-;{m}"),
     "dmesg": (False, lambda m, t, u, s: f"[{u // 1_000_000:5d}.{u % 1_000_000:06d}] {m}"),
@@ -45,6 +66,11 @@ FORMATS: dict[str, tuple[bool, Callable[[str, datetime, int, int], str]]] = {
     "cri": (True, lambda m, t, u, s:
             f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond:06d}000Z stdout F "
             f"[{u // 1_000_000}.{u % 1_000_000:06d}] {m}"),
+    "rsyslog-iso-dmesg": (True, lambda m, t, u, s:
+                          f"{t.isoformat(timespec='microseconds')} gpu07 kernel: {_dmesg(u)} {m}"),
+    "syslog-no-usec": (True, lambda m, t, u, s: f"{_local(t):%b %e %H:%M:%S} gpu07 kernel: {m}"),
+    "journal-bare": (False, lambda m, t, u, s: f"kernel: {m}"),
+    "dmesg-off-bus": (False, lambda m, t, u, s: _off_bus(m, u)),
 }
 
 XIDS = [f"NVRM: Xid (PCI:{{bus}}): {code}, pid=7, name=python3, {words}" for code, words in (

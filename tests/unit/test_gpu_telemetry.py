@@ -207,7 +207,8 @@ def test_rocm_smi_uncorrectable_ras_errors_are_gpu_ecc_dbe() -> None:
 # ------------------------------------------------------------------ NVML (no GPU here)
 
 def _fake_nvml(monkeypatch: pytest.MonkeyPatch, readings: list[gpu.GpuReading],
-               lost: int | None = None, link_down: tuple[int, int] | None = None) -> None:
+               lost: int | None = None, link_down: tuple[int, int] | None = None,
+               ecc_error: dict[int, int] | None = None) -> None:
     """NVIDIA's bindings answering from recorded readings, the way the library does
     (tuples, bitmasks, NVMLError subclasses), since no GPU machine runs the tests."""
     nv = pytest.importorskip("pynvml")
@@ -230,6 +231,11 @@ def _fake_nvml(monkeypatch: pytest.MonkeyPatch, readings: list[gpu.GpuReading],
             raise nv.NVMLError(nv.NVML_ERROR_INVALID_ARGUMENT)
         return 0 if (h.g.index, link) == link_down else 1
 
+    def ecc(h: Handle, kind: int, counter: int) -> int | None:
+        if h.g.index in (ecc_error or {}):
+            raise nv.NVMLError((ecc_error or {})[h.g.index])
+        return h.g.ecc_dbe_volatile
+
     reasons = {True: 0x40, False: 0}
     fakes = {
         "nvmlInit": lambda: None, "nvmlShutdown": lambda: None,
@@ -239,7 +245,7 @@ def _fake_nvml(monkeypatch: pytest.MonkeyPatch, readings: list[gpu.GpuReading],
         "nvmlDeviceGetSerial": lambda h: h.g.serial,
         "nvmlDeviceGetName": lambda h: h.g.name,
         "nvmlDeviceGetPciInfo": lambda h: Pci(h.g.pci),
-        "nvmlDeviceGetTotalEccErrors": lambda h, kind, counter: h.g.ecc_dbe_volatile,
+        "nvmlDeviceGetTotalEccErrors": ecc,
         "nvmlDeviceGetRemappedRows": lambda h: (0, 0, int(bool(h.g.remap_pending)),
                                                 int(bool(h.g.remap_failure))),
         "nvmlDeviceGetPcieReplayCounter": lambda h: h.g.pcie_replays,
@@ -270,3 +276,24 @@ def test_nvml_a_lost_gpu_and_a_down_link(monkeypatch: pytest.MonkeyPatch) -> Non
     found = judge(nvidia.gather_nvml()).findings
     assert faults(found) == [("gpu.nvlink.down", 5), ("gpu.off_bus", 3)]
     assert "GPU is lost" in next(f for f in found if f.fault == "gpu.off_bus").evidence[0].text
+
+
+def test_nvml_an_ecc_query_that_fails_is_cannot_tell_and_not_supported_is_silent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D3, O6 (issue 35 item 2): NVML's Unknown Error for GPU 2's ECC count is the
+    record-only gpu.ecc.unreadable with NVML's words and the status note; Not Supported
+    for GPU 4 (no ECC on it) is not applicable and says nothing."""
+    nv = pytest.importorskip("pynvml")
+    _fake_nvml(monkeypatch, xml("smi-q-x-healthy-8.xml"),
+               ecc_error={2: nv.NVML_ERROR_UNKNOWN, 4: nv.NVML_ERROR_NOT_SUPPORTED})
+    readings = nvidia.gather_nvml()
+    assert readings[2].unreadable == ("nvmlDeviceGetTotalEccErrors: Unknown Error",)
+    assert readings[4].unreadable == () and readings[4].ecc_dbe_volatile is None
+    from slurm_heal.checks.config import CheckConfig
+
+    found, update = nvidia.DETECTOR.evaluate(CheckConfig(), {}, "gpu07", NOW,
+                                             (readings, "nvml", 8))
+    assert [(f.fault, f.severity) for f in found] == [("gpu.ecc.unreadable", Severity.INFO)]
+    assert found[0].evidence[0].data["gpus"] == [2]
+    assert "Unknown Error" in found[0].summary
+    assert update[gpu.NOTE].startswith("ECC not readable on GPU 2: nvml gave an NVML error")

@@ -33,7 +33,6 @@ from slurm_heal.checks.detectors.gpu import GpuReading
 from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
 from slurm_heal.frozen import replace
-from slurm_heal.types import Evidence, Finding, Severity
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
@@ -41,10 +40,10 @@ if TYPE_CHECKING:
     from typing import Any
 
     from slurm_heal.checks.config import CheckConfig
+    from slurm_heal.types import Finding
 
 
-# The key of a detector's update that is a note for its status line, not state.
-NOTE = "_note"
+NOTE = gpu.NOTE  # the key of a detector's update that is its status line's note
 
 
 def _num(value: Any) -> int | None:
@@ -214,25 +213,6 @@ def gather(timeout: float) -> list[GpuReading]:
     return parse_rocm_smi(res.stdout)
 
 
-def _ecc_unreadable(readings: list[GpuReading], unreadable: list[int], tool: str,
-                    name: str, now: datetime) -> Finding:
-    """SPEC O6, D3: the GPUs whose uncorrectable ECC count nothing gives are a "cannot
-    tell" state, published like any finding (Extra, ``--json``, status, console) as the
-    record-only ``gpu.ecc.unreadable``, never as clean."""
-    gpus = ", ".join(map(str, unreadable))
-    by_index = {g.index: g for g in readings}
-    return Finding(
-        fault="gpu.ecc.unreadable", severity=Severity.INFO,
-        summary=(f"cannot tell ECC on GPU {gpus}: {tool} gives no uncorrectable count and "
-                 f"the kernel's RAS counters (/sys/class/drm/card<N>/device/ras) have none"),
-        detector="amd", node=name,
-        evidence=(Evidence(source=tool, text=f"no uncorrectable ECC count for GPU {gpus}",
-                           at=now.isoformat(),
-                           data={"ecc": "unknown", "gpus": unreadable,
-                                 "pci": [by_index[i].pci for i in unreadable
-                                         if i in by_index and by_index[i].pci]}),))
-
-
 class Amd:
     """SPEC D3, D9: amd-smi (else rocm-smi) judged by the same evaluator as NVIDIA's.
     Unsupported on a node with neither the amdgpu driver nor either tool (the runner asks
@@ -269,11 +249,14 @@ class Amd:
                                                 "serials": serials}}
         findings = list(out.findings)
         if unreadable:
-            update[NOTE] = (f"ECC not readable on GPU {', '.join(map(str, unreadable))}: "
-                            f"{tool} gives no uncorrectable count and "
-                            f"/sys/class/drm/card<N>/device/ras has none (not reported as "
-                            f"clean)")
-            findings.append(_ecc_unreadable(readings, unreadable, tool, name, now))
+            # SPEC O6, D3: neither the tool nor the kernel says: cannot tell, never clean
+            why = (f"{tool} gives no uncorrectable count and the kernel's RAS counters "
+                   f"(/sys/class/drm/card<N>/device/ras) have none")
+            update[NOTE] = gpu.ecc_note(unreadable, why)
+            findings.append(gpu.ecc_unreadable(
+                readings, unreadable, why,
+                f"no uncorrectable ECC count for GPU {', '.join(map(str, unreadable))}",
+                name, "amd", tool, now))
         return findings, update
 
 

@@ -11,6 +11,13 @@ never the lifetime counter), ``gpu.thermal`` (HW/SW thermal slowdown held for at
 ``thermal_for`` seconds), ``gpu.nvlink.down``, ``gpu.nvlink.errors`` (error counters
 per minute), ``gpu.off_bus`` (the tool says the GPU is lost), ``gpu.missing`` (fewer GPUs
 than configured), ``gpu.health`` (DCGM incidents with no more specific fault).
+
+``gpu.ecc.unreadable`` is the "cannot tell" of a GPU's memory errors (SPEC D3, O6): the
+detector's source printed an error in place of the ECC or row-remap counters (NVIDIA) or
+gives no uncorrectable count at all (AMD). `ecc_unreadable` makes that one record-only
+finding for every vendor, and `ecc_note` the words on the detector's status line; a
+counter the GPU does not have (``N/A``, ``[Not Supported]``) is not applicable and says
+nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +71,9 @@ class GpuReading:
     lost: bool = False  # "GPU is lost" / "Unable to determine the device handle"
     incidents: tuple[Incident, ...] = ()
     excerpt: str = ""  # the tool's own words about this GPU, for the evidence
+    # the ECC / row-remap counters the source printed an error for, "<counter>: <words>"
+    # (nvidia-smi's "[Unknown Error]"): cannot tell, never clean (gpu.ecc.unreadable)
+    unreadable: tuple[str, ...] = ()
 
     def ident(self) -> dict[str, Any]:
         """Index, UUID, PCI bus id and serial, as far as they are known."""
@@ -82,6 +92,32 @@ class GpuReading:
     def describe(self) -> str:
         where = f" (PCI {self.pci})" if self.pci else ""
         return f"GPU {self.index}{where}"
+
+
+# The key of a detector's update that is a note for its status line, not state.
+NOTE = "_note"
+
+
+def ecc_note(gpus: list[int], why: str) -> str:
+    """The status line's words for GPUs whose ECC cannot be told (SPEC O6)."""
+    return f"ECC not readable on GPU {', '.join(map(str, gpus))}: {why} (not reported as clean)"
+
+
+def ecc_unreadable(readings: list[GpuReading], gpus: list[int], why: str, text: str,
+                   node: str, detector: str, source: str, now: datetime,
+                   **data: Any) -> Finding:
+    """SPEC O6, D3: the GPUs whose uncorrectable memory errors the source cannot tell
+    (``why``; ``text`` the tool's words), published like any finding (Extra, ``--json``,
+    status, console) as the record-only ``gpu.ecc.unreadable``, never as clean."""
+    by_index = {g.index: g for g in readings}
+    return Finding(
+        fault="gpu.ecc.unreadable", severity=Severity.INFO,
+        summary=f"cannot tell ECC on GPU {', '.join(map(str, gpus))}: {why}",
+        detector=detector, node=node,
+        evidence=(Evidence(source=source, text=text[:400], at=now.isoformat(),
+                           data={"ecc": "unknown", "gpus": gpus,
+                                 "pci": [by_index[i].pci for i in gpus
+                                         if i in by_index and by_index[i].pci], **data}),))
 
 
 @dataclass(frozen=True, slots=True)

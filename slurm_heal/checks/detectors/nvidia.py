@@ -13,7 +13,11 @@ Sources, in order of preference:
   are added to the readings of the GPU they name.
 
 "Unable to determine the device handle for GPU ...: GPU is lost" (the tool's words for a
-GPU that fell off the bus) becomes a lost reading, i.e. ``gpu.off_bus``. A tool that
+GPU that fell off the bus) becomes a lost reading, i.e. ``gpu.off_bus``. An NVML error
+printed in place of an ECC or row-remap counter (``[Unknown Error]``, ``[GPU requires
+reset]``, ``ERR!``, ``N/A (GPU is lost)``) is "cannot tell": the record-only
+``gpu.ecc.unreadable`` and a note on the status line (SPEC D3, O6), never clean; ``N/A``
+and ``[Not Supported]`` (no ECC on the GPU) are not applicable and say nothing. A tool that
 does not answer within its timeout is killed with its process group and reported as
 ``gpu.tool.hung``: a hung nvidia-smi is itself a symptom.
 
@@ -28,16 +32,26 @@ import re
 
 from slurm_heal.checks import paths, proc, state
 from slurm_heal.checks.config import NvidiaConfig
-from slurm_heal.checks.detectors.gpu import GpuReading, Incident, LinkReading, Thresholds
+from slurm_heal.checks.detectors.gpu import (
+    NOTE,
+    GpuReading,
+    Incident,
+    LinkReading,
+    Thresholds,
+    ecc_note,
+    ecc_unreadable,
+)
 from slurm_heal.checks.detectors.gpu import evaluate as evaluate_readings
 from slurm_heal.checks.detectors.host import expected_gpus
 from slurm_heal.checks.node import Unsupported
 from slurm_heal.errors import CheckError
 from slurm_heal.frozen import replace
+from slurm_heal.nvml import nvml_error
 from slurm_heal.types import Severity
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from datetime import datetime
     from typing import Any
     from xml.etree.ElementTree import Element
@@ -77,6 +91,13 @@ def _flag(text: str | None) -> bool | None:
     return None
 
 
+def _errors(fields: Iterable[tuple[str, str | None]]) -> tuple[str, ...]:
+    """The counters of ``fields`` (name, as printed) the tool printed an NVML error for,
+    as ``"<name>: <its words>"`` (`GpuReading.unreadable`)."""
+    return tuple(f"{name}: {err}" for name, value in fields
+                 if (err := nvml_error(value)) is not None)
+
+
 def lost_gpus(text: str, first_index: int) -> list[GpuReading]:
     """Lost GPUs the tool names in its output (stdout or stderr)."""
     out = []
@@ -100,6 +121,14 @@ def _sum(values: list[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+# The volatile uncorrectable counts under ecc_errors/volatile (today's SRAM/DRAM names and
+# older drivers' double_bit), and the memory elements a whole-section error replaces.
+_XML_UNCORRECTABLE = ("dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
+                      "sram_uncorrectable_secded", "double_bit/total")
+_XML_MEMORY = ("ecc_errors", "ecc_errors/volatile", "remapped_rows",
+               "remapped_rows/remapped_row_pending", "remapped_rows/remapped_row_failure")
+
+
 def parse_xml(text: str) -> list[GpuReading]:
     """``nvidia-smi -q -x`` -> readings, in the tool's order (= nvidia-smi's index)."""
     from xml.etree import ElementTree
@@ -111,15 +140,18 @@ def parse_xml(text: str) -> list[GpuReading]:
     out = []
     for index, gpu in enumerate(root.findall("gpu")):
         vol = gpu.find("ecc_errors/volatile")
-        dbe = _sum([_int(_text(vol, k)) for k in (
-            "dram_uncorrectable", "sram_uncorrectable", "sram_uncorrectable_parity",
-            "sram_uncorrectable_secded", "double_bit/total")])
+        dbe = _sum([_int(_text(vol, k)) for k in _XML_UNCORRECTABLE])
+        mig = [el for el in gpu.findall(
+            "mig_devices/mig_device/ecc_error_count/volatile_count/*")
+            if "uncorrectable" in el.tag]
         if dbe is None:
             # MIG mode: the GPU's own volatile counts are N/A, each instance keeps its
             # own (mig_devices/mig_device/ecc_error_count/volatile_count).
-            dbe = _sum([_int(el.text) for el in gpu.findall(
-                "mig_devices/mig_device/ecc_error_count/volatile_count/*")
-                if "uncorrectable" in el.tag])
+            dbe = _sum([_int(el.text) for el in mig])
+        unreadable = _errors(
+            [(p, _text(gpu, p)) for p in _XML_MEMORY]
+            + [(f"ecc_errors/volatile/{k}", _text(vol, k)) for k in _XML_UNCORRECTABLE]
+            + [(f"mig_device/volatile_count/{el.tag}", el.text) for el in mig])
         reasons = gpu.find("clocks_event_reasons")
         prefix = "clocks_event_reason_"
         if reasons is None:
@@ -134,7 +166,8 @@ def parse_xml(text: str) -> list[GpuReading]:
             remap_pending=_flag(_text(gpu, "remapped_rows/remapped_row_pending")),
             pcie_replays=_int(_text(gpu, "pci/replay_counter")),
             hw_thermal=_flag(_text(reasons, prefix + "hw_thermal_slowdown")),
-            sw_thermal=_flag(_text(reasons, prefix + "sw_thermal_slowdown")))
+            sw_thermal=_flag(_text(reasons, prefix + "sw_thermal_slowdown")),
+            unreadable=unreadable)
         out.append(_with_excerpt(reading))
     return out
 
@@ -144,6 +177,7 @@ def _with_excerpt(g: GpuReading) -> GpuReading:
              f"volatile_dbe={g.ecc_dbe_volatile}", f"remap_pending={g.remap_pending}",
              f"remap_failure={g.remap_failure}", f"pcie_replays={g.pcie_replays}",
              f"hw_thermal={g.hw_thermal}", f"sw_thermal={g.sw_thermal}"]
+    parts += [f"unreadable {u}" for u in g.unreadable]
     return replace(g, excerpt=" ".join(parts))
 
 
@@ -190,9 +224,10 @@ def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
     def one(*paths: str) -> str | None:
         return next((v[p] for p in paths if p in v), None)
 
-    dbe = _sum([_int(val) for path, val in v.items()
-                if path.startswith("ECC Errors/Volatile/")
-                and ("Uncorrectable" in path or path.endswith("Double Bit/Total"))])
+    counts = [(path, val) for path, val in v.items()
+              if path.startswith("ECC Errors/Volatile/")
+              and ("Uncorrectable" in path or path.endswith("Double Bit/Total"))]
+    dbe = _sum([_int(val) for _, val in counts])
     reasons = next((r for r in ("Clocks Event Reasons", "Clocks Throttle Reasons")
                     if any(p.startswith(r + "/") for p in v)), "Clocks Event Reasons")
 
@@ -208,7 +243,13 @@ def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
         remap_failure=_flag(one("Remapped Rows/Remapping Failure Occurred")),
         remap_pending=_flag(one("Remapped Rows/Pending")),
         pcie_replays=_int(one("PCI/Replays Since Reset", "PCI/Replays since reset")),
-        hw_thermal=thermal("HW"), sw_thermal=thermal("SW")))
+        hw_thermal=thermal("HW"), sw_thermal=thermal("SW"),
+        unreadable=_errors([*((p, v.get(p)) for p in _TEXT_MEMORY), *counts])))
+
+
+# The memory sections and flags a whole-value error replaces in ``nvidia-smi -q``.
+_TEXT_MEMORY = ("ECC Errors", "ECC Errors/Volatile", "Remapped Rows", "Remapped Rows/Pending",
+                "Remapped Rows/Remapping Failure Occurred")
 
 
 # ------------------------------------------------------------------ nvidia-smi CSV
@@ -223,9 +264,12 @@ def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
     import csv
 
     remaps: dict[str, tuple[bool | None, bool | None]] = {}
+    remap_errors: dict[str, tuple[str, ...]] = {}
     for row in csv.reader(remapped.splitlines(), skipinitialspace=True):
         if len(row) >= 3:
             remaps[row[0].strip()] = (_flag(row[1]), _flag(row[2]))
+            remap_errors[row[0].strip()] = _errors(list(zip(REMAP_FIELDS[1:], row[1:3],
+                                                            strict=True)))
     out: list[GpuReading] = []
     columns: dict[str, int] | None = None  # a header line's names -> positions
     for line in query_gpu.splitlines():
@@ -259,7 +303,10 @@ def parse_csv(query_gpu: str, remapped: str = "") -> list[GpuReading]:
             remap_pending=pending, remap_failure=failure,
             hw_thermal=_flag(v["clocks_throttle_reasons.hw_thermal_slowdown"]),
             sw_thermal=_flag(v["clocks_throttle_reasons.sw_thermal_slowdown"]),
-            excerpt=line.strip()[:400]))
+            excerpt=line.strip()[:400],
+            unreadable=_errors([("ecc.errors.uncorrected.volatile.total",
+                                 v["ecc.errors.uncorrected.volatile.total"])])
+            + remap_errors.get(v["uuid"], ())))
     return out
 
 
@@ -370,13 +417,27 @@ def _call(nv: Any, fn: Any, *args: Any) -> Any:
         return None
 
 
+def _read(nv: Any, what: str, fn: Any, *args: Any) -> tuple[Any, tuple[str, ...]]:
+    """A memory counter's NVML query: (its value, ()); (None, ()) where the GPU has no
+    such counter (NVML_ERROR_NOT_SUPPORTED: not applicable); (None, ("<what>: <NVML's
+    words>",)) for any other error: cannot tell (SPEC D3, O6)."""
+    try:
+        return fn(*args), ()
+    except nv.NVMLError as exc:
+        if getattr(exc, "value", None) == nv.NVML_ERROR_NOT_SUPPORTED:
+            return None, ()
+        return None, (f"{what}: {exc}",)
+
+
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value or "")
 
 
 def _nvml_reading(nv: Any, i: int, h: Any) -> GpuReading:
     pci = _call(nv, nv.nvmlDeviceGetPciInfo, h)
-    remap = _call(nv, nv.nvmlDeviceGetRemappedRows, h)
+    remap, remap_error = _read(nv, "nvmlDeviceGetRemappedRows", nv.nvmlDeviceGetRemappedRows, h)
+    dbe, dbe_error = _read(nv, "nvmlDeviceGetTotalEccErrors", nv.nvmlDeviceGetTotalEccErrors,
+                           h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
     reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
         nv.nvmlDeviceGetCurrentClocksThrottleReasons
     reasons = _call(nv, reasons_fn, h)
@@ -401,14 +462,13 @@ def _nvml_reading(nv: Any, i: int, h: Any) -> GpuReading:
         pci=_str(pci.busId).lower() if pci is not None else "",
         serial=_str(_call(nv, nv.nvmlDeviceGetSerial, h)),
         name=_str(_call(nv, nv.nvmlDeviceGetName, h)),
-        ecc_dbe_volatile=_call(nv, nv.nvmlDeviceGetTotalEccErrors, h,
-                               nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+        ecc_dbe_volatile=dbe,
         remap_pending=bool(remap[2]) if remap is not None else None,
         remap_failure=bool(remap[3]) if remap is not None else None,
         pcie_replays=_call(nv, nv.nvmlDeviceGetPcieReplayCounter, h),
         hw_thermal=bool(reasons & 0x40) if reasons is not None else None,  # HwThermalSlowdown
         sw_thermal=bool(reasons & 0x20) if reasons is not None else None,  # SwThermalSlowdown
-        links=tuple(links))
+        links=tuple(links), unreadable=dbe_error + remap_error)
 
 
 # ------------------------------------------------------------------ nvidia-smi nvlink -s
@@ -531,8 +591,24 @@ class Nvidia:
                             thermal_for=nc.thermal_for)
         out = evaluate_readings(readings, counters, since, now, th, name, "nvidia", source)
         serials = sorted({g.serial for g in readings if g.serial})
-        return out.findings, {"nvidia_state": {"counters": out.counters, "since": out.since,
-                                               "serials": serials}}
+        update: dict[str, Any] = {"nvidia_state": {"counters": out.counters, "since": out.since,
+                                                   "serials": serials}}
+        findings = list(out.findings)
+        blind = [g for g in readings if g.unreadable and not g.lost]
+        if blind:
+            # SPEC O6, D3: an NVML error in place of a memory counter: cannot tell, never
+            # clean (the same finding and note as AMD's)
+            gpus = [g.index for g in blind]
+            words = sorted({u.rpartition(": ")[2] for g in blind for u in g.unreadable})
+            why = (f"{source} gave an NVML error in place of its ECC or row-remap "
+                   f"counters ({', '.join(words)})")
+            update[NOTE] = ecc_note(gpus, why)
+            findings.append(ecc_unreadable(
+                readings, gpus, why,
+                "; ".join(f"gpu {g.index} {g.pci} {u}" for g in blind for u in g.unreadable),
+                name, "nvidia", source, now,
+                printed={str(g.index): list(g.unreadable) for g in blind}))
+        return findings, update
 
 
 DETECTOR = Nvidia()
