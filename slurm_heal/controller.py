@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
+from slurm_heal.clock import SteadyClock, words
 from slurm_heal.config import read_section
 from slurm_heal.errors import (
     HealError,
@@ -213,6 +214,8 @@ class Controller:
         except StoreCorrupt as exc:  # house style 5: fail closed until a person acts
             log.error("store is corrupt, nothing disruptive runs until a person acts: %s", exc)
             return CycleReport(at=now, failed_closed=str(exc))
+        if isinstance(self.clock, SteadyClock):
+            state, now = self._follow_clock(self.clock, state, now)
         # Issue 20: the snapshot and the store live for the whole cycle; frozen, the
         # garbage collector does not scan them over and over while decide() runs.
         gc.freeze()
@@ -247,6 +250,27 @@ class Controller:
                     log.exception("observer %r failed; the cycle goes on", observe)
         self._retain(now)
         return report
+
+    def _follow_clock(self, clock: SteadyClock, state: State,
+                      now: datetime) -> tuple[State, datetime]:
+        """Issue 34 item 5 (SPEC P3, L5, S2): the stored times on the clock's frame before
+        anything is decided. A step of the wall clock (seen by the clock while we ran, or
+        between the store's frame and a restarted clock on the same boot) moves them by
+        the step, once (`Store.follow_clock`), logged once: every wait then sees the real
+        time elapsed. A store that cannot be written skips the cycle, as any store error
+        does (nothing is decided on times off by the step)."""
+        stored = store_mod.clock_frame(state)
+        clock.follow(stored)
+        if stored == clock.frame:
+            return state, now
+        state, step = self.store.follow_clock(clock.frame, now)
+        if step is not None:
+            log.warning("the wall clock stepped %s (boot %s): the stored times moved by the "
+                        "same step, so waits and timeouts keep their real length",
+                        words(step), clock.frame.boot[:8] or "?",
+                        extra={"fields": {"event": "clock_step",
+                                          "step_s": step.total_seconds()}})
+        return state, clock()
 
     def _retain(self, now: datetime) -> None:
         """The store's retention (docs/store.md): keep what E1-E3 need and the hot

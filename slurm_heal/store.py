@@ -64,6 +64,7 @@ from typing import Any, Literal, NoReturn
 from pydantic import ValidationError
 
 from slurm_heal import fsio, jsonsafe
+from slurm_heal.clock import Frame, moved, words
 from slurm_heal.errors import NotFound, StoreCorrupt, StoreError, StoreLocked
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.incidentstore import merge as merge_incidents
@@ -75,9 +76,11 @@ from slurm_heal.models import (
     Command,
     Decision,
     Effect,
+    Incident,
     Plan,
     Remediation,
     State,
+    Step,
     ValidationRun,
     key_step,
 )
@@ -99,7 +102,11 @@ DEFAULT_COMMAND_TTL = timedelta(days=1)
 # Recent decision records kept for `slurm-heal explain` (state.data["decisions"]).
 DECISIONS_KEY = "decisions"
 RECOVERED_KEY = "store_recovered"
-STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY})  # keys of State.data the store owns
+# Issue 34 item 5: the clock frame the stored times are on (slurm_heal.clock.Frame) and
+# the last steps of the controller's clock that moved them.
+CLOCK_KEY = "clock"
+MAX_CLOCK_STEPS = 20
+STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY, CLOCK_KEY})  # keys of State.data the store owns
 MAX_DECISIONS = 500
 # Output excerpts kept in an attempt's audit record; keeps the document small.
 MAX_DETAIL = 4000
@@ -605,6 +612,36 @@ class Store:
                 new_rem if r.id == remediation_id else r for r in state.remediations)})
         return txn.state
 
+    def follow_clock(self, frame: Frame, now: datetime) -> tuple[State, timedelta | None]:
+        """Put the stored times on the controller clock's ``frame`` (issue 34 item 5; SPEC
+        P3, L5, S2): under the lock, when the store's recorded frame is of the same boot
+        and stands elsewhere, the wall clock stepped (while the daemon ran, or while it
+        was stopped): every time a wait or a window counts from moves by that step, in
+        the one write that records the new frame, so a crash never moves them twice.
+        Each open remediation's audit record (P4) says so. Another boot, or no frame
+        recorded yet: the frame is recorded, nothing moves. Returns the state and the
+        step (None when nothing moved)."""
+        now = _utc(now)
+        step: timedelta | None = None
+        with self.transaction() as txn:
+            state = txn.state
+            stored = clock_frame(state)
+            if stored == frame:
+                return state, None
+            data = dict(state.data)
+            record: dict[str, Any] = frame.dump()
+            if stored is not None and stored.boot == frame.boot:
+                step = frame.zero - stored.zero
+                state, data = _moved_state(state, step, now), _moved_data(data, step)
+                old = state.data.get(CLOCK_KEY) or {}
+                steps = old.get("steps") if isinstance(old, dict) else None
+                record["steps"] = [*(steps if isinstance(steps, list) else []),
+                                   {"at": now.isoformat(), "step": words(step),
+                                    "seconds": step.total_seconds()}][-MAX_CLOCK_STEPS:]
+            data[CLOCK_KEY] = record
+            txn.state = state.model_copy(update={"data": data})
+        return txn.state, step
+
     def add_command(self, cmd: Command) -> Command:
         """Put an operator's command in the inbox for the engine's next cycle.
 
@@ -800,6 +837,43 @@ def _keep_decisions(existing: Any, new: tuple[Decision, ...]) -> list[dict[str, 
 
 def _decision_sig(d: dict[str, Any]) -> tuple[Any, ...]:
     return (d.get("remediation"), d.get("phase"), d.get("rule"), d.get("why"), d.get("action"))
+
+
+def clock_frame(state: State) -> Frame | None:
+    """The clock frame the stored times are on (None: not recorded yet)."""
+    return Frame.read(state.data.get(CLOCK_KEY))
+
+
+def _moved_state(state: State, step: timedelta, now: datetime) -> State:
+    """Every typed time of the document ``step`` later (its free ``data`` aside), and a
+    line in each open remediation's audit record (P4)."""
+    data = state.data
+    out: State = moved(state.model_copy(update={"data": {}}), step)
+    why = (f"the controller's clock stepped {words(step)}: this remediation's times moved "
+           "with it, so its waits and timeouts keep their real length (issue 34 item 5)")
+    rems = tuple(r if r.phase.terminal else r.model_copy(update={"steps": r.steps + (
+        Step(at=now, phase=r.phase.value, rule="P4", why=why),)}) for r in out.remediations)
+    return out.model_copy(update={"remediations": rems, "data": data})
+
+
+def _moved_data(data: dict[str, Any], step: timedelta) -> dict[str, Any]:
+    """The incidents (S7 windows) and decision records of the free ``data``, ``step``
+    later; an entry this build cannot read is kept as it is."""
+    def each(raw: Any, model: type[Incident] | type[Decision]) -> Any:
+        if not isinstance(raw, list):
+            return raw
+        out: list[Any] = []
+        for item in raw:
+            try:
+                out.append(moved(model.model_validate(item), step).model_dump(mode="json"))
+            except ValidationError:
+                out.append(item)
+        return out
+
+    for key, model in ((INCIDENTS_KEY, Incident), (DECISIONS_KEY, Decision)):
+        if key in data:
+            data[key] = each(data[key], model)
+    return data
 
 
 def decisions(state: State, node: str | None = None) -> tuple[Decision, ...]:

@@ -71,13 +71,14 @@ class Rig:
     reports: list[CycleReport] = field(default_factory=list)
     _main: Controller | None = None
 
-    def controller(self) -> Controller:
-        """A new controller (a replica, or a restart) with its own provider client."""
+    def controller(self, clock: Callable[[], datetime] | None = None) -> Controller:
+        """A new controller (a replica, or a restart) with its own provider client; on
+        ``clock`` (the daemon's `SteadyClock` over this rig's clock), else the rig's."""
         provider = HttpProvider(self.sim.url, connect_timeout=2, read_timeout=5,
                                 attempts=3, backoff=0.01)
         self.providers.append(provider)
         return Controller(slurm=self.cluster, provider=provider, store=self.store,
-                          policy=self.policy, clock=self.clock,
+                          policy=self.policy, clock=clock or self.clock,
                           notifier=self.notifier or Notifier(self.notes))
 
     @property

@@ -25,7 +25,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
            as_json: bool) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
-    Each cycle reads the clock once, reads the cluster, decides under the policy,
+    Each cycle reads the clock once (wall time carried on by the monotonic clock: a
+    step of the wall clock never shortens or lengthens a wait), reads the cluster,
+    decides under the policy,
     records what it is about to do, does it, and records the outcome. SIGTERM stops
     cleanly between steps; a heartbeat file is written after every cycle (when a
     cycle last succeeded, and what failed since: SPEC O1). With --once, a cycle that
@@ -90,7 +92,12 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
 
     # SPEC V1, V2: vacated machines and `slurm-heal validate` requests, each cycle
     validator = Validator(store=store, slurm=slurm, state_dir=state_dir, slurm_conf=slurm_conf)
+    from slurm_heal.clock import SteadyClock
+
+    # Issue 34 item 5 (SPEC P3, L5): waits count real time; a step of the wall clock is
+    # logged and moves the stored times with it (docs/operating.md, "The clock").
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
+                            clock=SteadyClock(),
                             notifier=Notifier(notify), observers=observers,
                             audit_retention=parse_duration(settings.hot_retention),
                             validator=validator)
