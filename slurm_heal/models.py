@@ -252,6 +252,9 @@ class Work(BaseModel):
     # S8: the node check had drained the node before our cordon (its return to service
     # before our cordon is a person's resume, not the check's own release).
     held_by_check: bool = False
+    # S8: a person had drained the node with a reason of their own before our cordon
+    # (`reasons.persons_drain`): their resume before our cordon hands it to them.
+    held_by_person: bool = False
     # S8: ended because a person resumed the node; the evidence of its alert seen then
     # (`policy.person.marks`): that alert opens nothing new until something new is seen.
     resumed_by_person: bool = False

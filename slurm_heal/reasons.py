@@ -130,6 +130,20 @@ def owner(reason: str | None) -> Owner:
     return "person"
 
 
+# Reasons of another tool that lifts its own drain: LBNL NHC drains with "NHC: ..." and
+# resumes by itself only a node whose reason starts so (node-mark-online). Its lift is no
+# person's resume (SPEC S8).
+SELF_LIFTING_PREFIXES = ("NHC:",)
+
+
+def persons_drain(reason: str | None) -> bool:
+    """SPEC S8: a drain whose lift is a person's resume: a reason of a person's (owner
+    ``"person"``), not one of a tool that resumes by itself (`SELF_LIFTING_PREFIXES`). A
+    person who drained a node whose faults are published, and resumes it, saw them."""
+    return owner(reason) == "person" and not (reason or "").lstrip().startswith(
+        SELF_LIFTING_PREFIXES)
+
+
 def is_request(reason: str | None) -> bool:
     """True when ``reason`` is (or tries to be) a heal request."""
     return bool(reason) and reason.lstrip().startswith(REQUEST_PREFIX)  # type: ignore[union-attr]

@@ -523,9 +523,9 @@ def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
 def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding],
                          st: dict[str, Any], now: datetime, result: CheckResult,
                          cfg: CheckConfig | None = None, ahead: bool = False) -> None:
-    """SPEC S8: a node we held out of service on this boot (our drain, or the
-    controller's marker) is in service again while faults that drain it are still found:
-    a person resumed it. The faults published before (``published.seen``: Extra and
+    """SPEC S8: a node held out of service on this boot while its faults were published
+    (our drain, the controller's marker, or a person's own drain) is in service again
+    while faults that drain it are still found: a person resumed it. The faults published before (``published.seen``: Extra and
     Reason) are acknowledged (``st["acknowledged"]``) and never drain it again; evidence
     found after it (an event not published then, another fault) drains it at once. A new
     boot is no person's resume (Slurm returns a rebooted node to service by itself), so
@@ -637,6 +637,12 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # House style 2: a node someone else took out of service keeps their reason.
             result.notes.append(f"{name} is already {'down' if info.down else 'drained'} "
                                 f"by someone else ({info.reason!r}); left as it is")
+            if info.drained and not info.down and reasons.persons_drain(info.reason):
+                # SPEC S8: out of service in a person's hands while these faults are
+                # published: that person's resume acknowledges what was published
+                # (issue 32, the deployed suite's own-drain). Not a DOWN node (Slurm
+                # returns it by itself), nor a tool's drain it lifts itself (NHC's).
+                pub["held"] = st.get("boot_id") or ""
         elif not info.drained and maintenance_of(info.states):
             # SPEC E6, V1, V4: our drain was lifted for our own job in our maintenance
             # reservation; the job's result decides (published above, never drained).

@@ -65,6 +65,9 @@ class Lifecycle(Acting):
         if rem.phase in person.BEFORE_CORDON and not rem.data.held_by_check \
                 and person.check_drained(node):
             rem = self.put(rem.model_copy(update={"data": rem.data.but(held_by_check=True)}))
+        if rem.phase in person.BEFORE_CORDON and not rem.data.held_by_person \
+                and person.person_holds(node):
+            rem = self.put(rem.model_copy(update={"data": rem.data.but(held_by_person=True)}))
         ev = rem.data.evidence_fault
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
         unreadable = self.check_of(rem.node).problem

@@ -26,6 +26,12 @@ def check_drained(node: NodeInfo) -> bool:
     return node.drained and marker is not None and marker.by == "check"
 
 
+def person_holds(node: NodeInfo) -> bool:
+    """The node is drained (not DOWN) under a person's own reason (`reasons.persons_drain`:
+    not a tool's that lifts itself)."""
+    return node.drained and not node.down and reasons.persons_drain(node.reason)
+
+
 def marks(alert: Alert | None) -> tuple[str, ...]:
     """The alert's evidence as short fingerprints (a later event of it is a new one)."""
     if alert is None:
@@ -48,7 +54,8 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
     * the act was never sent (acting; one the controller's last look did not send is
       no act);
     * the node check had drained it before our cordon, and the alert is still there
-      or acknowledged (the check's own release of a fault that cleared is L4's).
+      or acknowledged (the check's own release of a fault that cleared is L4's);
+    * a person had drained it with a reason of their own before our cordon.
     """
     if node.drained or node.down:
         return None
@@ -72,6 +79,10 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
         # person resumed it, and no gate (nor a drain after one) undoes that.
         return (f"{name} was resumed by a person after the {rem.action.value}, before "
                 "slurm-heal resumed it")
+    if rem.phase in BEFORE_CORDON and rem.data.held_by_person:
+        # SPEC S8 (issue 32, the deployed suite's own-drain): the person who drained the
+        # node while this waited (D5) resumed it: the faults published so far are theirs.
+        return f"{name}, drained by a person, was resumed by them before our cordon"
     if rem.phase in BEFORE_CORDON and rem.data.held_by_check:
         ev = rem.data.evidence_fault
         if ev and not w.check_of(name).problem and not w.active(name, ev) \

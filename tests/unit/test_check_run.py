@@ -123,6 +123,44 @@ def test_a_node_drained_by_someone_else_is_never_resumed_or_relabelled(
     assert info.drained and info.reason == "bad DIMM"
 
 
+XID79_AGAIN = ("2,503,130299999,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1300, name=python3, "
+               "GPU has fallen off the bus.\n")
+
+
+def test_a_persons_resume_of_their_own_drain_acknowledges_what_was_published(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8 (issue 32, the deployed suite's own-drain): a person drained the node; an
+    Xid 79 is published while it is theirs (not drained over); they resume it: what was
+    published then is acknowledged and never drains it again; a new record of it does."""
+    slurm.drain("gpu01", "bad DIMM -- bob")
+    node.kmsg(XID79, append=True)
+    first = check(slurm)
+    assert slurm.node("gpu01").reason == "bad DIMM -- bob"  # theirs, never relabelled
+    assert [a.fault for a in first.alerts] == ["gpu.xid.79"]
+    slurm.resume("gpu01")  # the person, with the fault in Extra
+    second = check(slurm, now=T0 + timedelta(minutes=5))
+    assert [a.fault for a in second.acknowledged] == ["gpu.xid.79"]
+    assert not slurm.node("gpu01").drained
+    assert not slurm.node("gpu01").drained and check(
+        slurm, now=T0 + timedelta(minutes=10)).acknowledged
+    node.kmsg(XID79_AGAIN, append=True)  # a record nobody saw: a new fault
+    check(slurm, now=T0 + timedelta(minutes=15))
+    assert slurm.node("gpu01").drained and "by=check" in slurm.node("gpu01").reason
+
+
+def test_nhcs_own_lift_of_its_drain_is_no_persons_resume(node: Node,
+                                                          slurm: MemorySlurm) -> None:
+    """LBNL NHC resumes a node it drained ("NHC: ...") by itself once its check passes:
+    no person saw our fault, so the next run drains the node for it (SPEC S8, D1)."""
+    slurm.drain("gpu01", "NHC: check_fs_mount:  /scratch not mounted")
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    slurm.resume("gpu01")  # NHC's node-mark-online
+    after = check(slurm, now=T0 + timedelta(minutes=5))
+    assert after.acknowledged == []
+    assert slurm.node("gpu01").drained and "by=check" in slurm.node("gpu01").reason
+
+
 def test_a_node_the_controller_cordoned_is_not_resumed_by_the_check(
         node: Node, slurm: MemorySlurm) -> None:
     node.kmsg(XID79, append=True)

@@ -586,9 +586,28 @@ def test_a_critical_alert_never_cordons_over_an_operators_drain() -> None:
     p2 = run(nodes, al, s, T0 + timedelta(minutes=5))
     assert kinds(p2) == [] and p2.records == ()  # once, not every cycle
     s = apply(s.model_copy(update={"data": p2.data or s.data}), p2)
-    # The operator resumes the node: the remediation goes ahead with our own cordon.
+    # The operator resumes the node, with the alert published all along: a person's hand
+    # wins (SPEC S8; issue 32, the deployed suite's own-drain): the remediation is handed
+    # to them, nothing is cordoned, and the alert they saw opens nothing new.
     p3 = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=10))
-    assert kinds(p3) == ["cordon"] and ("cordoned", "L1") in phases(p3)
+    assert kinds(p3) == [] and ("cancelled", "S8") in phases(p3, "gpu01")
+    s = apply(s.model_copy(update={"data": p3.data or s.data}), p3)
+    p4 = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=15))
+    assert kinds(p4) == [] and not [p for p in phases(p4, "gpu01") if p[0] == "proposed"]
+
+
+def test_a_tools_drain_it_lifts_itself_is_no_persons_resume() -> None:
+    """SPEC D5, S8: LBNL NHC drains with "NHC: ..." and resumes that node by itself once
+    its own check passes: no person's hand, so the held remediation goes ahead with our
+    own cordon once the node is back in service (never over NHC's reason)."""
+    nhc = "NHC: check_fs_mount:  /scratch not mounted"
+    nodes = [node("gpu01", "IDLE", "DRAIN", reason=nhc), node("gpu02")]
+    al = {"gpu01": [alert("gpu01")]}
+    p1 = run(nodes, al)
+    assert kinds(p1) == [] and phases(p1, "gpu01")[-1] == ("blocked", "D5")
+    s = apply(State(data=p1.data or {}), p1)
+    p2 = run([node("gpu01"), node("gpu02")], al, s, T0 + timedelta(minutes=10))
+    assert kinds(p2) == ["cordon"] and ("cordoned", "L1") in phases(p2)
 
 
 # ------------------------------------------------------------------ actions off the ladder (E1)
