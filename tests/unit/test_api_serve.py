@@ -835,6 +835,27 @@ def test_a_client_over_its_connection_bound_is_refused_at_once(tmp_path: Path) -
             s.close()
 
 
+def test_the_read_model_is_kept_in_memory_and_a_write_is_seen_by_the_next_read(
+        tmp_path: Path) -> None:
+    """Issue 34 item 3: serve's reads share one Store, which answers a document with
+    the bytes it last parsed from memory (the same State); a write (the inbox, another
+    process) changes the bytes, and the next read shows it (SPEC O5, I5)."""
+    from slurm_heal.api.views import Sources
+    from slurm_heal.location import locate
+    from slurm_heal.models import Command
+
+    site = Site(tmp_path)
+    site.reset(_proposal())
+    src = Sources(locate(str(site.state_dir), None), lambda: None)  # type: ignore[arg-type,return-value]
+    first = src.state()
+    assert src.state() is first  # the same bytes: not parsed again
+    site.store.add_command(Command(id="c-pause", kind="pause", by="alice",
+                                   reason="maintenance", at=datetime.now(timezone.utc)))
+    after = src.state()
+    assert after is not first and [c.kind for c in after.inbox] == ["pause"]
+    assert src.state() is after
+
+
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("threads", "0", "greater than or equal to 1"), ("timeout", '"0s"', "between 1s and 10m"),
     ("request_timeout", '"11m"', "between 1s and 10m"),
