@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import socket
 import ssl
 import threading
 from pathlib import Path
@@ -132,7 +133,12 @@ def wsgi_server(settings: Any, app: Any) -> Any:
                     accepted_queue_timeout=settings.timeout.total_seconds(),
                     request_timeout=settings.request_timeout.total_seconds(),
                     max_client_connections=settings.max_client_connections,
-                    uncounted=tuple(settings.trusted_proxies))
+                    uncounted=tuple(settings.trusted_proxies),
+                    # cheroot's defaults, a listen backlog of 5 and 10 kept-alive
+                    # connections, made 100 clients wait in SYN retries and reconnect
+                    # after every answer (issue 34 item 3)
+                    request_queue_size=socket.SOMAXCONN)
+    server.keep_alive_conn_limit = 1024
     if settings.tls:
         from cheroot.ssl.builtin import BuiltinSSLAdapter
 
