@@ -2,6 +2,7 @@
 
     python benchmarks/run.py [--runs N] [--size-mb MB] [--big-mb MB] [--quick] [--lab]
                              [--markdown] [--skip-node-check] [--skip-controller]
+                             [--skip-api]
 
 Node side (issue 26), measured as an installed node runs it (a venv with the package on
 its path and the console script as pip writes it):
@@ -39,6 +40,10 @@ snapshot on real Slurm commands at 10,000 configured nodes (benchmarks/snapshot_
 and what the node side costs slurmctld, RPCs by type per run of the check, the agent, the
 Prolog/Epilog and LBNL NHC counted with sdiag, extrapolated to 10k and 100k nodes
 (benchmarks/slurmctld_rpcs.py, issue 43).
+
+serve (benchmarks/api_load.py, issue 34 item 3): a real `slurm-heal serve` on the store of
+a 10,000-node cluster, 100 clients at once on /api/v1/overview and /api/v1/breaker, and
+/healthz during a 200-connection slowloris, on 127.0.0.1.
 
 Benchmarks are never run by the test suite. ``--markdown`` prints the table as the
 README carries it.
@@ -541,6 +546,7 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--skip-node-check", action="store_true")
     ap.add_argument("--skip-controller", action="store_true")
+    ap.add_argument("--skip-api", action="store_true")
     args = ap.parse_args()
     header = f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}"
     rows: list[tuple[str, str, str, str]] = []
@@ -550,6 +556,10 @@ def main() -> int:
         import controller
 
         rows += controller.rows(quick=args.quick)
+    if not args.skip_api:
+        import api_load
+
+        rows += api_load.rows(seconds=5 if args.quick else 20)
     if args.lab:
         import fault_to_drain
         import slurmctld_rpcs

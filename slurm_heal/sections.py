@@ -219,8 +219,14 @@ class ApiSettings(Section):
     # go without sending (and a keep-alive connection may idle) before it is closed.
     threads: int = Field(default=16, ge=1, le=256)
     timeout: Duration = timedelta(seconds=10)
+    # Issue 34 item 3: a request must be all there this long after its first byte (one
+    # deadline, not per read: a client dripping a byte a second is cut), and one client
+    # address may hold this many connections at once (0: no bound; a trusted proxy is
+    # never counted).
+    request_timeout: Duration = timedelta(seconds=10)
+    max_client_connections: int = Field(default=32, ge=0, le=100_000)
 
-    @field_validator("timeout")
+    @field_validator("timeout", "request_timeout")
     @classmethod
     def _timeout(cls, value: timedelta) -> timedelta:
         if not timedelta(seconds=1) <= value <= timedelta(minutes=10):

@@ -9,9 +9,9 @@ page: what ``slurm-heal status`` gathers plus the store's summary.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_heal import operations
 from slurm_heal.errors import HealError, NotFound
@@ -21,6 +21,9 @@ from slurm_heal.readmodel.nodepage import NodeQuery
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Alert, NodeInfo
 
+if TYPE_CHECKING:
+    from slurm_heal.store import Store
+
 # A controller heartbeat older than this is shown as stale (the daemon writes one every
 # cycle; the CLI warns at the same age).
 STALE_HEARTBEAT = timedelta(minutes=10)
@@ -28,22 +31,31 @@ STALE_HEARTBEAT = timedelta(minutes=10)
 
 @dataclass
 class Sources:
-    """Where the facts come from: the store found as every command finds it, and Slurm."""
+    """Where the facts come from: the store found as every command finds it, and Slurm.
+
+    One Store for every request (issue 34 item 3): it keeps the last document it parsed
+    with its bytes, so a read whose file has the same bytes is answered from memory, and
+    a write (the inbox, the daemon's cycle) is seen by the next read, which finds other
+    bytes. Each request still reads the file: no stat-based key can miss a change."""
 
     loc: Location
     slurm: Callable[[], SlurmClient]  # may raise HealError (SlurmError, ...)
+    _store: Store | None = field(default=None, repr=False)
 
-    def state(self) -> State:
+    def _the_store(self) -> Store:
         from slurm_heal.store import Store
 
-        return Store(self.loc.state_dir).load()
+        if self._store is None:
+            self._store = Store(self.loc.state_dir)
+        return self._store
+
+    def state(self) -> State:
+        return self._the_store().load()
 
     def history(self, **only: str | None) -> State:
         """The state with the archived remediations that match ``only`` (node, host,
         remediation) put back: what pages of history show (Store.load_history)."""
-        from slurm_heal.store import Store
-
-        return Store(self.loc.state_dir).load_history(**only)
+        return self._the_store().load_history(**only)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -676,7 +677,9 @@ def test_half_sent_requests_hold_no_thread_each_and_are_closed_after_the_timeout
     import socket
 
     site = Site(tmp_path)
-    site.config.write_text(site.config.read_text() + 'threads = 4\ntimeout = "1s"\n')
+    # 48 sockets from one address: over the default per-client bound (issue 34 item 3)
+    site.config.write_text(site.config.read_text() + 'threads = 4\ntimeout = "1s"\n'
+                           'max_client_connections = 64\n')
     with site.serve() as srv:
         assert srv.proc is not None
         host, port = srv.url.removeprefix("http://").rsplit(":", 1)
@@ -705,8 +708,160 @@ def test_half_sent_requests_hold_no_thread_each_and_are_closed_after_the_timeout
         assert srv.proc.poll() is None
 
 
+def _drip(socks: list[Any], until: float, gap: float, stop: Any) -> None:
+    """Send one more header byte on each socket every ``gap`` seconds (slowloris)."""
+    import time
+
+    while not stop.is_set() and time.monotonic() < until:
+        for s in list(socks):
+            try:
+                s.sendall(b"x")
+            except OSError:
+                socks.remove(s)
+        stop.wait(gap)
+
+
+def test_healthz_is_answered_while_more_clients_than_threads_drip_their_headers(
+        tmp_path: Path) -> None:
+    """Issue 34 item 3 (SPEC O5): 20 drip-feeding connections held every worker (the
+    timeout applied per read, and a byte a second renewed it): 0 % availability. A
+    request reaches a worker only when it is all there, so 24 clients dripping headers
+    into a pool of 4 threads leave /healthz and the API answering, while they drip."""
+    import socket
+    import threading
+    import time
+
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text() + 'threads = 4\ntimeout = "10s"\n'
+                           'request_timeout = "60s"\n')
+    with site.serve() as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        socks = []
+        for _ in range(24):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            s.sendall(b"GET /api/v1/whoami HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+            socks.append(s)
+        idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(4)]
+        stop = threading.Event()
+        # each gap (0.5 s) is far below the 10 s timeout: only a bound on the whole
+        # request, or not giving a worker to a request not yet there, lets others in
+        dripper = threading.Thread(target=_drip, args=(socks, time.monotonic() + 40, 0.5, stop),
+                                   daemon=True)
+        dripper.start()
+        try:
+            for _ in range(3):
+                ok = requests.get(srv.url + "/healthz", timeout=30)
+                assert ok.status_code == 200 and ok.json() == {"ok": True}
+            who = requests.get(srv.url + "/api/v1/whoami",
+                               headers=srv.bearer(site.tokens["alice"]), timeout=30)
+            assert who.status_code == 200 and who.json()["name"] == "alice"
+            assert dripper.is_alive() and len(socks) == 24  # still dripping, none cut
+        finally:
+            stop.set()
+            dripper.join()
+            for s in socks + idle:
+                s.close()
+        assert srv.proc is not None and srv.proc.poll() is None
+
+
+def test_a_request_dripping_its_headers_is_cut_at_the_request_deadline(tmp_path: Path) -> None:
+    """Issue 34 item 3: [api] request_timeout bounds the whole request from its first
+    byte; a header sent a byte every 0.3 s (each read well within the 10 s timeout) is
+    closed by the server long before it could ever end."""
+    import select
+    import socket
+
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text() + 'timeout = "10s"\n'
+                           'request_timeout = "2s"\n')
+    with site.serve() as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=30)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Drip: ")
+        cut, sent = False, 0
+        try:
+            for _ in range(100):  # 30 s of dripping if never cut
+                try:
+                    s.sendall(b"x")
+                    sent += 1
+                except OSError:
+                    cut = True
+                    break
+                ready, _, _ = select.select([s], [], [], 0.3)
+                if ready:
+                    try:
+                        cut = s.recv(4096) == b""
+                    except OSError:
+                        cut = True
+                    break
+        finally:
+            s.close()
+        assert cut, "the dripping request was never closed"
+        assert sent < 100
+        ok = requests.get(srv.url + "/healthz", timeout=30)
+        assert ok.status_code == 200
+
+
+def test_a_client_over_its_connection_bound_is_refused_at_once(tmp_path: Path) -> None:
+    """Issue 34 item 3: [api] max_client_connections bounds what one address holds; the
+    next connection is answered 503 and closed, and a closed one frees its place."""
+    import socket
+
+    site = Site(tmp_path)
+    site.config.write_text(site.config.read_text() + "max_client_connections = 3\n")
+    with site.serve() as srv:
+        host, port = srv.url.removeprefix("http://").rsplit(":", 1)
+        held = [socket.create_connection((host, int(port)), timeout=30) for _ in range(3)]
+        extra = socket.create_connection((host, int(port)), timeout=30)
+        try:
+            answer = b""
+            try:
+                while chunk := extra.recv(4096):
+                    answer += chunk
+            except OSError:
+                pass  # reset: refused all the same
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 503 "), answer
+            assert not answer or b"too many connections" in answer
+        finally:
+            extra.close()
+        held.pop().close()
+        for _ in range(50):  # the server sees the close on its next look at the socket
+            try:
+                ok = requests.get(srv.url + "/healthz", timeout=30)
+            except requests.ConnectionError:
+                continue
+            if ok.status_code == 200:
+                break
+        assert ok.status_code == 200 and ok.json() == {"ok": True}
+        for s in held:
+            s.close()
+
+
+def test_the_read_model_is_kept_in_memory_and_a_write_is_seen_by_the_next_read(
+        tmp_path: Path) -> None:
+    """Issue 34 item 3: serve's reads share one Store, which answers a document with
+    the bytes it last parsed from memory (the same State); a write (the inbox, another
+    process) changes the bytes, and the next read shows it (SPEC O5, I5)."""
+    from slurm_heal.api.views import Sources
+    from slurm_heal.location import locate
+    from slurm_heal.models import Command
+
+    site = Site(tmp_path)
+    site.reset(_proposal())
+    src = Sources(locate(str(site.state_dir), None), lambda: None)  # type: ignore[arg-type,return-value]
+    first = src.state()
+    assert src.state() is first  # the same bytes: not parsed again
+    site.store.add_command(Command(id="c-pause", kind="pause", by="alice",
+                                   reason="maintenance", at=datetime.now(timezone.utc)))
+    after = src.state()
+    assert after is not first and [c.kind for c in after.inbox] == ["pause"]
+    assert src.state() is after
+
+
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("threads", "0", "greater than or equal to 1"), ("timeout", '"0s"', "between 1s and 10m"),
+    ("request_timeout", '"11m"', "between 1s and 10m"),
+    ("max_client_connections", "-1", "greater than or equal to 0"),
     ("timeout", "5", "bare number")])
 def test_the_server_knobs_are_checked(tmp_path: Path, key: str, value: str, words: str) -> None:
     from slurm_heal.api.settings import api_settings
