@@ -793,60 +793,88 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
     """
     out = {k: dict(v) for k, v in latched.items()}
     stamp = now.astimezone(timezone.utc).isoformat()
-    # One catalog lookup per fault, not per event (a fault storm: issue 35, <= 10 us each).
-    severities: dict[str, Severity] = {}
-    explanations: dict[str, str] = {}
+    # A fault storm (issue 35: <= 10 us an event) folds many events into one record,
+    # which keeps of them only the count, the evidence of the first and the last two,
+    # and the last one's severity and summary: the events are gathered by record first,
+    # and only what is kept is made.
+    grouped: dict[str, list[Event]] = {}
     for ev in events:
         k = f"{ev.fault}|{ev.key}"
-        rec = out.get(k)
-        if ev.fault not in severities:
-            severities[ev.fault] = severity_of(ev.fault)
-            explanations[ev.fault] = explanation_of(ev.fault)
-        severity: Severity = severities[ev.fault]
-        data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
-        if ev.pci and ev.pci in gpus.index:
-            data["gpu_index"] = gpus.index[ev.pci]
-        if ev.pci and ev.pci in gpus.uuid:
-            data["gpu_uuid"] = gpus.uuid[ev.pci]
-        if ev.xid is not None:
-            data["xid"] = ev.xid
-        if ev.pid is not None:
-            data["pid"] = ev.pid
-        if ev.process:
-            data["process"] = ev.process
-        if ev.line.seq is not None:
-            data["seq"] = ev.line.seq
-        data.update(ev.data)
-        if ev.data.get("fatal") is False:
-            # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
-            # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
-            # on their own (like an Xid 154 whose action is None).
-            severity = Severity.INFO
-        if ev.xid == 154:
-            # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
-            # the GPU needs nothing any more: record it, never cordon for it.
-            action = recovery_of(ev.data.get("recovery_action", ""))
-            if action is not None:
-                data["action"] = action
-                if action == "none":
-                    severity = Severity.INFO
-        # A line can be 32 KB of garbage around its needle: the state file keeps enough
-        # of it to read (Extra keeps less, extra.MAX_TEXT).
-        evidence = {"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
-                    "at": event_at(ev.line, boot_wall), "data": data}
-        count = (rec or {}).get("count", 0) + 1
-        summary = _summary(ev, gpus, explanations[ev.fault], count)
-        if rec is None:
-            out[k] = {"fault": ev.fault, "severity": severity.value, "summary": summary,
-                      "first_seen": stamp, "last_seen": stamp, "count": count,
-                      "evidence": [evidence]}
+        group = grouped.get(k)
+        if group is None:
+            grouped[k] = [ev]
         else:
-            ev_list = list(rec.get("evidence", []))
-            # keep the first and the latest two: where it started and where it is now
-            ev_list = (ev_list[:1] + ev_list[1:][-1:] + [evidence])[-3:]
-            rec.update(severity=severity.value, summary=summary, last_seen=stamp,
-                       count=count, evidence=ev_list)
+            group.append(ev)
+    # One catalog lookup per fault, not per event.
+    severities: dict[str, Severity] = {}
+    explanations: dict[str, str] = {}
+    for k, group in grouped.items():
+        last = group[-1]
+        if last.fault not in severities:
+            severities[last.fault] = severity_of(last.fault)
+            explanations[last.fault] = explanation_of(last.fault)
+        rec = out.get(k)
+        # The evidence folded one event at a time keeps the first and the latest two
+        # (where it started and where it is now): of all of them in order, the first
+        # and the last two.
+        kept: list[Any] = ([] if rec is None else list(rec.get("evidence", []))) + group
+        if len(kept) > 3:
+            kept = [kept[0], kept[-2], kept[-1]]
+        evidence: list[Any] = []
+        severity = severities[last.fault]
+        for item in kept:
+            if isinstance(item, Event):  # the last one is the group's last event
+                item, severity = _evidence(item, gpus, boot_wall, recovery_of,
+                                           severities[last.fault])
+            evidence.append(item)
+        if rec is None:
+            count = len(group)
+            out[k] = {"fault": last.fault, "severity": severity.value,
+                      "summary": _summary(last, gpus, explanations[last.fault], count),
+                      "first_seen": stamp, "last_seen": stamp, "count": count,
+                      "evidence": evidence}
+        else:
+            count = rec.get("count", 0) + len(group)
+            rec.update(severity=severity.value,
+                       summary=_summary(last, gpus, explanations[last.fault], count),
+                       last_seen=stamp, count=count, evidence=evidence)
     return out
+
+
+def _evidence(ev: Event, gpus: GpuMap, boot_wall: datetime | None, recovery_of: Any,
+              severity: Severity) -> tuple[dict[str, Any], Severity]:
+    """An event's evidence in the state file, and its severity given its fault's."""
+    data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
+    if ev.pci and ev.pci in gpus.index:
+        data["gpu_index"] = gpus.index[ev.pci]
+    if ev.pci and ev.pci in gpus.uuid:
+        data["gpu_uuid"] = gpus.uuid[ev.pci]
+    if ev.xid is not None:
+        data["xid"] = ev.xid
+    if ev.pid is not None:
+        data["pid"] = ev.pid
+    if ev.process:
+        data["process"] = ev.process
+    if ev.line.seq is not None:
+        data["seq"] = ev.line.seq
+    data.update(ev.data)
+    if ev.data.get("fatal") is False:
+        # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
+        # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
+        # on their own (like an Xid 154 whose action is None).
+        severity = Severity.INFO
+    if ev.xid == 154:
+        # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
+        # the GPU needs nothing any more: record it, never cordon for it.
+        action = recovery_of(ev.data.get("recovery_action", ""))
+        if action is not None:
+            data["action"] = action
+            if action == "none":
+                severity = Severity.INFO
+    # A line can be 32 KB of garbage around its needle: the state file keeps enough
+    # of it to read (Extra keeps less, extra.MAX_TEXT).
+    return ({"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
+             "at": event_at(ev.line, boot_wall), "data": data}, severity)
 
 
 def expire(latched: dict[str, dict[str, Any]], now: datetime,
