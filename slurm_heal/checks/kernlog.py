@@ -177,6 +177,7 @@ _CRI = _Lazy(r"(?:stdout|stderr) [FP] ")
 _DMESG_ISO = _Lazy(r"^" + _STAMP + r" (.*)$")
 # dmesg --decode: "kern  :err   : " before the stamp (facility and level, padded).
 _DECODE = _Lazy(r"^[a-z0-9]{2,8} *:[a-z]{0,6} *: ")
+_DECODED: dict[str, int] = {}  # a line's first 24 characters -> the end of _DECODE's match
 # Timestamps beyond a century of uptime are not timestamps (and would overflow the
 # wall-time arithmetic): such a record is skipped.
 MAX_USEC = 100 * 366 * 86400 * 1_000_000
@@ -303,9 +304,15 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                 return Line(raw=raw, message="", foreign=f"facility {m.group(1)}")
             return Line(raw=raw, message=m.group(3), at=_iso(m.group(2)))
     if c.isalpha() and ":" in text[:20]:
-        d = _DECODE.match(text[:24])
-        if d:  # dmesg --decode: the rest is one of the dmesg forms
-            text = text[d.end():]
+        head = text[:24]
+        cut = _DECODED.get(head)
+        if cut is None:  # a storm's lines share their head: each is matched once
+            if len(_DECODED) >= 4096:
+                _DECODED.clear()
+            d = _DECODE.match(head)
+            cut = _DECODED[head] = d.end() if d else 0
+        if cut:  # dmesg --decode: the rest is one of the dmesg forms
+            text = text[cut:]
             c = text[:1]
     if c.isdigit():
         m = _KMSG.match(text) if text is raw else None
@@ -638,17 +645,21 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
     """Start/end offsets of the lines in ``data[lo:hi]`` holding a needle, in order,
     without duplicates. ``lo`` must be the start of a line."""
     spans: set[tuple[int, int]] = set()
+    add, find, rfind = spans.add, data.find, data.rfind  # per line of a storm (issue 35)
     size = len(data) if hi is None else hi
     for needle in needles:
-        i = data.find(needle, lo, size)
+        i = find(needle, lo, size)
         while i != -1:
-            start = max(lo, data.rfind(b"\n", lo, i) + 1)
-            end = data.find(b"\n", i, size)
+            start = rfind(b"\n", lo, i) + 1 or lo  # 0: none since lo, a line's start
+            end = find(b"\n", i, size)
             if end == -1:
                 end = size
-            spans.add((start, end))
-            i = data.find(needle, end, size)
+            add((start, end))
+            i = find(needle, end, size)
     return sorted(spans)
+
+
+_UNSEEN: Any = object()  # a message the scan has not read yet
 
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
@@ -674,16 +685,16 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
                     out.foreign_sample = f"{line.foreign}: {raw[:160]!r}"[:240]
                 continue
             msg = line.message
-            if msg in memo:
-                seen = memo[msg]
-                ev = (Event(fault=seen.fault, key=seen.key, line=line, pci=seen.pci,
-                            xid=seen.xid, pid=seen.pid, process=seen.process,
-                            detail=seen.detail, data=dict(seen.data))
-                      if isinstance(seen, Event) else seen)
-            else:
+            seen = memo.get(msg, _UNSEEN)
+            if seen is _UNSEEN:
                 ev = classify(line)
                 if len(memo) < 4096:
                     memo[msg] = ev
+            elif isinstance(seen, Event):  # the fields in order: no keywords to match
+                ev = Event(seen.fault, seen.key, line, seen.pci, seen.xid, seen.pid,
+                           seen.process, seen.detail, dict(seen.data))
+            else:
+                ev = seen
         except (ValueError, OverflowError, IndexError) as exc:
             # One record that cannot be parsed never blinds the detector (module doc).
             out.skipped += 1
