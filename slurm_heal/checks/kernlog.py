@@ -115,7 +115,7 @@ class _Lazy:
     def match(self, text: str, pos: int = 0) -> re.Match[str] | None:
         """Anchored at ``pos``. The patterns matched so are written to be linear."""
         WORK[0] += len(text) - pos
-        return self._get().match(text, pos)
+        return (self._re or self._get()).match(text, pos)
 
     def search(self, text: str) -> re.Match[str] | None:
         """Unanchored: each start may run to the end, so only on bounded windows."""
@@ -339,7 +339,7 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                     if tag and tag.group(1) != "kernel":
                         return Line(raw=raw, message="", at=at,
                                     foreign=f"syslog tag {tag.group(1)!r}")
-                return Line(raw=raw, message=rest, at=at)
+                return Line(raw, rest, at)
     elif c == "[":
         m = _DMESG_T.match(text)
         if m:
