@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from operator import attrgetter
+from types import MemberDescriptorType
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
@@ -118,6 +119,18 @@ def _collect(cls: type) -> tuple[tuple[str, Field], ...]:
     return tuple(fields.items())
 
 
+def _slot_setter(cls: type, name: str) -> Any:
+    """The setter of the slot that holds field ``name`` (None: not a slot). A frozen
+    class's ``__init__`` writes through it: what ``object.__setattr__`` would call, found
+    once instead of for every field of every instance (a fault storm makes thousands of
+    records: issue 35)."""
+    for klass in cls.__mro__:
+        found = klass.__dict__.get(name)
+        if found is not None:
+            return found.__set__ if type(found) is MemberDescriptorType else None
+    return None
+
+
 def _init(cls: type, fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any:
     """``__init__`` written out like the stdlib writes it (exec), so calling it costs what
     a hand-written one does and its signature names the fields."""
@@ -136,8 +149,13 @@ def _init(cls: type, fields: tuple[tuple[str, Field], ...], frozen: bool) -> Any
         else:
             params.append(name)
             value = name
-        body.append(f"    __setattr__(self, {name!r}, {value})" if frozen
-                    else f"    self.{name} = {value}")
+        setter = _slot_setter(cls, name) if frozen else None
+        if setter is not None:
+            env[f"_set_{name}"] = setter
+            body.append(f"    _set_{name}(self, {value})")
+        else:
+            body.append(f"    __setattr__(self, {name!r}, {value})" if frozen
+                        else f"    self.{name} = {value}")
     if "__post_init__" in dir(cls):
         body.append("    self.__post_init__()")
     src = f"def __init__(self, {', '.join(params)}):\n" + ("\n".join(body) or "    pass")

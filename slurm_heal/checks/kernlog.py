@@ -115,7 +115,7 @@ class _Lazy:
     def match(self, text: str, pos: int = 0) -> re.Match[str] | None:
         """Anchored at ``pos``. The patterns matched so are written to be linear."""
         WORK[0] += len(text) - pos
-        return self._get().match(text, pos)
+        return (self._re or self._get()).match(text, pos)
 
     def search(self, text: str) -> re.Match[str] | None:
         """Unanchored: each start may run to the end, so only on bounded windows."""
@@ -177,6 +177,7 @@ _CRI = _Lazy(r"(?:stdout|stderr) [FP] ")
 _DMESG_ISO = _Lazy(r"^" + _STAMP + r" (.*)$")
 # dmesg --decode: "kern  :err   : " before the stamp (facility and level, padded).
 _DECODE = _Lazy(r"^[a-z0-9]{2,8} *:[a-z]{0,6} *: ")
+_DECODED: dict[str, int] = {}  # a line's first 24 characters -> the end of _DECODE's match
 # Timestamps beyond a century of uptime are not timestamps (and would overflow the
 # wall-time arithmetic): such a record is skipped.
 MAX_USEC = 100 * 366 * 86400 * 1_000_000
@@ -303,9 +304,15 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                 return Line(raw=raw, message="", foreign=f"facility {m.group(1)}")
             return Line(raw=raw, message=m.group(3), at=_iso(m.group(2)))
     if c.isalpha() and ":" in text[:20]:
-        d = _DECODE.match(text[:24])
-        if d:  # dmesg --decode: the rest is one of the dmesg forms
-            text = text[d.end():]
+        head = text[:24]
+        cut = _DECODED.get(head)
+        if cut is None:  # a storm's lines share their head: each is matched once
+            if len(_DECODED) >= 4096:
+                _DECODED.clear()
+            d = _DECODE.match(head)
+            cut = _DECODED[head] = d.end() if d else 0
+        if cut:  # dmesg --decode: the rest is one of the dmesg forms
+            text = text[cut:]
             c = text[:1]
     if c.isdigit():
         m = _KMSG.match(text) if text is raw else None
@@ -332,7 +339,7 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                     if tag and tag.group(1) != "kernel":
                         return Line(raw=raw, message="", at=at,
                                     foreign=f"syslog tag {tag.group(1)!r}")
-                return Line(raw=raw, message=rest, at=at)
+                return Line(raw, rest, at)
     elif c == "[":
         m = _DMESG_T.match(text)
         if m:
@@ -361,8 +368,33 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
     return Line(raw=raw, message=raw)
 
 
+# A fault storm's stamps share their second and zone: each second and zone is read once
+# (`_iso_read`) and the fraction put in by hand (issue 35: <= 10 us an event).
+_ISO_SECONDS: dict[str, str | None] = {}
+
+
 def _iso(text: str) -> str | None:
-    try:  # Python 3.11+ reads every form below as it is (the fast path of a fault storm)
+    """An ISO 8601 stamp of a `_STAMP` form as ``datetime.isoformat`` writes it (None:
+    not a time): the fraction cut to microseconds, left out when they are 0."""
+    micro = text[20:26]
+    zone = text[26:].lstrip("0123456789")
+    # Six ASCII digits or more (Python 3.10 reads fewer only with a zone), then the zone.
+    if (text[19:20] not in (".", ",") or len(micro) < 6 or not micro.isdigit()
+            or not micro.isascii() or zone[:1] not in ("", "Z", "+", "-")):
+        return _iso_read(text)
+    key = text[:19] + zone  # the stamp without its fraction
+    value = _ISO_SECONDS.get(key, "")
+    if value == "":
+        if len(_ISO_SECONDS) >= 4096:
+            _ISO_SECONDS.clear()
+        value = _ISO_SECONDS[key] = _iso_read(key)
+    if value is None or micro == "000000":
+        return value
+    return value[:19] + "." + micro + value[19:]
+
+
+def _iso_read(text: str) -> str | None:
+    try:  # Python 3.11+ reads every form below as it is
         return datetime.fromisoformat(text).isoformat()
     except ValueError:
         pass
@@ -618,17 +650,21 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
     """Start/end offsets of the lines in ``data[lo:hi]`` holding a needle, in order,
     without duplicates. ``lo`` must be the start of a line."""
     spans: set[tuple[int, int]] = set()
+    add, find, rfind = spans.add, data.find, data.rfind  # per line of a storm (issue 35)
     size = len(data) if hi is None else hi
     for needle in needles:
-        i = data.find(needle, lo, size)
+        i = find(needle, lo, size)
         while i != -1:
-            start = max(lo, data.rfind(b"\n", lo, i) + 1)
-            end = data.find(b"\n", i, size)
+            start = rfind(b"\n", lo, i) + 1 or lo  # 0: none since lo, a line's start
+            end = find(b"\n", i, size)
             if end == -1:
                 end = size
-            spans.add((start, end))
-            i = data.find(needle, end, size)
+            add((start, end))
+            i = find(needle, end, size)
     return sorted(spans)
+
+
+_UNSEEN: Any = object()  # a message the scan has not read yet
 
 
 def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
@@ -654,16 +690,16 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
                     out.foreign_sample = f"{line.foreign}: {raw[:160]!r}"[:240]
                 continue
             msg = line.message
-            if msg in memo:
-                seen = memo[msg]
-                ev = (Event(fault=seen.fault, key=seen.key, line=line, pci=seen.pci,
-                            xid=seen.xid, pid=seen.pid, process=seen.process,
-                            detail=seen.detail, data=dict(seen.data))
-                      if isinstance(seen, Event) else seen)
-            else:
+            seen = memo.get(msg, _UNSEEN)
+            if seen is _UNSEEN:
                 ev = classify(line)
                 if len(memo) < 4096:
                     memo[msg] = ev
+            elif isinstance(seen, Event):  # the fields in order: no keywords to match
+                ev = Event(seen.fault, seen.key, line, seen.pci, seen.xid, seen.pid,
+                           seen.process, seen.detail, dict(seen.data))
+            else:
+                ev = seen
         except (ValueError, OverflowError, IndexError) as exc:
             # One record that cannot be parsed never blinds the detector (module doc).
             out.skipped += 1
@@ -798,60 +834,88 @@ def latch(latched: dict[str, dict[str, Any]], events: list[Event], gpus: GpuMap,
     """
     out = {k: dict(v) for k, v in latched.items()}
     stamp = now.astimezone(timezone.utc).isoformat()
-    # One catalog lookup per fault, not per event (a fault storm: issue 35, <= 10 us each).
-    severities: dict[str, Severity] = {}
-    explanations: dict[str, str] = {}
+    # A fault storm (issue 35: <= 10 us an event) folds many events into one record,
+    # which keeps of them only the count, the evidence of the first and the last two,
+    # and the last one's severity and summary: the events are gathered by record first,
+    # and only what is kept is made.
+    grouped: dict[str, list[Event]] = {}
     for ev in events:
         k = f"{ev.fault}|{ev.key}"
-        rec = out.get(k)
-        if ev.fault not in severities:
-            severities[ev.fault] = severity_of(ev.fault)
-            explanations[ev.fault] = explanation_of(ev.fault)
-        severity: Severity = severities[ev.fault]
-        data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
-        if ev.pci and ev.pci in gpus.index:
-            data["gpu_index"] = gpus.index[ev.pci]
-        if ev.pci and ev.pci in gpus.uuid:
-            data["gpu_uuid"] = gpus.uuid[ev.pci]
-        if ev.xid is not None:
-            data["xid"] = ev.xid
-        if ev.pid is not None:
-            data["pid"] = ev.pid
-        if ev.process:
-            data["process"] = ev.process
-        if ev.line.seq is not None:
-            data["seq"] = ev.line.seq
-        data.update(ev.data)
-        if ev.data.get("fatal") is False:
-            # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
-            # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
-            # on their own (like an Xid 154 whose action is None).
-            severity = Severity.INFO
-        if ev.xid == 154:
-            # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
-            # the GPU needs nothing any more: record it, never cordon for it.
-            action = recovery_of(ev.data.get("recovery_action", ""))
-            if action is not None:
-                data["action"] = action
-                if action == "none":
-                    severity = Severity.INFO
-        # A line can be 32 KB of garbage around its needle: the state file keeps enough
-        # of it to read (Extra keeps less, extra.MAX_TEXT).
-        evidence = {"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
-                    "at": event_at(ev.line, boot_wall), "data": data}
-        count = (rec or {}).get("count", 0) + 1
-        summary = _summary(ev, gpus, explanations[ev.fault], count)
-        if rec is None:
-            out[k] = {"fault": ev.fault, "severity": severity.value, "summary": summary,
-                      "first_seen": stamp, "last_seen": stamp, "count": count,
-                      "evidence": [evidence]}
+        group = grouped.get(k)
+        if group is None:
+            grouped[k] = [ev]
         else:
-            ev_list = list(rec.get("evidence", []))
-            # keep the first and the latest two: where it started and where it is now
-            ev_list = (ev_list[:1] + ev_list[1:][-1:] + [evidence])[-3:]
-            rec.update(severity=severity.value, summary=summary, last_seen=stamp,
-                       count=count, evidence=ev_list)
+            group.append(ev)
+    # One catalog lookup per fault, not per event.
+    severities: dict[str, Severity] = {}
+    explanations: dict[str, str] = {}
+    for k, group in grouped.items():
+        last = group[-1]
+        if last.fault not in severities:
+            severities[last.fault] = severity_of(last.fault)
+            explanations[last.fault] = explanation_of(last.fault)
+        rec = out.get(k)
+        # The evidence folded one event at a time keeps the first and the latest two
+        # (where it started and where it is now): of all of them in order, the first
+        # and the last two.
+        kept: list[Any] = ([] if rec is None else list(rec.get("evidence", []))) + group
+        if len(kept) > 3:
+            kept = [kept[0], kept[-2], kept[-1]]
+        evidence: list[Any] = []
+        severity = severities[last.fault]
+        for item in kept:
+            if isinstance(item, Event):  # the last one is the group's last event
+                item, severity = _evidence(item, gpus, boot_wall, recovery_of,
+                                           severities[last.fault])
+            evidence.append(item)
+        if rec is None:
+            count = len(group)
+            out[k] = {"fault": last.fault, "severity": severity.value,
+                      "summary": _summary(last, gpus, explanations[last.fault], count),
+                      "first_seen": stamp, "last_seen": stamp, "count": count,
+                      "evidence": evidence}
+        else:
+            count = rec.get("count", 0) + len(group)
+            rec.update(severity=severity.value,
+                       summary=_summary(last, gpus, explanations[last.fault], count),
+                       last_seen=stamp, count=count, evidence=evidence)
     return out
+
+
+def _evidence(ev: Event, gpus: GpuMap, boot_wall: datetime | None, recovery_of: Any,
+              severity: Severity) -> tuple[dict[str, Any], Severity]:
+    """An event's evidence in the state file, and its severity given its fault's."""
+    data: dict[str, Any] = {"pci": ev.pci} if ev.pci else {}
+    if ev.pci and ev.pci in gpus.index:
+        data["gpu_index"] = gpus.index[ev.pci]
+    if ev.pci and ev.pci in gpus.uuid:
+        data["gpu_uuid"] = gpus.uuid[ev.pci]
+    if ev.xid is not None:
+        data["xid"] = ev.xid
+    if ev.pid is not None:
+        data["pid"] = ev.pid
+    if ev.process:
+        data["process"] = ev.process
+    if ev.line.seq is not None:
+        data["seq"] = ev.line.seq
+    data.update(ev.data)
+    if ev.data.get("fatal") is False:
+        # Xid 144-150: NVIDIA's decode table makes the non-fatal sub-codes IGNORE or
+        # "follow the Xid 154 seen with it": recorded, never a drain or a remediation
+        # on their own (like an Xid 154 whose action is None).
+        severity = Severity.INFO
+    if ev.xid == 154:
+        # SPEC D1: Xid 154 carries the driver's own recovery action. "None" means
+        # the GPU needs nothing any more: record it, never cordon for it.
+        action = recovery_of(ev.data.get("recovery_action", ""))
+        if action is not None:
+            data["action"] = action
+            if action == "none":
+                severity = Severity.INFO
+    # A line can be 32 KB of garbage around its needle: the state file keeps enough
+    # of it to read (Extra keeps less, extra.MAX_TEXT).
+    return ({"source": "kernel_log", "text": ev.line.raw[:MAX_EVIDENCE_TEXT],
+             "at": event_at(ev.line, boot_wall), "data": data}, severity)
 
 
 def expire(latched: dict[str, dict[str, Any]], now: datetime,
