@@ -44,6 +44,7 @@ from slurm_heal.api.bodies import PauseBody as PauseBody
 from slurm_heal.api.bodies import ReasonBody as ReasonBody
 from slurm_heal.api.bodies import RequestBody as RequestBody
 from slurm_heal.api.idempotency import Kept, Keys, command_id, fingerprint, key_problem
+from slurm_heal.api.memo import Memo, Same
 from slurm_heal.api.settings import ApiSettings
 from slurm_heal.errors import (
     CatalogError,
@@ -185,11 +186,13 @@ FLASH = {
 
 class ApiApp:
     """The WSGI application. ``slurm`` makes the Slurm client (default: the one the
-    daemon's ``[controller]`` section names, made once)."""
+    daemon's ``[controller]`` section names, made once); ``clock``, monotonic seconds,
+    ages what is served from memory (`views.FRESH_S`)."""
 
     def __init__(self, settings: ApiSettings, loc: Location,
                  slurm: Callable[[], SlurmClient] | None = None,
-                 policy_file: str | None = None) -> None:
+                 policy_file: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.loc = loc
         self.auth = Authenticator(settings)
@@ -198,7 +201,10 @@ class ApiApp:
         self._slurm_factory = slurm
         self._client: SlurmClient | None = None
         self._client_lock = threading.Lock()
-        self.src = views.Sources(loc, self.slurm)
+        self.src = views.Sources(loc, self.slurm, clock=clock)  # clock: what ages memory
+        # The overview's and status's JSON text, encoded once per value `views` keeps
+        # (10,000 nodes are megabytes to encode; issue 34 item 3).
+        self._bodies: Memo[bytes] = Memo(self.src.fresh, self.src.clock)
         self.secret = secrets.token_bytes(32)
         self.sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
@@ -216,6 +222,7 @@ class ApiApp:
             Rule("/api/v1/openapi.json", endpoint="openapi", methods=["GET"]),
             Rule("/api/v1/whoami", endpoint="api_whoami", methods=["GET"]),
             Rule("/api/v1/overview", endpoint="api_overview", methods=["GET"]),
+            Rule("/api/v1/status", endpoint="api_status", methods=["GET"]),
             Rule("/api/v1/nodes", endpoint="api_nodes", methods=["GET"]),
             Rule("/api/v1/nodes/<node>", endpoint="api_node", methods=["GET"]),
             Rule("/api/v1/nodes/<node>/history", endpoint="api_history", methods=["GET"]),
@@ -369,6 +376,13 @@ class ApiApp:
               ) -> Response:
         return Response(json.dumps(data, indent=1, default=str), status=status,
                         mimetype="application/json", headers=headers)
+
+    def _json_kept(self, slot: str, data: dict[str, Any]) -> Response:
+        """``data``, a value `views` keeps in memory, as `_json` says it: encoded once
+        while views answers the same value."""
+        body = self._bodies.get(slot, (Same(data),), lambda: json.dumps(
+            data, indent=1, default=str).encode())
+        return Response(body, mimetype="application/json")
 
     # ----------------------------------------------------------------- who
 
@@ -542,7 +556,18 @@ class ApiApp:
 
     def on_api_overview(self, request: Request) -> Response:
         self._api_principal(request)
-        return self._json(views.overview(self.src))
+        return self._json_kept("overview", views.overview(self.src))
+
+    def on_api_status(self, request: Request) -> Response:
+        """What ``slurm-heal status --json`` prints (docs/api.md: the CLI's twin)."""
+        self._api_principal(request)
+        return self._json_kept("status", views.status(self.src, self._policy))
+
+    def _policy(self) -> Any:
+        """serve's config's policy, as `status` reads its config's; None without one."""
+        from slurm_heal.config import load_policy
+
+        return load_policy(self.policy_file) if self.policy_file else None
 
     def on_api_nodes(self, request: Request) -> Response:
         self._api_principal(request)

@@ -101,7 +101,16 @@ def document() -> dict[str, Any]:
             "The cluster at a glance", "What `slurm-heal status` gathers (each node's "
             "state, reason kind, alerts) plus the store's summary: controller heartbeat, "
             "breaker, pause (who, why), counts, approvals waiting, open remediations. "
-            "Slurm not answering is said in `slurm`, not an error."),
+            "Slurm not answering is said in `slurm`, not an error. Served from memory: "
+            "at most 2 s old, a change of the store or the heartbeat shown at once."),
+        "/api/v1/status": _read(
+            "What `slurm-heal status --json` prints", "The CLI's twin, the same gathering "
+            "and shape: the overview (controller, breaker, pause, counts by category, "
+            "approvals, remediations in flight, foreign drains, incidents), `store` and "
+            "`node_status` (each node as `/api/v1/nodes` shows it), with serve's config's "
+            "policy as the CLI reads its config's. Slurm not answering is said in "
+            "`slurm_error` (the CLI's exit 3), not an error. Served from memory as the "
+            "overview is."),
         "/api/v1/nodes": _read("Every node as `slurm-heal status --json` shows it",
                                "State flags, reason (ours, a request, or foreign), alerts."),
         "/api/v1/nodes/{node}": _read(

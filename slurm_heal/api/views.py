@@ -3,18 +3,24 @@ the admin CLI's own code (`slurm_heal.operations`, `commands.status`): the same 
 whichever way a person looks (SPEC O5, I4, D7, P4).
 
 `overview` is the one call behind ``GET /api/v1/overview`` and the console's first
-page: what ``slurm-heal status`` gathers plus the store's summary.
+page: what ``slurm-heal status`` gathers plus the store's summary; `status` is
+``GET /api/v1/status``, what ``slurm-heal status --json`` prints. Both are computed once
+and answered from memory (`api.memo`) until the store's bytes, the heartbeat or Slurm's
+node list change, and at most `FRESH_S` seconds for what depends on the time alone.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from slurm_heal import operations
+from slurm_heal.api.memo import Memo, Same
 from slurm_heal.errors import HealError, NotFound
+from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.location import Location
 from slurm_heal.models import Command, Remediation, State
 from slurm_heal.readmodel.nodepage import NodeQuery
@@ -28,6 +34,21 @@ if TYPE_CHECKING:
 # cycle; the CLI warns at the same age).
 STALE_HEARTBEAT = timedelta(minutes=10)
 
+# How old the overview and Slurm's node list served from memory may be (issue 34 item 3):
+# the ages it shows ("waiting for 3 min"), a heartbeat turning stale and a node Slurm
+# changed show within this; a change of the store or of the heartbeat shows at once.
+# One Slurm read a bound, however many people look (about 0.4 s at 10,000 nodes).
+FRESH_S = 2.0
+
+
+@dataclass(frozen=True)
+class SlurmNodes:
+    """One read of Slurm's node list, by name; ``nodes`` is None when Slurm did not
+    answer and ``error`` says why (the overview says it, it is no error of the page)."""
+
+    nodes: tuple[NodeInfo, ...] | None
+    error: str | None = None
+
 
 @dataclass
 class Sources:
@@ -36,11 +57,25 @@ class Sources:
     One Store for every request (issue 34 item 3): it keeps the last document it parsed
     with its bytes, so a read whose file has the same bytes is answered from memory, and
     a write (the inbox, the daemon's cycle) is seen by the next read, which finds other
-    bytes. Each request still reads the file: no stat-based key can miss a change."""
+    bytes. Each request still reads the file: no stat-based key can miss a change.
+
+    What is costly is kept too (`memo`, `slurm_nodes`): at most ``fresh`` seconds old,
+    computed once for every request that asks while it is computed (``clock``: the
+    monotonic seconds that age it; a test's own)."""
 
     loc: Location
     slurm: Callable[[], SlurmClient]  # may raise HealError (SlurmError, ...)
+    fresh: float = FRESH_S
+    clock: Callable[[], float] = time.monotonic
     _store: Store | None = field(default=None, repr=False)
+    memo: Memo[Any] = field(init=False, repr=False)
+    _nodes: Memo[SlurmNodes] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Two memos, two locks: a read of Slurm never waits behind an overview, which
+        # reads Slurm before it computes.
+        self.memo = Memo(self.fresh, self.clock)
+        self._nodes = Memo(self.fresh, self.clock)
 
     def _the_store(self) -> Store:
         from slurm_heal.store import Store
@@ -51,6 +86,17 @@ class Sources:
 
     def state(self) -> State:
         return self._the_store().load()
+
+    def slurm_nodes(self) -> SlurmNodes:
+        """Slurm's node list by name, read at most once a ``fresh`` bound: one read in
+        flight at a time, its answer (or its error) shared by every request until then."""
+        def read() -> SlurmNodes:
+            try:
+                return SlurmNodes(tuple(sorted(self.slurm().nodes(), key=lambda n: n.name)))
+            except HealError as exc:
+                return SlurmNodes(None, str(exc))
+
+        return self._nodes.get("nodes", (), read)
 
     def history(self, **only: str | None) -> State:
         """The state with the archived remediations that match ``only`` (node, host,
@@ -69,8 +115,12 @@ def _now() -> datetime:
 # --------------------------------------------------------------------------- overview
 
 
-def controller_info(loc: Location, now: datetime) -> dict[str, Any]:
-    beat = loc.last_heartbeat()
+def controller_info(loc: Location, now: datetime,
+                    record: Heartbeat | None | bool = False) -> dict[str, Any]:
+    """The controller's heartbeat as the overview shows it; ``record``: the heartbeat
+    already read (False: read it now)."""
+    found = loc.heartbeat_record() if record is False else record
+    beat = found.at if isinstance(found, Heartbeat) else None
     return {"last_heartbeat": _iso(beat), "heartbeat_file": str(loc.heartbeat_file),
             "stale": beat is None or now - beat > STALE_HEARTBEAT}
 
@@ -92,26 +142,34 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
 
     With ``query`` (the console): ``nodes`` is one page of the nodes that match it,
     attention first, and ``page`` says where it is (`readmodel.nodepage`); without, every
-    node by name (the API's shape)."""
+    node by name (the API's shape).
+
+    From memory (issue 34 item 3): the same dict for every request while the store's
+    bytes, the heartbeat and Slurm's node list are those it was computed from, and for
+    at most ``src.fresh`` seconds; requests during its computation wait for it. Callers
+    read it, never change it."""
+    state = src.state()
+    beat = src.loc.heartbeat_record()
+    snap = src.slurm_nodes()
+    got: dict[str, Any] = src.memo.get(("overview", query), (Same(state), beat, Same(snap)),
+                                       lambda: _overview(src, state, beat, snap, query))
+    return got
+
+
+def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNodes,
+              query: NodeQuery | None) -> dict[str, Any]:
     from slurm_heal.nodealerts import node_alerts
     from slurm_heal.readmodel import nodepage
     from slurm_heal.readmodel import overview as status_overview
     from slurm_heal.readmodel.nodes import node_status
 
     now = _now()
-    state = src.state()
+    infos, slurm_error = snap.nodes, snap.error
     nodes: list[dict[str, Any]] = []
-    infos: list[NodeInfo] | None = None
-    slurm_error: str | None = None
-    try:
-        client = src.slurm()
-        infos = sorted(client.nodes(), key=lambda n: n.name)
-        if query is None:
-            nodes = [node_status(n, now) for n in infos]
-    except HealError as exc:
-        slurm_error = str(exc)
+    if infos is not None and query is None:
+        nodes = [node_status(n, now) for n in infos]
     # The same overview `slurm-heal status --json` prints (one gathering for both, I4/O5).
-    status = status_overview.gather(state, infos, now, heartbeat=src.loc.heartbeat_record(),
+    status = status_overview.gather(state, infos, now, heartbeat=beat,
                                     store=src.loc.describe(), slurm_error=slurm_error,
                                     all_details=query is not None)
     page = nodepage.page(query, infos or (), status.nodes, now) if query is not None else None
@@ -123,7 +181,7 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
     return {
         "at": now.isoformat(),
         "store": src.loc.as_json(),
-        "controller": controller_info(src.loc, now),
+        "controller": controller_info(src.loc, now, beat),
         "breaker": state.breaker.model_dump(mode="json"),
         "pause": pause_info(state),
         "counts": {
@@ -145,6 +203,28 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
         "page": page,
         "status": status_json,
     }
+
+
+def status(src: Sources, policy: Callable[[], Any]) -> dict[str, Any]:
+    """What ``slurm-heal status --json`` prints (the same gathering and shape,
+    `readmodel.overview.as_json`), with serve's policy (``policy``: its config's, None
+    without one) as the CLI reads its config's. Slurm not answering is said in
+    ``slurm_error`` (the CLI's exit 3), not an error. From memory as `overview` is."""
+    state = src.state()
+    beat = src.loc.heartbeat_record()
+    snap = src.slurm_nodes()
+
+    def compute() -> dict[str, Any]:
+        from slurm_heal.readmodel import overview as status_overview
+
+        now = _now()
+        ov = status_overview.gather(state, snap.nodes, now, heartbeat=beat,
+                                    store=src.loc.describe(), policy=policy(),
+                                    slurm_error=snap.error)
+        return status_overview.as_json(ov, src.loc.as_json(), snap.nodes, now)
+
+    got: dict[str, Any] = src.memo.get(("status",), (Same(state), beat, Same(snap)), compute)
+    return got
 
 
 def summary(rem: Remediation) -> dict[str, Any]:

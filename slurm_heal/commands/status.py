@@ -17,7 +17,6 @@ import click
 
 from slurm_heal.commands.hostlists import expand_hosts
 from slurm_heal.commands.jsonmode import json_option
-from slurm_heal.readmodel.nodes import node_status
 from slurm_heal.types import NodeInfo
 
 
@@ -96,14 +95,8 @@ def status(ctx: click.Context, as_json: bool, nodes: tuple[str, ...], check_only
     ov = overview.gather(state, infos, now, heartbeat=loc.heartbeat_record(),
                          store=loc.describe(), policy=policy, slurm_error=slurm_error,
                          details=wanted, all_details="all" in nodes)
-    if as_json:
-        out = ov.model_dump(mode="json")
-        # the store as every command's JSON says it: {"dir", "from", "config"} (docs/cli.md);
-        # the sentence the text output shows stays as "text"
-        out["store"] = {**loc.as_json(), "text": out["store"]}
-        # each node as the node checks and Slurm show it (the shape before the overview)
-        out["node_status"] = [node_status(n, now) for n in infos or ()]
-        click.echo(json.dumps(out, indent=2))
+    if as_json:  # what GET /api/v1/status answers too (one shape, overview.as_json)
+        click.echo(json.dumps(overview.as_json(ov, loc.as_json(), infos, now), indent=2))
     else:
         click.echo(f"slurm-heal: store {loc.describe()}", err=True)
         for line in overview.render(ov):

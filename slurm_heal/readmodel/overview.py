@@ -483,6 +483,21 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
         validations=_validations(state, now), incidents=incidents_mod.shown(state, now))
 
 
+def as_json(ov: Overview, store: dict[str, Any], nodes: Sequence[NodeInfo] | None,
+            now: datetime) -> dict[str, Any]:
+    """What ``slurm-heal status --json`` prints, and ``GET /api/v1/status`` answers: the
+    overview; ``store`` as every command's JSON says it (``{"dir", "from", "config"}``,
+    docs/cli.md) with the sentence the text output shows as ``"text"``; and
+    ``node_status``, each node as the node checks and Slurm show it (the shape before
+    the overview)."""
+    from slurm_heal.readmodel.nodes import node_status
+
+    out = ov.model_dump(mode="json")
+    out["store"] = {**store, "text": out["store"]}
+    out["node_status"] = [node_status(n, now) for n in nodes or ()]
+    return out
+
+
 VALIDATIONS_SHOWN = timedelta(days=1)
 
 
