@@ -737,7 +737,9 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                 one = OneRead(client, node_name, alone=cached.get("boot") == st.get("boot_id")
                               and isinstance(cached.get("id"), str))
                 try:
-                    _resumed_by_a_person(one, node_name, result.findings, st, now, result,
+                    # Every finding, the acknowledged ones too: `standing` keeps an
+                    # earlier resume's acknowledgement only for a fault it is given.
+                    _resumed_by_a_person(one, node_name, all_findings, st, now, result,
                                          cfg, ahead=mode == "agent" and only is not None)
                     _split(result, all_findings, alerts, st)
                     _publish(one, node_name, result.alerts, result.findings, st, existed,

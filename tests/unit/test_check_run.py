@@ -148,6 +148,32 @@ def test_a_persons_resume_of_their_own_drain_acknowledges_what_was_published(
     assert slurm.node("gpu01").drained and "by=check" in slurm.node("gpu01").reason
 
 
+XID119 = ("2,504,130300000,-;NVRM: Xid (PCI:0000:3b:00): 119, pid=1400, name=python3, Timeout "
+          "after 6s of waiting for RPC response from GPU0 GSP!\n")
+
+
+def test_a_second_resume_keeps_what_the_first_acknowledged(node: Node,
+                                                           slurm: MemorySlurm) -> None:
+    """SPEC S8 (issue 32, the deployed suite's resume-race): a person resumed the node over
+    an Xid 79 (acknowledged); a new fault, an Xid 119, drains it again; the person resumes
+    it again: the 119 is acknowledged and the 79 stays acknowledged (it was dropped, and
+    the node drained again for the 79 the person had seen twice)."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    slurm.resume("gpu01")
+    assert [a.fault for a in check(slurm, now=T0 + timedelta(minutes=1)).acknowledged] \
+        == ["gpu.xid.79"]
+    node.kmsg(XID119, append=True)
+    check(slurm, now=T0 + timedelta(minutes=2))
+    assert "gpu.xid.119" in slurm.node("gpu01").reason
+    slurm.resume("gpu01")
+    after = check(slurm, now=T0 + timedelta(minutes=3))
+    assert sorted(a.fault for a in after.acknowledged) == ["gpu.xid.119", "gpu.xid.79"]
+    assert not slurm.node("gpu01").drained
+    check(slurm, now=T0 + timedelta(minutes=4))
+    assert not slurm.node("gpu01").drained
+
+
 def test_nhcs_own_lift_of_its_drain_is_no_persons_resume(node: Node,
                                                           slurm: MemorySlurm) -> None:
     """LBNL NHC resumes a node it drained ("NHC: ...") by itself once its check passes:
