@@ -234,7 +234,12 @@ class Site:
             hook.chmod(0o755)
             run([str(hook)], env=dict(os.environ, LAB_NODE_ROOT=str(root)))
         else:
-            (root / "proc/uptime").write_text("5000.0 100.0\n")
+            # The host's uptime, as the stamps `kernel_says` writes are the host's boot
+            # clock: a record's wall time (now - uptime + its stamp) is when it was
+            # written, as on a machine. A fixed uptime put every record tens of minutes
+            # off (before a GPU reset that came after it: the reset dropped it), and
+            # a lab reboot's fixed 5 s put records past this boot's uptime.
+            (root / "proc/uptime").symlink_to("/proc/uptime")
             (root / "dev/kmsg").write_text("6,1,1000,-;Linux version 6.1.0 (lab)\n")
         (root / "etc/slurm-heal/check.toml").write_text(CHECK_TOML)
         dst = root / "sys/class/infiniband"
@@ -254,7 +259,7 @@ class Site:
                 fh.write(f"<3>{message}\n")
             return
         self.kmsg_seq[node] += 1
-        usec = int(time.monotonic() * 1e6)
+        usec = int(time.clock_gettime(time.CLOCK_BOOTTIME) * 1e6)  # /proc/uptime's clock
         with (self.root(node) / "dev/kmsg").open("a") as fh:
             fh.write(f"3,{self.kmsg_seq[node]},{usec},-;{message}\n")
 
