@@ -172,15 +172,17 @@ class Escalation(Gates):
         """SPEC S8: a person resumed the node: the remediation ends with them (recorded,
         nothing disruptive after it), and its alert as seen now opens nothing new."""
         ev = rem.data.evidence_fault
-        seen = None
+        # What the person saw: every alert published on the node now (the node check
+        # acknowledges them on its next run; until then none opens a new remediation:
+        # `person.covers`), and this one's acknowledgement if the check made it already.
+        seen = set(person.seen_now(self, rem.node))
         if ev:
-            seen = next(iter(self.active(rem.node, ev)), None) \
-                or person.acknowledged(self, rem.node, ev)
+            seen |= set(person.marks(person.acknowledged(self, rem.node, ev)))
         self.step(rem, "cancelled", "S8", f"{why}: a person's hand wins; {rem.id} is handed "
                   f"to them and nothing disruptive runs on {rem.node}"
                   + (f"; {ev} opens nothing new until the node check sees something new"
                      if ev else ""),
-                  data={"resumed_by_person": True, "seen_evidence": person.marks(seen)})
+                  data={"resumed_by_person": True, "seen_evidence": tuple(sorted(seen))})
 
     def hand_to_person(self, rem: Remediation, rule: str, msg: str) -> None:
         """The end of automatic work on a node: an ``escalated`` step and a notification.

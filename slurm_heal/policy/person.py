@@ -144,23 +144,23 @@ def person_drained(rem: Remediation, node: NodeInfo) -> str | None:
 
 
 def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
-    """``old`` ended because a person resumed its node, and ``alert`` is the alert it
-    was about with nothing new since: the same fault instance (fault, first seen), no
-    evidence that was not seen then, no boot of the node since. Such an alert opens
-    nothing new (SPEC S8): the node check acknowledges it on its next run.
+    """``old`` ended because a person resumed its node, and ``alert`` was published
+    then with nothing new since: first seen before it ended, no evidence that was not
+    seen then (``seen_evidence``: every alert published on the node at the resume, its
+    own and any other fault's), no boot of the node since. Such an alert opens nothing
+    new (SPEC S8): the node check acknowledges it on its next run. (A record of a build
+    before kept only its own alert's evidence: only that alert is covered.)
 
     ``old`` handed to a person (``handed_to_person``, its evidence recorded then): any
     alert seen then whose evidence was all published at the hand-over is covered too,
     once that person acted on the node (issue 32 item 10: only a new fault is
     remediated again)."""
-    handed = old.data.handed_to_person and bool(old.data.seen_evidence)
     end = ended_at(old) or old.updated
-    if handed:
-        if not alert.evidence or alert.first_seen > end:
-            return False  # an alert first seen after the hand-over is new
-    elif not old.data.resumed_by_person or old.fault != alert.fault \
-            or old.alert_first_seen != alert.first_seen:
-        return False
     if node is not None and node.boot_time is not None and node.boot_time > end:
         return False  # a reboot ends the acknowledgement
-    return set(marks(alert)) <= set(old.data.seen_evidence)
+    own = old.data.resumed_by_person and old.fault == alert.fault \
+        and old.alert_first_seen == alert.first_seen  # its own alert, as it was
+    seen_then = (old.data.handed_to_person or old.data.resumed_by_person) \
+        and bool(old.data.seen_evidence) and bool(alert.evidence) \
+        and alert.first_seen <= end  # an alert first seen after it ended is new
+    return (own or seen_then) and set(marks(alert)) <= set(old.data.seen_evidence)

@@ -596,6 +596,34 @@ def test_a_critical_alert_never_cordons_over_an_operators_drain() -> None:
     assert kinds(p4) == [] and not [p for p in phases(p4, "gpu01") if p[0] == "proposed"]
 
 
+def test_a_persons_resume_covers_every_alert_published_then_not_only_its_own() -> None:
+    """SPEC S8 (issue 32, the deployed suite's own-drain): a remediation of an Xid 48
+    waits under D5 on a node a person drained; an InfiniBand alert is published too. The
+    person resumes the node: the remediation is cancelled, and the InfiniBand alert they
+    saw opens nothing new before the node check acknowledges it (it was a new remediation
+    and our cordon 1 s after their resume). A new record of it after the resume does."""
+    mine = "maint: reseat PSU (alice)"
+    ev = (Evidence(source="/sys/class/infiniband/mlx5_0/ports/1", text="mlx5_0/1 DOWN",
+                   at=T0.isoformat()),)
+    ib = alert("gpu01", "ib.link_down", evidence=ev)
+    xid = alert("gpu01", evidence=(Evidence(source="kernel_log", text="Xid 48",
+                                            at=T0.isoformat()),))
+    p1 = run([node("gpu01", "IDLE", "DRAIN", reason=mine)], {"gpu01": [xid, ib]})
+    assert kinds(p1) == [] and phases(p1, "gpu01")[-1] == ("blocked", "D5")
+    s = apply(State(data=p1.data or {}), p1)
+    later = T0 + timedelta(minutes=10)
+    p2 = run([node("gpu01")], {"gpu01": [xid, ib]}, s, later)
+    assert kinds(p2) == [] and ("cancelled", "S8") in phases(p2, "gpu01")
+    s = apply(s.model_copy(update={"data": p2.data or s.data}), p2)
+    p3 = run([node("gpu01")], {"gpu01": [xid, ib]}, s, later + timedelta(minutes=1))
+    assert kinds(p3) == [] and not [p for p in phases(p3, "gpu01") if p[0] == "proposed"]
+    again = alert("gpu01", "ib.link_down", since=later + timedelta(minutes=2),
+                  evidence=(Evidence(source="/sys/class/infiniband/mlx5_0/ports/1",
+                                     text="mlx5_0/1 DOWN", at=later.isoformat()),))
+    p4 = run([node("gpu01")], {"gpu01": [xid, again]}, s, later + timedelta(minutes=3))
+    assert ("proposed", "P1") in phases(p4, "gpu01")
+
+
 def test_a_tools_drain_it_lifts_itself_is_no_persons_resume() -> None:
     """SPEC D5, S8: LBNL NHC drains with "NHC: ..." and resumes that node by itself once
     its own check passes: no person's hand, so the held remediation goes ahead with our
