@@ -163,10 +163,13 @@ def advance(run: ValidationRun, facts: Facts, now: datetime, knobs: Knobs) -> Ad
         # effects again under the same keys; each finds what was already done.
         return Advance(run, [_again(run, a) for a in pending])
     failed = [a for a in run.of_phase() if a.outcome == "failed"]
-    if facts.abandoned and run.phase in ("requested", "running"):
+    if facts.abandoned and run.phase in ("requested", "reserving", "running"):
         if run.phase == "requested":
             return _finish(run, now, "skipped", "V4", f"not run: {facts.abandoned}")
-        return _restore(run, facts, now, facts.abandoned, cancel=True)
+        # Held but not submitted yet (reserving): restored without a job, never one
+        # submitted for a remediation that no longer waits for it (issue 32: a gate job
+        # submitted in the cycle its remediation failed L5, cancelled 2 s later).
+        return _restore(run, facts, now, facts.abandoned, cancel=run.phase == "running")
     if run.phase == "requested":
         return _start(run, facts, now, knobs)
     if run.phase == "reserving":

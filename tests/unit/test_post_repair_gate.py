@@ -364,6 +364,27 @@ def test_gate_run_whose_remediation_ended_is_cancelled_and_restored() -> None:
     assert [e.kind for e in adv.effects][:1] == ["cancel"] and adv.run.phase == "restoring"
 
 
+def test_a_gate_whose_remediation_ended_while_it_held_the_node_submits_no_job() -> None:
+    """SPEC V4, S8 (issue 32, the deployed suite's our-jobs): the gate held the node (its
+    reservation, the drain lifted), then its remediation failed L5 in the next cycle: no
+    job is submitted for it (one was, and cancelled 2 s later, never run); the node is
+    put back as it was and the run is interrupted."""
+    drained = NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}), reason=MARKER,
+                       partitions=("gpu",))
+    adv = flow.advance(_gate_run(), flow.Facts(node=drained, open_remediation="r-1"), T0,
+                       GATE_KNOBS)
+    assert adv.run.phase == "reserving"
+    lifted = NodeInfo(name="gpu01", states=frozenset({"IDLE"}), partitions=("gpu",))
+    adv = flow.advance(_done(adv), flow.Facts(node=lifted, open_remediation="r-1",
+                                              abandoned="remediation r-1 is failed"),
+                       T0, GATE_KNOBS)
+    kinds = [e.kind for e in adv.effects]
+    assert "submit" not in kinds and "cancel" not in kinds
+    assert kinds == ["unreserve", "drain"] and adv.run.phase == "restoring"
+    adv = flow.advance(_done(adv), flow.Facts(node=drained), T0, GATE_KNOBS)
+    assert adv.run.phase == "interrupted" and adv.run.job_id is None
+
+
 def test_gate_run_waiting_for_a_peer_is_time_boxed() -> None:
     """SPEC V4, O6: no healthy idle peer within the gate's timeout -> skipped (the life
     cycle counts it as interrupted)."""
