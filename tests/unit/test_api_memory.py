@@ -21,11 +21,12 @@ from slurm_heal.api import views
 from slurm_heal.api.app import ApiApp
 from slurm_heal.api.settings import ApiSettings
 from slurm_heal.location import Location
-from slurm_heal.models import Phase, Remediation, State, Step, Work
+from slurm_heal.models import Remediation, State
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
-from slurm_heal.types import Action, NodeInfo, Severity
+from slurm_heal.types import NodeInfo
 from tests.apiserve import make_tokens
+from tests.unit.test_api_serve import _proposal as serve_proposal
 
 NOW = datetime.now(timezone.utc)
 T0 = NOW - timedelta(minutes=5)
@@ -58,13 +59,7 @@ class Clock:
 
 
 def _proposal() -> Remediation:
-    return Remediation(
-        id="r-0000proposal", node="gpu01", fault="gpu.xid.119", severity=Severity.CRITICAL,
-        action=Action.REBOOT, phase=Phase.PROPOSED, created=T0, updated=T0,
-        approval_rule="P2:default", action_rule="catalog:gpu.xid.119",
-        phase_times={"proposed": T0}, data=Work(approval_pending="P2:default"),
-        steps=(Step(at=T0, phase="proposed", rule="P2:default",
-                    why="waits for a person: slurm-heal approve gpu01 (or deny)"),))
+    return serve_proposal(at=T0)
 
 
 class Site:

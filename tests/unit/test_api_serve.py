@@ -31,13 +31,14 @@ REPO = Path(__file__).resolve().parents[2]
 T0 = datetime.now(timezone.utc) - timedelta(minutes=5)
 
 
-def _proposal(rid: str = "r-0000proposal", node: str = "gpu01") -> Remediation:
+def _proposal(rid: str = "r-0000proposal", node: str = "gpu01",
+              at: datetime = T0) -> Remediation:
     return Remediation(
         id=rid, node=node, fault="gpu.xid.119", severity=Severity.CRITICAL,
-        action=Action.REBOOT, phase=Phase.PROPOSED, created=T0, updated=T0,
+        action=Action.REBOOT, phase=Phase.PROPOSED, created=at, updated=at,
         approval_rule="P2:default", action_rule="catalog:gpu.xid.119",
-        phase_times={"proposed": T0}, data=Work(approval_pending="P2:default"),
-        steps=(Step(at=T0, phase="proposed", rule="P2:default",
+        phase_times={"proposed": at}, data=Work(approval_pending="P2:default"),
+        steps=(Step(at=at, phase="proposed", rule="P2:default",
                     why="waits for a person: slurm-heal approve gpu01 (or deny)"),))
 
 
