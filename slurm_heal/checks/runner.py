@@ -369,6 +369,10 @@ class OneRead:
             self.reads += 1
         return self._info
 
+    def known(self) -> NodeInfo | None:
+        """This node's record if this run read it (and did not change it since)."""
+        return self._info
+
     def set_extra(self, node: str, key: str, value: Any | None,
                   current: str | None = None) -> None:
         if node != self.name or current is not None:
@@ -518,6 +522,32 @@ def _our_maintenance(cfg: CheckConfig, name: str, states: frozenset[str],
         result.notes.append(f"the reservations holding {name} could not be read ({exc})")
         result.maintenance = ""
     return result.maintenance
+
+
+def _held_by_us(st: dict[str, Any]) -> bool:
+    """SPEC E6, V1, V4: this boot, the node was out of service under our hold (the
+    check's drain, or the controller's marker seen by a run that read the node): a drain
+    of ours may be lifted for our own maintenance job, so before the check drains the
+    node it asks Slurm's reservations (22.05 shows MAINT in a node's state only at its
+    next periodic pass, up to a minute after the reservation starts)."""
+    pub = st.get("published") or {}
+    boot = st.get("boot_id")
+    return bool(boot) and boot in (pub.get("held"), pub.get("ours"))
+
+
+def _remember_our_hold(info: NodeInfo | None, st: dict[str, Any]) -> None:
+    """A run that read the node (no read of its own) and saw it drained under our
+    marker: remembered for this boot (`_held_by_us`). The check's own hold ends when it
+    releases the node, the controller's would not be seen again: after a GPU reset, the
+    reset's latched Xid gone, the check released its part while the controller's
+    cordon stood, and our gate's lift then looked like anyone's (issue 32 item 2, in CI's
+    deployed-together run)."""
+    if info is None or not info.drained:
+        return
+    from slurm_heal import reasons
+
+    if reasons.owner(info.reason) == "ours":
+        st.setdefault("published", {})["ours"] = st.get("boot_id") or ""
 
 
 def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding],
@@ -747,8 +777,8 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
                              heartbeat=cfg.heartbeat,
                              maintenance_of=lambda states: _our_maintenance(
                                  cfg, node_name, states, result,
-                                 held=bool(st["published"].get("held"))
-                                 and st["published"].get("held") == st.get("boot_id")))
+                                 held=_held_by_us(st)))
+                    _remember_our_hold(one.known(), st)
                 except SlurmError as exc:
                     if mode != "prolog" or not any(cordons(f) for f in all_findings):
                         raise

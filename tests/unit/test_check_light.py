@@ -340,3 +340,34 @@ def test_the_agents_periodic_run_on_a_node_it_drained_reads_no_reservation(
     result = check(slurm, T0 + timedelta(minutes=5), mode="agent")
     assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
     assert asked.read_text().splitlines() == ["-o show reservation"]
+
+
+def test_our_gate_lifting_the_controllers_cordon_is_ours_after_the_check_released_its_own(
+        node: Node, slurm: CountedSlurm, tmp_path: Path) -> None:
+    """Issue 32 item 2 (SPEC E6, V4), as CI's deployed-together run found it: the check
+    drained for its fault, the controller's cordon replaced that drain, the fault went
+    (a GPU reset drops the reset GPUs' Xid; here a mount back to rw) and the check let go
+    of its part. Our gate then lifted the cordon for its job in its reservation, and a
+    new fault came: the check asks the reservations (22.05 shows no MAINT flag yet) and
+    publishes without draining; the job's result decides."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    scontrol = bindir / "scontrol"
+    scontrol.write_text('#!/bin/sh\necho "ReservationName=slurm-heal-gate-gpu01 '
+                        'StartTime=now Nodes=gpu01 NodeCnt=1 Flags=MAINT,IGNORE_JOBS '
+                        'Users=root State=ACTIVE"\n')
+    scontrol.chmod(0o755)
+    mounts = node.root / "proc/mounts"
+    mounts.write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    check(slurm, T0)
+    assert "by=check" in MemorySlurm.node(slurm, "gpu01").reason
+    MemorySlurm.drain(slurm, "gpu01", "heal: fs.readonly rem=r-1 by=controller for reboot")
+    mounts.write_text("/dev/sda1 / ext4 rw,relatime 0 0\n")
+    released = check(slurm, T0 + timedelta(minutes=5))
+    assert MemorySlurm.node(slurm, "gpu01").drained  # the controller's cordon stays
+    assert any("was not set by the node check" in n for n in released.notes)
+    MemorySlurm.resume(slurm, "gpu01")  # our gate lifts the cordon in its reservation
+    mounts.write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    result = check(slurm, T0 + timedelta(minutes=6))
+    assert not MemorySlurm.node(slurm, "gpu01").drained
+    assert any("slurm-heal-gate-gpu01" in n for n in result.notes)
