@@ -62,6 +62,13 @@ step_timeout = "5s"
 [escalation]
 repeats = 1000
 
+[escalation.lemon]
+# E7 stays on, but out of reach: a lab node these suites reboot every few seconds is a
+# lemon by the default (5 acted in 7 days) within its first minute, and every later
+# remediation of it waits for a person; the long crash profile then ran 25 minutes of
+# kills with nothing to kill (E7's own tests are in tests/unit and the deployed suite).
+remediations = 1000000
+
 [capacity]
 min_available_percent = 0
 
