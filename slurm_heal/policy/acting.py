@@ -129,14 +129,13 @@ def acting(ws: WorkingSet, led: Ledger, rem: Remediation) -> None:
             # SPEC L5: the outcome is unknown, so it is neither retried nor escalated
             # to another automatic action: the node stays cordoned, a person decides.
             tmo = format_duration(ws.policy.safety.act_timeout)
-            rem = led.step(rem, "failed", "L5", f"the {rem.action.value} of {rem.node} "
-                           f"did not finish within {tmo} (safety.act_timeout); its "
-                           f"outcome is unknown; {rem.node} stays cordoned",
-                           data={"handed_to_person": True})
-            endings.hand_to_person(ws, led, rem, "L5", f"the {rem.action.value} of {rem.node} did not "
-                                   f"finish within {tmo}: its outcome is unknown; {rem.node} "
-                                   "stays cordoned and is handed to a person (never retried "
-                                   "automatically)")
+            endings.fail_to_person(
+                ws, led, rem, "L5",
+                f"the {rem.action.value} of {rem.node} did not finish within {tmo} "
+                f"(safety.act_timeout); its outcome is unknown; {rem.node} stays cordoned",
+                f"the {rem.action.value} of {rem.node} did not finish within {tmo}: its "
+                f"outcome is unknown; {rem.node} stays cordoned and is handed to a person "
+                "(never retried automatically)")
             return
         led.wake(limit)
         provider_unreachable(ws, led, rem, act_key)
@@ -157,24 +156,22 @@ def acting(ws: WorkingSet, led: Ledger, rem: Remediation) -> None:
         # SPEC S8 (issue 32 item 10): a person ended our action (their scancel of the
         # reset job): their hand. Not an E1 failure (no reboot follows): the
         # remediation is handed to them; the node stays as the job's end left it.
-        rem = led.step(rem, "cancelled", "S8", f"the {rem.action.value} of {rem.node} "
-                       f"was ended by a person ({latest.detail}); {rem.id} is handed to "
-                       f"them: nothing automatic on {rem.node} until a person acts",
-                       data={"handed_to_person": True})
-        endings.hand_to_person(ws, led, rem, "S8", f"a person ended the {rem.action.value} of "
-                               f"{rem.node}: it is theirs now (resume it, or request an "
-                               "action); slurm-heal does nothing automatic on it until a "
-                               "person acts")
+        endings.fail_to_person(
+            ws, led, rem, "S8",
+            f"the {rem.action.value} of {rem.node} was ended by a person ({latest.detail}); "
+            f"{rem.id} is handed to them: nothing automatic on {rem.node} until a person acts",
+            f"a person ended the {rem.action.value} of {rem.node}: it is theirs now (resume "
+            "it, or request an action); slurm-heal does nothing automatic on it until a "
+            "person acts", phase="cancelled")
         return
     if not latest.sent:
         # House style 2 (issue 8, defect 11): someone else took the node over between
         # our snapshot and the act; nothing ran. Not an E1 failure: a person decides.
         why = latest.detail.removeprefix(NOT_SENT)  # the words, not the flag
-        rem = led.step(rem, "failed", "D5", f"the {rem.action.value} of {rem.node} was not "
-                       f"sent: {why}", data={"handed_to_person": True})
-        endings.hand_to_person(ws, led, rem, "D5", f"the {rem.action.value} of {rem.node} was not sent "
-                               f"({why}): the node is with that person now; nothing "
-                               "automatic on it until a person acts")
+        endings.fail_to_person(
+            ws, led, rem, "D5", f"the {rem.action.value} of {rem.node} was not sent: {why}",
+            f"the {rem.action.value} of {rem.node} was not sent ({why}): the node is with "
+            "that person now; nothing automatic on it until a person acts")
         return
     endings.fail(ws, led, rem, "L5", f"the {rem.action.value} failed"
                  + (f": {latest.detail}" if latest.detail else ""))
@@ -226,12 +223,12 @@ def returning(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -> 
             # SPEC S8, V4 (issue 32 item 8): a person drained the node after the
             # action: their hand, recorded as such; no gate runs on a node of theirs
             # (never "the gate was interrupted" and a person later).
-            rem = led.step(rem, "cancelled", "S8", f"{drained}: a person's hand wins; "
-                           f"{rem.id} is handed to them, no post-repair gate runs",
-                           data={"handed_to_person": True})
-            endings.hand_to_person(ws, led, rem, "S8", f"{drained}: {rem.node} is theirs now; "
-                                   "slurm-heal does nothing automatic on it until a person "
-                                   "acts")
+            endings.fail_to_person(
+                ws, led, rem, "S8",
+                f"{drained}: a person's hand wins; {rem.id} is handed to them, no "
+                "post-repair gate runs",
+                f"{drained}: {rem.node} is theirs now; slurm-heal does nothing automatic on "
+                "it until a person acts", phase="cancelled")
             return
         gated = postgate.after_check(ws, led, rem, node)  # SPEC V4, before the resume
         if gated is None:

@@ -1,9 +1,13 @@
 """The end of automatic work (SPEC E1, L5, S8): a failure climbs E1 (`fail`), the top of
-the ladder or anything a person must decide ends with a person (`hand_to_person`), a
-person's resume ends a remediation with them (`hand_back`), and nothing automatic starts
-on a node handed to a person until that person acts (`with_a_person`)."""
+the ladder or anything a person must decide ends with a person (`fail_to_person`: the
+remediation ends and is handed over, `hand_to_person`), a person's resume ends a
+remediation with them (`hand_back`), nothing automatic starts on a node handed to a
+person until that person acts (`with_a_person`); work that ends before its action ran
+undoes our cordon (`end_and_release`)."""
 
 from __future__ import annotations
+
+from typing import Any, Literal
 
 import slurm_heal.policy.cordon as cordon
 import slurm_heal.policy.person as person
@@ -48,11 +52,10 @@ def fail(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str, why: str,
     top = (rem.action is Action.MIGRATE or rem.action not in ladder
            or rem.action is ladder[-1])
     if top:
-        rem = led.step(rem, "failed", rule, why + f"; {rem.node} stays cordoned",
-                       data={"handed_to_person": True})
-        hand_to_person(ws, led, rem, "E1", f"{rem.action.value} did not fix {rem.node}: it "
-                       "stays cordoned and is handed to a person with a removal "
-                       "recommendation (slurm-heal never removes, Q2)")
+        fail_to_person(ws, led, rem, rule, why + f"; {rem.node} stays cordoned",
+                       f"{rem.action.value} did not fix {rem.node}: it stays cordoned and "
+                       "is handed to a person with a removal recommendation (slurm-heal "
+                       "never removes, Q2)", tell_rule="E1")
         return
     tail = "; the next recommendation follows E1"
     if not release:
@@ -83,7 +86,31 @@ def hand_back(ws: WorkingSet, led: Ledger, rem: Remediation, why: str) -> None:
              data={"resumed_by_person": True, "seen_evidence": tuple(sorted(seen))})
 
 
-def hand_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str, msg: str) -> None:
+def end_and_release(ws: WorkingSet, led: Ledger, rem: Remediation,
+                    phase: Literal["denied", "cancelled", "withdrawn"], rule: str, why: str,
+                    **changes: Any) -> Remediation:
+    """The remediation ends before its action ran (``denied`` P2, ``cancelled`` P4,
+    ``withdrawn`` L4 or P1) under ``rule`` with ``why`` (``changes``: the step's, such as
+    ``by`` and ``approval_rule``), and our cordon of its node is undone where it is ours
+    and nothing keeps the node out (`cordon.release`, house style 2)."""
+    rem = led.step(rem, phase, rule, why, **changes)
+    cordon.release(ws, led, rem, phase)
+    return rem
+
+
+def fail_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str, why: str,
+                   tell: str, *, phase: Literal["failed", "cancelled"] = "failed",
+                   tell_rule: str | None = None) -> None:
+    """The remediation ends (``failed``, or ``cancelled`` where a person ended our work)
+    under ``rule`` with ``why``, and is handed to a person, who is told ``tell`` (under
+    ``tell_rule``, default ``rule``): nothing automatic starts on the node until a person
+    acts (SPEC E1, L1, L5, P3, S8, V4, D5). The one place of that ending."""
+    rem = led.step(rem, phase, rule, why, data={"handed_to_person": True})
+    hand_to_person(ws, led, rem, tell_rule or rule, tell)
+
+
+def hand_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str,
+                   msg: str) -> None:
     """The end of automatic work on a node: an ``escalated`` step and a notification.
     The remediation carries ``handed_to_person``; nothing automatic starts on the node
     until a person acts (E1)."""

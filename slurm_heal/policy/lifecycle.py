@@ -8,7 +8,6 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import slurm_heal.policy.acting as acting
-import slurm_heal.policy.cordon as cordon
 import slurm_heal.policy.endings as endings
 import slurm_heal.policy.holding as holding
 import slurm_heal.policy.person as person
@@ -43,10 +42,9 @@ def approve(ws: WorkingSet, led: Ledger, rem: Remediation) -> Remediation:
         return led.step(rem, "approved", rid, f"auto-approved by {rid} for "
                         f"{fault} / {rem.action.value} on {rem.node}", approval_rule=rid)
     if mode == "deny":
-        rem = led.step(rem, "denied", rid, f"{rid} denies {rem.action.value} for {fault} "
-                       f"on {rem.node}", approval_rule=rid)
-        cordon.release(ws, led, rem, "denied")
-        return rem
+        return endings.end_and_release(ws, led, rem, "denied", rid, f"{rid} denies "
+                                       f"{rem.action.value} for {fault} on {rem.node}",
+                                       approval_rule=rid)
     rem = led.step(rem, "proposed", rid, f"waits for a person: slurm-heal approve "
                    f"{rem.node} (or deny)", approval_rule=rid)
     return led.put(rem.model_copy(update={"data": rem.data.but(approval_pending=rid)}))
@@ -88,9 +86,9 @@ def advance(ws: WorkingSet, led: Ledger, rem: Remediation) -> None:
     # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
     unreadable = ws.check_of(rem.node).problem
     if rem.phase in PRE_ACT and ev and not ws.active(rem.node, ev) and not unreadable:
-        rem = led.step(rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} before the "
-                       f"{rem.action.value} ran: the recommendation is withdrawn")
-        cordon.release(ws, led, rem, "withdrawn")
+        endings.end_and_release(ws, led, rem, "withdrawn", "L4", f"{ev} cleared on {rem.node} "
+                                f"before the {rem.action.value} ran: the recommendation is "
+                                "withdrawn")
         return
     HANDLERS[rem.phase](ws, led, holding.lifted(ws, led, rem, node), node)
 
@@ -193,12 +191,13 @@ def evict(ws: WorkingSet, led: Ledger, rem: Remediation, ids: str, n: int) -> No
     note = (f"; the last {failed[-1].effect.split('_')[0]} failed: {failed[-1].detail}"
             if failed and failed[-1].detail else "")
     if n >= total:
-        rem = led.step(rem, "failed", "P3", f"job(s) {ids} still run on {rem.node} after "
-                       f"{n} eviction tries{note}; {rem.node} stays cordoned",
-                       data={"handed_to_person": True})
-        endings.hand_to_person(ws, led, rem, "P3", f"job(s) {ids} on {rem.node} could not be evicted "
-                               f"({n} tries{note}): a person decides (requeue or cancel "
-                               f"them, or cancel {rem.id}); {rem.node} stays cordoned")
+        endings.fail_to_person(
+            ws, led, rem, "P3",
+            f"job(s) {ids} still run on {rem.node} after {n} eviction tries{note}; "
+            f"{rem.node} stays cordoned",
+            f"job(s) {ids} on {rem.node} could not be evicted ({n} tries{note}): a person "
+            f"decides (requeue or cancel them, or cancel {rem.id}); {rem.node} stays "
+            "cordoned")
         return
     how = "cancel" if w.at_limit == "cancel" or n >= tries else "requeue"
     kind: EffectKind = "cancel_jobs" if how == "cancel" else "requeue_jobs"
@@ -225,11 +224,11 @@ def cordon_again(ws: WorkingSet, led: Ledger, rem: Remediation) -> None:
             led.wake(ws.now + POLL_EVERY)
             return  # O2: a paused controller sends no cordon either
         if n >= CORDON_TRIES:
-            rem = led.step(rem, "failed", "L1", f"{rem.node} could not be drained after "
-                           f"{n} tries" + (f" ({last.detail})" if last and last.detail
-                                            else ""), data={"handed_to_person": True})
-            endings.hand_to_person(ws, led, rem, "L1", f"slurm-heal could not drain {rem.node}: a "
-                                   "person must look; nothing automatic on it until then")
+            endings.fail_to_person(
+                ws, led, rem, "L1", f"{rem.node} could not be drained after {n} tries"
+                + (f" ({last.detail})" if last and last.detail else ""),
+                f"slurm-heal could not drain {rem.node}: a person must look; nothing "
+                "automatic on it until then")
             return
         led.effect("cordon", rem.node, rem, "cordon", n, rule="L1",
                    why="no new jobs" + (" (again: the last cordon failed)" if n else ""),
@@ -244,12 +243,12 @@ def cordon_again(ws: WorkingSet, led: Ledger, rem: Remediation) -> None:
         # the same key; at most RESEND_TRIES times, then a person looks.
         tmo = format_duration(ws.policy.safety.step_timeout)
         if last.resent >= RESEND_TRIES:
-            rem = led.step(rem, "failed", "L1", f"the cordon of {rem.node} was recorded "
-                           f"but never reported an outcome ({last.resent + 1} sends, "
-                           f"{tmo} each)", data={"handed_to_person": True})
-            endings.hand_to_person(ws, led, rem, "L1", f"slurm-heal could not drain {rem.node} (its "
-                                   "cordon never reported an outcome): a person must look; "
-                                   "nothing automatic on it until then")
+            endings.fail_to_person(
+                ws, led, rem, "L1",
+                f"the cordon of {rem.node} was recorded but never reported an outcome "
+                f"({last.resent + 1} sends, {tmo} each)",
+                f"slurm-heal could not drain {rem.node} (its cordon never reported an "
+                "outcome): a person must look; nothing automatic on it until then")
             return
         if holding.gate(ws, led, rem):
             led.wake(ws.now + POLL_EVERY)
@@ -272,10 +271,10 @@ def wait_for_evidence(ws: WorkingSet, led: Ledger, rem: Remediation, hold: Hold)
     wait = ws.policy.requests.evidence_wait
     deadline = rem.created + wait
     if ws.now >= deadline:
-        rem = led.step(rem, "withdrawn", "P1", f"no confirmed alert on {rem.node} within "
-                       f"{format_duration(wait)} (requests.evidence_wait): the "
-                       f"{rem.action.value} request is withdrawn")
-        cordon.release(ws, led, rem, "withdrawn")
+        endings.end_and_release(ws, led, rem, "withdrawn", "P1", f"no confirmed alert on "
+                                f"{rem.node} within {format_duration(wait)} "
+                                f"(requests.evidence_wait): the {rem.action.value} request "
+                                "is withdrawn")
         return
     if rem.data.blocked != "P1":
         # Once per remediation: a person's approve while it waits unblocks it, and the

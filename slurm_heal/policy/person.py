@@ -1,10 +1,10 @@
 """A person's hand wins (SPEC S8): a node slurm-heal is working on that a person resumed.
 
-Functions of the working set (and, for `resumed`, the ledger's planned effects): whether a remediation's node is back in service
-because a person resumed it (`resumed`), and whether an alert is the one a remediation
-that ended so already handed to that person, with nothing new seen since (`covers`).
-The life cycle ends the remediation (`endings.hand_back`); intake opens nothing
-new from a covered alert.
+Functions of the working set (and, for `resumed`, the ledger's planned effects):
+whether a remediation's node is back in service because a person resumed it
+(`resumed`), and whether an alert is the one a remediation that ended so already
+handed to that person, with nothing new seen since (`covers`). The life cycle ends the
+remediation (`endings.hand_back`); intake opens nothing new from a covered alert.
 """
 
 from __future__ import annotations

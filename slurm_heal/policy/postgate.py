@@ -67,13 +67,14 @@ def after_check(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -
             return None
         # O6: the flow bounds its own run (the time box, for its wait and its job); this
         # holds when the flow does not move at all (its section broken, no validator).
-        rem = led.step(rem, "failed", "V4", f"the post-repair gate of {rem.node} did not end "
-                       f"within {format_duration(bound(ws))} (run {run.id} is still "
-                       f"{run.phase}); {rem.node} stays out of service",
-                       data={"handed_to_person": True})
-        endings.hand_to_person(ws, led, rem, "V4", f"the post-repair gate of {rem.node} never ended (run "
-                         f"{run.id}, {run.phase}): {rem.node} is handed to a person; check "
-                         "the controller's log for the validation flow's errors")
+        endings.fail_to_person(
+            ws, led, rem, "V4",
+            f"the post-repair gate of {rem.node} did not end within "
+            f"{format_duration(bound(ws))} (run {run.id} is still {run.phase}); "
+            f"{rem.node} stays out of service",
+            f"the post-repair gate of {rem.node} never ended (run {run.id}, {run.phase}): "
+            f"{rem.node} is handed to a person; check the controller's log for the "
+            "validation flow's errors")
         return None
     elif run.phase == "passed":
         return f"; the post-repair gate passed ({run.summary}, job {run.job_id})"
@@ -83,12 +84,13 @@ def after_check(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -
     elif run.by_person:
         # SPEC S8 (issue 32 item 10): a person cancelled the gate's job: their hand, not
         # an interruption to run again; the node stays as the restore left it.
-        rem = led.step(rem, "cancelled", "S8", f"a person cancelled the post-repair gate's job "
-                       f"on {rem.node} ({run.summary}); {rem.id} is handed to them",
-                       data={"handed_to_person": True})
-        endings.hand_to_person(ws, led, rem, "S8", f"a person cancelled the post-repair gate of {rem.node}: "
-                         f"it is theirs now (resume it, or request an action); nothing "
-                         "automatic on it until a person acts")
+        endings.fail_to_person(
+            ws, led, rem, "S8",
+            f"a person cancelled the post-repair gate's job on {rem.node} ({run.summary}); "
+            f"{rem.id} is handed to them",
+            f"a person cancelled the post-repair gate of {rem.node}: it is theirs now "
+            "(resume it, or request an action); nothing automatic on it until a person acts",
+            phase="cancelled")
         return None
     else:
         why = f"{run.phase}: {run.summary or (run.steps[-1].why if run.steps else '?')}"
@@ -101,12 +103,13 @@ def after_check(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -
         _start(ws, led, rem, n, f"the post-repair gate of {rem.node} concluded nothing ({why}): "
                f"run again (try {n + 1} of {gate.retries + 1})")
         return None
-    rem = led.step(rem, "failed", "V4", f"the post-repair gate of {rem.node} concluded nothing "
-                   f"{n} time(s) (last: {why}); {rem.node} stays cordoned",
-                   data={"handed_to_person": True})
-    endings.hand_to_person(ws, led, rem, "V4", f"the post-repair gate of {rem.node} was interrupted {n} "
-                     f"time(s) (last: {why}): {rem.node} stays cordoned and is handed to a "
-                     "person: resume it, or request an action")
+    endings.fail_to_person(
+        ws, led, rem, "V4",
+        f"the post-repair gate of {rem.node} concluded nothing {n} time(s) (last: {why}); "
+        f"{rem.node} stays cordoned",
+        f"the post-repair gate of {rem.node} was interrupted {n} time(s) (last: {why}): "
+        f"{rem.node} stays cordoned and is handed to a person: resume it, or request an "
+        "action")
     return None
 
 

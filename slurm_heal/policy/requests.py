@@ -78,18 +78,16 @@ def command(ws: WorkingSet, led: Ledger, cmd: Command) -> None:
             led.record(rem.node, "blocked", "P2", f"deny by {cmd.by} ignored: {rem.id} "
                        f"is already {rem.phase.value}; use cancel", rem)
             return
-        rem = led.step(rem, "denied", "P2:person", f"denied by {cmd.by}"
-                       + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
-                       approval_rule="P2:person")
-        cordon.release(ws, led, rem, "denied")
+        endings.end_and_release(ws, led, rem, "denied", "P2:person", f"denied by {cmd.by}"
+                                + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
+                                approval_rule="P2:person")
     elif cmd.kind == "cancel":
         if rem.phase not in PRE_ACT:
             led.record(rem.node, "blocked", "L1", f"cancel by {cmd.by} refused: the "
                        f"{rem.action.value} already runs ({rem.phase.value})", rem)
             return
-        rem = led.step(rem, "cancelled", "P4", f"cancelled by {cmd.by}"
-                       + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by)
-        cordon.release(ws, led, rem, "cancelled")
+        endings.end_and_release(ws, led, rem, "cancelled", "P4", f"cancelled by {cmd.by}"
+                                + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by)
 
 
 def request(ws: WorkingSet, led: Ledger, node_name: str, action: Action, detector: str | None,
