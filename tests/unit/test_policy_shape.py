@@ -56,3 +56,43 @@ def test_the_hand_over_to_a_person_is_written_in_one_place() -> None:
     endings.fail_to_person / hand_to_person: no module but endings marks one handed."""
     writers = sorted(p.name for p in MODULES if '"handed_to_person": True' in p.read_text())
     assert writers == ["endings.py"]
+
+
+# Which module may call which (docs/adding-a-rule.md): a module imports only modules of
+# a lower rank, so a rule's place says what it may call and no call goes back up.
+RANKS: tuple[tuple[str, ...], ...] = (
+    ("facts", "holds"),  # pure facts of a record, a node, the catalog; the Hold value
+    ("records",),  # the store's index
+    ("working",),  # the WorkingSet and the Ledger
+    ("cordon", "person", "lemon", "incidents", "escalation"),  # rules on the two values
+    ("gates",),  # START_GATES: each returns a Hold, writes nothing
+    ("holding", "endings"),  # a Hold applied; the end of automatic work
+    ("postgate",),  # V4 in the return
+    ("acting",),  # the act and the return (L1, L5)
+    ("lifecycle",),  # a handler per phase
+    ("requests", "intake"),  # what comes in: commands, requests, alerts
+    ("engine",),  # the fold
+    ("incremental", "__init__"),  # what the controller and simulate call
+)
+
+
+def _policy_imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(_tree(path)):
+        if isinstance(n, ast.Import):
+            out.update(a.name.split(".")[2] for a in n.names
+                       if a.name.startswith("slurm_heal.policy."))
+        elif isinstance(n, ast.ImportFrom) and n.module is not None:
+            if n.module == "slurm_heal.policy":
+                out.update(a.name for a in n.names)
+            elif n.module.startswith("slurm_heal.policy."):
+                out.add(n.module.split(".")[2])
+    return out
+
+
+def test_each_module_of_the_core_imports_only_lower_ranks() -> None:
+    rank = {m: i for i, row in enumerate(RANKS) for m in row}
+    assert set(rank) == {p.stem for p in MODULES}, "rank every module of policy/"
+    upward = [f"{p.stem} -> {m}" for p in MODULES for m in sorted(_policy_imports(p))
+              if rank[m] >= rank[p.stem]]
+    assert upward == []
