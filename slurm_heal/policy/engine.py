@@ -37,67 +37,76 @@ from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
 from slurm_heal.models import Plan, State
-from slurm_heal.policy import incidents
+from slurm_heal.policy import acting, incidents, intake, lifecycle, requests
 from slurm_heal.policy.facts import host_of, is_automatic
-from slurm_heal.policy.intake import Intake
 from slurm_heal.policy.records import Records
+from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import Alert, ClusterView
 
-__all__ = ["Effort", "Records", "decide", "decide_counted", "decide_effort", "host_of",
-           "is_automatic"]
+__all__ = ["Effort", "Records", "begin", "decide", "decide_counted", "decide_effort",
+           "host_of", "is_automatic", "run"]
 
 
-class _Decider(Intake):
-    """One decide() call. Private; the public surface is `decide`."""
+def run(ws: WorkingSet, led: Ledger) -> Plan:
+    """One decide() call: the fold of the rules over the working set into the ledger,
+    in the order of the module's words; the ledger becomes the Plan."""
+    for cmd in sorted(ws.state.inbox, key=lambda c: (c.at, c.id)):
+        if cmd.kind == "validate":
+            continue  # the validation flow's (slurm_heal.validation.service), SPEC V1
+        if cmd.kind == "close_incident":
+            incidents.close(ws, led, cmd)  # SPEC S7
+            continue
+        requests.command(ws, led, cmd)
+    # Only a node with an alert, a reason, or out of service has anything to observe
+    # or start (every rule below returns at once for the others): a healthy node of a
+    # 100k-node cluster costs one look here, nothing more (issue 13).
+    # Check data that cannot be read is recorded too (I2).
+    names = ws.with_reason_or_out()
+    names.update(name for name, alerts in ws.alerts.items() if alerts)
+    names.update(name for name in ws.unreadable if name in ws.nodes_by_name)
+    nodes = [ws.nodes_by_name[name] for name in sorted(names)]
+    for rid in led.ix.unsettled_ids():
+        if any(a.outcome is None for a in led.rems[rid].attempts):
+            acting.settle(ws, led, led.rems[rid])
+    for node in nodes:
+        intake.observe(ws, led, node)
+    incidents.correlate(ws, led)  # SPEC S7: before any remediation moves
+    for rem in sorted(led.open_rems(), key=lambda r: (r.created, r.id)):
+        if not led.rems[rem.id].phase.terminal:
+            lifecycle.advance(ws, led, led.rems[rem.id])
+    for node in nodes:
+        requests.create_from_reason(ws, led, node)
+    for node in nodes:
+        intake.create_from_alerts(ws, led, node)
+    effects = led.effects
+    if ws.policy.mode == "recommend_only":
+        effects = [e for e in effects if e.kind == "notify"]
+    data: dict[str, Any] | None = None
+    if led.noted != led.old_noted or led.incidents_changed:
+        data = {**ws.state.data, "noted": led.noted}
+        if led.incidents_changed:
+            data[incidents.INCIDENTS_KEY] = incidents.dump(led.incidents.values())
+    return Plan(
+        updates=tuple(led.rems[i] for i in led.changed),
+        effects=tuple(effects),
+        records=tuple(led.records),
+        consumed=tuple(led.consumed),
+        breaker=led.breaker if led.breaker_changed else None,
+        next_wake=min(led.wakes) if led.wakes else None,
+        paused=led.paused if led.paused_changed else None,
+        pause=led.pause,
+        data=data,
+    )
 
-    def run(self) -> Plan:
-        for cmd in sorted(self.state.inbox, key=lambda c: (c.at, c.id)):
-            if cmd.kind == "validate":
-                continue  # the validation flow's (slurm_heal.validation.service), SPEC V1
-            if cmd.kind == "close_incident":
-                incidents.close(self, cmd)  # SPEC S7
-                continue
-            self.command(cmd)
-        # Only a node with an alert, a reason, or out of service has anything to observe
-        # or start (every rule below returns at once for the others): a healthy node of a
-        # 100k-node cluster costs one look here, nothing more (issue 13).
-        # Check data that cannot be read is recorded too (I2).
-        names = self.with_reason_or_out()
-        names.update(name for name, alerts in self.alerts.items() if alerts)
-        names.update(name for name in self.unreadable if name in self.nodes_by_name)
-        nodes = [self.nodes_by_name[name] for name in sorted(names)]
-        for rid in self.ix.unsettled_ids():
-            if any(a.outcome is None for a in self.rems[rid].attempts):
-                self.settle(self.rems[rid])
-        for node in nodes:
-            self.observe(node)
-        incidents.correlate(self)  # SPEC S7: before any remediation moves
-        for rem in sorted(self.open_rems(), key=lambda r: (r.created, r.id)):
-            if not self.rems[rem.id].phase.terminal:
-                self.advance(self.rems[rem.id])
-        for node in nodes:
-            self.create_from_reason(node)
-        for node in nodes:
-            self.create_from_alerts(node)
-        effects = self.effects
-        if self.policy.mode == "recommend_only":
-            effects = [e for e in effects if e.kind == "notify"]
-        data: dict[str, Any] | None = None
-        if self.noted != self.old_noted or self.incidents_changed:
-            data = {**self.state.data, "noted": self.noted}
-            if self.incidents_changed:
-                data[incidents.INCIDENTS_KEY] = incidents.dump(self.incidents.values())
-        return Plan(
-            updates=tuple(self.rems[i] for i in self.changed),
-            effects=tuple(effects),
-            records=tuple(self.records),
-            consumed=tuple(self.consumed),
-            breaker=self.breaker if self.breaker_changed else None,
-            next_wake=min(self.wakes) if self.wakes else None,
-            paused=self.paused if self.paused_changed else None,
-            pause=self.pause,
-            data=data,
-        )
+
+def begin(view: ClusterView, state: State, now: datetime, policy: Policy,
+          alerts: Mapping[str, Sequence[Alert]] | None = None,
+          catalog: catalog_mod.Catalog | None = None,
+          checks: Mapping[str, extra_mod.CheckData] | None = None,
+          records: Records | None = None) -> tuple[WorkingSet, Ledger]:
+    """The working set and the empty ledger of one decide() call."""
+    led = Ledger(state, now, policy, records)
+    return WorkingSet(view, state, now, policy, alerts, catalog, checks), led
 
 
 def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
@@ -116,7 +125,7 @@ def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
     same objects; omitted, it is built afresh. None of them changes the Plan: the
     same arguments always give the same Plan, ids and keys (SPEC S6).
     """
-    return _Decider(view, state, now, policy, alerts, catalog, checks, records).run()
+    return run(*begin(view, state, now, policy, alerts, catalog, checks, records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +144,9 @@ def decide_effort(view: ClusterView, state: State, now: datetime, policy: Policy
                   records: Records | None = None) -> tuple[Plan, Effort]:
     """`decide`, and what it looked at: a cycle's work must follow the open work and
     the nodes that changed, not the cluster's size (the tests hold it to that)."""
-    d = _Decider(view, state, now, policy, alerts, catalog, checks, records)
-    plan = d.run()
-    return plan, Effort(looked=d.touched, contexts=tuple(d.contexts))
+    ws, led = begin(view, state, now, policy, alerts, catalog, checks, records)
+    plan = run(ws, led)
+    return plan, Effort(looked=led.touched, contexts=tuple(ws.contexts))
 
 
 def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,

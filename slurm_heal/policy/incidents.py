@@ -1,7 +1,7 @@
 """One incident per cause (SPEC S7): related alerts on several nodes under one shared
 component open one incident on the component, for a person.
 
-Pure functions of the working set, fed by the topology (slurm_heal.topology: the view's,
+Functions of the working set and the ledger, fed by the topology (slurm_heal.topology: the view's,
 else the nodes' features). One decide() call:
 
 1. a person's ``close_incident`` command ends an incident (`close`);
@@ -38,7 +38,7 @@ from slurm_heal.topology import Component, Topology, from_features
 from slurm_heal.types import Alert
 
 if TYPE_CHECKING:
-    from slurm_heal.policy.working import Working
+    from slurm_heal.policy.working import Ledger, WorkingSet
 
 BEFORE_START = frozenset({Phase.PROPOSED, Phase.APPROVED})
 
@@ -48,27 +48,27 @@ def incident_id(component: str, group: str, since: datetime) -> str:
     return "i-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
-def topology_of(w: Working) -> Topology | None:
+def topology_of(ws: WorkingSet) -> Topology | None:
     """The topology this call decides with: the view's (Slurm's or a file's), else the
     nodes' features (topology.source auto or features); None when there is none."""
-    if w.topology_read:
-        return w.topology
-    w.topology_read = True
-    conf = w.policy.topology
-    topo = w.view.topology
+    if ws.topology_read:
+        return ws.topology
+    ws.topology_read = True
+    conf = ws.policy.topology
+    topo = ws.view.topology
     if conf.source == "none":
         topo = None
     elif (topo is None or topo.problem) and conf.source in ("auto", "features") \
             and conf.feature_prefixes:
-        found = from_features(w.view.nodes, conf.feature_prefixes)
+        found = from_features(ws.view.nodes, conf.feature_prefixes)
         if found:
             topo = found
-    w.topology = topo
+    ws.topology = topo
     return topo
 
 
-def components(w: Working, node: str) -> tuple[Component, ...]:
-    topo = topology_of(w)
+def components(ws: WorkingSet, node: str) -> tuple[Component, ...]:
+    topo = topology_of(ws)
     return topo.of(node) if topo else ()
 
 
@@ -89,25 +89,25 @@ def group_words(group: str) -> str:
     return fault or name
 
 
-def held_rems(w: Working, inc: Incident) -> list[Remediation]:
+def held_rems(ws: WorkingSet, led: Ledger, inc: Incident) -> list[Remediation]:
     """The open remediations an incident holds: its nodes', for its group's faults,
     before their start."""
-    pol = w.policy.incidents
+    pol = ws.policy.incidents
     out = []
     for node in inc.nodes:
-        for rem in w.open_on(node):
+        for rem in led.open_on(node):
             fault = rem.data.evidence_fault or rem.fault
             if rem.phase in BEFORE_START and pol.group_of(fault) == inc.group:
                 out.append(rem)
     return out
 
 
-def open_incident_of(w: Working, node: str, fault: str) -> Incident | None:
+def open_incident_of(ws: WorkingSet, led: Ledger, node: str, fault: str) -> Incident | None:
     """The open incident that holds ``node``'s remediation for ``fault``, if any."""
-    group = w.policy.incidents.group_of(fault)
+    group = ws.policy.incidents.group_of(fault)
     if group is None:
         return None
-    return next((i for i in w.incidents.values()
+    return next((i for i in led.incidents.values()
                  if i.open and i.group == group and node in i.nodes), None)
 
 
@@ -126,75 +126,75 @@ def hold_of(inc: Incident) -> Hold:
                 "or its alerts clear", command=f"slurm-heal incident close {inc.id}")
 
 
-def _hold(w: Working, inc: Incident, nodes: Iterable[str]) -> None:
+def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> None:
     """Record once on each of ``nodes``' held remediations that the incident holds it."""
     wanted = set(nodes)
     hold = hold_of(inc)
-    for rem in held_rems(w, inc):
+    for rem in held_rems(ws, led, inc):
         if rem.node in wanted and rem.data.blocked != hold.key:
-            rem = w.step(rem, "blocked", "S7", hold.why)
-            w.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
-                                                              hold=hold.held())}))
+            rem = led.step(rem, "blocked", "S7", hold.why)
+            led.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
+                                                                hold=hold.held())}))
 
 
-def close(w: Working, cmd: Command) -> None:
+def close(ws: WorkingSet, led: Ledger, cmd: Command) -> None:
     """A person ends an incident (``slurm-heal incident close ID``; a component such as
     ``switch:leaf1`` names the open incident on it)."""
-    w.consumed.append(cmd.id)
-    inc = w.incidents.get(cmd.incident or "") or next(  # or the open one on a component
-        (i for i in w.incidents.values() if i.open and i.component == cmd.incident), None)
+    led.consumed.append(cmd.id)
+    inc = led.incidents.get(cmd.incident or "") or next(  # or the open one on a component
+        (i for i in led.incidents.values() if i.open and i.component == cmd.incident), None)
     if inc is None or not inc.open:
-        w.record(cmd.node or "-", "blocked", "S7", f"close of incident {cmd.incident} by "
-                 f"{cmd.by} ignored: no open incident has that id")
+        led.record(cmd.node or "-", "blocked", "S7", f"close of incident {cmd.incident} by "
+                   f"{cmd.by} ignored: no open incident has that id")
         return
-    held = held_rems(w, inc)
+    held = held_rems(ws, led, inc)
     why = (f"incident {inc.id} on {inc.kind} {inc.name} closed by {cmd.by}"
            + (f": {cmd.reason}" if cmd.reason else "")
            + f"; {len(held)} held remediation(s) go on by their own rules")
-    inc = inc.model_copy(update={"state": "resolved", "resolved": w.now, "updated": w.now,
+    inc = inc.model_copy(update={"state": "resolved", "resolved": ws.now, "updated": ws.now,
                                  "resolved_by": cmd.by, "resolution": why})
-    w.incidents[inc.id] = inc
-    w.incidents_changed = True
+    led.incidents[inc.id] = inc
+    led.incidents_changed = True
     for node in inc.nodes:
-        w.record(node, "approved", "S7", why)
+        led.record(node, "approved", "S7", why)
 
 
-def correlate(w: Working) -> None:
+def correlate(ws: WorkingSet, led: Ledger) -> None:
     """Open, grow and end incidents from this call's alerts (see the module's words)."""
-    pol = w.policy.incidents
+    pol = ws.policy.incidents
     if not pol.enabled:
         return
-    told = w.view.topology
-    if told is not None and told.problem and w.once("topology-problem", told.problem):
-        w.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
-                 "incidents and the blast radius work without it until it can")
+    told = ws.view.topology
+    if told is not None and told.problem and led.once("topology-problem", told.problem):
+        led.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
+                   "incidents and the blast radius work without it until it can")
     related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
-    for name, alerts in w.alerts.items():
+    for name, alerts in ws.alerts.items():
         for a in alerts:
             group = pol.group_of(a.fault)
             if group is not None:
                 related.setdefault(group, []).append((name, a))
-    if not related and not w.any_open_incident:
+    if not related and not led.any_open_incident:
         return  # a quiet cycle: nothing to correlate, nothing open to end
-    for inc in list(w.incidents.values()):
+    for inc in list(led.incidents.values()):
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
-        if inc.open and not any(w.check_of(n).problem or any(
-                pol.group_of(a.fault) == inc.group for a in w.active(n)) for n in inc.nodes):
+        if inc.open and not any(ws.check_of(n).problem or any(
+                pol.group_of(a.fault) == inc.group for a in ws.active(n)) for n in inc.nodes):
             why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
                    f"{group_words(inc.group)} alerts cleared on all {len(inc.nodes)} nodes")
-            w.incidents[inc.id] = inc.model_copy(update={
-                "state": "resolved", "resolved": w.now, "updated": w.now, "resolution": why})
-            w.incidents_changed = True
+            led.incidents[inc.id] = inc.model_copy(update={
+                "state": "resolved", "resolved": ws.now, "updated": ws.now, "resolution": why})
+            led.incidents_changed = True
             for node in inc.nodes:
-                w.record(node, "withdrawn", "S7", why)
+                led.record(node, "withdrawn", "S7", why)
     if not related:
         return
-    topo = topology_of(w)
+    topo = topology_of(ws)
     if not topo:
         return
     covered = {_key(a.node, a.fault, a.first_seen)
-               for inc in w.incidents.values() for a in inc.alerts}
-    opened = {(i.component, i.group): i for i in w.incidents.values() if i.open}
+               for inc in led.incidents.values() for a in inc.alerts}
+    opened = {(i.component, i.group): i for i in led.incidents.values() if i.open}
     for group, found in sorted(related.items()):
         by_comp: dict[str, list[tuple[str, Alert]]] = {}
         comps: dict[str, Component] = {}
@@ -212,40 +212,40 @@ def correlate(w: Working) -> None:
             current = opened.get((cid, group))
             if current is not None:
                 if fresh:
-                    _grow(w, current, fresh, covered)
+                    _grow(ws, led, current, fresh, covered)
                 continue
-            recent = [(n, a) for n, a in fresh if a.first_seen >= w.now - pol.window]
+            recent = [(n, a) for n, a in fresh if a.first_seen >= ws.now - pol.window]
             nodes = {n for n, _ in recent}
             if len(nodes) < 2 or (len(nodes) < pol.min_nodes
                                   and len(nodes) * 100 < pol.min_percent * len(c.nodes)):
                 continue
-            _open(w, c, group, recent, topo.source)
+            _open(ws, led, c, group, recent, topo.source)
             covered.update(_key(n, a.fault, a.first_seen) for n, a in recent)
 
 
-def _grow(w: Working, inc: Incident, fresh: list[tuple[str, Alert]],
+def _grow(ws: WorkingSet, led: Ledger, inc: Incident, fresh: list[tuple[str, Alert]],
           covered: set[tuple[str, str, str]]) -> None:
     new_nodes = sorted({n for n, _ in fresh} - set(inc.nodes))
     inc = inc.model_copy(update={
-        "nodes": tuple(sorted(set(inc.nodes) | set(new_nodes))), "updated": w.now,
+        "nodes": tuple(sorted(set(inc.nodes) | set(new_nodes))), "updated": ws.now,
         "alerts": inc.alerts + tuple(_carried(a) for _, a in fresh)})
-    w.incidents[inc.id] = inc
-    w.incidents_changed = True
+    led.incidents[inc.id] = inc
+    led.incidents_changed = True
     covered.update(_key(n, a.fault, a.first_seen) for n, a in fresh)
     for node in new_nodes:
-        w.record(node, "alert", "S7", f"{node} joins incident {inc.id} on {inc.kind} "
-                 f"{inc.name} ({group_words(inc.group)}; now {len(inc.nodes)} of {inc.size} "
-                 "nodes)")
-    _hold(w, inc, new_nodes)
+        led.record(node, "alert", "S7", f"{node} joins incident {inc.id} on {inc.kind} "
+                   f"{inc.name} ({group_words(inc.group)}; now {len(inc.nodes)} of {inc.size} "
+                   "nodes)")
+    _hold(ws, led, inc, new_nodes)
 
 
-def _open(w: Working, c: Component, group: str, alerts: list[tuple[str, Alert]],
+def _open(ws: WorkingSet, led: Ledger, c: Component, group: str, alerts: list[tuple[str, Alert]],
           source: str) -> None:
-    pol = w.policy.incidents
+    pol = ws.policy.incidents
     since = min(a.first_seen for _, a in alerts)
     nodes = tuple(sorted({n for n, _ in alerts}))
     iid = incident_id(c.id, group, since)
-    old = w.incidents.get(iid)
+    old = led.incidents.get(iid)
     if old is not None:  # another replica opened it (S6): the same incident
         return
     faults = sorted({a.fault for _, a in alerts})
@@ -255,19 +255,19 @@ def _open(w: Working, c: Component, group: str, alerts: list[tuple[str, Alert]],
            f"{pol.min_percent:g}); their own remediations are held, a person looks at the "
            f"{c.kind}")
     inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group,
-                   size=len(c.nodes), source=source, opened=w.now, updated=w.now,
+                   size=len(c.nodes), source=source, opened=ws.now, updated=ws.now,
                    nodes=nodes, alerts=tuple(_carried(a) for _, a in alerts), why=why)
-    w.incidents[iid] = inc
-    w.incidents_changed = True
+    led.incidents[iid] = inc
+    led.incidents_changed = True
     for node in nodes:
-        w.record(node, "alert", "S7", f"incident {iid}: {why}")
-    _hold(w, inc, nodes)
+        led.record(node, "alert", "S7", f"incident {iid}: {why}")
+    _hold(ws, led, inc, nodes)
     # One notice for the incident (its first node carries it: an effect names a node).
     notice = (f"incident {iid} on {c.label}: {why}; close it with: slurm-heal incident "
               f"close {iid}")
-    w.record(nodes[0], "notified", "S7", notice)
-    w.effect("notify", nodes[0], None, f"incident-{iid}", why=notice, rule="S7",
-             reason=f"incident:{iid}")
+    led.record(nodes[0], "notified", "S7", notice)
+    led.effect("notify", nodes[0], None, f"incident-{iid}", why=notice, rule="S7",
+               reason=f"incident:{iid}")
 
 
 def _words(d: Any) -> str:
@@ -276,23 +276,23 @@ def _words(d: Any) -> str:
     return format_duration(d)
 
 
-def settle_until(w: Working, rem: Remediation) -> tuple[datetime, Component] | None:
+def settle_until(ws: WorkingSet, rem: Remediation) -> tuple[datetime, Component] | None:
     """When a related fault's remediation may start (``incidents.settle`` after its
     alert was first seen), and the component it waits on; None when it need not wait."""
-    pol = w.policy.incidents
+    pol = ws.policy.incidents
     if not pol.enabled or rem.origin != "alert":
         return None
     fault = rem.data.evidence_fault or rem.fault
     if pol.group_of(fault) is None:
         return None
-    comps = components(w, rem.node)
+    comps = components(ws, rem.node)
     if not comps:
         return None
-    seen = [a.first_seen for a in w.active(rem.node, fault)]
+    seen = [a.first_seen for a in ws.active(rem.node, fault)]
     if not seen:
         return None
     until = min(seen) + pol.settle
-    return (until, comps[0]) if w.now < until else None
+    return (until, comps[0]) if ws.now < until else None
 
 
 def by_node(incidents: Mapping[str, Incident]) -> dict[str, list[Incident]]:

@@ -9,7 +9,7 @@ from slurm_heal.config import format_duration
 from slurm_heal.models import Remediation
 from slurm_heal.policy.facts import acted_at, is_automatic
 from slurm_heal.policy.holds import Hold
-from slurm_heal.policy.working import Working
+from slurm_heal.policy.working import Ledger, WorkingSet
 
 
 def machine_words(rems: list[Remediation]) -> str:
@@ -30,16 +30,16 @@ def machine_words(rems: list[Remediation]) -> str:
             f"faults: {seen or 'none'}")
 
 
-def lemon_hold(w: Working, rem: Remediation) -> Hold | None:
+def lemon_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | None:
     """SPEC E7: an automatic remediation of a machine that already had
     ``escalation.lemon.remediations`` acted within ``window`` is held; it lifts when the
     oldest of them leaves the window (or a person approves or requests the work)."""
-    pol = w.policy.escalation.lemon
+    pol = ws.policy.escalation.lemon
     if not pol.enabled or not is_automatic(rem):
         return None  # (recommend-only and the pause say so themselves, first: START_GATES)
     host = rem.host or rem.node
-    since = w.now - pol.window
-    rems = [r for r in w.of_host(host) if r.id != rem.id]
+    since = ws.now - pol.window
+    rems = [r for r in led.of_host(host) if r.id != rem.id]
     acts = sorted(t for r in rems if (t := acted_at(r)) is not None and t >= since)
     if len(acts) < pol.remediations:
         return None

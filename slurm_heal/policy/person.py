@@ -1,10 +1,10 @@
 """A person's hand wins (SPEC S8): a node slurm-heal is working on that a person resumed.
 
-Pure functions of the working set: whether a remediation's node is back in service
-because a person resumed it (`resumed`), and whether an alert is the one a remediation
-that ended so already handed to that person, with nothing new seen since (`covers`).
-The life cycle ends the remediation (``Escalation.hand_back``); intake opens nothing
-new from a covered alert.
+Functions of the working set (and, for `resumed`, the ledger's planned effects):
+whether a remediation's node is back in service because a person resumed it
+(`resumed`), and whether an alert is the one a remediation that ended so already
+handed to that person, with nothing new seen since (`covers`). The life cycle ends the
+remediation (`endings.hand_back`); intake opens nothing new from a covered alert.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 from slurm_heal import reasons
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.policy.facts import STARTED, act_attempts, ended_at
-from slurm_heal.policy.working import Working
+from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import Alert, NodeInfo
 
 BEFORE_CORDON = frozenset({Phase.PROPOSED, Phase.APPROVED})
@@ -40,13 +40,13 @@ def marks(alert: Alert | None) -> tuple[str, ...]:
                          .hexdigest()[:16] for e in alert.evidence}))
 
 
-def acknowledged(w: Working, name: str, fault: str) -> Alert | None:
+def acknowledged(ws: WorkingSet, name: str, fault: str) -> Alert | None:
     """The node check's acknowledgement of ``fault`` on the node (published after a
     person's resume), or None."""
-    return next((a for a in w.check_of(name).acknowledged if a.fault == fault), None)
+    return next((a for a in ws.check_of(name).acknowledged if a.fault == fault), None)
 
 
-def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
+def resumed(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -> str | None:
     """Why ``rem``'s node is in a person's hands now, or None: it is in service again
     (not drained, not down) although
 
@@ -62,7 +62,7 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
     name = rem.node
     if rem.phase in STARTED:
         cordons = [a for a in rem.attempts if a.effect == "cordon"]
-        if ("cordon", rem.id) in w.planned or not cordons or cordons[-1].outcome != "ok":
+        if ("cordon", rem.id) in led.planned or not cordons or cordons[-1].outcome != "ok":
             return None  # our cordon is in flight or failed (cordon_again)
         return f"{name} was resumed by a person after our cordon"
     if rem.phase is Phase.ACTING:
@@ -72,7 +72,7 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
         return (f"{name} was resumed by a person before the {rem.action.value} ran"
                 + (f" (not sent: {held[-1].detail})" if held else ""))
     if rem.phase is Phase.RETURNING and not reasons.slurm_rebooting(node.states) \
-            and not gate_lifted(w, rem):
+            and not gate_lifted(ws, rem):
         # SPEC S8, V4 (issue 32 item 8): our drain stays through the action (the reboot
         # keeps it; a reset's job drains it again before its end) until the health check
         # and the gate; only our own gate lifts it, for its job. In service otherwise: a
@@ -85,8 +85,8 @@ def resumed(w: Working, rem: Remediation, node: NodeInfo) -> str | None:
         return f"{name}, drained by a person, was resumed by them before our cordon"
     if rem.phase in BEFORE_CORDON and rem.data.held_by_check:
         ev = rem.data.evidence_fault
-        if ev and not w.check_of(name).problem and not w.active(name, ev) \
-                and acknowledged(w, name, ev) is None:
+        if ev and not ws.check_of(name).problem and not ws.active(name, ev) \
+                and acknowledged(ws, name, ev) is None:
             return None  # the fault cleared and the check released its own drain (L4)
         return f"{name}, drained by the node check, was resumed by a person before our cordon"
     return None
@@ -119,19 +119,19 @@ def hand_over_ended(old: Remediation, node: NodeInfo) -> str | None:
     return None
 
 
-def seen_now(w: Working, name: str) -> tuple[str, ...]:
+def seen_now(ws: WorkingSet, name: str) -> tuple[str, ...]:
     """The evidence of every active alert of the node, as `marks` (what is published
     now: a hand-over's "seen so far")."""
-    return tuple(sorted({m for a in w.active(name) for m in marks(a)}))
+    return tuple(sorted({m for a in ws.active(name) for m in marks(a)}))
 
 
-def gate_lifted(w: Working, rem: Remediation) -> bool:
+def gate_lifted(ws: WorkingSet, rem: Remediation) -> bool:
     """``rem``'s post-repair gate (SPEC V4) holds its node in service now: a run of it
     past its start and not yet restored (its job in our reservation), or one that passed
     (the reservation removed, the node in service until ``rem`` ends done)."""
     return any(v.origin == "gate" and v.remediation == rem.id and (
         v.phase == "passed" or (not v.terminal and v.phase != "requested"))
-        for v in w.state.validations)
+        for v in ws.state.validations)
 
 
 def person_drained(rem: Remediation, node: NodeInfo) -> str | None:

@@ -1,6 +1,14 @@
-"""The working set of one decide() call (issue 20): the indexes of the store and the
-snapshot, built once per call, and the ledger (steps, records, effects, wakes) that
-becomes the Plan. Every rule reads the world and writes its outcome through it."""
+"""The two values every rule of one decide() call works on (issue 20, 33), passed
+explicitly:
+
+* `WorkingSet`: the frozen inputs (the snapshot, the store as loaded, the time, the
+  policy, the catalog, each node's check data and alerts) and their indexes, a context
+  per node resolved once. Rules read it; nothing in it changes what the call decides
+  after it is built (its caches only remember what was looked up).
+* `Ledger`: what the call writes: the remediations as they stand now (the store's
+  index, forked: `Records`), the steps, records, effects and wakes, the commands
+  consumed, the breaker, the pause, the notices and the incidents. It becomes the Plan.
+"""
 
 from __future__ import annotations
 
@@ -60,58 +68,29 @@ class NodeContext:
     pool: str  # its pool (S4, Q4, P2)
 
 
-class Working:
-    """One decide() call's working set and ledger."""
+class WorkingSet:
+    """One decide() call's inputs and their indexes (read by the rules, never written)."""
 
     def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
-                 alerts: Mapping[str, Sequence[Alert]] | None,
+                 alerts: Mapping[str, Sequence[Alert]] | None = None,
                  catalog: catalog_mod.Catalog | None = None,
-                 checks: Mapping[str, extra_mod.CheckData] | None = None,
-                 records: Records | None = None) -> None:
+                 checks: Mapping[str, extra_mod.CheckData] | None = None) -> None:
         self.view = view
         self.state = state
         self.now = now
         self.policy = policy
         self.catalog = catalog if catalog is not None else catalog_mod.load()
-        # The store's records indexed (issue 13): kept between cycles by the caller
-        # (issue 20: ``records``, the index of the last cycle's store), else built here.
-        if records is None or records.source is not state.remediations:
-            records = Records.of(state.remediations, records)
-        self.started_since = now - policy.safety.breaker_window
-        self.ix = records.fork(self.started_since)
-        self.rems = self.ix.rems
         # The passes over every node run in C (map, zip, compress), not in Python: at
         # 100,000 nodes a Python loop is a good part of a quiet cycle (issue 20).
         self.names = list(map(_NAME, view.nodes))
         self.nodes_by_name = dict(zip(self.names, view.nodes, strict=True))
         self._jobs: dict[str, list[JobInfo]] | None = None  # by node, on first use
         self.contexts: dict[str, NodeContext] = {}  # each node the rules looked at
-        # (kind, remediation id or node) of each effect planned in this call, and
-        # ("undo", node) for a release or resume: asked per node, not by a scan.
-        self.planned: set[tuple[str, str]] = set()
         self._pools: dict[str, list[NodeInfo]] | None = None
-        self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
-        self.effects: list[Effect] = []
-        self.records: list[Decision] = []
-        self.consumed: list[str] = []
-        self.breaker = state.breaker
-        self.breaker_changed = False
-        self.paused = state.paused
-        self.paused_changed = False
-        self.pause: Pause | None = None  # O2: who paused/unpaused, when, why
-        self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
-        self.noted: dict[str, Any] = {}
-        self.wakes: list[datetime] = []
         self.alerts: dict[str, list[Alert]] = {}
-        # SPEC S7: the topology, read on first use (policy/incidents.topology_of), and the
-        # incidents on record, changed in this call by policy/incidents.
+        # SPEC S7: the topology, read on first use (policy/incidents.topology_of).
         self.topology_read = False
         self.topology: Topology | None = None
-        # (Validated on first use: a quiet cycle with no related alert never reads them.)
-        self._incidents: dict[str, Incident] | None = None
-        raw = state.data.get(INCIDENTS_KEY)
-        self.incidents_raw: list[Any] = raw if isinstance(raw, list) else []
-        self.incidents_changed = False
         # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
         # raises); a node with bad data has none, and a problem that names the field.
         # Issue 20: the caller passes ``checks`` validated once per change of a node's
@@ -130,97 +109,6 @@ class Working:
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
-
-    @property
-    def incidents(self) -> dict[str, Incident]:
-        """The incidents on record by id (SPEC S7), read once per call on first use."""
-        if self._incidents is None:
-            self._incidents = load_incidents(self.incidents_raw)
-        return self._incidents
-
-    @property
-    def any_open_incident(self) -> bool:
-        """Whether the store has an open incident, asked without reading them all."""
-        if self._incidents is not None:
-            return any(i.open for i in self._incidents.values())
-        return any(isinstance(i, dict) and i.get("state", "open") == "open"
-                   for i in self.incidents_raw)
-
-    def put(self, rem: Remediation) -> Remediation:
-        self.ix.put(rem)
-        self.changed.setdefault(rem.id, None)
-        return rem
-
-    @property
-    def touched(self) -> int:
-        """Stored remediations the rules looked at (`decide_counted`)."""
-        return self.ix.looked
-
-    def of_node(self, name: str) -> list[Remediation]:
-        """Every remediation of a node on record (open and closed), oldest first."""
-        return self.ix.of_node(name)
-
-    def of_host(self, host: str) -> list[Remediation]:
-        """Every remediation of a machine on record (E1, E3), oldest first."""
-        return self.ix.of_host(host)
-
-    def open_on(self, name: str) -> list[Remediation]:
-        """The node's open remediations, in store order."""
-        return self.ix.open_on(name)
-
-    def record(self, node: str, phase: RecordPhase, rule: str, why: str,
-               rem: Remediation | None = None, action: Action | None = None) -> None:
-        # Built from our own typed values: not validated again (issue 20: the costliest
-        # part of a cycle that creates remediations).
-        self.records.append(Decision.model_construct(
-            at=self.now, node=node, remediation=rem.id if rem else None,
-            action=action if action is not None else (rem.action if rem else Action.NONE),
-            phase=phase, rule=rule, why=why))
-
-    def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
-             by: str | None = None, **changes: Any) -> Remediation:
-        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
-        times = dict(rem.phase_times)
-        work = rem.data
-        update: dict[str, Any] = dict(changes)
-        flags: dict[str, Any] = update.pop("data", {})
-        if phase in PHASES:
-            update["phase"] = Phase(phase)
-            times.setdefault(phase, self.now)
-            if work.blocked is not None or work.hold is not None:
-                flags = {"blocked": None, "hold": None, **flags}
-        if flags:
-            work = work.but(**flags)
-        update.update(phase_times=times, data=work, updated=self.now,
-                      steps=rem.steps + (Step.model_construct(
-                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
-        new = rem.model_copy(update=update)
-        self.record(rem.node, phase, rule, why, new)
-        return self.put(new)
-
-    def once(self, key: str, value: Any = True) -> bool:
-        """True the first time a condition is seen (kept while it holds); once per call too."""
-        if key in self.noted and self.noted[key] == value:
-            return False
-        self.noted[key] = value
-        return bool(self.old_noted.get(key) != value)
-
-    def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
-               same: str | None = None, topic: str = "", **fields: Any) -> None:
-        """Plan an effect; ``same`` sends an unfinished attempt again under its own key.
-        One no remediation owns is keyed by `node_key` on ``topic`` (what it is about:
-        the fault, the marker's remediation), never on its ``why``."""
-        base = rem.id if rem else node_key(node, str(fields.get("rule", "")), topic)
-        self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
-                                   action=rem.action if rem else Action.NONE,
-                                   key=same or idempotency_key(base, step, n),
-                                   step=step, resend=same is not None, **fields))
-        self.planned.add((kind, rem.id if rem else f"node:{node}"))
-        if kind in ("release", "resume"):
-            self.planned.add(("undo", node))
-
-    def wake(self, t: datetime) -> None:
-        self.wakes.append(t)
 
     def with_reason_or_out(self) -> set[str]:
         """The nodes with a reason, DOWN or drained: something for the rules to observe."""
@@ -301,8 +189,135 @@ class Working:
         return sorted(j.job_id for j in self._jobs.get(node, ())
                       if j.state.upper() in BUSY_JOB_STATES)
 
+    def explain(self, fault: str) -> str:
+        return facts.explain(self.catalog, fault)
+
+
+class Ledger:
+    """What one decide() call writes: the remediations as they stand, the steps,
+    records, effects and wakes, and the rest of the Plan."""
+
+    def __init__(self, state: State, now: datetime, policy: Policy,
+                 records: Records | None = None) -> None:
+        self.now = now  # the time of every step and record written
+        # The store's records indexed (issue 13): kept between cycles by the caller
+        # (issue 20: ``records``, the index of the last cycle's store), else built here.
+        if records is None or records.source is not state.remediations:
+            records = Records.of(state.remediations, records)
+        self.ix = records.fork(now - policy.safety.breaker_window)
+        self.rems = self.ix.rems
+        # (kind, remediation id or node) of each effect planned in this call, and
+        # ("undo", node) for a release or resume: asked per node, not by a scan.
+        self.planned: set[tuple[str, str]] = set()
+        self.changed: dict[str, None] = {}  # ids changed in this call, in order (a set's speed)
+        self.effects: list[Effect] = []
+        self.records: list[Decision] = []
+        self.consumed: list[str] = []
+        self.breaker = state.breaker
+        self.breaker_changed = False
+        self.paused = state.paused
+        self.paused_changed = False
+        self.pause: Pause | None = None  # O2: who paused/unpaused, when, why
+        self.old_noted: dict[str, Any] = dict(state.data.get("noted") or {})
+        self.noted: dict[str, Any] = {}
+        self.wakes: list[datetime] = []
+        # SPEC S7: the incidents on record, changed in this call by policy/incidents.
+        # (Validated on first use: a quiet cycle with no related alert never reads them.)
+        self._incidents: dict[str, Incident] | None = None
+        raw = state.data.get(INCIDENTS_KEY)
+        self.incidents_raw: list[Any] = raw if isinstance(raw, list) else []
+        self.incidents_changed = False
+
+    @property
+    def incidents(self) -> dict[str, Incident]:
+        """The incidents on record by id (SPEC S7), read once per call on first use."""
+        if self._incidents is None:
+            self._incidents = load_incidents(self.incidents_raw)
+        return self._incidents
+
+    @property
+    def any_open_incident(self) -> bool:
+        """Whether the store has an open incident, asked without reading them all."""
+        if self._incidents is not None:
+            return any(i.open for i in self._incidents.values())
+        return any(isinstance(i, dict) and i.get("state", "open") == "open"
+                   for i in self.incidents_raw)
+
+    def put(self, rem: Remediation) -> Remediation:
+        self.ix.put(rem)
+        self.changed.setdefault(rem.id, None)
+        return rem
+
+    @property
+    def touched(self) -> int:
+        """Stored remediations the rules looked at (`decide_counted`)."""
+        return self.ix.looked
+
+    def of_node(self, name: str) -> list[Remediation]:
+        """Every remediation of a node on record (open and closed), oldest first."""
+        return self.ix.of_node(name)
+
+    def of_host(self, host: str) -> list[Remediation]:
+        """Every remediation of a machine on record (E1, E3), oldest first."""
+        return self.ix.of_host(host)
+
+    def open_on(self, name: str) -> list[Remediation]:
+        """The node's open remediations, in store order."""
+        return self.ix.open_on(name)
+
     def open_rems(self) -> list[Remediation]:
         return self.ix.open_all()
 
-    def explain(self, fault: str) -> str:
-        return facts.explain(self.catalog, fault)
+    def record(self, node: str, phase: RecordPhase, rule: str, why: str,
+               rem: Remediation | None = None, action: Action | None = None) -> None:
+        # Built from our own typed values: not validated again (issue 20: the costliest
+        # part of a cycle that creates remediations).
+        self.records.append(Decision.model_construct(
+            at=self.now, node=node, remediation=rem.id if rem else None,
+            action=action if action is not None else (rem.action if rem else Action.NONE),
+            phase=phase, rule=rule, why=why))
+
+    def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
+             by: str | None = None, **changes: Any) -> Remediation:
+        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
+        times = dict(rem.phase_times)
+        work = rem.data
+        update: dict[str, Any] = dict(changes)
+        flags: dict[str, Any] = update.pop("data", {})
+        if phase in PHASES:
+            update["phase"] = Phase(phase)
+            times.setdefault(phase, self.now)
+            if work.blocked is not None or work.hold is not None:
+                flags = {"blocked": None, "hold": None, **flags}
+        if flags:
+            work = work.but(**flags)
+        update.update(phase_times=times, data=work, updated=self.now,
+                      steps=rem.steps + (Step.model_construct(
+                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
+        new = rem.model_copy(update=update)
+        self.record(rem.node, phase, rule, why, new)
+        return self.put(new)
+
+    def once(self, key: str, value: Any = True) -> bool:
+        """True the first time a condition is seen (kept while it holds); once per call too."""
+        if key in self.noted and self.noted[key] == value:
+            return False
+        self.noted[key] = value
+        return bool(self.old_noted.get(key) != value)
+
+    def effect(self, kind: EffectKind, node: str, rem: Remediation | None, step: str, n: int = 0,
+               same: str | None = None, topic: str = "", **fields: Any) -> None:
+        """Plan an effect; ``same`` sends an unfinished attempt again under its own key.
+        One no remediation owns is keyed by `node_key` on ``topic`` (what it is about:
+        the fault, the marker's remediation), never on its ``why``."""
+        base = rem.id if rem else node_key(node, str(fields.get("rule", "")), topic)
+        self.effects.append(Effect(kind=kind, node=node, remediation=rem.id if rem else None,
+                                   action=rem.action if rem else Action.NONE,
+                                   key=same or idempotency_key(base, step, n),
+                                   step=step, resend=same is not None, **fields))
+        self.planned.add((kind, rem.id if rem else f"node:{node}"))
+        if kind in ("release", "resume"):
+            self.planned.add(("undo", node))
+
+    def wake(self, t: datetime) -> None:
+        self.wakes.append(t)

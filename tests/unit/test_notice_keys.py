@@ -10,7 +10,7 @@ from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Effect, Plan, State, idempotency_key, remediation_id
 from slurm_heal.notify.events import cycle_events
 from slurm_heal.policy import decide
-from slurm_heal.policy.working import Working, node_key
+from slurm_heal.policy.working import Ledger, node_key
 from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
@@ -20,9 +20,9 @@ VIEW = ClusterView(nodes=(NodeInfo(name="gpu01", states=frozenset({"IDLE"})),
 
 
 def _notice_key(why: str, topic: str = "d8:gpu01:disk.low_space:2026-01-05T00:00:00+00:00") -> str:
-    w = Working(VIEW, State(), T0, POLICY, {})
-    w.effect("notify", "gpu01", None, "notify", topic=topic, why=why, rule="D8")
-    (eff,) = w.effects
+    led = Ledger(State(), T0, POLICY)
+    led.effect("notify", "gpu01", None, "notify", topic=topic, why=why, rule="D8")
+    (eff,) = led.effects
     return eff.key
 
 

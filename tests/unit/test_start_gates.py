@@ -15,7 +15,8 @@ import pytest
 
 from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State
 from slurm_heal.policy import decide
-from slurm_heal.policy.gates import START_GATES
+from slurm_heal.policy.engine import begin
+from slurm_heal.policy.gates import START_GATES, start_hold
 from slurm_heal.types import Action, ClusterView
 from tests.unit.test_incidents import NAMES, TREE, ib
 from tests.unit.test_incidents import pol as incident_pol
@@ -191,3 +192,24 @@ def test_the_wait_for_evidence_ends_by_its_bound_whatever_else_holds(
 
 def plan_withdrawn(plan: Plan) -> bool:
     return ("withdrawn", "P1") in phases(plan, "gpu01")
+
+
+# ------------------------------------------- a gate alone, on the two values (issue 33)
+@pytest.mark.parametrize(("gate", "rule", "nodes", "alerts", "state", "over", "lifts"),
+                         GATE_ALONE, ids=[f"{g[0]}-{g[1]}" for g in GATE_ALONE])
+def test_each_start_gate_alone_is_a_function_of_the_working_set_and_the_ledger(
+        gate: str, rule: str, nodes: list[Any], alerts: dict[str, Any], state: State,
+        over: dict[str, Any], lifts: str) -> None:
+    """SPEC O6 (issue 33): a gate is asked on a WorkingSet and a Ledger alone, without
+    a decide() around it: the table's gate of that name returns the Hold, the table
+    returns the same one first, and neither writes anything to the ledger (applying a
+    Hold is `holding`'s)."""
+    policy = pol(**over)
+    held = _rem_of(run(nodes, alerts, state=state, policy=policy))
+    ws, led = begin(ClusterView(nodes=tuple(nodes)), state, T0, policy, alerts)
+    alone = dict(START_GATES)[gate](ws, led, held)
+    first, _ = start_hold(ws, led, held)
+    assert alone is not None and alone.rule == rule, alone
+    assert first == alone
+    assert (led.records, led.effects, led.wakes, led.changed) == ([], [], [], {})
+    assert not led.breaker_changed
