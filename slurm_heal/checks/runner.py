@@ -460,6 +460,18 @@ def remember_published(pub: dict[str, Any], published: list[Alert] | list[Findin
     pub["seen"] = seen
 
 
+def forget_unpublished(pub: dict[str, Any], alerts: list[Alert]) -> None:
+    """SPEC S8: what a person could have seen (``pub["seen"]``) keeps only the faults
+    published now. A fault that cleared while we held the node for another one (the
+    ports up again, the mount writable) is no longer in Extra; when it comes back, a
+    resume acknowledges it only once it has been published again."""
+    seen = pub.get("seen")
+    if not isinstance(seen, dict):
+        return
+    now = {a.fault for a in alerts}
+    pub["seen"] = {f: v for f, v in seen.items() if f in now}
+
+
 def standing(findings: list[Finding], acked: dict[str, Any]) -> dict[str, Any]:
     """SPEC S8 (pure): the acknowledgements that still stand for these findings.
 
@@ -647,10 +659,12 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             pub["said"] = digest
             pub["at"] = now.isoformat()
             pub["node"] = name
+        # SPEC S8: what a person can see now. Written just now, or written before and
+        # unchanged since (issue 43 writes only on a change: Extra says what the
+        # digest says), it is published either way; a fault no longer published is no
+        # longer seen (its return, even on a node we still hold, is a new fault).
+        forget_unpublished(pub, alerts)
         if alerts:
-            # SPEC S8: what a person can see now. Written just now, or written before and
-            # unchanged since (issue 43 writes only on a change: Extra says what the
-            # digest says), it is published either way.
             remember_published(pub, alerts)
         pub["boot"] = st.get("boot_id")
     except SlurmError as exc:

@@ -587,3 +587,30 @@ def test_the_first_run_after_a_crash_writes_its_own_alerts_without_the_crash(
     section = ours(slurm)
     assert section is not None
     assert [a["fault"] for a in section["alerts"]] == ["gpu.xid.13"]  # type: ignore[index]
+
+
+def test_a_fault_that_cleared_and_came_back_is_not_acknowledged_by_its_old_publication(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8 (issue 32 item 1, found by the deployed suite with IB ports down twice on a
+    node held for an Xid): the check holds the node for an Xid 79; a read-only root is
+    published, then the mount is writable again (no longer published), then read-only
+    again and a person resumes the node before the check's next run. The second episode
+    was never published: the resume acknowledges the Xid the person saw and the node is
+    drained at once for the file system."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    assert slurm.node("gpu01").drained
+    (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    first = check(slurm, now=T0 + timedelta(seconds=10))
+    assert {a.fault for a in first.alerts} == {"gpu.xid.79", "fs.readonly"}
+    (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 rw,relatime 0 0\n")
+    cleared = check(slurm, now=T0 + timedelta(seconds=20))
+    assert [a.fault for a in cleared.alerts] == ["gpu.xid.79"]
+    assert slurm.node("gpu01").drained  # still held for the Xid
+    (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
+    slurm.resume("gpu01")  # a person's resume, before the check has run again
+    result = check(slurm, now=T0 + timedelta(seconds=30))
+    info = slurm.node("gpu01")
+    assert info.drained and info.reason.startswith("heal: fs.readonly by=check"), info.reason
+    assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+    assert [a.fault for a in result.alerts] == ["fs.readonly"]
