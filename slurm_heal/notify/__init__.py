@@ -29,11 +29,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from slurm_heal import fsio
 from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError
+from slurm_heal.models import Record
 from slurm_heal.notify.events import (
     EVENT_KINDS,
     Event,
@@ -78,7 +79,7 @@ def _redact(url: str) -> str:
     return f"{scheme}://..." if sep else "(not a URL)"
 
 
-class Delivery(BaseModel):
+class Delivery(Record):
     """One event to one route, waiting in the queue."""
 
     model_config = ConfigDict(frozen=True)
@@ -91,7 +92,7 @@ class Delivery(BaseModel):
     last_error: str = ""
 
 
-class QueueDoc(BaseModel):
+class QueueDoc(Record):
     pending: list[Delivery] = Field(default_factory=list)
     seen_alerts: list[str] = Field(default_factory=list)  # alert keys already told
 
