@@ -41,6 +41,7 @@ from slurm_heal.errors import ConfigError, not_toml
 from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
     ApiSettings,  # are re-exported for their importers
     ControllerSettings,
+    Gate,
     MetricsSettings,
     NotifySettings,
     ProviderSection,
@@ -52,7 +53,6 @@ from slurm_heal.sections import Duration as Duration
 from slurm_heal.sections import Seconds as Seconds
 from slurm_heal.sections import read_section as read_section
 from slurm_heal.types import Action, Severity
-from slurm_heal.validation.gate import Gate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -435,7 +435,7 @@ class Policy(_Section):
     requests: Requests = Requests()
     capacity: Capacity = Capacity()
     pools: Pools = Pools()
-    gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.validation.gate)
+    gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.sections)
     topology: TopologyConf = TopologyConf()  # SPEC S7
     incidents: Incidents = Incidents()  # SPEC S7
     # The sections other parts own, typed by their models (slurm_heal.sections, issue 21):

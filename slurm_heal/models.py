@@ -614,6 +614,20 @@ def remediation_id(node: str, fault: str, detector: str | None, request_id: str 
     return "r-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
+def validation_run_id(node: str, origin: str, ref: str) -> str:
+    """Deterministic id of a validation run: the same vacated machine (or request) gives
+    the same run (S6)."""
+    raw = "|".join((node, origin, ref))
+    return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def gate_run_id(node: str, key: str) -> str:
+    """The run of a remediation's post-repair gate (SPEC V4): one per gate attempt, named
+    by that attempt's idempotency key, so the engine finds the run the controller queued
+    and a gate sent again under the same key queues no second one (S6)."""
+    return validation_run_id(node, "gate", key)
+
+
 class IncidentAlert(Stored):
     """One node's alert as an incident carries it (SPEC S7, D7: evidence unchanged)."""
 

@@ -1,10 +1,11 @@
 """The typed sections of the config file that other parts of slurm-heal own (issue 21):
-``[controller]``, ``[provider]``, ``[api]``, ``[notify]``, ``[metrics]`` and
-``[validation]``, as pure pydantic models, plus `read_section`, the one way to read a
-section.
+``[controller]``, ``[provider]``, ``[api]``, ``[notify]``, ``[metrics]``,
+``[validation]`` and ``[gate]``, as pure pydantic models, plus `read_section`, the one way
+to read a section.
 
 A low module: it imports pydantic, the duration rule and the validation suite's step
-models, nothing that talks to Slurm, a provider, Apprise or Prometheus. `config.Policy`
+models (`suitesteps`), nothing that talks to Slurm, a provider, Apprise or Prometheus, and
+nothing above it in the layer table (tests/unit/test_import_layers.py). `config.Policy`
 types its fields with these models (validated when the policy is loaded, SPEC P), and
 each subsystem imports its model from here (re-exported where it always was:
 ``slurm_heal.controller.ControllerSettings``, ``slurm_heal.api.settings.ApiSettings``,
@@ -20,7 +21,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -33,14 +34,11 @@ from pydantic import (
     model_validator,
 )
 
-from slurm_heal.durations import parse_duration_knob, parse_seconds
+from slurm_heal.durations import format_duration, parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
-from slurm_heal.validation.steps import Duration as StepDuration
-from slurm_heal.validation.steps import Model as StepModel
-from slurm_heal.validation.steps import Step, unique_step_names
-
-if TYPE_CHECKING:
-    from slurm_heal.notify.events import Event
+from slurm_heal.suitesteps import Duration as StepDuration
+from slurm_heal.suitesteps import Model as StepModel
+from slurm_heal.suitesteps import Step, unique_step_names
 
 # A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
 # timedelta here.
@@ -140,6 +138,17 @@ class ControllerSettings(Section):
 SEVERITIES = ("info", "warning", "critical")
 
 
+class Routed(Protocol):
+    """What a route looks at in an event (`slurm_heal.notify.events.Event`): typed here,
+    below notify, so that this low module imports nothing above it (issue 33)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def severity(self) -> str: ...
+
+
 class Route(Section):
     """One ``[[notify.routes]]``: where events of these kinds and severities go."""
 
@@ -147,7 +156,7 @@ class Route(Section):
     kinds: list[str] = Field(default_factory=lambda: ["*"])
     min_severity: Literal["info", "warning", "critical"] = "info"
 
-    def wants(self, event: Event) -> bool:
+    def wants(self, event: Routed) -> bool:
         return (("*" in self.kinds or event.kind in self.kinds)
                 and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
 
@@ -313,6 +322,82 @@ class Validation(StepModel):
     def suite_for(self, vendor: str) -> tuple[Step, ...]:
         """The steps for ``vendor``, else the ``default`` suite, else none."""
         return self.suites.get(vendor, self.suites.get("default", ()))
+
+
+# SPEC V4 "time-boxed": the longest a gate may be given. A gate is a short suite before
+# a node takes jobs again, not the vacated-machine validation (V1) of hours.
+MAX_TIMEOUT = timedelta(hours=2)
+
+
+class Gate(StepModel):
+    """The ``[gate]`` section of the policy file (SPEC V4, docs/policy.md "Post-repair
+    gate").
+
+    After an action and the node's health check (L5), before the node is resumed, a short
+    suite runs as a Slurm job in a maintenance reservation on the node: the validation
+    suite's own steps and judges (`suitesteps.Step`, `validation.judges`), run by the same
+    flow (`validation.flow`, ``origin = "gate"``), optionally with one healthy idle peer of
+    the same pool for a step across two machines. Off unless enabled.
+
+    What the gate's answer does is the life cycle's (`slurm_heal.policy.postgate`): pass ->
+    resumed; a clear failure -> the remediation fails (L5) and E1 follows; interrupted (the
+    job cancelled, timed out, the node or the peer gone) -> tried again ``retries`` times,
+    then a person. This is only the section; the job's Python, user, results directory and
+    placeholders' values come from ``[validation]``.
+    """
+
+    enabled: bool = False
+    vendor: str = "nvidia"  # whose suite runs; "default" is the fallback suite
+    suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
+    # The whole gate, from its request to its verdict: the job's time limit (sbatch
+    # --time, Slurm ends it: TIMEOUT) and the longest it waits for the node (or a peer).
+    timeout: StepDuration = timedelta(minutes=10)
+    # An interrupted gate (nothing concluded) is run again this many times, then the
+    # remediation goes to a person. A clear failure is never run again.
+    retries: int = Field(default=1, ge=0, le=3)
+    reservation_prefix: str = Field(default="slurm-heal-gate-", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @field_validator("suites")
+    @classmethod
+    def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+        return unique_step_names(value)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        if value < timedelta(minutes=1):
+            raise ValueError("must be at least 1m (sbatch --time counts whole minutes)")
+        if value > MAX_TIMEOUT:
+            raise ValueError("more than the 2h a post-repair gate may take (SPEC V4: a short "
+                             "suite; the vacated-machine validation is [validation])")
+        return value
+
+    @model_validator(mode="after")
+    def _steps_when_enabled(self) -> Gate:
+        for vendor, steps in self.suites.items():
+            for i, step in enumerate(steps):
+                if step.timeout > self.timeout:
+                    # Slurm ends the job at gate.timeout: such a step could only ever be
+                    # interrupted, never judged.
+                    raise ValueError(
+                        f"suites.{vendor}[{i}] ({step.name}): its timeout "
+                        f"{format_duration(step.timeout)} is longer than gate.timeout "
+                        f"{format_duration(self.timeout)} (the job's time limit); give the "
+                        "step a shorter timeout (a step's default is 30m) or the gate a "
+                        "longer one")
+        if self.enabled and not self.steps():
+            raise ValueError(f"gate.enabled = true but no suite for vendor {self.vendor!r} "
+                             f"(nor a \"default\" one): add [[gate.suites.{self.vendor}]] "
+                             "steps, or turn the gate off")
+        return self
+
+    def steps(self) -> tuple[Step, ...]:
+        """The steps for the gate's vendor, else the ``default`` suite, else none."""
+        return self.suites.get(self.vendor, self.suites.get("default", ()))
+
+    @property
+    def needs_peer(self) -> bool:
+        return any(s.peer for s in self.steps())
 
 
 class ProviderSection(BaseModel):

@@ -145,7 +145,7 @@ class Notifications:
                 except (ValidationError, ValueError) as exc:
                     log.error("notification queue %s unreadable, set aside: %s",
                               self.path, exc)
-                    self.path.replace(self.path.with_name(QUEUE_FILE + ".bad"))
+                    fsio.set_aside(self.path, self.path.with_name(QUEUE_FILE + ".bad"))
                     raw = ""
             yield doc
             text = doc.model_dump_json()

@@ -39,7 +39,7 @@ from urllib3.util.retry import Retry
 from slurm_heal import fsio
 from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError, TicketError
-from slurm_heal.validation.steps import Duration, SuiteResult
+from slurm_heal.suitesteps import Duration, SuiteResult
 
 LOG_TAIL = 4096  # bytes of each failing or erroring step's log put inline in a webhook body
 
