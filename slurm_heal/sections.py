@@ -119,19 +119,20 @@ class ControllerSettings(Section):
     # remediation is kept for good in the audit archive, where every reader of history
     # finds it, and `hot_retention` says how long it stays in state.json too; this key
     # still loads (validated) and the daemon says that it no longer moves anything.
-    audit_retention: str = "90d"
+    audit_retention: Duration = timedelta(days=90)
     # Issue 26: how long an ended remediation stays in the hot store (state.json) before
     # the daemon's retention moves it to the audit archive beside it (docs/store.md);
     # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
-    hot_retention: str = "14d"
+    # Typed durations (issue 33: they were kept as text and parsed again by the daemon).
+    hot_retention: Duration = timedelta(days=14)
 
-    @field_validator("audit_retention", "hot_retention", mode="before")
+    @field_validator("audit_retention", "hot_retention")
     @classmethod
-    def _duration(cls, value: Any, info: ValidationInfo) -> str:
-        # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
-        if parse_duration_knob(value) <= timedelta(0):
+    def _positive(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        # read by the one rule of every duration, in its words (durations.py, `Duration`)
+        if value <= timedelta(0):
             raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
-        return str(value)
+        return value
 
 
 # The severities of a notification event, lowest first (notify.events re-exports them).
