@@ -16,6 +16,7 @@ is still checked by the subsystem's reader (`notify_settings`, `validation_from`
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
@@ -36,8 +37,8 @@ from pydantic import (
 
 from slurm_heal.durations import format_duration, parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
+from slurm_heal.sinks import sink_problem
 from slurm_heal.suitesteps import Duration as StepDuration
-from slurm_heal.suitesteps import Model as StepModel
 from slurm_heal.suitesteps import Step, unique_step_names
 
 # A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
@@ -45,6 +46,16 @@ from slurm_heal.suitesteps import Step, unique_step_names
 Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
 # A duration setting kept in seconds: "30s", "10m", or bare seconds (see parse_seconds).
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+
+
+class AtKey(ValueError):
+    """A section's own check across its keys that names the key itself, relative to the
+    section (``routes[0].kinds``): the words `read_section` gives are then the ones the
+    subsystem's reader gave before the section checked it (issue 33)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def _dotted(loc: tuple[int | str, ...], index: str = "[]") -> str:
@@ -64,7 +75,11 @@ def _problem(exc: ValidationError, prefix: str | None, index: str = "[]",
     errors = exc.errors()
     err = errors[0]
     loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-    key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
+    named = err.get("ctx", {}).get("error")
+    if isinstance(named, AtKey):
+        key = ".".join(p for p in (prefix, named.key) if p) or None
+    else:
+        key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = f"unknown key ({msg}; {docs} lists the keys)"
@@ -137,6 +152,25 @@ class ControllerSettings(Section):
 
 # The severities of a notification event, lowest first (notify.events re-exports them).
 SEVERITIES = ("info", "warning", "critical")
+# The kinds of notification event (notify.events re-exports them): what a route may name.
+EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
+                                "breaker", "pause", "incident")
+
+
+@functools.lru_cache(maxsize=256)
+def apprise_understands(url: str) -> bool:
+    """Whether Apprise can send to ``url`` (SPEC O3). Apprise is imported only for a
+    section that names a URL, and each URL is asked once per process (serve reads its
+    config on every status request)."""
+    import apprise
+
+    return apprise.Apprise.instantiate(url) is not None
+
+
+def redact_url(url: str) -> str:
+    """A URL as an error may show it: the scheme only (a URL may carry a token)."""
+    scheme, sep, _rest = url.partition("://")
+    return f"{scheme}://..." if sep else "(not a URL)"
 
 
 class Routed(Protocol):
@@ -177,6 +211,24 @@ class NotifySettings(Section):
         if self.urls:
             out.insert(0, Route(urls=list(self.urls)))
         return out
+
+    @model_validator(mode="after")
+    def _deliverable(self) -> NotifySettings:
+        """SPEC O3: every route names known event kinds and URLs Apprise can send to;
+        checked with the section (issue 33: the policy loader refuses what `policy check`
+        refuses), in the words and keys the notifier's reader used."""
+        shortcut = 1 if self.urls else 0
+        for i, route in enumerate(self.all_routes()):
+            where = "" if i < shortcut else f"routes[{i - shortcut}]."
+            for kind in route.kinds:
+                if kind != "*" and kind not in EVENT_KINDS:
+                    raise AtKey(f"{where}kinds", f"unknown event kind {kind!r} (one of "
+                                f"{', '.join(EVENT_KINDS)})")
+            for url in route.urls:
+                if not apprise_understands(url):
+                    raise AtKey(f"{where}urls", "Apprise does not understand this URL: "
+                                f"{redact_url(url)}")
+        return self
 
 
 class MetricsSettings(Section):
@@ -286,16 +338,22 @@ class ApiSettings(Section):
     def tls(self) -> bool:
         return self.tls_cert is not None and self.tls_key is not None
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise AtKey("tls_cert", "tls_cert and tls_key go together")
+        return self
+
     def proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(p, strict=False) for p in self.trusted_proxies)
 
 
-class Validation(StepModel):
+class Validation(Section):
     """The ``[validation]`` section of the policy file (SPEC V1–V3)."""
 
     enabled: bool = True
     suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
-    tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
+    tickets: tuple[dict[str, Any], ...] = ()  # the sinks' settings (`slurm_heal.sinks`)
     # The flow (`flow`, docs/validation.md "The flow"):
     vendor: str = "nvidia"  # whose suite runs (V3); "default" is the fallback suite
     # Where each job writes its results (<results_dir>/<run id>/): on a file system the
@@ -320,6 +378,23 @@ class Validation(StepModel):
     def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
         return unique_step_names(value)
 
+    @field_validator("tickets")
+    @classmethod
+    def _sinks(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        """SPEC V2: each ticket sink is checked with the section (issue 33: the policy
+        loader refuses what `policy check` refuses), in the words and keys of the sinks'
+        reader (`validation.tickets.sinks_from`)."""
+        for i, item in enumerate(value):
+            key, why, model = sink_problem(i, item)
+            if model is None:
+                raise AtKey(key, why)
+            try:
+                model.model_validate(item)
+            except ValidationError as exc:
+                where, msg = _problem(exc, f"tickets[{i}]", "[]", "docs/validation.md")
+                raise AtKey(where or f"tickets[{i}]", msg) from None
+        return value
+
     def suite_for(self, vendor: str) -> tuple[Step, ...]:
         """The steps for ``vendor``, else the ``default`` suite, else none."""
         return self.suites.get(vendor, self.suites.get("default", ()))
@@ -330,7 +405,7 @@ class Validation(StepModel):
 MAX_TIMEOUT = timedelta(hours=2)
 
 
-class Gate(StepModel):
+class Gate(Section):
     """The ``[gate]`` section of the policy file (SPEC V4, docs/policy.md "Post-repair
     gate").
 

@@ -25,13 +25,12 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from slurm_heal.models import Effect, Phase, Plan, Record, Remediation, State
+from slurm_heal.sections import EVENT_KINDS as EVENT_KINDS  # what a route may name: its home
 from slurm_heal.sections import SEVERITIES as SEVERITIES  # lowest first (issue 21: its home)
 from slurm_heal.types import Alert, ClusterView
 
 EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
                     "incident"]
-EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
-                                "breaker", "pause", "incident")
 EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
 
 

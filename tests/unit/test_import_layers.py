@@ -46,9 +46,10 @@ RANKS: dict[str, int] = {
     "slurm_heal.nvml": 0, "slurm_heal.components": 0,
     "slurm_heal.checks.paths": 0,  # where the node side keeps its files: read by clock, store
     # 1 values: the cluster's value types, reason grammar, Extra, the fault catalog, the
-    # validation suite's step and criteria models.
+    # validation suite's step and criteria models, the ticket sinks' settings.
     "slurm_heal.types": 1, "slurm_heal.reasons": 1, "slurm_heal.extra": 1,
     "slurm_heal.catalog": 1, "slurm_heal.suitesteps": 1, "slurm_heal.suitecriteria": 1,
+    "slurm_heal.sinks": 1,
     # 2-3 the config: the sections other parts own, then the whole file.
     "slurm_heal.sections": 2,
     "slurm_heal.config": 3,
