@@ -9,9 +9,12 @@ nothing above it in the layer table (tests/unit/test_import_layers.py). `config.
 types its fields with these models (validated when the policy is loaded, SPEC P), and
 each subsystem imports its model from here (re-exported where it always was:
 ``slurm_heal.controller.ControllerSettings``, ``slurm_heal.api.settings.ApiSettings``,
-...). What needs a heavy module (an Apprise URL, a ticket sink, a provider's own model)
-is still checked by the subsystem's reader (`notify_settings`, `validation_from`,
-`make_provider`), in the same words.
+...). Each section checks itself completely (issue 33), so the policy loader refuses
+what `slurm-heal policy check` refuses, in the words the subsystems' readers used: a
+route's event kinds and the URLs Apprise must understand (Apprise is imported only for a
+section that names a URL), the TLS pair, each ticket sink (`slurm_heal.sinks`). Only the
+provider's own table is read where the provider is built (`make_provider`; `policy
+check` builds it dry).
 """
 
 from __future__ import annotations
