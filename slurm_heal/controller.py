@@ -108,7 +108,7 @@ def failure_outcome(kind: str, exc: Exception) -> tuple[Outcome | None, str]:
     return "failed", f"unexpected {type(exc).__name__}: {exc}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Executed:
     effect: Effect
     outcome: Outcome | None  # None: left in flight (timeout), resolved next cycle
@@ -129,7 +129,7 @@ class CycleFacts:
     duration_s: float
 
 
-@dataclass
+@dataclass(slots=True)
 class CycleReport:
     at: datetime
     records: tuple[Decision, ...] = ()

@@ -111,7 +111,7 @@ class Facts:
     closed: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class Advance:
     """`advance`'s answer: the run to persist and the effects to run after that."""
 

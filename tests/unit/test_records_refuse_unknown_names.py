@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import keyword
 from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +20,7 @@ import slurm_heal.ledger
 import slurm_heal.notify
 import slurm_heal.notify.events  # noqa: F401 - its records are among those checked
 from slurm_heal.models import Record, Remediation, State, Work
-from slurm_heal.types import Action
+from slurm_heal.types import Action, ClusterView
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -96,3 +97,46 @@ def test_what_a_newer_build_stored_is_still_read_and_kept() -> None:
     state = State.model_validate_json(State(remediations=(changed,)).model_dump_json())
     assert state.remediations[0].model_extra == {"newer_field": 1}
     assert state.remediations[0].data.model_extra == {"newer_flag": "x"}
+
+
+def _dataclass_records() -> list[Any]:
+    from slurm_heal import controller
+    from slurm_heal.models import Effect, Plan, ValidationRun
+    from slurm_heal.types import Alert, Severity
+    from slurm_heal.validation import flow
+
+    run = ValidationRun(id="v-1", node="n1", created=T0, updated=T0)
+    executed = controller.Executed(effect=Effect(kind="notify", node="n1"), outcome="ok")
+    return [
+        Alert(node="n1", fault="gpu.xid.79", severity=Severity.CRITICAL, summary="",
+              first_seen=T0, last_seen=T0),
+        executed,
+        controller.CycleReport(at=T0),
+        controller.CycleFacts(at=T0, view=ClusterView(nodes=()), before=State(), after=State(),
+                              plan=Plan(), executed=(executed,), duration_s=0.0),
+        flow.Advance(run=run),
+        flow.VEffect(kind="drain", key="k", node="n1"),
+        flow.Knobs(),
+    ]
+
+
+@pytest.mark.parametrize("record", _dataclass_records(), ids=lambda r: type(r).__name__)
+def test_the_dataclass_records_refuse_an_unknown_name(record: Any) -> None:
+    """The dataclasses of the cycle, the validation flow and the cluster view: made,
+    replaced or set, a name that is no field is an error naming it (a frozen one refuses
+    every assignment; the others have slots)."""
+    import dataclasses
+
+    from slurm_heal import frozen
+
+    cls = type(record)
+    names = [f.name for f in dataclasses.fields(record)]
+    values = {n: getattr(record, n) for n in names}
+    with pytest.raises(TypeError, match="handed_to_persn"):
+        cls(**values, handed_to_persn=True)
+    replace = frozen.replace if hasattr(cls, frozen.FIELDS) else dataclasses.replace
+    with pytest.raises(TypeError, match="handed_to_persn"):
+        replace(record, handed_to_persn=True)
+    with pytest.raises(AttributeError):
+        record.handed_to_persn = True
+    assert not hasattr(record, "handed_to_persn")
