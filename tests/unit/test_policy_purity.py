@@ -101,9 +101,9 @@ def test_policy_core_stays_pure_with_incidents_gate_lemon_and_reset_on() -> None
     assert records[-1] == ["reset_gpu", "done", "L5"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="policy/working.py loads the packaged catalog when "
-                   "decide() is given none: the core rewrite of issue 33 takes the catalog "
-                   "as an input (remove this mark with it)")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the WorkingSet (policy/working.py) loads the packaged "
+                   "catalog when decide() is given none: issue 33 makes the catalog an input "
+                   "of decide() (remove this mark with that change)")
 def test_decide_without_a_catalog_opens_no_file() -> None:
     """Issue 33: the catalog is an input of decide(); without one, decide() must not read
     catalog.toml behind its caller's back (the trap above, no catalog passed)."""
