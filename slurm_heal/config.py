@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -41,9 +39,11 @@ from slurm_heal.errors import ConfigError, not_toml
 from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
     ApiSettings,  # are re-exported for their importers
     ControllerSettings,
+    Gate,
     MetricsSettings,
     NotifySettings,
     ProviderSection,
+    Section,  # the one base of every section: frozen, no unknown keys (issue 33)
     Validation,
     _problem,
     read_sections,
@@ -52,7 +52,6 @@ from slurm_heal.sections import Duration as Duration
 from slurm_heal.sections import Seconds as Seconds
 from slurm_heal.sections import read_section as read_section
 from slurm_heal.types import Action, Severity
-from slurm_heal.validation.gate import Gate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,13 +62,7 @@ MAX_WAIT_LIMIT = timedelta(hours=24)  # SPEC P3: more is rejected
 Mode = Literal["auto", "manual", "deny"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-
-
-class ApprovalRule(_Section):
+class ApprovalRule(Section):
     """One approval rule (SPEC P2). Unset matchers match anything."""
 
     fault: str | None = None  # glob, e.g. "gpu.xid.119" or "gpu.xid.*"
@@ -157,7 +150,7 @@ def node_names(hostlist: str) -> frozenset[str]:
         raise ValueError(f"{hostlist[:80]!r} is not a Slurm host list: {exc}") from None
 
 
-class Approvals(_Section):
+class Approvals(Section):
     """SPEC P2: who approves a proposed remediation."""
 
     default: Mode = "manual"
@@ -177,7 +170,7 @@ class Approvals(_Section):
         return rule.mode, f"P2:approvals[{i}]"
 
 
-class Waiting(_Section):
+class Waiting(Section):
     """SPEC P3: waiting for running jobs before acting."""
 
     max_wait: timedelta | None = timedelta(hours=2)  # None = "never" interrupt jobs
@@ -207,7 +200,7 @@ class Waiting(_Section):
 
 
 
-class Safety(_Section):
+class Safety(Section):
     """SPEC S1-S5 (plus the return timeout of L5)."""
 
     # S1: keys are a severity (info/warning/critical) or a fault glob; a fault glob wins.
@@ -266,7 +259,7 @@ class Safety(_Section):
         return max(self.concurrency_min, math.floor(cluster_size * self.concurrency_percent / 100))
 
 
-class Lemon(_Section):
+class Lemon(Section):
     """SPEC E7: a machine past ``remediations`` acted within ``window`` gets no more
     automatic remediation; a person gets a removal recommendation with its ledger."""
 
@@ -275,7 +268,7 @@ class Lemon(_Section):
     window: Duration = timedelta(days=7)
 
 
-class Escalation(_Section):
+class Escalation(Section):
     """SPEC E1-E5, E7."""
 
     repeats: int = Field(default=2, ge=1)  # E1: after this many, the next step of the ladder
@@ -326,7 +319,7 @@ class Escalation(_Section):
         return self.ladder
 
 
-class Requests(_Section):
+class Requests(Section):
     """SPEC Q2-Q4: requests from people and detectors."""
 
     # P1/Q4: by default a request needs an active alert on the node (evidence). Set these
@@ -338,7 +331,7 @@ class Requests(_Section):
     evidence_wait: Duration = timedelta(hours=1)
 
 
-class Capacity(_Section):
+class Capacity(Section):
     """SPEC Q4: keep enough of a pool in service."""
 
     # A remediation may not start when fewer than this share of the pool's other nodes
@@ -346,7 +339,7 @@ class Capacity(_Section):
     min_available_percent: float = Field(default=50.0, ge=0, le=100)
 
 
-class Pools(_Section):
+class Pools(Section):
     """How nodes are grouped into pools (S4)."""
 
     by: Literal["partition", "feature"] = "partition"
@@ -364,7 +357,7 @@ DEFAULT_RELATED: dict[str, tuple[str, ...]] = {
 }
 
 
-class TopologyConf(_Section):
+class TopologyConf(Section):
     """SPEC S7: where the components that nodes share come from (docs/policy.md)."""
 
     # auto: Slurm's topology (tree switches, 23.11+ blocks) when it has one, else node
@@ -386,7 +379,7 @@ class TopologyConf(_Section):
         return value
 
 
-class Incidents(_Section):
+class Incidents(Section):
     """SPEC S7: one incident per cause, on the component the nodes share."""
 
     enabled: bool = True
@@ -424,7 +417,7 @@ class Incidents(_Section):
 RESET_RESERVATION_PREFIX = "slurm-heal-reset-"
 
 
-class Policy(_Section):
+class Policy(Section):
     """The whole configuration file: policy knobs + pass-through sections."""
 
     mode: Literal["normal", "recommend_only"] = "normal"
@@ -435,7 +428,7 @@ class Policy(_Section):
     requests: Requests = Requests()
     capacity: Capacity = Capacity()
     pools: Pools = Pools()
-    gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.validation.gate)
+    gate: Gate = Gate()  # SPEC V4: the post-repair gate (slurm_heal.sections)
     topology: TopologyConf = TopologyConf()  # SPEC S7
     incidents: Incidents = Incidents()  # SPEC S7
     # The sections other parts own, typed by their models (slurm_heal.sections, issue 21):

@@ -108,7 +108,7 @@ def failure_outcome(kind: str, exc: Exception) -> tuple[Outcome | None, str]:
     return "failed", f"unexpected {type(exc).__name__}: {exc}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Executed:
     effect: Effect
     outcome: Outcome | None  # None: left in flight (timeout), resolved next cycle
@@ -129,7 +129,7 @@ class CycleFacts:
     duration_s: float
 
 
-@dataclass
+@dataclass(slots=True)
 class CycleReport:
     at: datetime
     records: tuple[Decision, ...] = ()
@@ -166,7 +166,7 @@ class Controller:
                  notifier: Callable[[Effect, datetime], None] | None = None,
                  decide: Callable[..., Any] | None = None,
                  observers: Sequence[Callable[[CycleFacts], None]] = (),
-                 audit_retention: timedelta | None = None,
+                 hot_retention: timedelta | None = None,
                  validator: Any | None = None, gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
@@ -186,8 +186,8 @@ class Controller:
         self.liveness: Heartbeat | None = None
         self.last_failure: HealError | None = None  # why the last cycle tried failed
         # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
-        # Since issue 26 the daemon passes [controller] hot_retention here.
-        self.audit_retention = audit_retention
+        # [controller] hot_retention (issue 26), a typed duration (issue 33).
+        self.hot_retention = hot_retention
         self._retained_at: datetime | None = None
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
         # None: vacated machines are not followed (tests of the remediation cycle alone).
@@ -275,11 +275,11 @@ class Controller:
     def _retain(self, now: datetime) -> None:
         """The store's retention (docs/store.md): keep what E1-E3 need and the hot
         retention, archive the rest (P4). Never fails the cycle."""
-        if self.audit_retention is None or (
+        if self.hot_retention is None or (
                 self._retained_at is not None and now - self._retained_at < RETAIN_EVERY):
             return
         esc = self.policy.escalation
-        keep = max(self.audit_retention, esc.window, esc.migrate_evidence_window,
+        keep = max(self.hot_retention, esc.window, esc.migrate_evidence_window,
                    esc.lemon.window, store_mod.DEFAULT_KEEP)  # E7 counts its window too
         try:
             self.store.prune(now, keep=keep, archive=True)

@@ -19,6 +19,11 @@ serialised with `locked`:
   ``pid <n>`` into the lock file (diagnostics only). Closing the descriptor releases the
   lock, so a killed holder never leaves it held.
 
+* **Set aside.** ``set_aside(path, target)`` moves a file that cannot be read out of the
+  way (a corrupt state, an unreadable queue) so that a person can look at it, and makes
+  the move durable. With `atomic_open` the only renames slurm-heal makes (the store's own
+  set-aside, which words its failure for the person, aside: the import test holds it).
+
 Callers turn OSError and LockTimeout into their own error of the tree (StoreError,
 CheckError, ...), with their own words.
 """
@@ -124,6 +129,14 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str,
     payload = data.encode("utf-8") if isinstance(data, str) else data
     with atomic_open(path, mode) as fh:
         fh.write(payload)
+
+
+def set_aside(path: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Move ``path`` to ``target`` (replacing it) and fsync the directory. Raises the
+    OSError of a failed move; a failed directory fsync loses nothing (the move is done)."""
+    os.replace(path, target)
+    with contextlib.suppress(OSError):
+        fsync_dir(os.path.dirname(os.fspath(target)) or os.curdir)
 
 
 def _holder(path: Path) -> str:

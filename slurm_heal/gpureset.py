@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal import catalog as catalog_mod
-from slurm_heal import extra, reasons
+from slurm_heal import extra, fsio, reasons
 from slurm_heal.config import RESET_RESERVATION_PREFIX
 from slurm_heal.errors import HealError, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers.base import Operation
@@ -116,9 +116,9 @@ class GpuReset:
 
     @staticmethod
     def _write(path: Path, data: dict[str, Any]) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        # The one atomic write (fsync of the file and the directory, house style 13);
+        # readable by the job's user, as the validation's own files (its spec.json).
+        fsio.atomic_write(path, json.dumps(data, indent=1) + "\n", 0o644)
 
     def _op(self, key: str, node: str, status: str, detail: str, job: str = "",
             by_person: bool = False) -> Operation:

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from slurm_heal import fsio
 from slurm_heal.checks.proc import finish
 
 RESULT = "result.json"
@@ -202,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
 def _write(out: Path, result: dict[str, Any]) -> int:
     """``result.json`` (atomically) and the verdict on stdout; the job's exit status."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, out / RESULT)
+    # The one atomic write (fsync of the file and the directory, house style 13), as the
+    # validation runner writes its results: the controller reads it.
+    fsio.atomic_write(out / RESULT, json.dumps(result, indent=1) + "\n", 0o644)
     sys.stdout.write(f"slurm-heal gpu reset of {result['node']}: {result['outcome']}: "
                      f"{result['detail']}\n")
     return 0 if result["outcome"] == "ok" else 1

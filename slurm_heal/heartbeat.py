@@ -17,12 +17,13 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from slurm_heal import fsio
+from slurm_heal.models import Record
 
 
-class Heartbeat(BaseModel):
+class Heartbeat(Record):
     """What the daemon says about itself after each cycle it tried."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")

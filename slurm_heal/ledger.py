@@ -40,13 +40,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from slurm_heal import extra as extra_mod
 from slurm_heal import fsio, jsonsafe
 from slurm_heal.durations import format_duration
 from slurm_heal.errors import StoreError
-from slurm_heal.models import Phase, Remediation
+from slurm_heal.models import Phase, Record, Remediation
 from slurm_heal.policy.facts import acted_at, ended_at, host_of
 from slurm_heal.types import Action, NodeInfo
 
@@ -71,7 +71,7 @@ SWEEP_EVERY = timedelta(hours=1)
 Kind = Literal["gpu_serials", "instance_id", "provider", "node_name"]
 
 
-class _Stored(BaseModel):
+class _Stored(Record):
     # Fields a newer slurm-heal added are kept and written back (like the store).
     model_config = ConfigDict(frozen=True, extra="allow")
 

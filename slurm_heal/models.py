@@ -21,18 +21,21 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidationError,
     field_serializer,
     model_serializer,
     model_validator,
 )
+from typing_extensions import Self
 
 from slurm_heal.types import Action, Severity
 
@@ -43,11 +46,69 @@ SCHEMA_VERSION = 1  # the major: a store with a newer one is refused, never over
 SCHEMA_MINOR = 1
 
 
-class Frozen(BaseModel):
+def unknown_names(model: type[BaseModel], given: Mapping[str, Any],
+                  names: Iterable[str] | None = None) -> ValidationError | None:
+    """The error for the names in ``given`` that are no field of ``model`` (None when
+    every name is one): a ``extra_forbidden`` error per name, each naming the field it was
+    given and the field it was perhaps meant to be."""
+    known = frozenset(model.model_fields) if names is None else frozenset(names)
+    bad = sorted(k for k in given if k not in known)
+    if not bad:
+        return None
+    import difflib
+
+    errors: list[Any] = []
+    for name in bad:
+        near = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        errors.append({"type": "value_error", "loc": (name,), "input": given[name],
+                       "ctx": {"error": ValueError(
+                           f"{model.__name__} has no field {name!r}{hint}")}})
+    return ValidationError.from_exception_data(model.__name__, errors)
+
+
+class Record(BaseModel):
+    """A typed record: made or changed by our own code only with the names it has.
+
+    ``Model(name=...)`` and ``record.model_copy(update={...})`` refuse a name that is no
+    field (a `ValidationError` that names it): a typo is an error where it is written,
+    never a key stored beside the flag it meant (issue 33). What the store *reads*
+    (``model_validate``) is not affected: a stored model keeps the fields a newer
+    slurm-heal wrote (`Stored`), as before."""
+
+    __record_names__: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.__record_names__ = frozenset(cls.model_fields)
+
+    def __init__(self, /, **data: Any) -> None:
+        if not data.keys() <= self.__record_names__:
+            error = unknown_names(type(self), data, self.__record_names__)
+            if error is not None:
+                raise error
+        super().__init__(**data)
+
+    # Pydantic calls a model's own ``__init__`` from every validation (a stored document's
+    # too) unless it is marked as the base one: it is, so what the store reads is
+    # validated as before and only our code's calls are checked for names.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        if update and not update.keys() <= self.__record_names__:
+            error = unknown_names(type(self), update, self.__record_names__)
+            if error is not None:
+                raise error
+        return super().model_copy(update=update, deep=deep)
+
+
+class Frozen(Record):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Stored(BaseModel):
+class Stored(Record):
     """A model that lives in the store (or the inbox): fields a newer slurm-heal added
     (a newer ``schema_minor``) are kept as they are and written back unchanged, so an
     older build never wipes what a newer one recorded (SPEC I5, docs/store.md)."""
@@ -216,7 +277,7 @@ class HeldBy(Stored):
         return self.incident is not None
 
 
-class Work(BaseModel):
+class Work(Record):
     """The working state of one remediation that decides what happens next: every flag
     `decide()` keeps between cycles, in one place, typed (issue 8, "Shape").
 
@@ -289,9 +350,17 @@ class Work(BaseModel):
 
     def but(self, **changes: Any) -> Work:
         """A copy with ``changes`` applied, validated (a wrong type is an error here,
-        never a surprise in a later cycle)."""
+        never a surprise in a later cycle; a name that is no flag is refused, issue 33).
+        The keys a newer slurm-heal stored (``__pydantic_extra__``) stay as they are."""
+        if not changes.keys() <= self.__record_names__:
+            error = unknown_names(Work, changes, self.__record_names__)
+            if error is not None:
+                raise error
         # The field values themselves, not a model_dump round trip: a dump serializes
         # every field, which made this the costliest line of decide() (issue 13).
+        kept = self.__pydantic_extra__
+        if kept:
+            return Work.model_validate({**kept, **self.__dict__, **changes})
         return Work.model_validate({**self.__dict__, **changes})
 
 
@@ -543,6 +612,20 @@ def remediation_id(node: str, fault: str, detector: str | None, request_id: str 
     """Deterministic id: two replicas deciding on the same input create the same id (S6)."""
     raw = "|".join((node, fault, detector or "", request_id or "", since.isoformat()))
     return "r-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def validation_run_id(node: str, origin: str, ref: str) -> str:
+    """Deterministic id of a validation run: the same vacated machine (or request) gives
+    the same run (S6)."""
+    raw = "|".join((node, origin, ref))
+    return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
+
+
+def gate_run_id(node: str, key: str) -> str:
+    """The run of a remediation's post-repair gate (SPEC V4): one per gate attempt, named
+    by that attempt's idempotency key, so the engine finds the run the controller queued
+    and a gate sent again under the same key queues no second one (S6)."""
+    return validation_run_id(node, "gate", key)
 
 
 class IncidentAlert(Stored):

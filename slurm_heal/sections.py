@@ -1,26 +1,31 @@
 """The typed sections of the config file that other parts of slurm-heal own (issue 21):
-``[controller]``, ``[provider]``, ``[api]``, ``[notify]``, ``[metrics]`` and
-``[validation]``, as pure pydantic models, plus `read_section`, the one way to read a
-section.
+``[controller]``, ``[provider]``, ``[api]``, ``[notify]``, ``[metrics]``,
+``[validation]`` and ``[gate]``, as pure pydantic models, plus `read_section`, the one way
+to read a section.
 
 A low module: it imports pydantic, the duration rule and the validation suite's step
-models, nothing that talks to Slurm, a provider, Apprise or Prometheus. `config.Policy`
+models (`suitesteps`), nothing that talks to Slurm, a provider, Apprise or Prometheus, and
+nothing above it in the layer table (tests/unit/test_import_layers.py). `config.Policy`
 types its fields with these models (validated when the policy is loaded, SPEC P), and
 each subsystem imports its model from here (re-exported where it always was:
 ``slurm_heal.controller.ControllerSettings``, ``slurm_heal.api.settings.ApiSettings``,
-...). What needs a heavy module (an Apprise URL, a ticket sink, a provider's own model)
-is still checked by the subsystem's reader (`notify_settings`, `validation_from`,
-`make_provider`), in the same words.
+...). Each section checks itself completely (issue 33), so the policy loader refuses
+what `slurm-heal policy check` refuses, in the words the subsystems' readers used: a
+route's event kinds and the URLs Apprise must understand (Apprise is imported only for a
+section that names a URL), the TLS pair, each ticket sink (`slurm_heal.sinks`). Only the
+provider's own table is read where the provider is built (`make_provider`; `policy
+check` builds it dry).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -33,20 +38,27 @@ from pydantic import (
     model_validator,
 )
 
-from slurm_heal.durations import parse_duration_knob, parse_seconds
+from slurm_heal.durations import format_duration, parse_duration_knob, parse_seconds
 from slurm_heal.errors import ConfigError
-from slurm_heal.validation.steps import Duration as StepDuration
-from slurm_heal.validation.steps import Model as StepModel
-from slurm_heal.validation.steps import Step, unique_step_names
-
-if TYPE_CHECKING:
-    from slurm_heal.notify.events import Event
+from slurm_heal.sinks import sink_problem
+from slurm_heal.suitesteps import Duration as StepDuration
+from slurm_heal.suitesteps import Step, unique_step_names
 
 # A duration knob: "30s", "30m", "2h", "7d" in the file (a bare number is refused), a
 # timedelta here.
 Duration = Annotated[timedelta, BeforeValidator(parse_duration_knob)]
 # A duration setting kept in seconds: "30s", "10m", or bare seconds (see parse_seconds).
 Seconds = Annotated[float, BeforeValidator(parse_seconds)]
+
+
+class AtKey(ValueError):
+    """A section's own check across its keys that names the key itself, relative to the
+    section (``routes[0].kinds``): the words `read_section` gives are then the ones the
+    subsystem's reader gave before the section checked it (issue 33)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 def _dotted(loc: tuple[int | str, ...], index: str = "[]") -> str:
@@ -66,7 +78,11 @@ def _problem(exc: ValidationError, prefix: str | None, index: str = "[]",
     errors = exc.errors()
     err = errors[0]
     loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-    key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
+    named = err.get("ctx", {}).get("error")
+    if isinstance(named, AtKey):
+        key = ".".join(p for p in (prefix, named.key) if p) or None
+    else:
+        key = ".".join(p for p in (prefix, _dotted(loc, index)) if p) or None
     msg = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         msg = f"unknown key ({msg}; {docs} lists the keys)"
@@ -121,23 +137,54 @@ class ControllerSettings(Section):
     # remediation is kept for good in the audit archive, where every reader of history
     # finds it, and `hot_retention` says how long it stays in state.json too; this key
     # still loads (validated) and the daemon says that it no longer moves anything.
-    audit_retention: str = "90d"
+    audit_retention: Duration = timedelta(days=90)
     # Issue 26: how long an ended remediation stays in the hot store (state.json) before
     # the daemon's retention moves it to the audit archive beside it (docs/store.md);
     # never less than what E1-E3 count (escalation.window, migrate_evidence_window).
-    hot_retention: str = "14d"
+    # Typed durations (issue 33: they were kept as text and parsed again by the daemon).
+    hot_retention: Duration = timedelta(days=14)
 
-    @field_validator("audit_retention", "hot_retention", mode="before")
+    @field_validator("audit_retention", "hot_retention")
     @classmethod
-    def _duration(cls, value: Any, info: ValidationInfo) -> str:
-        # the one rule of every duration, its words (durations.py): a unit, e.g. "90d"
-        if parse_duration_knob(value) <= timedelta(0):
+    def _positive(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        # read by the one rule of every duration, in its words (durations.py, `Duration`)
+        if value <= timedelta(0):
             raise ValueError(f"{info.field_name} must be a positive duration, e.g. 14d")
-        return str(value)
+        return value
 
 
 # The severities of a notification event, lowest first (notify.events re-exports them).
 SEVERITIES = ("info", "warning", "critical")
+# The kinds of notification event (notify.events re-exports them): what a route may name.
+EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
+                                "breaker", "pause", "incident")
+
+
+@functools.lru_cache(maxsize=256)
+def apprise_understands(url: str) -> bool:
+    """Whether Apprise can send to ``url`` (SPEC O3). Apprise is imported only for a
+    section that names a URL, and each URL is asked once per process (serve reads its
+    config on every status request)."""
+    import apprise
+
+    return apprise.Apprise.instantiate(url) is not None
+
+
+def redact_url(url: str) -> str:
+    """A URL as an error may show it: the scheme only (a URL may carry a token)."""
+    scheme, sep, _rest = url.partition("://")
+    return f"{scheme}://..." if sep else "(not a URL)"
+
+
+class Routed(Protocol):
+    """What a route looks at in an event (`slurm_heal.notify.events.Event`): typed here,
+    below notify, so that this low module imports nothing above it (issue 33)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def severity(self) -> str: ...
 
 
 class Route(Section):
@@ -147,7 +194,7 @@ class Route(Section):
     kinds: list[str] = Field(default_factory=lambda: ["*"])
     min_severity: Literal["info", "warning", "critical"] = "info"
 
-    def wants(self, event: Event) -> bool:
+    def wants(self, event: Routed) -> bool:
         return (("*" in self.kinds or event.kind in self.kinds)
                 and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
 
@@ -167,6 +214,24 @@ class NotifySettings(Section):
         if self.urls:
             out.insert(0, Route(urls=list(self.urls)))
         return out
+
+    @model_validator(mode="after")
+    def _deliverable(self) -> NotifySettings:
+        """SPEC O3: every route names known event kinds and URLs Apprise can send to;
+        checked with the section (issue 33: the policy loader refuses what `policy check`
+        refuses), in the words and keys the notifier's reader used."""
+        shortcut = 1 if self.urls else 0
+        for i, route in enumerate(self.all_routes()):
+            where = "" if i < shortcut else f"routes[{i - shortcut}]."
+            for kind in route.kinds:
+                if kind != "*" and kind not in EVENT_KINDS:
+                    raise AtKey(f"{where}kinds", f"unknown event kind {kind!r} (one of "
+                                f"{', '.join(EVENT_KINDS)})")
+            for url in route.urls:
+                if not apprise_understands(url):
+                    raise AtKey(f"{where}urls", "Apprise does not understand this URL: "
+                                f"{redact_url(url)}")
+        return self
 
 
 class MetricsSettings(Section):
@@ -276,16 +341,22 @@ class ApiSettings(Section):
     def tls(self) -> bool:
         return self.tls_cert is not None and self.tls_key is not None
 
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise AtKey("tls_cert", "tls_cert and tls_key go together")
+        return self
+
     def proxies(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(p, strict=False) for p in self.trusted_proxies)
 
 
-class Validation(StepModel):
+class Validation(Section):
     """The ``[validation]`` section of the policy file (SPEC V1–V3)."""
 
     enabled: bool = True
     suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
-    tickets: tuple[dict[str, Any], ...] = ()  # sinks, validated by `tickets.sinks_from`
+    tickets: tuple[dict[str, Any], ...] = ()  # the sinks' settings (`slurm_heal.sinks`)
     # The flow (`flow`, docs/validation.md "The flow"):
     vendor: str = "nvidia"  # whose suite runs (V3); "default" is the fallback suite
     # Where each job writes its results (<results_dir>/<run id>/): on a file system the
@@ -310,9 +381,102 @@ class Validation(StepModel):
     def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
         return unique_step_names(value)
 
+    @field_validator("tickets")
+    @classmethod
+    def _sinks(cls, value: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+        """SPEC V2: each ticket sink is checked with the section (issue 33: the policy
+        loader refuses what `policy check` refuses), in the words and keys of the sinks'
+        reader (`validation.tickets.sinks_from`)."""
+        for i, item in enumerate(value):
+            key, why, model = sink_problem(i, item)
+            if model is None:
+                raise AtKey(key, why)
+            try:
+                model.model_validate(item)
+            except ValidationError as exc:
+                where, msg = _problem(exc, f"tickets[{i}]", "[]", "docs/validation.md")
+                raise AtKey(where or f"tickets[{i}]", msg) from None
+        return value
+
     def suite_for(self, vendor: str) -> tuple[Step, ...]:
         """The steps for ``vendor``, else the ``default`` suite, else none."""
         return self.suites.get(vendor, self.suites.get("default", ()))
+
+
+# SPEC V4 "time-boxed": the longest a gate may be given. A gate is a short suite before
+# a node takes jobs again, not the vacated-machine validation (V1) of hours.
+MAX_TIMEOUT = timedelta(hours=2)
+
+
+class Gate(Section):
+    """The ``[gate]`` section of the policy file (SPEC V4, docs/policy.md "Post-repair
+    gate").
+
+    After an action and the node's health check (L5), before the node is resumed, a short
+    suite runs as a Slurm job in a maintenance reservation on the node: the validation
+    suite's own steps and judges (`suitesteps.Step`, `validation.judges`), run by the same
+    flow (`validation.flow`, ``origin = "gate"``), optionally with one healthy idle peer of
+    the same pool for a step across two machines. Off unless enabled.
+
+    What the gate's answer does is the life cycle's (`slurm_heal.policy.postgate`): pass ->
+    resumed; a clear failure -> the remediation fails (L5) and E1 follows; interrupted (the
+    job cancelled, timed out, the node or the peer gone) -> tried again ``retries`` times,
+    then a person. This is only the section; the job's Python, user, results directory and
+    placeholders' values come from ``[validation]``.
+    """
+
+    enabled: bool = False
+    vendor: str = "nvidia"  # whose suite runs; "default" is the fallback suite
+    suites: dict[str, tuple[Step, ...]] = Field(default_factory=dict)  # vendor -> steps
+    # The whole gate, from its request to its verdict: the job's time limit (sbatch
+    # --time, Slurm ends it: TIMEOUT) and the longest it waits for the node (or a peer).
+    timeout: StepDuration = timedelta(minutes=10)
+    # An interrupted gate (nothing concluded) is run again this many times, then the
+    # remediation goes to a person. A clear failure is never run again.
+    retries: int = Field(default=1, ge=0, le=3)
+    reservation_prefix: str = Field(default="slurm-heal-gate-", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @field_validator("suites")
+    @classmethod
+    def _unique(cls, value: dict[str, tuple[Step, ...]]) -> dict[str, tuple[Step, ...]]:
+        return unique_step_names(value)
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: timedelta) -> timedelta:
+        if value < timedelta(minutes=1):
+            raise ValueError("must be at least 1m (sbatch --time counts whole minutes)")
+        if value > MAX_TIMEOUT:
+            raise ValueError("more than the 2h a post-repair gate may take (SPEC V4: a short "
+                             "suite; the vacated-machine validation is [validation])")
+        return value
+
+    @model_validator(mode="after")
+    def _steps_when_enabled(self) -> Gate:
+        for vendor, steps in self.suites.items():
+            for i, step in enumerate(steps):
+                if step.timeout > self.timeout:
+                    # Slurm ends the job at gate.timeout: such a step could only ever be
+                    # interrupted, never judged.
+                    raise ValueError(
+                        f"suites.{vendor}[{i}] ({step.name}): its timeout "
+                        f"{format_duration(step.timeout)} is longer than gate.timeout "
+                        f"{format_duration(self.timeout)} (the job's time limit); give the "
+                        "step a shorter timeout (a step's default is 30m) or the gate a "
+                        "longer one")
+        if self.enabled and not self.steps():
+            raise ValueError(f"gate.enabled = true but no suite for vendor {self.vendor!r} "
+                             f"(nor a \"default\" one): add [[gate.suites.{self.vendor}]] "
+                             "steps, or turn the gate off")
+        return self
+
+    def steps(self) -> tuple[Step, ...]:
+        """The steps for the gate's vendor, else the ``default`` suite, else none."""
+        return self.suites.get(self.vendor, self.suites.get("default", ()))
+
+    @property
+    def needs_peer(self) -> bool:
+        return any(s.peer for s in self.steps())
 
 
 class ProviderSection(BaseModel):

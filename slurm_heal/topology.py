@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slurm_heal.components import Component as Component  # their home (issue 33)
+from slurm_heal.components import Topology as Topology
 from slurm_heal.errors import HealError, TopologyError
 
 if TYPE_CHECKING:
@@ -45,56 +47,6 @@ log = logging.getLogger("slurm_heal.topology")
 NO_TOPOLOGY = ("no topology information available",
                "requested topology configuration is not available")
 MAX_LINES = 100_000
-
-
-@dataclass(frozen=True, slots=True)
-class Component:
-    """One shared component: a leaf switch, a block, a rack (SPEC S7)."""
-
-    kind: str  # "switch", "block", or a feature prefix's name ("rack", "leaf")
-    name: str
-    nodes: frozenset[str]
-
-    @property
-    def id(self) -> str:
-        return f"{self.kind}:{self.name}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.kind} {self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Topology:
-    """The components of a cluster, and which of them each node is under."""
-
-    source: str  # where it was read: "scontrol show topology", "features", a file's path
-    components: tuple[Component, ...] = ()
-    # Why the configured topology could not be read (the cycle goes on without one).
-    problem: str = ""
-    _by_node: dict[str, tuple[Component, ...]] = field(default_factory=dict, repr=False,
-                                                       compare=False)
-
-    def __post_init__(self) -> None:
-        # Smallest component first (the most specific cause): the components are added
-        # to each node's tuple in that order, so no node needs a sort of its own.
-        by: dict[str, tuple[Component, ...]] = {}
-        for c in sorted(self.components, key=lambda c: (len(c.nodes), c.id)):
-            one = (c,)
-            for n in c.nodes:
-                got = by.get(n)
-                by[n] = one if got is None else got + one
-        object.__setattr__(self, "_by_node", by)
-
-    def of(self, node: str) -> tuple[Component, ...]:
-        """The components ``node`` is under, smallest first (none: not in the topology)."""
-        return self._by_node.get(node, ())
-
-    def get(self, component_id: str) -> Component | None:
-        return next((c for c in self.components if c.id == component_id), None)
-
-    def __bool__(self) -> bool:
-        return bool(self.components)
 
 
 def _expand(hostlist: str, where: str) -> frozenset[str]:

@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 
 if TYPE_CHECKING:
     from typing import Any
 
-    from slurm_heal.topology import Topology
+    from slurm_heal.components import Topology
 
 
 class Severity(str, enum.Enum):

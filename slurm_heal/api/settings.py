@@ -43,9 +43,7 @@ def api_settings(section: ApiSettings | dict[str, Any], source: str = "<config>"
         fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key", "proxy_secret_file")
                  if isinstance(v := getattr(settings, k), Path) and not v.is_absolute()}
         settings = settings.model_copy(update=fixed)
-    if (settings.tls_cert is None) != (settings.tls_key is None):
-        raise ConfigError("tls_cert and tls_key go together", file=source, key="api.tls_cert")
-    return settings
+    return settings  # (tls_cert and tls_key go together: the section checks that itself)
 
 
 def check_listen(settings: ApiSettings) -> None:

@@ -16,6 +16,8 @@ import os
 from datetime import datetime
 from typing import Any
 
+from slurm_heal import fsio  # on the check's path already (checks.state): no import cost
+
 FILE = "gpu-reset.json"
 # What a GPU reset clears: the GPU's Xid records (not an NVSwitch SXid, a GPU off the
 # bus, a hung task: a reset of the GPU fixes none of those).
@@ -29,12 +31,9 @@ def mark(check_config: str | None, at: datetime, gpus: list[int]) -> str:
     state_dir = load_config(check_config).state_path()
     os.makedirs(state_dir, mode=0o750, exist_ok=True)
     path = os.path.join(state_dir, FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"at": at.isoformat(), "gpus": list(gpus)}, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # The one atomic write (house style 13): the rename survives a power cut too (the
+    # directory is fsynced), and the check state's mode (the check reads it as root).
+    fsio.atomic_write(path, json.dumps({"at": at.isoformat(), "gpus": list(gpus)}), 0o644)
     return path
 
 

@@ -54,7 +54,7 @@ def load(state_dir: str, boot: str) -> tuple[dict[str, Any], bool]:
         return empty(boot), False
     except (ValueError, UnicodeDecodeError):
         with contextlib.suppress(OSError):
-            os.replace(path, f"{path}.corrupt-{int(time.time())}")
+            fsio.set_aside(path, f"{path}.corrupt-{int(time.time())}")
         return empty(boot), False
     fresh = empty(boot)
     for key, value in fresh.items():

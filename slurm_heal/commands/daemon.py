@@ -35,9 +35,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     checked as `slurm-heal policy check` does; SIGHUP reads it again (a good one takes
     effect at the next cycle, a bad one is refused and the old one kept, logged).
     """
-    from slurm_heal.config import parse_duration
     from slurm_heal.configcheck import Reloader, check_config
     from slurm_heal.controller import Controller, LeaderLock, Notifier, run_forever
+    from slurm_heal.durations import format_duration
     from slurm_heal.errors import ConfigError
     from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG, config_path, locate, slurm_conf_path
     from slurm_heal.providers import make_provider
@@ -99,7 +99,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     controller = Controller(slurm=slurm, provider=provider, store=store, policy=policy,
                             clock=SteadyClock(),
                             notifier=Notifier(notify), observers=observers,
-                            audit_retention=parse_duration(settings.hot_retention),
+                            hot_retention=settings.hot_retention,
                             validator=validator)
     holder.append(controller)
     from slurm_heal.gpureset import GpuReset
@@ -112,7 +112,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
             "controller.audit_retention no longer moves anything: every ended remediation "
             "is kept in %s for good (history, explain and the API read it there); it stays "
             "in the hot store for controller.hot_retention (%s)", store.archive_file,
-            settings.hot_retention)
+            format_duration(settings.hot_retention))
     heartbeat = Path(settings.heartbeat) if settings.heartbeat else state_dir / "heartbeat"
     # the type as configured (`simulator` is served by the http client: say simulator)
     provider_type = str(policy.provider.kind or getattr(provider, "name", "?"))

@@ -22,20 +22,19 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from slurm_heal.models import Effect, Phase, Plan, Remediation, State
+from slurm_heal.models import Effect, Phase, Plan, Record, Remediation, State
+from slurm_heal.sections import EVENT_KINDS as EVENT_KINDS  # what a route may name: its home
 from slurm_heal.sections import SEVERITIES as SEVERITIES  # lowest first (issue 21: its home)
 from slurm_heal.types import Alert, ClusterView
 
 EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
                     "incident"]
-EVENT_KINDS: tuple[str, ...] = ("alert", "approval", "outcome", "person", "support",
-                                "breaker", "pause", "incident")
 EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
 
 
-class Event(BaseModel):
+class Event(Record):
     """One thing to tell people."""
 
     model_config = ConfigDict(frozen=True)

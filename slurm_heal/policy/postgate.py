@@ -23,11 +23,10 @@ from datetime import timedelta
 import slurm_heal.policy.endings as endings
 import slurm_heal.policy.holding as holding
 from slurm_heal.config import format_duration
-from slurm_heal.models import Attempt, Remediation, ValidationRun
+from slurm_heal.models import Attempt, Remediation, ValidationRun, gate_run_id
 from slurm_heal.policy.facts import POLL_EVERY
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import NodeInfo
-from slurm_heal.validation.flow import gate_run_id
 
 
 def tries(rem: Remediation) -> list[Attempt]:

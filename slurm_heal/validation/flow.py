@@ -40,7 +40,6 @@ by name, the job by name) instead of doing it twice.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -48,6 +47,8 @@ from typing import Any, Literal
 from slurm_heal import reasons
 from slurm_heal.models import VALIDATION_TERMINAL as TERMINAL
 from slurm_heal.models import Attempt, Previous, Step, ValidationRun, VPhase
+from slurm_heal.models import gate_run_id as gate_run_id  # the runs' ids live with the
+from slurm_heal.models import validation_run_id as run_id  # models, below the engine (#33)
 from slurm_heal.types import JobInfo, NodeInfo
 
 __all__ = ["TERMINAL", "Advance", "Facts", "Knobs", "Previous", "Results", "VEffect",
@@ -62,19 +63,6 @@ JOB_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 JOB_JUDGED = frozenset({"COMPLETED", "FAILED"})
 MARKER_FAULT = "validation"
 MARKER_BY = "validation"
-
-
-def run_id(node: str, origin: str, ref: str) -> str:
-    """Deterministic id: the same vacated machine (or request) gives the same run (S6)."""
-    raw = "|".join((node, origin, ref))
-    return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-
-def gate_run_id(node: str, key: str) -> str:
-    """The run of a remediation's post-repair gate (SPEC V4): one per gate attempt, named
-    by that attempt's idempotency key, so the engine finds the run the controller queued
-    and a gate sent again under the same key queues no second one (S6)."""
-    return run_id(node, "gate", key)
 
 
 @dataclass(frozen=True)
@@ -123,7 +111,7 @@ class Facts:
     closed: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(slots=True)
 class Advance:
     """`advance`'s answer: the run to persist and the effects to run after that."""
 

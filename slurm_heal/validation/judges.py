@@ -30,8 +30,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from slurm_heal.validation import criteria as crit
-from slurm_heal.validation.steps import Step, StepResult
+from slurm_heal import suitecriteria as crit
+from slurm_heal.suitesteps import Step, StepResult
 
 
 class Unreadable(Exception):

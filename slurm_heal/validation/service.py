@@ -34,11 +34,11 @@ from pydantic import ValidationError
 from slurm_heal.errors import HealError, NotFound, ValidationFlowError
 from slurm_heal.models import Command, Phase, State, ValidationRun
 from slurm_heal.providers.base import Operation
+from slurm_heal.sections import Gate
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.slurm.mapping import ACTIVE_JOB_STATES
 from slurm_heal.types import Action, ClusterView, NodeInfo
 from slurm_heal.validation import flow
-from slurm_heal.validation.gate import Gate
 from slurm_heal.validation.slurmjobs import SlurmJobs, job_partitions
 from slurm_heal.validation.suite import SuiteResult, Validation, validation_from
 

@@ -16,14 +16,14 @@ import math
 from typing import Any
 
 from slurm_heal.sections import Validation as Validation  # its home (issue 21)
-from slurm_heal.validation.steps import PLACEHOLDERS as PLACEHOLDERS
-from slurm_heal.validation.steps import Duration as Duration
-from slurm_heal.validation.steps import Kind as Kind
-from slurm_heal.validation.steps import Outcome as Outcome
-from slurm_heal.validation.steps import Step as Step
-from slurm_heal.validation.steps import StepResult as StepResult
-from slurm_heal.validation.steps import SuiteResult as SuiteResult
-from slurm_heal.validation.steps import verdict as verdict
+from slurm_heal.suitesteps import PLACEHOLDERS as PLACEHOLDERS
+from slurm_heal.suitesteps import Duration as Duration
+from slurm_heal.suitesteps import Kind as Kind
+from slurm_heal.suitesteps import Outcome as Outcome
+from slurm_heal.suitesteps import Step as Step
+from slurm_heal.suitesteps import StepResult as StepResult
+from slurm_heal.suitesteps import SuiteResult as SuiteResult
+from slurm_heal.suitesteps import verdict as verdict
 
 
 def evaluate(step: Step, rc: int | None, output: str, *, timed_out: bool = False,

@@ -29,17 +29,26 @@ import tarfile
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import requests
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from slurm_heal import fsio
 from slurm_heal.config import read_section
 from slurm_heal.errors import ConfigError, TicketError
-from slurm_heal.validation.steps import Duration, SuiteResult
+from slurm_heal.sinks import (
+    DirectorySettings,
+    GithubSettings,
+    JiraSettings,
+    SinkSettings,
+    WebhookSettings,
+    compile_template,
+    sink_problem,
+)
+from slurm_heal.suitesteps import SuiteResult
 
 LOG_TAIL = 4096  # bytes of each failing or erroring step's log put inline in a webhook body
 
@@ -73,8 +82,6 @@ def summarize(results: SuiteResult) -> str:
 
 
 # ------------------------------------------------------------------ templates
-
-TITLE = "[slurm-heal] {{ ticket.summary }}"
 
 BODY = """\
 <!-- slurm-heal ticket {{ ticket.id }} -->
@@ -163,48 +170,11 @@ h3. Logs
 """
 
 
-def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _brief(value: Any) -> str:
-    """A measured/expected dict in a table cell: ``key=value`` pairs, long parts cut."""
-    if not value:
-        return ""
-    if not isinstance(value, dict):
-        text = json.dumps(value, separators=(",", ":"))
-    else:
-        text = ", ".join(
-            f"{k}={v}" if isinstance(v, (int, float, str)) and not isinstance(v, bool)
-            else f"{k}={json.dumps(v, separators=(',', ':'))}"
-            for k, v in sorted(value.items()))
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def _environment() -> Any:
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import SandboxedEnvironment
-    env = SandboxedEnvironment(undefined=StrictUndefined, trim_blocks=True,
-                               lstrip_blocks=True, keep_trailing_newline=True,
-                               autoescape=False)
-    env.filters["cell"] = _cell
-    env.filters["brief"] = _brief
-    return env
-
-
-def _compile(source: str, what: str) -> Any:
-    from jinja2 import TemplateError
-    try:
-        return _environment().from_string(source)
-    except TemplateError as exc:
-        raise ValueError(f"{what} does not compile: {exc}") from None
-
-
 def render(template: str, ticket: Ticket, logs: str) -> str:
     """Render a Jinja2 template with ``ticket``, ``results`` and ``logs`` (a reference)."""
     from jinja2 import TemplateError
     try:
-        return str(_compile(template, "the template").render(
+        return str(compile_template(template, "the template").render(
             ticket=ticket.model_dump(mode="json"),
             results=ticket.results.model_dump(mode="json"), logs=logs))
     except (TemplateError, ValueError) as exc:
@@ -213,15 +183,8 @@ def render(template: str, ticket: Ticket, logs: str) -> str:
 
 # ------------------------------------------------------------------ sinks
 
-class _Sink(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class DirectorySink(_Sink):
+class DirectorySink(DirectorySettings):
     """``{kind = "directory", path = "/var/lib/slurm-heal/tickets"}``."""
-
-    kind: Literal["directory"] = "directory"
-    path: str
 
     def file(self, ticket: Ticket, logs: Path, logs_ref: str = "") -> str:
         """Write ``<id>.json`` and ``<id>.logs.tar.gz``; returns the ticket's path."""
@@ -241,11 +204,15 @@ class DirectorySink(_Sink):
         return str(doc)
 
 
-class _HttpSink(_Sink):
-    timeout: Duration = timedelta(seconds=10)  # per request
-    retries: int = Field(default=3, ge=0, le=10)  # more tries on 5xx/429/connection errors
-    backoff: Duration = timedelta(seconds=1)  # before try n+1: backoff * 2^n
-    token_env: str = ""  # the environment variable holding the token; never the token
+class _HttpSink:
+    """What an HTTP sink does; its settings are `HttpSettings` (a plain mixin: the
+    settings classes alone make the fields, pydantic merges no two chains of them)."""
+
+    if TYPE_CHECKING:  # the settings' fields, for the type checker
+        timeout: timedelta
+        retries: int
+        backoff: timedelta
+        token_env: str
 
     def _token(self, required: bool) -> str:
         if not self.token_env:
@@ -293,20 +260,9 @@ class _HttpSink(_Sink):
             raise TicketError(f"{what}: the answer is not JSON: {resp.text[:200]!r}") from None
 
 
-class WebhookSink(_HttpSink):
-    """``{kind = "webhook", url = "https://...", token_env = "HOOK_TOKEN"}``.
-
-    The body is the ticket as JSON plus ``logs`` (where the whole logs are: the
-    directory sink's archive when one is configured, else the results directory) and
-    ``log_tails`` (the last 4 KiB of each failed or erroring step's log). A body larger
-    than ``max_body_bytes`` is sent without the log tails (``log_tails_dropped``).
-    Returns the answer's ``url``/``id``/``key`` when it gives one, else the URL posted to.
-    """
-
-    kind: Literal["webhook"] = "webhook"
-    url: str = Field(pattern=r"^https?://")
-    headers: dict[str, str] = Field(default_factory=dict)
-    max_body_bytes: int = Field(default=1_000_000, ge=4096)
+class WebhookSink(_HttpSink, WebhookSettings):
+    """``{kind = "webhook", url = "https://...", token_env = "HOOK_TOKEN"}``: the
+    settings' docstring says what is sent (`slurm_heal.sinks.WebhookSettings`)."""
 
     def body(self, ticket: Ticket, logs: Path, logs_ref: str = "") -> dict[str, Any]:
         doc: dict[str, Any] = {**ticket.model_dump(mode="json"),
@@ -343,27 +299,13 @@ class WebhookSink(_HttpSink):
 
 
 class _TemplatedSink(_HttpSink):
+    """What a sink with a Jinja2 title and body does; its settings: `TemplatedSettings`."""
+
     default_body: ClassVar[str] = BODY
-    title: str = TITLE  # Jinja2, one line
-    template: str = ""  # a Jinja2 file for the body; empty: the built-in one
-    labels: list[str] = Field(default_factory=lambda: ["hardware", "slurm-heal"])
-
-    @field_validator("title")
-    @classmethod
-    def _title(cls, value: str) -> str:
-        _compile(value, "title")
-        return value
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str) -> str:
-        if value:
-            try:
-                source = Path(value).read_text()
-            except OSError as exc:
-                raise ValueError(f"cannot read the template {value}: {exc.strerror}") from None
-            _compile(source, f"the template {value}")
-        return value
+    if TYPE_CHECKING:
+        title: str
+        template: str
+        labels: list[str]
 
     def _body_source(self) -> str:
         if not self.template:
@@ -381,13 +323,8 @@ class _TemplatedSink(_HttpSink):
         return title[:250], render(self._body_source(), ticket, where)
 
 
-class GithubSink(_TemplatedSink):
+class GithubSink(_TemplatedSink, GithubSettings):
     """``{kind = "github", repo = "acme/hw-tickets", token_env = "GITHUB_TOKEN"}``."""
-
-    kind: Literal["github"] = "github"
-    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-    api_url: str = Field(default="https://api.github.com", pattern=r"^https?://")
-    token_env: str = "GITHUB_TOKEN"
 
     def payload(self, ticket: Ticket, logs: Path, logs_ref: str = "") -> dict[str, Any]:
         title, body = self.texts(ticket, logs, logs_ref)
@@ -405,20 +342,11 @@ class GithubSink(_TemplatedSink):
         return str(answer["html_url"])
 
 
-class JiraSink(_TemplatedSink):
-    """``{kind = "jira", url = "https://jira.example", project = "HW", token_env = ...}``.
-
-    With ``user_env`` the token is sent as basic auth with that user (Jira Cloud's
-    e-mail + API token); without, as a bearer token (a Data Center personal token).
-    """
+class JiraSink(_TemplatedSink, JiraSettings):
+    """``{kind = "jira", url = "https://jira.example", project = "HW", token_env = ...}``
+    (`slurm_heal.sinks.JiraSettings`)."""
 
     default_body: ClassVar[str] = JIRA_BODY
-    kind: Literal["jira"] = "jira"
-    url: str = Field(pattern=r"^https?://")
-    project: str = Field(pattern=r"^[A-Z][A-Z0-9_]+$")
-    issuetype: str = "Bug"
-    token_env: str = "JIRA_TOKEN"
-    user_env: str = ""
 
     def payload(self, ticket: Ticket, logs: Path, logs_ref: str = "") -> dict[str, Any]:
         title, body = self.texts(ticket, logs, logs_ref)
@@ -448,27 +376,21 @@ class JiraSink(_TemplatedSink):
 
 
 Sink = DirectorySink | WebhookSink | GithubSink | JiraSink
-SINKS: dict[str, type[_Sink]] = {"directory": DirectorySink, "webhook": WebhookSink,
+SINKS: dict[str, type[SinkSettings]] = {"directory": DirectorySink, "webhook": WebhookSink,
                                  "github": GithubSink, "jira": JiraSink}
 
 
 def sinks_from(items: tuple[dict[str, Any], ...] | list[dict[str, Any]],
                source: str = "<dict>") -> list[Sink]:
-    """Validate ``[[validation.tickets]]``. Raises ConfigError naming the entry."""
+    """Validate ``[[validation.tickets]]``. Raises ConfigError naming the entry (the
+    ``[validation]`` section checks the same when the policy is loaded: `sinks`)."""
     out: list[Sink] = []
     for i, item in enumerate(items):
-        kind = item.get("kind") if isinstance(item, dict) else None
-        cls = SINKS.get(str(kind))
-        where = f"validation.tickets[{i}]"
+        key, why, cls = sink_problem(i, item, SINKS)
         if cls is None:
-            raise ConfigError(f"unknown ticket sink kind {kind!r} (known: "
-                              f"{', '.join(SINKS)})", file=source, key=f"{where}.kind")
-        if "token" in item:
-            raise ConfigError("a token is never written in the file: name the environment "
-                              "variable that holds it in token_env", file=source,
-                              key=f"{where}.token")
-        out.append(read_section(cls, item, file=source, key=where,  # type: ignore[arg-type]
-                                docs="docs/validation.md"))
+            raise ConfigError(why, file=source, key=f"validation.{key}")
+        out.append(read_section(cls, item, file=source,  # type: ignore[arg-type]
+                                key=f"validation.tickets[{i}]", docs="docs/validation.md"))
     return out
 
 

@@ -1,10 +1,13 @@
-"""The package's import graph (ARCHITECTURE "Layout", issue 21): no import cycle, and
-nothing outside `commands/` imports from it (cli.py, which wires the commands, aside).
+"""The package's import graph (ARCHITECTURE "Layout", house style 15; issues 21, 33): no
+import cycle, every module ranked in one layer table (`RANKS`) and none importing a module
+of a higher rank, nothing outside `commands/` importing from it (cli.py, which wires the
+commands, aside), and no rename outside the one atomic write.
 
 The graph is read from the source (ast), every ``import`` counted wherever it stands, a
 function's deferred import included: deferring an import hides a cycle from Python, not
-from the design. Imports under ``if TYPE_CHECKING:`` are annotations only and do not
-count.
+from the design. For the cycle test, imports under ``if TYPE_CHECKING:`` are annotations
+only and do not count; for the layer table they do (an annotation that names a type of a
+higher layer is a dependency on it all the same).
 """
 
 from __future__ import annotations
@@ -32,6 +35,65 @@ def _modules(package: Path) -> dict[str, Path]:
     return out
 
 
+# The layers, lowest first: a module may import its own rank and those below, never one
+# above. The longest dotted prefix in the table gives a module its rank (a package's row
+# covers its modules); a module in no row fails the test, so a new one is placed on
+# purpose. Equal ranks are peers.
+RANKS: dict[str, int] = {
+    # 0 foundation: no slurm-heal import above it; the node check's path.
+    "slurm_heal": 0, "slurm_heal.errors": 0, "slurm_heal.jsonsafe": 0,
+    "slurm_heal.frozen": 0, "slurm_heal.durations": 0, "slurm_heal.fsio": 0,
+    "slurm_heal.nvml": 0, "slurm_heal.components": 0,
+    "slurm_heal.checks.paths": 0,  # where the node side keeps its files: read by clock, store
+    # 1 values: the cluster's value types, reason grammar, Extra, the fault catalog, the
+    # validation suite's step and criteria models, the ticket sinks' settings.
+    "slurm_heal.types": 1, "slurm_heal.reasons": 1, "slurm_heal.extra": 1,
+    "slurm_heal.catalog": 1, "slurm_heal.suitesteps": 1, "slurm_heal.suitecriteria": 1,
+    "slurm_heal.sinks": 1,
+    # 2-3 the config: the sections other parts own, then the whole file.
+    "slurm_heal.sections": 2,
+    "slurm_heal.config": 3,
+    # 4-5 adapters' bases and the controller's models and files.
+    "slurm_heal.slurm": 4, "slurm_heal.topology": 4, "slurm_heal.models": 4,
+    "slurm_heal.nodealerts": 4,
+    "slurm_heal.incidentstore": 5, "slurm_heal.heartbeat": 5, "slurm_heal.clock": 5,
+    "slurm_heal.providers": 5,
+    # 6 the node check, the store, the site's configuration.
+    "slurm_heal.checks": 6, "slurm_heal.store": 6, "slurm_heal.siteconf": 6,
+    # 7 the pure core; where things are; the GPU reset job's body (node side).
+    "slurm_heal.policy": 7, "slurm_heal.location": 7, "slurm_heal.gpureset_job": 7,
+    # 8-9 the machine ledger, the read model.
+    "slurm_heal.ledger": 8,
+    "slurm_heal.readmodel": 9,
+    # 10-11 the controller and what runs beside it.
+    "slurm_heal.validation": 10, "slurm_heal.controller": 10, "slurm_heal.operations": 10,
+    "slurm_heal.simulation": 10, "slurm_heal.install": 10,
+    "slurm_heal.gpureset": 11, "slurm_heal.notify": 11,
+    # 12-16 the faces: metrics, the API, the policy check, the demo, the commands, the CLI.
+    "slurm_heal.metrics": 12, "slurm_heal.api": 12,
+    "slurm_heal.configcheck": 13, "slurm_heal.demo": 13,
+    "slurm_heal.commands": 14, "slurm_heal.cli": 15, "slurm_heal.entry": 16,
+}
+# The renames slurm-heal makes: the one atomic write and set-aside (fsio), and the
+# store's own set-aside of a corrupt document (which words its failure for a person).
+RENAMES_ALLOWED = {"slurm_heal.fsio", "slurm_heal.store"}
+
+
+def rank(module: str, ranks: dict[str, int] | None = None) -> int | None:
+    """The rank of ``module``: its own row, else its longest dotted prefix in the table
+    (a package's row) short of the package itself, whose row is only its ``__init__``'s
+    (None: unranked)."""
+    table = RANKS if ranks is None else ranks
+    if module in table:
+        return table[module]
+    name = module.rpartition(".")[0]
+    while "." in name:
+        if name in table:
+            return table[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
 def _type_checking_only(tree: ast.Module) -> set[int]:
     skip: set[int] = set()
     for node in ast.walk(tree):
@@ -42,9 +104,10 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return skip
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(name: str, path: Path, modules: dict[str, Path],
+             type_checking: bool = False) -> set[str]:
     """The package's modules ``name`` imports (a submodule when one is named, else the
-    module or package itself)."""
+    module or package itself); with ``type_checking``, those under TYPE_CHECKING too."""
     root = name.split(".")[0]
 
     def resolve(dotted: str) -> str | None:
@@ -53,7 +116,7 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         return dotted or None
 
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_only(tree)
+    skip = set() if type_checking else _type_checking_only(tree)
     found: set[str | None] = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -76,9 +139,10 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return {m for m in found if m is not None}
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
+def import_graph(package: Path, type_checking: bool = False) -> dict[str, set[str]]:
     modules = _modules(package)
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules, type_checking)
+            for name, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -123,6 +187,82 @@ def _upward(graph: dict[str, set[str]]) -> Iterator[str]:
         for dep in sorted(deps):
             if dep == "slurm_heal.commands" or dep.startswith("slurm_heal.commands."):
                 yield f"{name} imports {dep}"
+
+
+def _unranked(graph: dict[str, set[str]], ranks: dict[str, int] | None = None) -> list[str]:
+    return sorted(m for m in graph if rank(m, ranks) is None)
+
+
+def _against_ranks(graph: dict[str, set[str]],
+                   ranks: dict[str, int] | None = None) -> Iterator[str]:
+    for name, deps in sorted(graph.items()):
+        mine = rank(name, ranks)
+        for dep in sorted(deps):
+            theirs = rank(dep, ranks)
+            if mine is not None and theirs is not None and theirs > mine:
+                yield f"{name} (rank {mine}) imports {dep} (rank {theirs})"
+
+
+def _renames(package: Path, allowed: set[str]) -> Iterator[str]:
+    """``os.replace``/``os.rename`` (and ``shutil.move``), and a ``.replace(x)`` or
+    ``.rename(x)`` with one argument (a Path's: str.replace takes two), outside
+    ``allowed``."""
+    for name, path in sorted(_modules(package).items()):
+        if name in allowed:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            attr, owner = node.func.attr, node.func.value
+            if attr not in ("replace", "rename", "move"):
+                continue
+            module_call = isinstance(owner, ast.Name) and owner.id in ("os", "shutil")
+            one_arg = len(node.args) == 1 and not node.keywords and attr != "move"
+            if (module_call and (owner.id, attr) != ("shutil", "replace")) or one_arg:
+                yield f"{name}:{node.lineno}: {ast.unparse(node.func)}(...)"
+
+
+def test_every_module_has_a_rank_and_none_imports_upward() -> None:
+    """House style 15: the layer table holds; a TYPE_CHECKING import counts (issue 33:
+    policy.postgate -> validation.flow, config -> validation.gate, sections ->
+    validation.steps and notify.events, types -> topology were upward and are gone)."""
+    graph = import_graph(PACKAGE, type_checking=True)
+    assert _unranked(graph) == [], "place each new module in RANKS (test_import_layers.py)"
+    assert list(_against_ranks(graph)) == []
+
+
+def test_no_rename_outside_the_one_atomic_write() -> None:
+    """House style 5 and 13: a file is replaced only by fsio (a temp file, fsync of the
+    file and the directory); the GPU reset's three writes renamed their own (issue 33)."""
+    assert list(_renames(PACKAGE, RENAMES_ALLOWED)) == []
+
+
+def test_the_layer_and_rename_checks_can_fail(tmp_path: Path) -> None:
+    """An upward import under TYPE_CHECKING, a deferred one, an unranked module and each
+    kind of rename are all found."""
+    pkg = tmp_path / "slurm_heal"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("TYPE_CHECKING = False\nif TYPE_CHECKING:\n"
+                                "    from slurm_heal.high import X\n")
+    (pkg / "mid.py").write_text("def f():\n    from slurm_heal import high\n")
+    (pkg / "high.py").write_text("import os\nfrom pathlib import Path\nX = 1\n"
+                                 "os.replace('a', 'b')\nos.rename('a', 'b')\n"
+                                 "Path('a').replace('b')\n'a'.replace('a', 'b')\n")
+    (pkg / "fsio.py").write_text("import os\nos.replace('a', 'b')\n")
+    (pkg / "new.py").write_text("")
+    ranks = {"slurm_heal": 0, "slurm_heal.low": 0, "slurm_heal.mid": 1,
+             "slurm_heal.high": 2, "slurm_heal.fsio": 0}
+    graph = import_graph(pkg, type_checking=True)
+    assert _unranked(graph, ranks) == ["slurm_heal.new"]
+    assert list(_against_ranks(graph, ranks)) == [
+        "slurm_heal.low (rank 0) imports slurm_heal.high (rank 2)",
+        "slurm_heal.mid (rank 1) imports slurm_heal.high (rank 2)"]
+    assert "slurm_heal.high" not in import_graph(pkg)["slurm_heal.low"]  # cycles: annotations
+    assert list(_renames(pkg, {"slurm_heal.fsio"})) == [
+        "slurm_heal.high:4: os.replace(...)", "slurm_heal.high:5: os.rename(...)",
+        "slurm_heal.high:6: Path('a').replace(...)"]
 
 
 def test_the_package_has_no_import_cycle() -> None:

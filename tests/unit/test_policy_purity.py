@@ -5,20 +5,27 @@ requests cannot be imported and the clock, randomness and file opening raise; th
 decide() runs a whole life cycle through the simulation. Any I/O, clock or randomness
 in the engine fails this test. The catalog is read before the trap closes and passed
 in, and the process's cached copy is dropped, so decide() reading catalog.toml behind
-its caller's back (a hidden input, issue 20) fails it too.
+its caller's back (a hidden input, issue 20) fails it too. The life cycle runs twice:
+with the defaults, and with every feature that has code paths of its own on (issue 33):
+incidents over a topology from node features (S7), the post-repair gate (V4), the lemon
+ledger (E7) and the GPU reset (E6).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = textwrap.dedent("""
-    import builtins, sys, time, random, datetime as _dt
+    import builtins, json, sys, time, random, datetime as _dt
     # Everything the engine needs from outside is imported before the trap closes.
     import pydantic, click, ClusterShell.NodeSet, tomllib, json  # noqa
     from slurm_heal import catalog, models, config  # the contract, not the core  # noqa
@@ -46,19 +53,73 @@ PROBE = textwrap.dedent("""
     pathlib.Path.open = trap("Path.open")  # what Path.read_text and tomllib callers use
     from slurm_heal.policy import decide  # noqa
     from slurm_heal import simulation
-    sc = simulation.parse_scenario({
-        "start": "2026-01-05T00:00:00Z", "config": {"approvals": {"default": "auto"}},
-        "nodes": [{"name": "gpu01", "pool": "a"}, {"name": "gpu02", "pool": "b"}],
-        "events": [{"at": "+0s", "type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}],
-        "until": "+1h"}, catalog=cat)
+    sc = simulation.parse_scenario(json.loads(sys.argv[1]), catalog=cat)
     res = simulation.simulate(sc)
     assert [d.phase for d in res.records][-1] == "done", res.records
-    print("pure")
+    print(json.dumps([[d.action.value, d.phase, d.rule] for d in res.records]))
 """)
+
+DEFAULTS: dict[str, Any] = {
+    "start": "2026-01-05T00:00:00Z", "config": {"approvals": {"default": "auto"}},
+    "nodes": [{"name": "gpu01", "pool": "a"}, {"name": "gpu02", "pool": "b"}],
+    "events": [{"at": "+0s", "type": "alert", "node": "gpu01", "fault": "gpu.xid.48"}],
+    "until": "+1h"}
+GATE = {"enabled": True, "suites": {"nvidia": [
+    {"name": "diag", "kind": "command", "command": ["dcgmi", "diag", "-r", "1"],
+     "timeout": "5m"}]}}
+ALL_ON: dict[str, Any] = {
+    "start": "2026-01-05T00:00:00Z",
+    "config": {"approvals": {"default": "auto"}, "gate": GATE,
+               "escalation": {"gpu_reset": True, "lemon": {"enabled": True, "remediations": 3}},
+               "incidents": {"enabled": True}, "topology": {"source": "features"}},
+    "nodes": [{"name": f"gpu0{i}", "pool": p, "features": ["rack=r1"]}
+              for i, p in enumerate("abcd", 1)],
+    "events": [{"at": "+0s", "type": "alert", "node": "gpu01", "fault": "gpu.xid.119"}],
+    "until": "+2h"}
+
+
+def _probe(scenario: dict[str, Any], code: str = PROBE) -> list[list[str]]:
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(scenario)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records: list[list[str]] = json.loads(out.stdout)
+    return records
 
 
 def test_policy_core_runs_with_io_clock_and_randomness_blocked() -> None:
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "pure"
+    assert _probe(DEFAULTS)[-1] == ["reboot", "done", "L5"]
+
+
+def test_policy_core_stays_pure_with_incidents_gate_lemon_and_reset_on() -> None:
+    """Issue 33: the same trap, with the features whose rules have their own code: the
+    S7 settle wait (a fault a rack could cause), the GPU reset (E6) as the action, the
+    post-repair gate (V4) before the resume, the lemon ledger (E7) counted."""
+    records = _probe(ALL_ON)
+    assert ["reset_gpu", "blocked", "S7"] in records
+    assert ["reset_gpu", "acting", "L1"] in records
+    assert ["reset_gpu", "returning", "V4"] in records
+    assert records[-1] == ["reset_gpu", "done", "L5"]
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the WorkingSet (policy/working.py) loads the packaged "
+                   "catalog when decide() is given none: issue 33 makes the catalog an input "
+                   "of decide() (remove this mark with that change)")
+def test_decide_without_a_catalog_opens_no_file() -> None:
+    """Issue 33: the catalog is an input of decide(); without one, decide() must not read
+    catalog.toml behind its caller's back (the trap above, no catalog passed)."""
+    head, _sim = PROBE.split("from slurm_heal.policy import decide  # noqa")
+    code = head + textwrap.dedent("""
+        from slurm_heal.policy import decide
+        from slurm_heal.models import State
+        from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
+        t0 = _dt.datetime.fromisoformat("2026-01-05T00:00:00+00:00")
+        nodes = tuple(NodeInfo(name=n, states=frozenset({"IDLE"}), partitions=(p,))
+                      for n, p in (("gpu01", "a"), ("gpu02", "b")))
+        alert = Alert(node="gpu01", fault="gpu.xid.48", severity=Severity.CRITICAL,
+                      summary="", first_seen=t0, last_seen=t0)
+        plan = decide(ClusterView(nodes=nodes), State(), t0,
+                      config.policy_from_dict({"approvals": {"default": "auto"}}),
+                      {"gpu01": [alert]})  # no catalog
+        print(json.dumps([[d.action.value, d.phase, d.rule] for d in plan.records]))
+    """)
+    assert _probe(DEFAULTS, code)[-1] == ["reboot", "cordoned", "L1"]

@@ -112,14 +112,14 @@ def test_the_daemon_runs_retention_with_the_configured_audit_time(tmp_path: Path
         try:
             ctl = Controller(slurm=cluster, provider=provider, store=store,
                              policy=policy_from_dict({}), clock=lambda: now[0],
-                             audit_retention=timedelta(days=30))
+                             hot_retention=timedelta(days=30))
             ctl.cycle()
             assert [r.id for r in store.load().remediations] == ["r-new"]
             assert [r.id for r in archived(store.archive_file)] == ["r-old"]
             # Within the hour nothing is pruned again: r-new (20 days) would go under a
             # retention of 1 day (the rules' 14-day floor), but the next run is due later.
             now[0] = T0 + timedelta(minutes=30)
-            ctl.audit_retention = timedelta(days=1)
+            ctl.hot_retention = timedelta(days=1)
             ctl.cycle()
             assert [r.id for r in store.load().remediations] == ["r-new"]
         finally:
@@ -137,7 +137,7 @@ def test_retention_never_drops_what_the_escalation_window_needs(tmp_path: Path) 
         provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=5, attempts=1)
         try:
             Controller(slurm=cluster, provider=provider, store=store, policy=policy_from_dict({}),
-                       clock=lambda: T0, audit_retention=timedelta(days=1)).cycle()
+                       clock=lambda: T0, hot_retention=timedelta(days=1)).cycle()
         finally:
             provider.close()
     assert [r.id for r in store.load().remediations] == ["r-9d"]
@@ -148,7 +148,7 @@ def test_audit_retention_must_be_a_positive_duration() -> None:
         controller_settings({"audit_retention": "0s"})
     with pytest.raises(ConfigError, match="audit_retention"):
         controller_settings({"audit_retention": "ninety days"})
-    assert controller_settings({}).audit_retention == "90d"
+    assert controller_settings({}).audit_retention == timedelta(days=90)
 
 
 def test_an_empty_state_stays_unwritten(tmp_path: Path) -> None:

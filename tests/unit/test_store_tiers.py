@@ -62,8 +62,8 @@ def tiered(tmp_path: Path) -> Store:
 def test_the_daemon_keeps_ended_work_in_the_hot_store_for_days_not_ninety() -> None:
     """Issue 26: [controller] hot_retention, 14 days by default, is what the daemon's
     retention keeps in state.json; a bad value names the key."""
-    assert controller_settings({}).hot_retention == "14d"
-    assert controller_settings({"hot_retention": "21d"}).hot_retention == "21d"
+    assert controller_settings({}).hot_retention == timedelta(days=14)
+    assert controller_settings({"hot_retention": "21d"}).hot_retention == timedelta(days=21)
     with pytest.raises(ConfigError, match="hot_retention"):
         controller_settings({"hot_retention": "0s"})
 
@@ -78,13 +78,13 @@ def test_a_daemon_cycle_moves_what_ended_before_the_hot_window_to_the_archive(
     store = Store(tmp_path)
     store.apply(Plan(updates=(ended("r-20d", "gpu01", 20), ended("r-3d", "gpu02", 3))), T0)
     retention = timedelta(days=14)  # what `slurm-heal daemon` passes by default
-    assert controller_settings({}).hot_retention == "14d"
+    assert controller_settings({}).hot_retention == timedelta(days=14)
     with SimulatorServer(port=0, duration=0.0) as sim:
         provider = HttpProvider(sim.url, connect_timeout=2, read_timeout=5, attempts=1)
         try:
             Controller(slurm=cluster, provider=provider, store=store,
                        policy=policy_from_dict({}), clock=lambda: T0,
-                       audit_retention=retention).cycle()
+                       hot_retention=retention).cycle()
         finally:
             provider.close()
     assert [r.id for r in store.load().remediations] == ["r-3d"]

@@ -1,8 +1,12 @@
 """The shared types of the validation suite (SPEC V1, V3): a step, its result, a run's
 result and the verdict over its steps.
 
-Their own module so that `suite` (the section, `evaluate`), `judges` (the tool-specific
-judging) and `tickets` (the sinks) all build on them without importing each other.
+Their own module so that `validation.suite` (the section, `evaluate`), `validation.judges`
+(the tool-specific judging) and `validation.tickets` (the sinks) all build on them without
+importing each other; and a low one (pure data, pydantic and the duration rule only), so
+that the config's sections (`sections.Validation`, `sections.Gate`) type their steps with
+them without importing the validation flow above the engine (issue 33, the layer table
+in tests/unit/test_import_layers.py).
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ class Step(Model):
     def _criteria(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         # Checked against the kind's model when the policy file is loaded, so a typo in a
         # criterion is refused at start, not when a machine is tested (V3).
-        from slurm_heal.validation import criteria
+        from slurm_heal import suitecriteria as criteria
         kind = info.data.get("kind")
         if kind is not None:  # a bad kind is reported on its own
             criteria.parse(kind, value)

@@ -3,7 +3,8 @@
 A step's ``criteria`` table in the policy file is checked against its kind's model here
 when the file is loaded (`check`), so a typo (``min_busbw = 300``) or a wrong type
 (``min_bw_gbps = "fast"``) is refused at start with the key named, not found when a
-machine is being tested. The judges (`judges`) read the same models.
+machine is being tested. The judges (`validation.judges`) read the same models; a low
+module (pydantic only) beside `suitesteps`, whose steps check their criteria with it.
 
 Types are strict: a number is a TOML number, never a string; lists are TOML arrays.
 """
