@@ -37,7 +37,7 @@ from slurm_heal.providers._records import (
     operation,
     require_key,
 )
-from slurm_heal.providers.base import Operation
+from slurm_heal.providers.base import SLURM_REBOOT_TIMEOUT, Operation
 from slurm_heal.providers.settings import (
     LongTimeout,
     ProviderSettings,
@@ -66,7 +66,7 @@ class SlurmRebootProvider(RecordedOperations):
     name = "slurm"
 
     def __init__(self, slurm: SlurmClient, *, state_dir: str | os.PathLike[str] | None = None,
-                 nextstate: str = "DRAIN", timeout: float = 1800.0,
+                 nextstate: str = "DRAIN", timeout: float = SLURM_REBOOT_TIMEOUT,
                  clock: Callable[[], datetime] = _utcnow):
         self.slurm = slurm
         self.nextstate = nextstate
@@ -184,4 +184,4 @@ class SlurmSettings(ProviderSettings):
     """``type = "slurm"``: `scontrol reboot` through slurmctld (docs/providers.md)."""
 
     nextstate: Text = "DRAIN"
-    timeout: LongTimeout = 1800.0
+    timeout: LongTimeout = SLURM_REBOOT_TIMEOUT
