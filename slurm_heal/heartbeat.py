@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from slurm_heal import fsio
+from slurm_heal import fsio, isotime
 
 
 class Heartbeat(BaseModel):
@@ -69,7 +69,7 @@ def read(path: Path) -> Heartbeat | None:
             pass
     else:
         try:
-            at = _utc(datetime.fromisoformat(text.splitlines()[0])) if text else None
+            at = _utc(isotime.parse(text.splitlines()[0])) if text else None
         except ValueError:
             at = None
         if at is not None:  # an older build's one-line heartbeat: a success then

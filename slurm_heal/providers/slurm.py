@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from slurm_heal import isotime
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers._records import (
     KeyRecords,
@@ -177,7 +178,7 @@ def _aware(value: datetime) -> datetime:
 def _parse(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
-    return _aware(datetime.fromisoformat(value))
+    return _aware(isotime.parse(value))
 
 
 class SlurmSettings(ProviderSettings):
