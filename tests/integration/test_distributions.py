@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.installs import REPO, checkout_copy, pip, venv
 from tests.lab import run
-from tests.packaging import REPO, checkout_copy, pip, venv
 
 if sys.version_info >= (3, 11):
     import tomllib

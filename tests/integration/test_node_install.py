@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.installs import checkout_copy, distributions, pip, venv
 from tests.lab import run
-from tests.packaging import checkout_copy, distributions, pip, venv
 from tests.unit.test_check_agent import NOISE, XID79, _readline
 from tests.unit.test_check_replays import Replay
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -68,19 +67,3 @@ def distributions(python: Path) -> dict[str, str]:
     out = run([str(python), "-m", "pip", "--disable-pip-version-check", "list",
                "--format", "json"], timeout=120).stdout
     return {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(out)}
-
-
-def site_packages(python: Path) -> Path:
-    out = run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-              timeout=60).stdout
-    return Path(out.strip())
-
-
-def du(paths: Sequence[Path]) -> int:
-    """Bytes in the files under ``paths`` (as ``du --apparent-size`` counts them)."""
-    total = 0
-    for top in paths:
-        for p in [top] if top.is_file() else top.rglob("*"):
-            if p.is_file() and not p.is_symlink():
-                total += p.stat().st_size
-    return total
