@@ -6,6 +6,10 @@ every few minutes and must not pay for the controller's imports.
 
 Errors: library code raises `HealError` subclasses; this is the one place that turns
 them into a message on stderr and an exit status (`errors.EXIT_CODES`).
+
+A node install (``pip install slurm-heal``: the check, the agent, install-node) has none of
+the controller's dependencies (issue 38); a command that needs one says which extra to
+install (`needs_extra`), at import or when it runs, instead of a traceback.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 import click
 
 from slurm_heal import __version__
-from slurm_heal.errors import HealError, exit_code_for
+from slurm_heal.errors import ConfigError, HealError, exit_code_for
 
 # name -> "module:attribute". Order is the order of `--help`.
 COMMANDS: dict[str, str] = {
@@ -57,6 +61,42 @@ COMMANDS: dict[str, str] = {
 ALIASES: dict[str, str] = {"simulator": "provider-simulator"}
 
 
+# The top-level modules of the `controller` extra (pyproject.toml) and of what they pull
+# in: a command missing one of these runs on a node install.
+CONTROLLER_MODULES = frozenset({
+    "pydantic", "pydantic_core", "annotated_types", "typing_extensions", "requests",
+    "urllib3", "certifi", "charset_normalizer", "idna", "msgspec", "prometheus_client",
+    "apprise", "werkzeug", "jinja2", "markupsafe", "cheroot", "jaraco", "more_itertools",
+})
+CONTROLLER_EXTRA = "controller"
+
+
+def needs_extra(exc: ModuleNotFoundError, command: str) -> ConfigError | None:
+    """The error for ``command`` run where ``exc``'s module is one of the controller
+    extra's: it names the extra and how to add it. None for any other missing module."""
+    top = (exc.name or "").partition(".")[0]
+    if top not in CONTROLLER_MODULES:
+        return None
+    return ConfigError(
+        f"`slurm-heal {command}` is a controller command and this is a node install (no "
+        f"module named {top!r}): install the controller's dependencies with "
+        f"pip install 'slurm-heal[{CONTROLLER_EXTRA}]' (from a wheel: "
+        f"pip install 'slurm_heal-VERSION-py3-none-any.whl[{CONTROLLER_EXTRA}]')")
+
+
+def _stand_in(name: str, error: ConfigError) -> click.Command:
+    """What `--help` lists and what runs for a command whose module needs the controller
+    extra: any arguments, then `error`."""
+    def fail() -> None:
+        raise error
+
+    return click.Command(name, callback=fail, add_help_option=False,
+                         short_help=f"(needs slurm-heal[{CONTROLLER_EXTRA}])",
+                         help=str(error),
+                         context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True})
+
+
 def _load(name: str) -> click.Command | None:
     module_name, _, attr = COMMANDS[name].partition(":")
     try:
@@ -64,6 +104,9 @@ def _load(name: str) -> click.Command | None:
     except ModuleNotFoundError as exc:
         if exc.name == module_name:  # not written yet: hide it rather than crash
             return None
+        error = needs_extra(exc, name)
+        if error is not None:
+            return _stand_in(name, error)
         raise
     command = getattr(module, attr, None)
     return command if isinstance(command, click.Command) else None
@@ -83,6 +126,7 @@ class LazyGroup(click.Group):
             cmd_name = ALIASES[cmd_name]
         if cmd_name not in COMMANDS:
             return None
+        ctx.meta["slurm_heal.command"] = cmd_name
         return _load(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -92,6 +136,11 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except HealError as exc:
             _fail(ctx, str(exc), type(exc).__name__, exit_code_for(exc))
+        except ModuleNotFoundError as exc:  # imported when it ran (a lazy import)
+            error = needs_extra(exc, ctx.meta.get("slurm_heal.command", "this command"))
+            if error is None:
+                raise
+            _fail(ctx, str(error), type(error).__name__, exit_code_for(error))
         except click.UsageError as exc:  # bad input: exit 2, as JSON under --json
             if not ctx.meta.get("slurm_heal.json"):
                 raise

@@ -37,6 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from slurm_heal import isotime
 from slurm_heal.checks import paths
 
 # The wall clock may stand this far from the anchored time without being a step: the two
@@ -67,7 +68,7 @@ class Frame:
                 or not isinstance(raw.get("zero"), str):
             return None
         try:
-            zero = datetime.fromisoformat(raw["zero"])
+            zero = isotime.parse(raw["zero"])
         except ValueError:
             return None
         return cls(raw["boot"], zero if zero.tzinfo else zero.replace(tzinfo=timezone.utc))

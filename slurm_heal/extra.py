@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from slurm_heal import jsonsafe
+from slurm_heal import isotime, jsonsafe
 from slurm_heal.errors import SlurmError
 from slurm_heal.nvml import NVML_ERROR_STRINGS
 from slurm_heal.types import Alert, Evidence, Severity
@@ -235,7 +235,7 @@ class _Ctx:
 def _time(value: Any, where: str, ctx: _Ctx) -> datetime:
     _want(value, str, where, "an ISO-8601 time with a time zone")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = isotime.parse(value)
     except ValueError:
         raise _Bad(f"{where}: {value[:40]!r} is not an ISO-8601 time") from None
     if parsed.tzinfo is None or parsed.utcoffset() is None:

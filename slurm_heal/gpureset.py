@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal import catalog as catalog_mod
-from slurm_heal import extra, fsio, reasons
+from slurm_heal import extra, fsio, isotime, reasons
 from slurm_heal.config import RESET_RESERVATION_PREFIX
 from slurm_heal.errors import HealError, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers.base import Operation
@@ -216,7 +216,7 @@ class GpuReset:
         jobs = self.jobs()
         info = jobs.job(int(job))
         if info is not None and info.state not in JOB_DONE:  # pending, running, completing
-            started = datetime.fromisoformat(str(run["submitted"]))
+            started = isotime.parse(str(run["submitted"]))
             limit = timedelta(seconds=float(run["limit_s"])) + timedelta(minutes=1)
             if self.clock() < started + limit:
                 return self._op(key, node, "running", f"reset job {job} is {info.state}", job)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, ValidationError
 
-from slurm_heal import fsio
+from slurm_heal import fsio, isotime
 from slurm_heal.models import Record
 
 
@@ -70,7 +70,7 @@ def read(path: Path) -> Heartbeat | None:
             pass
     else:
         try:
-            at = _utc(datetime.fromisoformat(text.splitlines()[0])) if text else None
+            at = _utc(isotime.parse(text.splitlines()[0])) if text else None
         except ValueError:
             at = None
         if at is not None:  # an older build's one-line heartbeat: a success then

@@ -262,14 +262,25 @@ def pip_source(source: str | None) -> str:
         "`PREFIX/bin/slurm-heal install-node` from it")
 
 
-def make_venv(prefix: Path, source: str | None, out: Installed) -> None:
-    """``prefix`` as a venv with slurm-heal installed (`pip_source`); a venv this call
-    created is removed again when the install fails (no half-made venv is left)."""
+def pip_requirement(what: str, role: str) -> str:
+    """What pip is asked for: the node set is the package itself; the controller adds
+    the ``controller`` extra (issue 38), spelled for a wheel, sdist or directory as a
+    PEP 508 direct reference. A requirement the operator wrote (a name, a URL) is theirs."""
+    path = Path(what)
+    if role != "controller" or not path.exists():
+        return what
+    return f"slurm-heal[controller] @ {path.resolve().as_uri()}"
+
+
+def make_venv(prefix: Path, source: str | None, out: Installed, role: str = "node") -> None:
+    """``prefix`` as a venv with slurm-heal installed (`pip_source`, with the ``role``'s
+    dependencies: `pip_requirement`); a venv this call created is removed again when the
+    install fails (no half-made venv is left)."""
     python = prefix / "bin" / "python"
     if source is None and Path(sys.prefix).resolve() == prefix.resolve():
         out.say(f"slurm-heal {__version__} runs from {prefix} already: nothing to pip-install")
         return
-    what = pip_source(source)  # refused before anything is made
+    what = pip_requirement(pip_source(source), role)  # refused before anything is made
     fresh = not prefix.exists() or (prefix.is_dir() and not any(prefix.iterdir()))
     try:
         if not python.exists():
@@ -313,7 +324,7 @@ def reboot_timeout(config: Path) -> tuple[float | None, str]:
 
     try:
         return reboot_timeout_of(load_policy(config).provider, str(config))
-    except (OSError, HealError):
+    except (OSError, HealError, ImportError):  # ImportError: a node install (issue 38)
         return None, ""
 
 
@@ -327,9 +338,9 @@ def site_plan(prefix: Path, conf: Path, bindir: Path | None, config: Path) -> Si
         # A node has no controller config to say how long a reboot may take; the site
         # reboots through Slurm (RebootProgram set), so ResumeTimeout is measured
         # against the slurm provider's default (SPEC I7).
-        from slurm_heal.providers.slurm import SlurmSettings
+        from slurm_heal.providers.base import SLURM_REBOOT_TIMEOUT
 
-        timeout = float(SlurmSettings.model_fields["timeout"].default)
+        timeout = SLURM_REBOOT_TIMEOUT
         why = ("the slurm provider's default timeout; this host has no controller "
                f"config {config}")
     return plan(live, prefix, source=source, reboot_timeout=timeout, reboot_source=why)
@@ -351,7 +362,7 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
     if not venv:
         out.program = program(prefix, venv)  # refused before anything is written
     else:
-        make_venv(prefix, source, out)
+        make_venv(prefix, source, out, role)
         out.program = program(prefix, venv)
     prog = out.program
     share = prefix / "share" / "slurm-heal"

@@ -25,12 +25,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slurm_heal.checks import paths
 from slurm_heal.errors import SlurmError, StoreError
-from slurm_heal.heartbeat import Heartbeat
-from slurm_heal.heartbeat import read as read_heartbeat
+
+if TYPE_CHECKING:
+    from slurm_heal.heartbeat import Heartbeat
 
 ENV_CONFIG = "SLURM_HEAL_CONFIG"
 ENV_STATE_DIR = "SLURM_HEAL_STATE_DIR"
@@ -106,6 +107,10 @@ class Location:
 
     def heartbeat_record(self) -> Heartbeat | None:
         """The controller's whole heartbeat (`slurm_heal.heartbeat`), or None."""
+        # here, not at the top: install-node reads DEFAULT_CONFIG on a node install, which
+        # has no pydantic (the controller extra, issue 38)
+        from slurm_heal.heartbeat import read as read_heartbeat
+
         return read_heartbeat(self.heartbeat_file)
 
     def check_writable(self) -> None:

@@ -16,14 +16,24 @@ read at scrape time. Every name is in `METRIC_NAMES` (the Grafana dashboard in
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from slurm_heal import __version__
 from slurm_heal.config import read_section
 from slurm_heal.errors import HealError
 from slurm_heal.models import Phase, Remediation, State
@@ -39,7 +49,8 @@ P = "slurm_heal_"
 METRIC_NAMES: tuple[str, ...] = (
     P + "alerts", P + "nodes", P + "node_checks", P + "remediations",
     P + "approvals_pending", P + "approval_oldest_age_seconds", P + "breaker_open",
-    P + "breaker_count", P + "cycle_duration_seconds", P + "cycles_total",
+    P + "breaker_window_remediations", P + "breaker_count",
+    P + "build_info", P + "leader", P + "cycle_duration_seconds", P + "cycles_total",
     P + "cycle_failures_since_success", P + "last_success_timestamp_seconds",
     P + "slurm_call_duration_seconds", P + "slurm_call_errors_total",
     P + "provider_call_duration_seconds", P + "provider_call_errors_total",
@@ -48,6 +59,12 @@ METRIC_NAMES: tuple[str, ...] = (
     P + "repeat_failures", P + "paused",
     P + "lemons", P + "incidents_open",
 )
+# Old names still served for one release, each beside the name that replaces it (issue 38:
+# ``_count`` is the suffix Prometheus reserves for a histogram's or summary's count, and
+# `promtool check metrics` refuses a gauge named so). Removed in the next release.
+DEPRECATED_NAMES: dict[str, str] = {P + "breaker_count": P + "breaker_window_remediations"}
+# Besides ours: prometheus-client's process_* (CPU, memory, open files, start time, from
+# /proc) and python_* (the interpreter, its garbage collector), as every exporter serves.
 # Histogram buckets for time to repair: minutes to a day.
 REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("inf"))
 
@@ -122,8 +139,19 @@ class Metrics:
                                   "approval waiting (0 when none).", registry=r)
         self.breaker_open = Gauge(P + "breaker_open", "1 when the circuit breaker is open.",
                                   registry=r)
-        self.breaker_count = Gauge(P + "breaker_count", "Automatic remediations started in "
-                                   "the breaker window.", registry=r)
+        self.breaker_window = Gauge(P + "breaker_window_remediations", "Automatic "
+                                    "remediations started in the breaker window.", registry=r)
+        self.breaker_count = Gauge(P + "breaker_count", "Deprecated: "
+                                   "slurm_heal_breaker_window_remediations (this name goes in "
+                                   "the next release).", registry=r)
+        build = Gauge(P + "build_info", "Always 1: the running slurm-heal's version and "
+                      "Python.", ["version", "python"], registry=r)
+        build.labels(__version__, platform.python_version()).set(1)
+        self.leader = Gauge(P + "leader", "1 while this daemon holds the leader lock and "
+                            "runs cycles, 0 while it stands by.", registry=r)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.paused = Gauge(P + "paused", "1 when a person paused automation.", registry=r)
         self.cycle = Histogram(P + "cycle_duration_seconds", "Duration of controller cycles.",
                                registry=r)
@@ -193,6 +221,7 @@ class Metrics:
         self.approvals.set(len(ov.approvals))
         self.approval_age.set(max((w.age_s for w in ov.approvals), default=0.0))
         self.breaker_open.set(1 if ov.breaker.open else 0)
+        self.breaker_window.set(ov.breaker.count_in_window or 0)
         self.breaker_count.set(ov.breaker.count_in_window or 0)
         self.paused.set(1 if facts.after.paused else 0)
         self._remediations(facts.after)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_heal import catalog as catalog_mod
-from slurm_heal import jsonsafe, reasons
+from slurm_heal import isotime, jsonsafe, reasons
 from slurm_heal.config import Policy, parse_duration, policy_from_dict
 from slurm_heal.errors import CatalogError, ConfigError, ReasonError, ScenarioError
 from slurm_heal.models import (
@@ -115,7 +115,7 @@ def _time(value: Any, start: datetime | None, where: str) -> datetime:
             except ValueError as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
         try:
-            t = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            t = isotime.parse(value.strip())
         except ValueError:
             pass
         else:

@@ -19,8 +19,10 @@ that reason instead (a usage error, exit 4).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +79,13 @@ def pytest_report_header(config: pytest.Config) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `slurm` get the lab (and a clean one: `lab_clean`) automatically.
     Where the lab cannot run they are skipped here, with the reason (CI=true: an error)."""
+    if sys.version_info < (3, 11) and importlib.util.find_spec("openstack") is None:
+        # openstacksdk >= 4.15 (the openstack extra: the first that does not resend a
+        # POST, issue 38) needs 3.11: the dev extra leaves it out on 3.10.
+        for item in items:
+            if "openstack" in item.nodeid.lower():
+                item.add_marker(pytest.mark.skip(reason="the openstack provider needs "
+                                                 "Python >= 3.11 (openstacksdk >= 4.15)"))
     backend = config.getoption("--slurm-backend")
     marked = [item for item in items if item.get_closest_marker("slurm") is not None]
     unavailable = skip_reason(str(config.getoption("--slurm"))) if marked else ""

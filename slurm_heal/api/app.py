@@ -34,7 +34,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from slurm_heal import operations
+from slurm_heal import isotime, operations
 from slurm_heal.api import views
 from slurm_heal.api.auth import Authenticator, Principal
 from slurm_heal.api.bodies import MAX_REASON, NODE_NAME
@@ -908,7 +908,7 @@ def _redirect(location: str) -> Response:
 def _instant(value: Any) -> datetime | None:
     """An ISO time (a template's JSON value) as an aware datetime; None when not one."""
     try:
-        at = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        at = value if isinstance(value, datetime) else isotime.parse(str(value))
     except ValueError:
         return None
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)

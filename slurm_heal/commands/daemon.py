@@ -135,6 +135,9 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         each cycle; "" once metrics are served."""
         if metrics is None:
             return ""
+        # on_lead runs once this process holds the leader lock: it leads from now on
+        # (issue 38; a standby serves nothing yet, so 0 shows only before the first lead)
+        metrics.leader.set(1)
         log = logging.getLogger("slurm_heal")
         try:
             metrics.serve(msettings.address, msettings.port)

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from slurm_heal import isotime
 from slurm_heal.commands.admin import _emit_json, _location, _store, _table, _ts, state_options
 from slurm_heal.commands.jsonmode import json_option
 
@@ -24,7 +25,7 @@ def _lemon(config: str | None) -> Any:
 
 
 def _time(text: str) -> str:
-    return _ts(datetime.fromisoformat(text))
+    return _ts(isotime.parse(text))
 
 
 @click.command()

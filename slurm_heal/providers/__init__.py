@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -245,6 +246,7 @@ def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
 def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
     _need("openstack", "openstack")
+    _refuse_resending_sdk()
     from slurm_heal.providers.openstack import OpenStackProvider, OpenStackSettings
     from slurm_heal.providers.settings import read_provider_section
 
@@ -355,6 +357,31 @@ def _need(module: str, extra: str) -> None:
         found = False
     if not found:
         raise ConfigError(f"needs the {module} package: pip install 'slurm-heal[{extra}]'",
+                          key=f"{SECTION}.type")
+
+
+# The first openstacksdk that does not resend an action POST whose answer was lost: before
+# it, its Proxy.request passed connect_retries=1 to keystoneauth on every call, over the
+# connection's connect_retries=0, and keystoneauth retries a connection failure of any
+# request, a POST included (issue 38: openstacksdk 4.13 and 4.14 rebooted twice). It
+# needs Python >= 3.11; pyproject's openstack extra asks for it.
+OPENSTACKSDK_FLOOR = (4, 15)
+
+
+def _refuse_resending_sdk() -> None:
+    """A ConfigError for an openstacksdk older than OPENSTACKSDK_FLOOR (one installed
+    beside slurm-heal by other means than its extra): two actions for one remediation
+    (SPEC S6) are worse than none."""
+    from importlib.metadata import version
+
+    found = version("openstacksdk")
+    release = tuple(int(part) for part in re.findall(r"\d+", found)[:2])
+    if release < OPENSTACKSDK_FLOOR:
+        floor = ".".join(map(str, OPENSTACKSDK_FLOOR))
+        raise ConfigError(f"openstacksdk {found} resends an action whose answer was lost "
+                          "(it retries a connection failure of a POST by itself): two "
+                          f"reboots for one remediation (SPEC S6); install openstacksdk >= "
+                          f"{floor} (pip install 'slurm-heal[openstack]'; Python >= 3.11)",
                           key=f"{SECTION}.type")
 
 

@@ -15,6 +15,10 @@ from slurm_heal.types import Action
 
 OperationStatus = Literal["pending", "running", "succeeded", "failed"]
 
+# The slurm provider's default reboot timeout (its ``timeout`` setting), here where
+# `install-node` reads it on a node install, which has no pydantic (issue 38).
+SLURM_REBOOT_TIMEOUT = 1800.0
+
 
 @dataclass(frozen=True, slots=True)
 class Operation:

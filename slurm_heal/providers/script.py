@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from slurm_heal import isotime
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providers._proc import run
 from slurm_heal.providers._records import (
@@ -158,7 +159,7 @@ class ExecProvider(RecordedOperations):
 def _when(value: Any) -> datetime | None:
     """A recorded ISO time as an aware datetime; None when absent or unreadable."""
     try:
-        when = datetime.fromisoformat(str(value))
+        when = isotime.parse(str(value))
     except ValueError:
         return None
     return when if when.tzinfo else when.replace(tzinfo=timezone.utc)

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from slurm_heal import isotime
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
 from slurm_heal.providers._records import (
     KeyRecords,
@@ -37,7 +38,7 @@ from slurm_heal.providers._records import (
     operation,
     require_key,
 )
-from slurm_heal.providers.base import Operation
+from slurm_heal.providers.base import SLURM_REBOOT_TIMEOUT, Operation
 from slurm_heal.providers.settings import (
     LongTimeout,
     ProviderSettings,
@@ -66,7 +67,7 @@ class SlurmRebootProvider(RecordedOperations):
     name = "slurm"
 
     def __init__(self, slurm: SlurmClient, *, state_dir: str | os.PathLike[str] | None = None,
-                 nextstate: str = "DRAIN", timeout: float = 1800.0,
+                 nextstate: str = "DRAIN", timeout: float = SLURM_REBOOT_TIMEOUT,
                  clock: Callable[[], datetime] = _utcnow):
         self.slurm = slurm
         self.nextstate = nextstate
@@ -177,11 +178,11 @@ def _aware(value: datetime) -> datetime:
 def _parse(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
-    return _aware(datetime.fromisoformat(value))
+    return _aware(isotime.parse(value))
 
 
 class SlurmSettings(ProviderSettings):
     """``type = "slurm"``: `scontrol reboot` through slurmctld (docs/providers.md)."""
 
     nextstate: Text = "DRAIN"
-    timeout: LongTimeout = 1800.0
+    timeout: LongTimeout = SLURM_REBOOT_TIMEOUT

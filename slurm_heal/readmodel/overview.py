@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from slurm_heal import extra, reasons
+from slurm_heal import extra, isotime, reasons
 from slurm_heal.errors import ReasonError
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import HeldBy, Pause, Phase, Remediation, State
@@ -304,7 +304,7 @@ def _checked_at(node: NodeInfo) -> datetime | None:
     if not isinstance(raw, str):
         return None
     try:
-        at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        at = isotime.parse(raw)
     except ValueError:
         return None
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)

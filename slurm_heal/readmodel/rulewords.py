@@ -5,9 +5,11 @@ approval rule matched: approvals.default decided ...".
 One source: the tables of ``docs/rules.md`` (what a user looks up, and what
 `tests/unit/test_rules_doc.py` holds complete against the code). They are read once,
 as package data: ``slurm_heal/data/rules.md`` is a link to docs/rules.md in the source
-tree, and the file itself in a built wheel (issue 36 item 11: an installed wheel showed
-the ids alone). Where it is missing all the same, an id is shown alone (the link to
-docs/rules.md still says where to look it up).
+tree, and the file itself in a built wheel and in the sdist (issue 36 item 11: an
+installed wheel showed the ids alone; issue 38: a wheel built from the sdist had no
+docs/ to copy; tests/integration/test_distributions.py builds both and reads a console
+page from the installed wheel). Where it is missing all the same, an id is shown alone
+(the link to docs/rules.md still says where to look it up).
 """
 
 from __future__ import annotations

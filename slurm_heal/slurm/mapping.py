@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ClusterShell.NodeSet import NodeSet
 
+from slurm_heal import isotime
 from slurm_heal.errors import SlurmError
 from slurm_heal.types import UNREAD, JobInfo, NodeInfo
 
@@ -57,7 +58,7 @@ def parse_slurm_time(value: Any) -> datetime | None:
     if text.isdigit():
         return parse_slurm_time(int(text))
     try:
-        parsed = datetime.fromisoformat(text)
+        parsed = isotime.parse(text)
     except ValueError as exc:
         raise SlurmError(f"unexpected Slurm time {text!r}") from exc
     return parsed if parsed.tzinfo else parsed.astimezone()

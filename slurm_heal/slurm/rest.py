@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 import requests
 
+from slurm_heal import jsonsafe
 from slurm_heal.errors import NotFound, SlurmError, SlurmUnreachable
 from slurm_heal.extra import with_key
 from slurm_heal.slurm.cli import NEXT_STATES, CliSlurm, parse_sinfo_json, parse_squeue_json
@@ -121,9 +122,9 @@ class RestSlurm:
 
     @staticmethod
     def _object(what: str, resp: requests.Response) -> dict[str, Any]:
-        try:
-            data = resp.json()
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser (issue 22)
+        try:  # jsonsafe: the same depth limit on every Python (issue 38)
+            data = jsonsafe.loads(resp.content)
+        except ValueError:  # not JSON, or nested too deeply (issue 22)
             data = None
         if not isinstance(data, dict):
             raise SlurmError(f"{what}: HTTP {resp.status_code}, not a JSON object: "

@@ -9,10 +9,12 @@ objects, and nothing walks the document afterwards.
   a state as ``"idle"`` plus ``state_flags`` (v0.0.37/38) or a list (data_parser), times
   and numbers as epoch integers or ``{"set", "infinite", "number"}`` objects, features
   and partitions as a comma list or a JSON list.
-- Depth: msgspec counts its own recursion (the interpreter's limit), also while it skips
-  an unknown field, so a hostile document nested 100,000 levels deep is a RecursionError
-  here at no cost on an ordinary one; the records kept are flat, so nothing downstream
-  can meet the nesting (the reason `slurm_heal.jsonsafe` walks generic JSON).
+- Depth: msgspec counts its own recursion, also while it skips an unknown field, so a
+  hostile document nested 100,000 levels deep is a RecursionError here; but its limit
+  follows the interpreter (the C stack's from 3.12: 3.13 read 2,000 levels that 3.11
+  refused), so a decoded document is held to `slurm_heal.jsonsafe.MAX_DEPTH` as well,
+  counted on the text (`jsonsafe.nesting_exceeds`, issue 38). The records kept are flat,
+  so nothing downstream meets the nesting.
 - Anything of another shape (a wrong type, a node that is not an object, an ``errors``
   entry) is not decoded here: `decode` answers None and the caller reads the document
   with the generic reader, which names the node and the field (SPEC I6) exactly as
@@ -27,6 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from slurm_heal import jsonsafe
 
 
 class Number(msgspec.Struct):
@@ -103,11 +107,16 @@ def plain(value: Any) -> Any:
 
 def _decode(decoder: msgspec.json.Decoder[Any], text: str | bytes | bytearray) -> Any:
     try:
-        return decoder.decode(text)
+        doc = decoder.decode(text)
     except RecursionError:
         raise TooDeep("JSON nested deeper than the decoder's recursion limit") from None
     except msgspec.DecodeError:  # malformed, or a shape of its own: the generic reader says
         return None
+    # msgspec's own limit follows the interpreter (3.13 read 2,000 levels that 3.11
+    # refused, issue 38): the same limit as the generic reader's, on every Python.
+    if jsonsafe.nesting_exceeds(text):
+        raise TooDeep(f"JSON nested too deeply (more than {jsonsafe.MAX_DEPTH} levels)")
+    return doc
 
 
 def _clean(errors: msgspec.Raw) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -116,4 +116,4 @@ def test_squeue_text_gives_the_jobs_squeue_json_gives(lab_clean: Lab) -> None:
     # planned it, its expected start (here after the first job's 26 h limit), never a past one
     pending = jobs["pending"]
     assert pending.time_limit_minutes is None and pending.state == "PENDING"
-    assert pending.start_time is None or pending.start_time > datetime.now(UTC), pending
+    assert pending.start_time is None or pending.start_time > datetime.now(timezone.utc), pending

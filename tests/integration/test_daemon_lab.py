@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_heal import extra
+from slurm_heal import extra, isotime
 from slurm_heal.models import Phase, Remediation
 from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
@@ -90,7 +90,7 @@ def _boot_time(value: str) -> datetime | None:
     lifted on 22.05): no evidence of a boot, never taken for one (a fresh-clone 25.11
     pass wiped a node's kernel log so between the test's write and its check)."""
     try:
-        return datetime.fromisoformat(value)
+        return isotime.parse(value)
     except ValueError:
         return None
 

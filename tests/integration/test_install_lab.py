@@ -93,8 +93,9 @@ def installed(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[
         ".git", ".venv", ".lab*", "build", "*.egg-info", ".*_cache", ".hypothesis",
         "__pycache__"))
     run([sys.executable, "-m", "venv", str(prefix)], timeout=120)
+    # One host here is node and controller both: the node set and the controller extra.
     run([str(prefix / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-         str(checkout)], timeout=600)
+         f"{checkout}[controller]"], timeout=600)
     # The session's Slurm version (--slurm), as every other lab of the run: a 22.05 lab
     # here in a 25.11 run had the 25.11 commands on PATH talk to a 22.05 slurmctld.
     lab = Lab(tmp_path / "lab", nodes=3, conf_lines=lines,

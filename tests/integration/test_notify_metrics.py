@@ -175,7 +175,8 @@ def test_a_remediation_notifies_with_evidence_and_metrics_serve_its_figures(
             assert _value(m, "slurm_heal_alerts", fault="disk.low_space", severity="warning") == 1
             assert _value(m, "slurm_heal_nodes", state="remediating") == 1  # gpu03 proposed
             assert _value(m, "slurm_heal_breaker_open") == 0
-            assert _value(m, "slurm_heal_breaker_count") == 1  # gpu01's automatic start (S5)
+            assert _value(m, "slurm_heal_breaker_window_remediations") == 1  # gpu01's (S5)
+            assert _value(m, "slurm_heal_breaker_count") == 1  # the old name, one release more
             assert _value(m, "slurm_heal_paused") == 0
             assert _value(m, "slurm_heal_provider_call_duration_seconds_count", call="submit") == 1
             assert _value(m, "slurm_heal_slurm_call_duration_seconds_count", call="snapshot") >= 30

@@ -59,7 +59,7 @@ from typing import Any
 
 import pytest
 
-from slurm_heal import reasons
+from slurm_heal import isotime, reasons
 from slurm_heal.types import NodeInfo
 from tests.realdata import MISSING
 from tests.reliability.deployed import (
@@ -203,7 +203,7 @@ def _when(text: str) -> float | None:
 def _aware(text: str) -> float | None:
     """An ISO time with its zone (the check's checked_at) as epoch seconds."""
     try:
-        return datetime.fromisoformat(text).timestamp()
+        return isotime.parse(text).timestamp()
     except ValueError:
         return None
 
@@ -938,7 +938,7 @@ def _expand(nodes: str) -> set[str]:
 
 
 def _iso(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
+    return isotime.parse(text).timestamp()
 
 
 @pytest.fixture

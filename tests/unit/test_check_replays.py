@@ -95,7 +95,10 @@ class Replay:
 esac
 """)
 
-    def run(self) -> tuple[int, list[dict[str, Any]], str]:
+    def run(self, program: tuple[str, ...] = (sys.executable, "-m", "slurm_heal.checks")
+            ) -> tuple[int, list[dict[str, Any]], str]:
+        """The check on this node; ``program``: how it is started (default: this
+        interpreter's package; an installed ``slurm-heal check`` for an install's test)."""
         lines = []
         for section, values in self.config.items():
             lines.append(f"[{section}]")
@@ -105,9 +108,8 @@ esac
         conf.write_text("\n".join(lines) + "\n")
         env = dict(os.environ, SLURM_HEAL_ROOT=str(self.root),
                    PATH=f"{self.bin}:/usr/bin:/bin")
-        res = subprocess.run([sys.executable, "-m", "slurm_heal.checks", "--json",
-                              "--dry-run", "--node", "gpu07"], env=env, capture_output=True,
-                             text=True, timeout=60, check=False)
+        res = subprocess.run([*program, "--json", "--dry-run", "--node", "gpu07"], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
         assert res.returncode in (0, 1, 10), res.stderr
         return res.returncode, json.loads(res.stdout), res.stderr
 

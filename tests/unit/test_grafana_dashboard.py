@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from slurm_heal.metrics import METRIC_NAMES
+from slurm_heal.metrics import DEPRECATED_NAMES, METRIC_NAMES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "contrib" / "grafana" / "slurm-heal.json"
 SUFFIXES = ("_bucket", "_sum", "_count")
@@ -35,5 +35,8 @@ def test_every_dashboard_query_names_a_metric_the_daemon_serves() -> None:
             served = _served(name)
             assert served is not None, f"{name} (in {expr!r}) is not served"
             used.add(served)
-    assert used == set(METRIC_NAMES), f"served but not on the dashboard: {set(METRIC_NAMES) - used}"
+    # a deprecated name is served one release more, never drawn (issue 38)
+    assert used == set(METRIC_NAMES) - set(DEPRECATED_NAMES), \
+        f"served but not on the dashboard: {set(METRIC_NAMES) - set(DEPRECATED_NAMES) - used}"
+    assert not used & set(DEPRECATED_NAMES)
     assert all(p["datasource"]["uid"] == "${datasource}" for p in doc["panels"])

@@ -216,3 +216,20 @@ def test_a_no_venv_install_keeps_the_prefix_s_own_program_when_it_is_there(
     exe = fake_bin(prefix)
     install_node(prefix, slurm_conf)
     assert f'SLURM_HEAL_BIN="{exe}"' in (prefix / "libexec" / "slurm-heal-prolog").read_text()
+
+
+def test_install_controller_asks_pip_for_the_controller_extra_and_install_node_does_not(
+        tmp_path: Path) -> None:
+    """Issue 38: a node gets the node set; the controller host adds the `controller` extra,
+    spelled for a checkout or a wheel as a direct reference; a name the operator gave
+    (``--source slurm-heal==0.1.0``) is passed on as written."""
+    from slurm_heal.install import pip_requirement
+
+    wheel = tmp_path / "slurm_heal-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    assert pip_requirement(str(wheel), "node") == str(wheel)
+    assert pip_requirement(str(wheel), "controller") == \
+        f"slurm-heal[controller] @ file://{wheel}"
+    assert pip_requirement(str(tmp_path), "controller") == \
+        f"slurm-heal[controller] @ file://{tmp_path}"
+    assert pip_requirement("slurm-heal==0.1.0", "controller") == "slurm-heal==0.1.0"

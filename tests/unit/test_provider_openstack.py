@@ -342,3 +342,34 @@ def test_an_older_nova_is_spoken_to_at_its_own_microversion(tmp_path: Path) -> N
         assert op.status == "failed" and "needs compute microversion 2.25" in op.detail
         assert [(c["action"], c["microversion"]) for c in sim.nova_calls()] == [
             ("reboot", "2.20")]
+
+
+@pytest.mark.parametrize("found", ["4.13.0", "4.14.0", "1.0.2"])
+def test_an_openstacksdk_that_resends_a_lost_post_is_refused(
+        found: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38, SPEC S6: before openstacksdk 4.15 every request passed keystoneauth
+    connect_retries=1 over the connection's 0, and a reboot whose answer was lost was
+    posted again (test_a_reset_action_post_is_never_sent_again fails on 4.13 and 4.14,
+    passes from 4.15 with keystoneauth1 5.10). The provider refuses such a library
+    installed beside slurm-heal by other means than its extra."""
+    import importlib.metadata
+
+    from slurm_heal.errors import ConfigError
+    from slurm_heal.providers import make_provider
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda name: found if name == "openstacksdk" else real(name))
+    with pytest.raises(ConfigError, match=rf"openstacksdk {found} resends an action .*"
+                                          r"openstacksdk >= 4\.15"):
+        make_provider({"type": "openstack", "auth_url": "http://127.0.0.1:9/v3",
+                       "username": "u", "password": "p", "project_name": "p"})
+
+
+def test_the_installed_openstacksdk_is_one_that_does_not_resend() -> None:
+    import importlib.metadata
+
+    from slurm_heal.providers import OPENSTACKSDK_FLOOR
+
+    release = tuple(int(p) for p in importlib.metadata.version("openstacksdk").split(".")[:2])
+    assert release >= OPENSTACKSDK_FLOOR == (4, 15)

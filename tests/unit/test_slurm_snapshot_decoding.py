@@ -215,3 +215,60 @@ def test_jsonsafe_counts_brackets_before_it_walks_and_still_refuses_depth() -> N
             jsonsafe.loads(doc)
     assert jsonsafe.loads("[" * 64 + "]" * 64) is not None
     assert jsonsafe.loads("[" + ",".join(["[]"] * 200) + "]") == [[]] * 200
+
+
+@pytest.mark.parametrize("depth", [65, 200, 900])
+def test_i6_nesting_past_the_limit_is_refused_below_any_interpreters_recursion_limit(
+        depth: int) -> None:
+    """Issue 38: msgspec's own guard follows the interpreter (3.13 read 2,000 levels that
+    3.10 and 3.11 refused), so the typed reads hold a decoded answer to the generic
+    reader's limit (jsonsafe.MAX_DEPTH, 64), counted on the text: far below any
+    recursion limit, the same on every Python."""
+    from slurm_heal import jsonsafe
+
+    assert depth > jsonsafe.MAX_DEPTH
+    doc = (b'{"nodes": [{"name": "gpu01", "tres": ' + b"[" * depth + b"]" * depth + b"}]}")
+    with pytest.raises(SlurmError, match=r"sinfo --json did not print JSON .*more than 64"):
+        cli.parse_sinfo_json(doc)
+    jobs = b'{"jobs": [{"job_id": 1, "x": ' + b'{"a":' * depth + b"1" + b"}" * depth + b"}]}"
+    with pytest.raises(SlurmError, match=r"squeue --json did not print JSON .*more than 64"):
+        cli.parse_squeue_json(jobs)
+
+
+def test_i6_brackets_and_escapes_inside_strings_are_not_nesting() -> None:
+    """A node whose reason and Extra hold brackets, quotes and backslashes (a host list,
+    a message) at the limit's depth is read, not refused."""
+    from slurm_heal import jsonsafe
+
+    inner = 64 - 4  # {"nodes": [ {node} ... "tres": [...] ]}: 3 levels above the list
+    reason = 'gpu[01-04] "[[[[" \\ {{{{ ]]]] \\"' + "[" * 100
+    doc = json.dumps({"nodes": [{"name": "gpu01", "state": "idle", "state_flags": ["DRAIN"],
+                                 "reason": reason,
+                                 "extra": json.dumps({"why": "]" * 100 + '\\"'}),
+                                 "tres": json.loads("[" * inner + "]" * inner)}]})
+    assert not jsonsafe.nesting_exceeds(doc)
+    (node,) = cli.parse_sinfo_json(doc.encode())
+    assert node.reason == reason
+
+
+def test_the_text_depth_count_agrees_with_the_walk_on_any_json() -> None:
+    """jsonsafe.nesting_exceeds (on the text) says what depth_exceeds (on the value) says,
+    for any JSON value whose strings hold brackets, quotes and backslashes."""
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from slurm_heal import jsonsafe
+
+    text = st.text(alphabet='[]{}"\\ab\n\u00e9', max_size=8)
+    values = st.recursive(st.none() | st.integers() | text,
+                          lambda kids: st.lists(kids, max_size=3)
+                          | st.dictionaries(text, kids, max_size=3), max_leaves=40)
+
+    @given(values, st.integers(min_value=0, max_value=12), st.booleans())
+    def agree(value: object, limit: int, ascii_only: bool) -> None:
+        doc = json.dumps(value, ensure_ascii=ascii_only)
+        assert jsonsafe.nesting_exceeds(doc, limit) == jsonsafe.depth_exceeds(value, limit)
+        assert jsonsafe.nesting_exceeds(doc.encode(), limit) == \
+            jsonsafe.depth_exceeds(value, limit)
+
+    agree()
