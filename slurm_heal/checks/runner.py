@@ -444,7 +444,28 @@ def acknowledge(findings: list[Finding], now: datetime,
             prints &= set(published[f.fault])
         rec = out.setdefault(f.fault, {"at": now.isoformat(), "evidence": []})
         rec["evidence"] = sorted(set(rec["evidence"]) | prints)
+        downs = _downs(f)
+        if downs is not None:
+            rec["downs"] = {**(rec.get("downs") or {}), **downs}
     return out
+
+
+def _downs(f: Finding) -> dict[str, int] | None:
+    """How many times each source of a condition had gone down when it was seen (an
+    InfiniBand port's ``link_downed``), or None where the finding does not count it."""
+    out = {e.source: v for e in f.evidence
+           if isinstance(v := (e.data or {}).get("link_downed"), int)}
+    return out or None
+
+
+def _went_down_again(f: Finding, seen: dict[str, Any]) -> bool:
+    """SPEC S8: a condition the acknowledgement saw with its down count, down once more
+    since (a port's link came back and went down between two runs), or a source it did
+    not see at all (another port down): new evidence."""
+    downs = _downs(f)
+    if downs is None:
+        return False
+    return any(not isinstance(seen.get(src), int) or n > seen[src] for src, n in downs.items())
 
 
 def remember_published(pub: dict[str, Any], published: list[Alert] | list[Finding]) -> None:
@@ -477,7 +498,9 @@ def standing(findings: list[Finding], acked: dict[str, Any]) -> dict[str, Any]:
 
     A condition (a read-only mount, a missing GPU) stays acknowledged while it holds; an
     event fault (kernel log) stays acknowledged while it carries no evidence the person
-    did not see. An acknowledgement ends with the first run where its fault is not found
+    did not see. A condition that counts its downs (an InfiniBand port's
+    ``link_downed``) stays acknowledged while that count holds for the sources seen: a
+    port that came back up and went down again between two runs is down anew. An acknowledgement ends with the first run where its fault is not found
     or is found anew: its return is a new fault, which drains the node again.
     """
     by_fault: dict[str, list[Finding]] = {}
@@ -492,6 +515,9 @@ def standing(findings: list[Finding], acked: dict[str, Any]) -> dict[str, Any]:
         if any(f.detector in EVENT_DETECTORS and any(_fingerprint(e) not in seen
                                                      for e in f.evidence) for f in group):
             continue
+        downs = rec.get("downs")
+        if isinstance(downs, dict) and any(_went_down_again(f, downs) for f in group):
+            continue  # the condition went away and came back between two runs: new
         out[fault] = rec
     return out
 

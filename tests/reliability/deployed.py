@@ -265,10 +265,15 @@ class Site:
 
     def ib_ports(self, node: str, up: bool) -> None:
         """Every InfiniBand port of the node loses (or gets back) its link, as when its
-        leaf switch goes (or comes back)."""
+        leaf switch goes (or comes back). A link that goes down counts it in the port's
+        ``counters/link_downed``, as the adapter does."""
         for state in (self.root(node) / "sys/class/infiniband").glob("*/ports/*/state"):
             if (state.parent / "link_layer").read_text().strip() != "InfiniBand":
                 continue
+            downed = state.parent / "counters" / "link_downed"
+            if not up and "ACTIVE" in state.read_text() and downed.exists():
+                count = downed.read_text().strip()
+                downed.write_text(f"{int(count) + 1 if count.isdigit() else 1}\n")
             state.write_text("4: ACTIVE\n" if up else "1: DOWN\n")
             (state.parent / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
 

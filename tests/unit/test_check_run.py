@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -614,3 +615,31 @@ def test_a_fault_that_cleared_and_came_back_is_not_acknowledged_by_its_old_publi
     assert info.drained and info.reason.startswith("heal: fs.readonly by=check"), info.reason
     assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
     assert [a.fault for a in result.alerts] == ["fs.readonly"]
+
+
+def test_a_port_that_flapped_between_two_runs_is_down_anew() -> None:
+    """SPEC S8 (issue 32 item 1, the deployed suite's leaf switch fixed and down again
+    within seconds): a person's resume acknowledged a port down; the port came back and
+    went down again between two runs of the check, which saw it down both times. Its
+    link_downed count rose: the acknowledgement ends and the node drains. The same
+    count keeps it; another port down is new too; a record without counts (an older
+    state) keeps the old reading."""
+    from slurm_heal.checks.detectors import infiniband
+
+    def port(dev: str, downed: int) -> infiniband.Port:
+        return infiniband.Port(dev, "1", "1: DOWN", "3: Disabled", "400 Gb/sec",
+                               "InfiniBand", {"link_downed": downed})
+
+    def findings(*ports: infiniband.Port) -> list[Any]:
+        found, _ = infiniband.evaluate(list(ports), {}, T0, "gpu01")
+        return found
+
+    first = findings(port("mlx5_0", 3))
+    assert first[0].evidence[0].data["link_downed"] == 3
+    acked = runner.acknowledge(first, T0)
+    assert acked["ib.link_down"]["downs"] == {"/sys/class/infiniband/mlx5_0/ports/1": 3}
+    assert set(runner.standing(findings(port("mlx5_0", 3)), acked)) == {"ib.link_down"}
+    assert runner.standing(findings(port("mlx5_0", 4)), acked) == {}
+    assert runner.standing(findings(port("mlx5_0", 3), port("mlx5_1", 0)), acked) == {}
+    old = {"ib.link_down": {k: v for k, v in acked["ib.link_down"].items() if k != "downs"}}
+    assert set(runner.standing(findings(port("mlx5_0", 4)), old)) == {"ib.link_down"}

@@ -112,10 +112,15 @@ def evaluate(ports: list[Port], counters: dict[str, list[float]], now: datetime,
 
     for p in checked:
         if _word(p.state).upper() != "ACTIVE" or _word(p.phys_state).lower() != "linkup":
+            # The port's link_downed counter (one more each time its link went down):
+            # a person's acknowledgement of this port down ends when it rises, a flap
+            # between two runs included (SPEC S8, checks.runner.standing).
+            downs = {"link_downed": p.counters["link_downed"]} \
+                if "link_downed" in p.counters else {}
             add("ib.link_down", Severity.CRITICAL,
                 f"InfiniBand port {p.name} is down (state {_word(p.state) or '?'}, "
                 f"physical {_word(p.phys_state) or '?'})", p,
-                state=p.state, phys_state=p.phys_state)
+                state=p.state, phys_state=p.phys_state, **downs)
             continue
         gbps = p.rate_gbps
         if expected_rate > 0 and gbps is not None and gbps < expected_rate:
