@@ -187,6 +187,7 @@ class Figures:
     actions: Counter[str] = field(default_factory=Counter)
     user_jobs: int = 0
     our_jobs: int = 0
+    ours_ended: int = 0  # our jobs we cancelled because their remediation had ended
     steps: int = 0
     polls: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -862,7 +863,19 @@ class Driver:
                 self.fig.actions["close incident"] += 1
 
     def _account_our_jobs(self) -> None:
-        """our-jobs: each job of ours ran (a slurmd launched it) or a person cancelled it."""
+        """our-jobs: each job of ours ran (a slurmd launched it), a person cancelled it, or
+        our controller cancelled it because the remediation it was for had ended (the
+        store's gate or validation run of that job interrupted, its remediation over:
+        accounted for, SPEC V2, V4)."""
+        try:
+            state = self.site.store.load()
+        except Exception:  # noqa: BLE001 - read once more below if it was mid-replace
+            time.sleep(0.5)
+            state = self.site.store.load()
+        over = {r.id for r in state.remediations if r.phase.terminal}
+        ended_by_us = {str(v.job_id) for v in state.validations
+                       if v.job_id is not None and v.phase == "interrupted"
+                       and v.remediation in over and not v.by_person}
         for jid, seen in self.jobs_seen.items():
             if not str(seen["name"]).startswith(OURS_JOB):
                 continue
@@ -875,6 +888,9 @@ class Driver:
                              f"({seen['name']}) failed in our Prolog", "item3",
                              states=seen["states"], slurmd=prolog,
                              slurmctld=self.site.ctld_lines(f"JobId={jid} "))
+                continue
+            if jid in ended_by_us and not self.site.slurmd_launched(jid):
+                self.fig.ours_ended += 1
                 continue
             if jid in self.cancelled or self.site.slurmd_launched(jid):
                 prolog = self.site.ctld_lines(f"JobId={jid} ")
@@ -905,6 +921,7 @@ class Driver:
                  "  a person's actions: " + dump(dict(self.fig.actions)) + f" (total "
                  f"{sum(self.fig.actions.values())})",
                  f"  users' jobs={self.fig.user_jobs} our jobs={self.fig.our_jobs} "
+                 f"(cancelled by us, their remediation over: {self.fig.ours_ended}) "
                  f"remediations={len(self.state_rems)} provider actions={len(ops)}",
                  ]
         if self.fig.latencies:
