@@ -282,13 +282,19 @@ def _num(text: str) -> int:
     return int(text)
 
 
-def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
+def _split(raw: str, now: datetime | None, kernel: bool = False,
+           how: list[Any] | None = None) -> Line:
+    """`split_line`'s work. ``how``: where to put how the line was read (`_recipe`), when
+    a line of the same shape would be read the same way."""
     text = raw
+    off = 0  # where ``text`` starts in ``raw``
     rfc5424 = False
     if raw[:1] == "<":
+        how = None  # the facility's value decides (and "<4>1 " has a digit in its form)
         p = _PRIO.match(raw[:8])
         if p:  # remote syslog: "<4>" (RFC 3164) or "<4>1 " (RFC 5424) before the stamp
             text = raw[p.end():]
+            off = p.end()
             rfc5424 = p.group().endswith("1 ")
             if not kernel and int(p.group()[1:p.group().index(">")]) >> 3 != 0:
                 # Issue 34 item 1 (SPEC D1): a facility other than kern (0) is a program's
@@ -302,6 +308,9 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
         if m:  # talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:26:20.599488292Z]: "
             if m.group(1) != "kern" and not kernel:  # a program's message (issue 34)
                 return Line(raw=raw, message="", foreign=f"facility {m.group(1)}")
+            if how is not None:
+                how.append((_R_ISO, off + m.start(2), off + m.end(2), off + m.start(3),
+                            off + m.end(3)))
             return Line(raw=raw, message=m.group(3), at=_iso(m.group(2)))
     if c.isalpha() and ":" in text[:20]:
         head = text[:24]
@@ -313,14 +322,21 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
             cut = _DECODED[head] = d.end() if d else 0
         if cut:  # dmesg --decode: the rest is one of the dmesg forms
             text = text[cut:]
+            off += cut
             c = text[:1]
     if c.isdigit():
         m = _KMSG.match(text) if text is raw else None
         if m:
+            if how is not None:
+                how.append((_R_KMSG, m.start(2), m.end(2), m.start(3), m.end(3), m.start(4),
+                            m.end(4)))
             return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
                         usec=_num(m.group(3)), seq=_num(m.group(2)))
         m = _ISO.match(text) if text.find(" kernel", 19, 160) != -1 else None
         if m:
+            if how is not None:
+                how.append((_R_ISO, off + m.start(1), off + m.end(1), off + m.start(2),
+                            off + m.end(2)))
             return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
         m = _DMESG_ISO.match(text)
         if m:
@@ -339,18 +355,33 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                     if tag and tag.group(1) != "kernel":
                         return Line(raw=raw, message="", at=at,
                                     foreign=f"syslog tag {tag.group(1)!r}")
+                if how is not None:
+                    how.append((_R_DMESG_ISO, off + m.start(1), off + m.end(1),
+                                off + m.start(2), off + m.end(2)))
                 return Line(raw, rest, at)
+            how = None  # read as a whole line only because this stamp is not a time
     elif c == "[":
         m = _DMESG_T.match(text)
         if m:
+            if how is not None:
+                how.append((_R_CTIME, off + m.start(1), off + m.end(1), off + m.start(2),
+                            off + m.end(2)))
             return Line(raw=raw, message=m.group(2), at=_ctime(m.group(1)))
         m = _DMESG.match(text)
         if m:
+            if how is not None:
+                how.append((_R_MONO, off + m.start(3), off + m.end(3), off + m.start(1),
+                            off + m.end(1), off + m.start(2), off + m.end(2)))
             usec = _num(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
             return Line(raw=raw, message=m.group(3), usec=usec)
     elif c.isalpha():
         m = _SYSLOG.match(text)
         if m:
+            if how is not None:
+                how.append((_R_SYSLOG, off + m.start(4), off + m.end(4), off + m.start(1),
+                            off + m.end(1)) + ((off + m.start(2), off + m.end(2),
+                                               off + m.start(3), off + m.end(3))
+                                               if m.group(2) is not None else ()))
             mono = (_num(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
                     if m.group(2) is not None else None)
             return Line(raw=raw, message=m.group(4), at=_syslog_time(m.group(1), now),
@@ -364,8 +395,58 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
             # A journal's line printed without its stamp ("kernel: NVRM: Xid ..."): the
             # message is after the tag, so its "Linux version" line marks the boot
             # (issue 35 item 3: that file's lines of this boot were never raised).
+            if how is not None:
+                how.append((_R_TEXT, off + 8, len(raw)))
             return Line(raw=raw, message=text[8:])
+    if how is not None:
+        how.append((_R_TEXT, 0, len(raw)))
     return Line(raw=raw, message=raw)
+
+
+# How `_split` read a line (``how``), for the next line of the same shape: the kind of
+# line, then the offsets in the line of its message and its stamp's parts. "The same
+# shape": the same text but for the ASCII digits (`_SHAPE`; the digits' own values are
+# read anew: the stamp, the numbers). Each test `_split` makes of a line is a pattern or a
+# string test that does not tell one ASCII digit from another (a \d class, [0-9],
+# isdigit, lengths of digit runs), except where it takes ``how`` away: the facility of a
+# "<N>" prefix, and a stamp that is not a time. A line another program wrote, and a
+# container's line, are never read from a shape (each is read whole).
+_R_TEXT, _R_KMSG, _R_ISO, _R_DMESG_ISO, _R_CTIME, _R_MONO, _R_SYSLOG = range(7)
+_SHAPE = bytes.maketrans(b"0123456789", b"0000000000")
+
+
+def _recipe(how: tuple[Any, ...], raw: str, now: datetime | None) -> Line:
+    """The line ``raw`` read as ``how`` says: what `split_line` gives for it (a line of
+    the shape ``how`` was taken from; see `_SHAPE`)."""
+    kind = how[0]
+    if kind == _R_DMESG_ISO or kind == _R_ISO:
+        at = _iso(raw[how[1]:how[2]])
+        if at is None and kind == _R_DMESG_ISO:
+            return Line(raw, raw)  # not a time: the whole line (as `_split` reads it)
+        return Line(raw, raw[how[3]:how[4]], at)
+    if kind == _R_KMSG:
+        usec = _num(raw[how[3]:how[4]])
+        if not 0 <= usec <= MAX_USEC:
+            raise ValueError(f"timestamp {usec} is out of range")
+        return Line(raw, raw[how[5]:how[6]].replace("\\x0a", " "), None, usec,
+                    _num(raw[how[1]:how[2]]))
+    if kind == _R_TEXT:
+        return Line(raw, raw[how[1]:how[2]])
+    if kind == _R_CTIME:
+        return Line(raw, raw[how[3]:how[4]], _ctime(raw[how[1]:how[2]]))
+    if kind == _R_MONO:
+        usec = (_num(raw[how[3]:how[4]]) * 1_000_000
+                + int(raw[how[5]:how[6]].ljust(6, "0")[:6]))
+        if not 0 <= usec <= MAX_USEC:
+            raise ValueError(f"timestamp {usec} is out of range")
+        return Line(raw, raw[how[1]:how[2]], None, usec)
+    # _R_SYSLOG
+    mono = None
+    if len(how) > 5:  # the "[sec.usec]" after the tag
+        mono = _num(raw[how[5]:how[6]]) * 1_000_000 + int(raw[how[7]:how[8]].ljust(6, "0")[:6])
+        if not 0 <= mono <= MAX_USEC:
+            raise ValueError(f"timestamp {mono} is out of range")
+    return Line(raw, raw[how[1]:how[2]], _syslog_time(raw[how[3]:how[4]], now), mono)
 
 
 # A fault storm's stamps share their second and zone: each second and zone is read once
@@ -675,15 +756,28 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     ``spans``: the candidate lines when the caller found them already (one multi-pattern
     pass over a big file, `slurm_heal.checks.sources`), else `candidate_spans`."""
     out = result if result is not None else ScanResult()
-    # A fault storm repeats one message with new stamps (issue 35: <= 10 us an event): the
-    # message's reading is kept for the scan and given each line anew.
+    # A fault storm (issue 35: <= 10 us an event) repeats a few messages with new stamps:
+    # each shape of line (`_SHAPE`) is read once, and its later lines as it says
+    # (`_recipe`); each message is classified once, and its event given each line anew.
+    shapes: dict[bytes, tuple[Any, ...]] = {}
     memo: dict[str, Event | tuple[str, str] | None] = {}
     for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
-        raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
+        chunk = data[start:end]
+        raw = chunk.decode("utf-8", "replace").rstrip("\r")
         try:
-            line = split_line(raw, now, kernel)
-            if line is None:
-                continue
+            shape = chunk.translate(_SHAPE)
+            how = shapes.get(shape)
+            if how is not None:
+                line = _recipe(how, raw, now)
+            else:
+                if raw[:1] == " " and "=" in raw:
+                    continue  # kmsg dictionary line (" SUBSYSTEM=pci"), as split_line
+                read: list[Any] = []
+                line = _split(raw, now, kernel, read)
+                if line.usec is not None and not 0 <= line.usec <= MAX_USEC:
+                    raise ValueError(f"timestamp {line.usec} is out of range")
+                if read and len(shapes) < 4096:
+                    shapes[shape] = read[0]
             if line.foreign:
                 out.foreign += 1
                 if not out.foreign_sample:
@@ -707,19 +801,19 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
                 out.skipped_sample = f"{raw[:120]!r}: {exc}"[:240]
             continue
         out.lines += 1
-        _boot_seen(out, line)
+        if line.usec is not None or line.seq is not None or msg[:14] == "Linux version ":
+            _boot_seen(out, line)
         if ev is None:
             continue
         if isinstance(ev, tuple):
             out.gpu_uuids[ev[0]] = ev[1]
             continue
-        if ev.fault == "gpu.off_bus" and ev.pci is None:
-            ev = _named_before(data, lo, start, end, ev)
-        if ev.fault == "gpu.off_bus" and any(
-                e.fault == "gpu.xid.79" and e.key == ev.key for e in out.events[-8:]):
-            continue  # the Xid 79 line already says it; one alert, not two
-        else:
-            out.events.append(ev)
+        if ev.fault == "gpu.off_bus":
+            if ev.pci is None:
+                ev = _named_before(data, lo, start, end, ev)
+            if any(e.fault == "gpu.xid.79" and e.key == ev.key for e in out.events[-8:]):
+                continue  # the Xid 79 line already says it; one alert, not two
+        out.events.append(ev)
     return out
 
 
