@@ -451,29 +451,28 @@ def _reader(how: tuple[Any, ...]) -> Any:
                     return line(raw, raw, None, None, None, "")
                 return line(raw, raw[ms:me], at, None, None, "")
             return read_iso
-        s19, s20, s26 = s + 19, s + 20, s + 26
-        # second and zone -> (the time without a fraction, its two parts around one);
-        # None: not a time
-        seconds: dict[str, tuple[str, str, str] | None] = {}
+        s20, s26 = s + 20, s + 26
+        # The last stamp's second and zone, and its reading: the time without a fraction
+        # and its two parts around one ("" for each: not a time). A storm's lines share
+        # their second: the next line's is compared in place, without a copy.
+        last = ["\0", "\0", "", "", ""]
 
         def read_iso_by_hand(raw: str, now: datetime | None) -> Line:
             # `_iso` of a stamp of the form it reads by hand, that form known
-            key = raw[s:s19] + raw[z:e]
-            parts = seconds.get(key, _UNSEEN)
-            if parts is _UNSEEN:
-                if len(seconds) >= 4096:
-                    seconds.clear()
-                value = _iso(key)
-                parts = seconds[key] = (None if value is None
-                                        else (value, value[:19] + ".", value[19:]))
-            if parts is None:
+            second, zone, value, head, tail = last
+            if not (raw.startswith(second, s) and raw.startswith(zone, z)):
+                second, zone = raw[s:s + 19], raw[z:e]
+                value = _iso(second + zone) or ""
+                head, tail = value[:19] + ".", value[19:]
+                last[:] = second, zone, value, head, tail
+            if not value:
                 if whole:
                     return line(raw, raw, None, None, None, "")
                 return line(raw, raw[ms:me], None, None, None, "")
             micro = raw[s20:s26]
             if micro == "000000":
-                return line(raw, raw[ms:me], parts[0], None, None, "")
-            return line(raw, raw[ms:me], parts[1] + micro + parts[2], None, None, "")
+                return line(raw, raw[ms:me], value, None, None, "")
+            return line(raw, raw[ms:me], head + micro + tail, None, None, "")
         return read_iso_by_hand
     if kind == _R_KMSG:
         _, qs, qe, us, ue, ms, me = how
@@ -841,7 +840,10 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
             i = find(needle, end, until)
         found.append(spans)
     if until < size:
-        found.append(_dense_spans(data, until, size, needles))
+        # The lines before ``until`` (the needles searched before the storm was seen
+        # found the lines after it too, which the blocks find), then the blocks'.
+        return (sorted({span for spans in found for span in spans if span[0] < until})
+                + _dense_spans(data, until, size, needles))
     if len(found) == 1:
         return found[0]  # a storm's one needle (issue 35): no merge
     return sorted({span for spans in found for span in spans})
@@ -911,17 +913,18 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
         _makers()
     event = _EVENT[0] if _EVENT else Event
     events = out.events
+    append, shape_of, message_of, digits = events.append, shapes.get, memo.get, _SHAPE
     lines = 0
     try:
         for start, end in spans:
             chunk = data[start:end]
             raw = chunk.decode("utf-8", "replace").rstrip("\r")
             try:
-                shape = chunk.translate(_SHAPE)
-                how = shapes.get(shape)
+                shape = chunk.translate(digits)
+                how = shape_of(shape)
                 if how is not None:
                     line = how[0](raw, now)
-                    seen = memo.get(line.message)
+                    seen = message_of(line.message)
                     if seen is not None and seen[0] is _EV:
                         # A storm's line: a line of a known shape, of a known message whose
                         # event is neither a GPU off the bus nor at a boot's first line.
@@ -929,8 +932,8 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
                         lines += 1
                         if how[1]:  # the kmsg and dmesg forms: a stamp since boot
                             _boot_seen(out, line)
-                        events.append(event(fault, key, line, pci, xid, pid, process, detail,
-                                            dict(fields) if fields else {}))
+                        append(event(fault, key, line, pci, xid, pid, process, detail,
+                                     dict(fields) if fields else {}))
                         continue
                 else:
                     if raw[:1] == " " and "=" in raw:
