@@ -808,15 +808,18 @@ if TYPE_CHECKING:  # for the type checker only: typing stays off the check path
 
 
 def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
-                    needles: tuple[bytes, ...] = NEEDLES,
-                    dense: bool = True) -> list[tuple[int, int]]:
+                    needles: tuple[bytes, ...] = NEEDLES, dense: bool = True,
+                    keep: list[tuple[str, bytes] | None] | None = None,
+                    ) -> list[tuple[int, int]]:
     """Start/end offsets of the lines in ``data[lo:hi]`` holding a needle, in order,
     without duplicates. ``lo`` must be the start of a line.
 
     Each needle is searched with ``bytes.find``: one pass over the data, and a few calls
     for each line found. In a storm (a needle on most lines: `_DENSE_AFTER` lines in a
     few KB) the calls for each line cost more than the passes: from there on the data is
-    read in blocks of lines (`_dense_spans`). ``dense``: whether it may be."""
+    read in blocks of lines (`_dense_spans`). ``dense``: whether it may be. ``keep``: a
+    list to put, for each line returned, what a block read of it (its text as `scan`
+    decodes it, and its shape) or None."""
     found: list[list[tuple[int, int]]] = []
     find, rfind = data.find, data.rfind
     size = len(data) if hi is None else hi
@@ -842,11 +845,15 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
     if until < size:
         # The lines before ``until`` (the needles searched before the storm was seen
         # found the lines after it too, which the blocks find), then the blocks'.
-        return (sorted({span for spans in found for span in spans if span[0] < until})
-                + _dense_spans(data, until, size, needles))
-    if len(found) == 1:
-        return found[0]  # a storm's one needle (issue 35): no merge
-    return sorted({span for spans in found for span in spans})
+        head = sorted({span for spans in found for span in spans if span[0] < until})
+        if keep is not None:
+            keep.extend(repeat(None, len(head)))
+        return head + _dense_spans(data, until, size, needles, keep)
+    out = (found[0] if len(found) == 1  # a storm's one needle (issue 35): no merge
+           else sorted({span for spans in found for span in spans}))
+    if keep is not None:
+        keep.extend(repeat(None, len(out)))
+    return out
 
 
 # A storm in `candidate_spans`: a needle on this many lines within this many bytes a line.
@@ -856,13 +863,16 @@ _BLOCK = 1 << 16  # bytes of whole lines `_dense_spans` splits at a time
 _PLUS_ONE = partial(_add, 1)
 
 
-def _dense_spans(data: Buffer, a: int, size: int,
-                 needles: tuple[bytes, ...]) -> list[tuple[int, int]]:
+def _dense_spans(data: Buffer, a: int, size: int, needles: tuple[bytes, ...],
+                 keep: list[tuple[str, bytes] | None] | None) -> list[tuple[int, int]]:
     """`candidate_spans` from ``a`` (a line's start) to ``size`` where needles are on
     many lines. A block of whole lines is split into lines in C, each line's shape taken
     (`_SHAPE`: no needle has a digit, so a line holds a needle exactly when its shape
     does) and each shape searched once; a storm repeats a few shapes. A block whose lines
-    are mostly new shapes is searched needle by needle instead."""
+    are mostly new shapes is searched needle by needle instead. ``keep``: where to put
+    each line's text and shape (`candidate_spans`): the block is decoded at once, which
+    gives each line's text as decoding the line alone does (a newline ends any sequence
+    a decoder reads, and only a newline byte decodes to one)."""
     out: list[tuple[int, int]] = []
     holds: dict[bytes, bool] = {}  # a shape -> whether it holds a needle
     find = data.find
@@ -870,11 +880,12 @@ def _dense_spans(data: Buffer, a: int, size: int,
         b = find(b"\n", min(a + _BLOCK, size - 1), size)
         if b == -1:
             b = size
-        lines = data[a:b].split(b"\n")  # whole lines: [a, b) ends before a newline or at size
+        block = data[a:b]  # whole lines: [a, b) ends before a newline or at size
+        lines = block.split(b"\n")
         shapes = list(map(bytes.translate, lines, repeat(_SHAPE)))
         new = set(shapes).difference(holds)
         if len(new) * 4 > len(shapes) or len(holds) + len(new) > 4096:
-            out.extend(candidate_spans(data, a, b, needles, dense=False))
+            out.extend(candidate_spans(data, a, b, needles, False, keep))
             a = b + 1
             continue
         for shape in new:
@@ -885,6 +896,10 @@ def _dense_spans(data: Buffer, a: int, size: int,
             starts = list(accumulate(map(_PLUS_ONE, lens), initial=a))
             ends = map(_add, starts, lens)  # starts has one more: the next block's
             out.extend(compress(zip(starts, ends, strict=False), flags))
+            if keep is not None:
+                texts = block.decode("utf-8", "replace").split("\n")
+                keep.extend(zip(map(str.rstrip, compress(texts, flags), repeat("\r")),
+                                compress(shapes, flags), strict=True))
         a = b + 1
     return out
 
@@ -907,8 +922,9 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     # message -> None (no event), a GPU-at line's (pci, uuid), or an event's fields but
     # its line, after the marker `_EV`
     memo: dict[str, tuple[Any, ...] | None] = {}
+    read_by_block: list[tuple[str, bytes] | None] = []  # a storm's lines (candidate_spans)
     if spans is None:
-        spans = candidate_spans(data, lo, hi)
+        spans = candidate_spans(data, lo, hi, keep=read_by_block)
     if spans and not _EVENT:
         _makers()
     event = _EVENT[0] if _EVENT else Event
@@ -916,11 +932,14 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     append, shape_of, message_of, digits = events.append, shapes.get, memo.get, _SHAPE
     lines = 0
     try:
-        for start, end in spans:
-            chunk = data[start:end]
-            raw = chunk.decode("utf-8", "replace").rstrip("\r")
-            try:
+        for (start, end), pre in zip(spans, read_by_block or repeat(None), strict=False):
+            if pre is None:
+                chunk = data[start:end]
+                raw = chunk.decode("utf-8", "replace").rstrip("\r")
                 shape = chunk.translate(digits)
+            else:
+                raw, shape = pre
+            try:
                 how = shape_of(shape)
                 if how is not None:
                     line = how[0](raw, now)

@@ -31,8 +31,10 @@ LONG = [b"4,1,1234567890123456,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=p, 
         b"pid=3, name=r, GPU has fallen off the bus.",
         b"kern  :err   : [1234567890.5] INFO: rcu_sched self-detected stall on CPU"]
 LINES = LINES + LONG
-# What a line may hold besides: a "<N>" remote-syslog prefix, a "dmesg --decode" head.
+# What a line may hold besides: a "<N>" remote-syslog prefix, a "dmesg --decode" head;
+# a carriage return, bytes that are not UTF-8 (an unfinished sequence at the line's end).
 HEADS = [b"", b"", b"", b"<4>", b"<13>", b"kern  :err   : "]
+TAILS = [b"", b"", b"\r", b" \xe2\x82", b"\xff\xfe\r"]
 
 
 # Digits to draw from: any, and few (all zeros: a stamp that is not a time, a fraction of
@@ -71,17 +73,17 @@ def _same(a: kernlog.ScanResult, b: kernlog.ScanResult) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(picks=st.lists(st.tuples(st.sampled_from(LINES), st.sampled_from(HEADS),
-                                st.integers(1, 40), st.sampled_from([0.0, 0.3, 1.0]),
-                                st.sampled_from(DIGITS)),
+                                st.sampled_from(TAILS), st.integers(1, 40),
+                                st.sampled_from([0.0, 0.3, 1.0]), st.sampled_from(DIGITS)),
                       min_size=1, max_size=6),
        seed=st.integers(0, 2**32 - 1), kernel=st.booleans(),
        dense=st.sampled_from([(32, 512, 1 << 16), (1, 1 << 20, 64), (3, 1 << 20, 700)]))
 def test_a_storm_reads_as_its_lines_read_one_at_a_time(
-        picks: list[tuple[bytes, bytes, int, float, bytes]], seed: int, kernel: bool,
+        picks: list[tuple[bytes, bytes, bytes, int, float, bytes]], seed: int, kernel: bool,
         dense: tuple[int, int, int]) -> None:
     rng = random.Random(seed)
-    lines = [_digits(head + line, rng, share, digits)
-             for line, head, times, share, digits in picks for _ in range(times)]
+    lines = [_digits(head + line + tail, rng, share, digits)
+             for line, head, tail, times, share, digits in picks for _ in range(times)]
     rng.shuffle(lines)
     data = b"\n".join(lines) + b"\n"
     saved = kernlog._DENSE_AFTER, kernlog._DENSE_BYTES, kernlog._BLOCK
