@@ -824,6 +824,7 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
     find, rfind = data.find, data.rfind
     size = len(data) if hi is None else hi
     until = size  # where the blocks of lines start (size: nowhere)
+    storm = b""  # the needle seen on many lines
     for needle in needles:
         i = find(needle, lo, until)
         if i == -1:
@@ -839,6 +840,7 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
             if (len(spans) == _DENSE_AFTER and dense and until == size and end < size
                     and end - spans[0][0] < _DENSE_AFTER * _DENSE_BYTES):
                 until = end + 1  # the rest of the data, for every needle: in blocks
+                storm = needle
                 break
             i = find(needle, end, until)
         found.append(spans)
@@ -848,7 +850,7 @@ def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
         head = sorted({span for spans in found for span in spans if span[0] < until})
         if keep is not None:
             keep.extend(repeat(None, len(head)))
-        return head + _dense_spans(data, until, size, needles, keep)
+        return head + _dense_spans(data, until, size, needles, keep, storm)
     out = (found[0] if len(found) == 1  # a storm's one needle (issue 35): no merge
            else sorted({span for spans in found for span in spans}))
     if keep is not None:
@@ -864,7 +866,8 @@ _PLUS_ONE = partial(_add, 1)
 
 
 def _dense_spans(data: Buffer, a: int, size: int, needles: tuple[bytes, ...],
-                 keep: list[tuple[str, bytes] | None] | None) -> list[tuple[int, int]]:
+                 keep: list[tuple[str, bytes] | None] | None,
+                 storm: bytes) -> list[tuple[int, int]]:
     """`candidate_spans` from ``a`` (a line's start) to ``size`` where needles are on
     many lines. A block of whole lines is split into lines in C, each line's shape taken
     (`_SHAPE`: no needle has a digit, so a line holds a needle exactly when its shape
@@ -872,7 +875,9 @@ def _dense_spans(data: Buffer, a: int, size: int, needles: tuple[bytes, ...],
     are mostly new shapes is searched needle by needle instead. ``keep``: where to put
     each line's text and shape (`candidate_spans`): the block is decoded at once, which
     gives each line's text as decoding the line alone does (a newline ends any sequence
-    a decoder reads, and only a newline byte decodes to one)."""
+    a decoder reads, and only a newline byte decodes to one). Where the needle of the
+    storm (``storm``) is no longer dense, the storm is over: the rest is searched needle
+    by needle (a storm's first lines before a healthy log cost one block's splitting)."""
     out: list[tuple[int, int]] = []
     holds: dict[bytes, bool] = {}  # a shape -> whether it holds a needle
     find = data.find
@@ -881,6 +886,9 @@ def _dense_spans(data: Buffer, a: int, size: int, needles: tuple[bytes, ...],
         if b == -1:
             b = size
         block = data[a:b]  # whole lines: [a, b) ends before a newline or at size
+        if block.count(storm) * _DENSE_BYTES < len(block):
+            out.extend(candidate_spans(data, a, size, needles, False, keep))
+            break
         lines = block.split(b"\n")
         shapes = list(map(bytes.translate, lines, repeat(_SHAPE)))
         new = set(shapes).difference(holds)
