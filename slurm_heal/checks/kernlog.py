@@ -5,6 +5,10 @@ Python. Only the lines holding one of a handful of literal needles (`NEEDLES`) a
 decoded and parsed; `candidate_spans` finds them with one ``bytes.find`` pass per
 needle (C speed, no process), and a big file is searched for all of them in one pass
 by a ``grep -F`` child instead (`slurm_heal.checks.sources`), which `scan` is handed.
+A fault storm (issue 35: <= 10 us an event) repeats a few lines with new digits: where a
+needle is on most lines, the rest is split into lines in blocks in C (`_dense_spans`);
+each shape of line (`_SHAPE`) is parsed once and its later lines read from the offsets
+found (`_reader`); each message is classified once.
 
 Line formats understood, detected per line (a file may mix them after rotation):
 
