@@ -305,7 +305,7 @@ def _num(text: str) -> int:
 
 def _split(raw: str, now: datetime | None, kernel: bool = False,
            how: list[Any] | None = None) -> Line:
-    """`split_line`'s work. ``how``: where to put how the line was read (`_recipe`), when
+    """`split_line`'s work. ``how``: where to put how the line was read (`_reader`), when
     a line of the same shape would be read the same way."""
     text = raw
     off = 0  # where ``text`` starts in ``raw``
@@ -929,7 +929,7 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     out = result if result is not None else ScanResult()
     # A fault storm (issue 35: <= 10 us an event) repeats a few messages with new stamps:
     # each shape of line (`_SHAPE`) is read once, and its later lines as it says
-    # (`_recipe`); each message is classified once, and its event given each line anew.
+    # (`_reader`); each message is classified once, and its event given each line anew.
     shapes: dict[bytes, Any] = {}  # a line's shape -> its reader (`_reader`)
     # message -> None (no event), a GPU-at line's (pci, uuid), or an event's fields but
     # its line, after the marker `_EV`
