@@ -5,6 +5,10 @@ Python. Only the lines holding one of a handful of literal needles (`NEEDLES`) a
 decoded and parsed; `candidate_spans` finds them with one ``bytes.find`` pass per
 needle (C speed, no process), and a big file is searched for all of them in one pass
 by a ``grep -F`` child instead (`slurm_heal.checks.sources`), which `scan` is handed.
+A fault storm (issue 35: <= 10 us an event) repeats a few lines with new digits: where a
+needle is on most lines, the rest is split into lines in blocks in C (`_dense_spans`);
+each shape of line (`_SHAPE`) is parsed once and its later lines read from the offsets
+found (`_reader`); each message is classified once.
 
 Line formats understood, detected per line (a file may mix them after rotation):
 
@@ -45,12 +49,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from functools import partial
+from itertools import accumulate, compress, repeat
+from operator import add as _add
 
-from slurm_heal.frozen import dataclass, field, replace
+from slurm_heal.frozen import dataclass, field, maker, replace
 from slurm_heal.types import Evidence, Finding, Severity
 
 TYPE_CHECKING = False  # typing is not imported on the node check's path (issue 26)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, Protocol
 
 # Every line that can produce an event contains one of these. Keep them literal and
@@ -250,6 +258,19 @@ class ScanResult:
     last_seq: int | None = None
 
 
+# Fast positional constructors of the two records a storm makes for each line
+# (`slurm_heal.frozen.maker`; issue 35): made on the scan's first candidate line, so a
+# healthy run never pays for them.
+_LINE: list[Callable[..., Line]] = []
+_EVENT: list[Callable[..., Event]] = []
+
+
+def _makers() -> None:
+    if not _EVENT:
+        _LINE.append(maker(Line))
+        _EVENT.append(maker(Event))
+
+
 def norm_pci(text: str) -> str:
     """``00000000:3B:00.0`` / ``0000:3b:00`` -> ``0000:3b:00`` (domain:bus:device)."""
     text = text.lower().split(".", 1)[0]
@@ -282,13 +303,19 @@ def _num(text: str) -> int:
     return int(text)
 
 
-def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
+def _split(raw: str, now: datetime | None, kernel: bool = False,
+           how: list[Any] | None = None) -> Line:
+    """`split_line`'s work. ``how``: where to put how the line was read (`_reader`), when
+    a line of the same shape would be read the same way."""
     text = raw
+    off = 0  # where ``text`` starts in ``raw``
     rfc5424 = False
     if raw[:1] == "<":
+        how = None  # the facility's value decides (and "<4>1 " has a digit in its form)
         p = _PRIO.match(raw[:8])
         if p:  # remote syslog: "<4>" (RFC 3164) or "<4>1 " (RFC 5424) before the stamp
             text = raw[p.end():]
+            off = p.end()
             rfc5424 = p.group().endswith("1 ")
             if not kernel and int(p.group()[1:p.group().index(">")]) >> 3 != 0:
                 # Issue 34 item 1 (SPEC D1): a facility other than kern (0) is a program's
@@ -302,6 +329,9 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
         if m:  # talosctl dmesg: "<node>: kern: warning: [2026-04-22T21:26:20.599488292Z]: "
             if m.group(1) != "kern" and not kernel:  # a program's message (issue 34)
                 return Line(raw=raw, message="", foreign=f"facility {m.group(1)}")
+            if how is not None:
+                how.append((_R_ISO, off + m.start(2), off + m.end(2), off + m.start(3),
+                            off + m.end(3), _zone_at(m.group(2), off + m.start(2))))
             return Line(raw=raw, message=m.group(3), at=_iso(m.group(2)))
     if c.isalpha() and ":" in text[:20]:
         head = text[:24]
@@ -313,14 +343,21 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
             cut = _DECODED[head] = d.end() if d else 0
         if cut:  # dmesg --decode: the rest is one of the dmesg forms
             text = text[cut:]
+            off += cut
             c = text[:1]
     if c.isdigit():
         m = _KMSG.match(text) if text is raw else None
         if m:
+            if how is not None:
+                how.append((_R_KMSG, m.start(2), m.end(2), m.start(3), m.end(3), m.start(4),
+                            m.end(4)))
             return Line(raw=raw, message=m.group(4).replace("\\x0a", " "),
                         usec=_num(m.group(3)), seq=_num(m.group(2)))
         m = _ISO.match(text) if text.find(" kernel", 19, 160) != -1 else None
         if m:
+            if how is not None:
+                how.append((_R_ISO, off + m.start(1), off + m.end(1), off + m.start(2),
+                            off + m.end(2), _zone_at(m.group(1), off + m.start(1))))
             return Line(raw=raw, message=m.group(2), at=_iso(m.group(1)))
         m = _DMESG_ISO.match(text)
         if m:
@@ -339,18 +376,34 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
                     if tag and tag.group(1) != "kernel":
                         return Line(raw=raw, message="", at=at,
                                     foreign=f"syslog tag {tag.group(1)!r}")
+                if how is not None:
+                    how.append((_R_DMESG_ISO, off + m.start(1), off + m.end(1),
+                                off + m.start(2), off + m.end(2),
+                                _zone_at(m.group(1), off + m.start(1))))
                 return Line(raw, rest, at)
+            how = None  # read as a whole line only because this stamp is not a time
     elif c == "[":
         m = _DMESG_T.match(text)
         if m:
+            if how is not None:
+                how.append((_R_CTIME, off + m.start(1), off + m.end(1), off + m.start(2),
+                            off + m.end(2)))
             return Line(raw=raw, message=m.group(2), at=_ctime(m.group(1)))
         m = _DMESG.match(text)
         if m:
+            if how is not None:
+                how.append((_R_MONO, off + m.start(3), off + m.end(3), off + m.start(1),
+                            off + m.end(1), off + m.start(2), off + m.end(2)))
             usec = _num(m.group(1)) * 1_000_000 + int(m.group(2).ljust(6, "0")[:6])
             return Line(raw=raw, message=m.group(3), usec=usec)
     elif c.isalpha():
         m = _SYSLOG.match(text)
         if m:
+            if how is not None:
+                how.append((_R_SYSLOG, off + m.start(4), off + m.end(4), off + m.start(1),
+                            off + m.end(1)) + ((off + m.start(2), off + m.end(2),
+                                               off + m.start(3), off + m.end(3))
+                                               if m.group(2) is not None else ()))
             mono = (_num(m.group(2)) * 1_000_000 + int(m.group(3).ljust(6, "0")[:6])
                     if m.group(2) is not None else None)
             return Line(raw=raw, message=m.group(4), at=_syslog_time(m.group(1), now),
@@ -364,8 +417,121 @@ def _split(raw: str, now: datetime | None, kernel: bool = False) -> Line:
             # A journal's line printed without its stamp ("kernel: NVRM: Xid ..."): the
             # message is after the tag, so its "Linux version" line marks the boot
             # (issue 35 item 3: that file's lines of this boot were never raised).
+            if how is not None:
+                how.append((_R_TEXT, off + 8, len(raw)))
             return Line(raw=raw, message=text[8:])
+    if how is not None:
+        how.append((_R_TEXT, 0, len(raw)))
     return Line(raw=raw, message=raw)
+
+
+# How `_split` read a line (``how``), for the next line of the same shape: the kind of
+# line, then the offsets in the line of its message and its stamp's parts. "The same
+# shape": the same text but for the ASCII digits (`_SHAPE`; the digits' own values are
+# read anew: the stamp, the numbers). Each test `_split` makes of a line is a pattern or a
+# string test that does not tell one ASCII digit from another (a \d class, [0-9],
+# isdigit, lengths of digit runs), except where it takes ``how`` away: the facility of a
+# "<N>" prefix, and a stamp that is not a time. A line another program wrote, and a
+# container's line, are never read from a shape (each is read whole).
+_R_TEXT, _R_KMSG, _R_ISO, _R_DMESG_ISO, _R_CTIME, _R_MONO, _R_SYSLOG = range(7)
+_SHAPE = bytes.maketrans(b"0123456789", b"0000000000")
+
+
+def _reader(how: tuple[Any, ...]) -> Any:
+    """A function ``(raw, now) -> Line`` that reads a line as ``how`` says: what
+    `split_line` gives for a line of the shape ``how`` was taken from (see `_SHAPE`). Its
+    offsets are bound in a closure: a storm's line costs a few slices and no dispatch.
+    A number's length is the shape's, so `_num`'s length test passed already (int)."""
+    _makers()
+    line = _LINE[0]
+    kind = how[0]
+    if kind == _R_DMESG_ISO or kind == _R_ISO:
+        _, s, e, ms, me, z = how
+        whole = kind == _R_DMESG_ISO  # a stamp that is not a time: the whole line
+        if z == -1:
+            def read_iso(raw: str, now: datetime | None) -> Line:
+                at = _iso(raw[s:e])
+                if at is None and whole:
+                    return line(raw, raw, None, None, None, "")
+                return line(raw, raw[ms:me], at, None, None, "")
+            return read_iso
+        s20, s26 = s + 20, s + 26
+        # The last stamp's second and zone, and its reading: the time without a fraction
+        # and its two parts around one ("" for each: not a time). A storm's lines share
+        # their second: the next line's is compared in place, without a copy.
+        last = ["\0", "\0", "", "", ""]
+
+        def read_iso_by_hand(raw: str, now: datetime | None) -> Line:
+            # `_iso` of a stamp of the form it reads by hand, that form known
+            second, zone, value, head, tail = last
+            if not (raw.startswith(second, s) and raw.startswith(zone, z)):
+                second, zone = raw[s:s + 19], raw[z:e]
+                value = _iso(second + zone) or ""
+                head, tail = value[:19] + ".", value[19:]
+                last[:] = second, zone, value, head, tail
+            if not value:
+                if whole:
+                    return line(raw, raw, None, None, None, "")
+                return line(raw, raw[ms:me], None, None, None, "")
+            micro = raw[s20:s26]
+            if micro == "000000":
+                return line(raw, raw[ms:me], value, None, None, "")
+            return line(raw, raw[ms:me], head + micro + tail, None, None, "")
+        return read_iso_by_hand
+    if kind == _R_KMSG:
+        _, qs, qe, us, ue, ms, me = how
+
+        def read_kmsg(raw: str, now: datetime | None) -> Line:
+            usec = int(raw[us:ue])
+            if not 0 <= usec <= MAX_USEC:
+                raise ValueError(f"timestamp {usec} is out of range")
+            return line(raw, raw[ms:me].replace("\\x0a", " "), None, usec, int(raw[qs:qe]), "")
+        return read_kmsg
+    if kind == _R_TEXT:
+        _, ms, me = how
+
+        def read_text(raw: str, now: datetime | None) -> Line:
+            return line(raw, raw[ms:me], None, None, None, "")
+        return read_text
+    if kind == _R_CTIME:
+        _, s, e, ms, me = how
+
+        def read_ctime(raw: str, now: datetime | None) -> Line:
+            return line(raw, raw[ms:me], _ctime(raw[s:e]), None, None, "")
+        return read_ctime
+    if kind == _R_MONO:
+        _, ms, me, ss, se, fs, fe = how
+
+        def read_mono(raw: str, now: datetime | None) -> Line:
+            usec = int(raw[ss:se]) * 1_000_000 + int(raw[fs:fe].ljust(6, "0")[:6])
+            if not 0 <= usec <= MAX_USEC:
+                raise ValueError(f"timestamp {usec} is out of range")
+            return line(raw, raw[ms:me], None, usec, None, "")
+        return read_mono
+    # _R_SYSLOG
+    ms, me, ts, te = how[1:5]
+    mono = how[5:]
+
+    def read_syslog(raw: str, now: datetime | None) -> Line:
+        usec = None
+        if mono:  # the "[sec.usec]" after the tag
+            usec = (int(raw[mono[0]:mono[1]]) * 1_000_000
+                    + int(raw[mono[2]:mono[3]].ljust(6, "0")[:6]))
+            if not 0 <= usec <= MAX_USEC:
+                raise ValueError(f"timestamp {usec} is out of range")
+        return line(raw, raw[ms:me], _syslog_time(raw[ts:te], now), usec, None, "")
+    return read_syslog
+
+
+def _zone_at(stamp: str, at: int) -> int:
+    """Where the zone of ``stamp`` (at ``at`` in its line) starts when `_iso` reads it by
+    hand (six fraction digits or more; the tests depend on no digit's value); else -1."""
+    micro = stamp[20:26]
+    zone = stamp[26:].lstrip("0123456789")
+    if (stamp[19:20] not in (".", ",") or len(micro) < 6 or not micro.isdigit()
+            or not micro.isascii() or zone[:1] not in ("", "Z", "+", "-")):
+        return -1
+    return at + len(stamp) - len(zone)
 
 
 # A fault storm's stamps share their second and zone: each second and zone is read once
@@ -646,22 +812,108 @@ if TYPE_CHECKING:  # for the type checker only: typing stays off the check path
 
 
 def candidate_spans(data: Buffer, lo: int = 0, hi: int | None = None,
-                    needles: tuple[bytes, ...] = NEEDLES) -> list[tuple[int, int]]:
+                    needles: tuple[bytes, ...] = NEEDLES, dense: bool = True,
+                    keep: list[tuple[str, bytes] | None] | None = None,
+                    ) -> list[tuple[int, int]]:
     """Start/end offsets of the lines in ``data[lo:hi]`` holding a needle, in order,
-    without duplicates. ``lo`` must be the start of a line."""
-    spans: set[tuple[int, int]] = set()
-    add, find, rfind = spans.add, data.find, data.rfind  # per line of a storm (issue 35)
+    without duplicates. ``lo`` must be the start of a line.
+
+    Each needle is searched with ``bytes.find``: one pass over the data, and a few calls
+    for each line found. In a storm (a needle on most lines: `_DENSE_AFTER` lines in a
+    few KB) the calls for each line cost more than the passes: from there on the data is
+    read in blocks of lines (`_dense_spans`). ``dense``: whether it may be. ``keep``: a
+    list to put, for each line returned, what a block read of it (its text as `scan`
+    decodes it, and its shape) or None."""
+    found: list[list[tuple[int, int]]] = []
+    find, rfind = data.find, data.rfind
     size = len(data) if hi is None else hi
+    until = size  # where the blocks of lines start (size: nowhere)
+    storm = b""  # the needle seen on many lines
     for needle in needles:
-        i = find(needle, lo, size)
+        i = find(needle, lo, until)
+        if i == -1:
+            continue
+        spans: list[tuple[int, int]] = []  # in order, each line once (the next find starts
+        add = spans.append                 # at its end)
         while i != -1:
             start = rfind(b"\n", lo, i) + 1 or lo  # 0: none since lo, a line's start
             end = find(b"\n", i, size)
             if end == -1:
                 end = size
             add((start, end))
-            i = find(needle, end, size)
-    return sorted(spans)
+            if (len(spans) == _DENSE_AFTER and dense and until == size and end < size
+                    and end - spans[0][0] < _DENSE_AFTER * _DENSE_BYTES):
+                until = end + 1  # the rest of the data, for every needle: in blocks
+                storm = needle
+                break
+            i = find(needle, end, until)
+        found.append(spans)
+    if until < size:
+        # The lines before ``until`` (the needles searched before the storm was seen
+        # found the lines after it too, which the blocks find), then the blocks'.
+        head = sorted({span for spans in found for span in spans if span[0] < until})
+        if keep is not None:
+            keep.extend(repeat(None, len(head)))
+        return head + _dense_spans(data, until, size, needles, keep, storm)
+    out = (found[0] if len(found) == 1  # a storm's one needle (issue 35): no merge
+           else sorted({span for spans in found for span in spans}))
+    if keep is not None:
+        keep.extend(repeat(None, len(out)))
+    return out
+
+
+# A storm in `candidate_spans`: a needle on this many lines within this many bytes a line.
+_DENSE_AFTER = 32
+_DENSE_BYTES = 512
+_BLOCK = 1 << 16  # bytes of whole lines `_dense_spans` splits at a time
+_PLUS_ONE = partial(_add, 1)
+
+
+def _dense_spans(data: Buffer, a: int, size: int, needles: tuple[bytes, ...],
+                 keep: list[tuple[str, bytes] | None] | None,
+                 storm: bytes) -> list[tuple[int, int]]:
+    """`candidate_spans` from ``a`` (a line's start) to ``size`` where needles are on
+    many lines. A block of whole lines is split into lines in C, each line's shape taken
+    (`_SHAPE`: no needle has a digit, so a line holds a needle exactly when its shape
+    does) and each shape searched once; a storm repeats a few shapes. A block whose lines
+    are mostly new shapes is searched needle by needle instead. ``keep``: where to put
+    each line's text and shape (`candidate_spans`): the block is decoded at once, which
+    gives each line's text as decoding the line alone does (a newline ends any sequence
+    a decoder reads, and only a newline byte decodes to one). Where the needle of the
+    storm (``storm``) is no longer dense, the storm is over: the rest is searched needle
+    by needle (a storm's first lines before a healthy log cost one block's splitting)."""
+    out: list[tuple[int, int]] = []
+    holds: dict[bytes, bool] = {}  # a shape -> whether it holds a needle
+    find = data.find
+    while a < size:
+        b = find(b"\n", min(a + _BLOCK, size - 1), size)
+        if b == -1:
+            b = size
+        block = data[a:b]  # whole lines: [a, b) ends before a newline or at size
+        if block.count(storm) * _DENSE_BYTES < len(block):
+            out.extend(candidate_spans(data, a, size, needles, False, keep))
+            break
+        lines = block.split(b"\n")
+        shapes = list(map(bytes.translate, lines, repeat(_SHAPE)))
+        new = set(shapes).difference(holds)
+        if len(new) * 4 > len(shapes) or len(holds) + len(new) > 4096:
+            out.extend(candidate_spans(data, a, b, needles, False, keep))
+            a = b + 1
+            continue
+        for shape in new:
+            holds[shape] = any(n in shape for n in needles)
+        flags = list(map(holds.__getitem__, shapes))
+        if any(flags):
+            lens = list(map(len, lines))
+            starts = list(accumulate(map(_PLUS_ONE, lens), initial=a))
+            ends = map(_add, starts, lens)  # starts has one more: the next block's
+            out.extend(compress(zip(starts, ends, strict=False), flags))
+            if keep is not None:
+                texts = block.decode("utf-8", "replace").split("\n")
+                keep.extend(zip(map(str.rstrip, compress(texts, flags), repeat("\r")),
+                                compress(shapes, flags), strict=True))
+        a = b + 1
+    return out
 
 
 _UNSEEN: Any = object()  # a message the scan has not read yet
@@ -675,52 +927,105 @@ def scan(data: Buffer, result: ScanResult | None = None, lo: int = 0,
     ``spans``: the candidate lines when the caller found them already (one multi-pattern
     pass over a big file, `slurm_heal.checks.sources`), else `candidate_spans`."""
     out = result if result is not None else ScanResult()
-    # A fault storm repeats one message with new stamps (issue 35: <= 10 us an event): the
-    # message's reading is kept for the scan and given each line anew.
-    memo: dict[str, Event | tuple[str, str] | None] = {}
-    for start, end in candidate_spans(data, lo, hi) if spans is None else spans:
-        raw = data[start:end].decode("utf-8", "replace").rstrip("\r")
-        try:
-            line = split_line(raw, now, kernel)
-            if line is None:
-                continue
-            if line.foreign:
-                out.foreign += 1
-                if not out.foreign_sample:
-                    out.foreign_sample = f"{line.foreign}: {raw[:160]!r}"[:240]
-                continue
-            msg = line.message
-            seen = memo.get(msg, _UNSEEN)
-            if seen is _UNSEEN:
-                ev = classify(line)
-                if len(memo) < 4096:
-                    memo[msg] = ev
-            elif isinstance(seen, Event):  # the fields in order: no keywords to match
-                ev = Event(seen.fault, seen.key, line, seen.pci, seen.xid, seen.pid,
-                           seen.process, seen.detail, dict(seen.data))
+    # A fault storm (issue 35: <= 10 us an event) repeats a few messages with new stamps:
+    # each shape of line (`_SHAPE`) is read once, and its later lines as it says
+    # (`_reader`); each message is classified once, and its event given each line anew.
+    shapes: dict[bytes, Any] = {}  # a line's shape -> its reader (`_reader`)
+    # message -> None (no event), a GPU-at line's (pci, uuid), or an event's fields but
+    # its line, after the marker `_EV`
+    memo: dict[str, tuple[Any, ...] | None] = {}
+    read_by_block: list[tuple[str, bytes] | None] = []  # a storm's lines (candidate_spans)
+    if spans is None:
+        spans = candidate_spans(data, lo, hi, keep=read_by_block)
+    if spans and not _EVENT:
+        _makers()
+    event = _EVENT[0] if _EVENT else Event
+    events = out.events
+    append, shape_of, message_of, digits = events.append, shapes.get, memo.get, _SHAPE
+    lines = 0
+    try:
+        for (start, end), pre in zip(spans, read_by_block or repeat(None), strict=False):
+            if pre is None:
+                chunk = data[start:end]
+                raw = chunk.decode("utf-8", "replace").rstrip("\r")
+                shape = chunk.translate(digits)
             else:
-                ev = seen
-        except (ValueError, OverflowError, IndexError) as exc:
-            # One record that cannot be parsed never blinds the detector (module doc).
-            out.skipped += 1
-            if not out.skipped_sample:
-                out.skipped_sample = f"{raw[:120]!r}: {exc}"[:240]
-            continue
-        out.lines += 1
-        _boot_seen(out, line)
-        if ev is None:
-            continue
-        if isinstance(ev, tuple):
-            out.gpu_uuids[ev[0]] = ev[1]
-            continue
-        if ev.fault == "gpu.off_bus" and ev.pci is None:
-            ev = _named_before(data, lo, start, end, ev)
-        if ev.fault == "gpu.off_bus" and any(
-                e.fault == "gpu.xid.79" and e.key == ev.key for e in out.events[-8:]):
-            continue  # the Xid 79 line already says it; one alert, not two
-        else:
-            out.events.append(ev)
+                raw, shape = pre
+            try:
+                how = shape_of(shape)
+                if how is not None:
+                    line = how[0](raw, now)
+                    seen = message_of(line.message)
+                    if seen is not None and seen[0] is _EV:
+                        # A storm's line: a line of a known shape, of a known message whose
+                        # event is neither a GPU off the bus nor at a boot's first line.
+                        _, fault, key, pci, xid, pid, process, detail, fields = seen
+                        lines += 1
+                        if how[1]:  # the kmsg and dmesg forms: a stamp since boot
+                            _boot_seen(out, line)
+                        append(event(fault, key, line, pci, xid, pid, process, detail,
+                                     dict(fields) if fields else {}))
+                        continue
+                else:
+                    if raw[:1] == " " and "=" in raw:
+                        continue  # kmsg dictionary line (" SUBSYSTEM=pci"), as split_line
+                    read: list[Any] = []
+                    line = _split(raw, now, kernel, read)
+                    if line.usec is not None and not 0 <= line.usec <= MAX_USEC:
+                        raise ValueError(f"timestamp {line.usec} is out of range")
+                    if read and len(shapes) < 4096:
+                        shapes[shape] = (_reader(read[0]),
+                                         read[0][0] in (_R_KMSG, _R_MONO, _R_SYSLOG))
+                if line.foreign:
+                    out.foreign += 1
+                    if not out.foreign_sample:
+                        out.foreign_sample = f"{line.foreign}: {raw[:160]!r}"[:240]
+                    continue
+                msg = line.message
+                seen = memo.get(msg, _UNSEEN)
+                if seen is _UNSEEN:
+                    ev = classify(line)
+                    if len(memo) < 4096:
+                        memo[msg] = (((_EV if ev.fault != "gpu.off_bus"
+                                       and not msg.startswith("Linux version ") else _EV_SLOW),
+                                      ev.fault, ev.key, ev.pci, ev.xid, ev.pid, ev.process,
+                                      ev.detail, ev.data) if isinstance(ev, Event) else ev)
+                elif seen is None:
+                    ev = None
+                elif seen[0] is _EV or seen[0] is _EV_SLOW:  # the fields in order
+                    _, fault, key, pci, xid, pid, process, detail, fields = seen
+                    ev = event(fault, key, line, pci, xid, pid, process, detail, dict(fields))
+                else:
+                    ev = seen
+            except (ValueError, OverflowError, IndexError) as exc:
+                # One record that cannot be parsed never blinds the detector (module doc).
+                out.skipped += 1
+                if not out.skipped_sample:
+                    out.skipped_sample = f"{raw[:120]!r}: {exc}"[:240]
+                continue
+            lines += 1
+            if line.usec is not None or line.seq is not None or msg[:14] == "Linux version ":
+                _boot_seen(out, line)
+            if ev is None:
+                continue
+            if isinstance(ev, tuple):
+                out.gpu_uuids[ev[0]] = ev[1]
+                continue
+            if ev.fault == "gpu.off_bus":
+                if ev.pci is None:
+                    ev = _named_before(data, lo, start, end, ev)
+                if any(e.fault == "gpu.xid.79" and e.key == ev.key for e in events[-8:]):
+                    continue  # the Xid 79 line already says it; one alert, not two
+            events.append(ev)
+    finally:
+        out.lines += lines
     return out
+
+
+# The markers of an event's fields in `scan`'s memo: an event a storm's line makes at
+# once (_EV), or one whose line needs a look (_EV_SLOW: a GPU off the bus, a boot's line).
+_EV: Any = object()
+_EV_SLOW: Any = object()
 
 
 def _boot_seen(out: ScanResult, line: Line) -> None:

@@ -160,3 +160,48 @@ def test_a_subclass_of_a_record_is_a_record_of_both_fields() -> None:
 
     assert Child(1) == Child(1, 2, 3) and repr(Child(1)).endswith(".Child(a=1, b=2, c=3)")
     assert Base(1) == Base(1, 2) and Child.__match_args__ == ("a", "b", "c")
+
+
+@frozen.dataclass(frozen=True, slots=True)
+class Pair:
+    a: int
+    b: str = ""
+
+
+def test_a_maker_makes_the_record_the_constructor_makes() -> None:
+    """Issue 35 (a fault storm makes two records a line): `frozen.maker` is a positional
+    constructor at half the cost; what it makes is the class's own instance, frozen,
+    equal, hashed, printed, pickled and replaced as one the constructor made."""
+    make = frozen.maker(Point)
+    made = make(3, 4, ("a",), {"k": 1})
+    want = Point(3, 4, ("a",), {"k": 1})
+    assert type(made) is Point and isinstance(made, Point)
+    assert made == want and repr(made) == repr(want)
+    assert pickle.loads(pickle.dumps(made)) == want
+    assert frozen.replace(made, y=5) == Point(3, 5, ("a",), {"k": 1})
+    with pytest.raises(frozen.FrozenInstanceError):
+        made.x = 9  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(1, 2)  # every field, in order
+    pair = frozen.maker(Pair)(1, "a")
+    assert pair == Pair(1, "a") and hash(pair) == hash(Pair(1, "a")) and {pair} == {Pair(1, "a")}
+    line = frozen.maker(Evidence)("kernel_log", "NVRM: Xid 79", "2026-01-05T12:00:00", {})
+    assert line == Evidence(source="kernel_log", text="NVRM: Xid 79",
+                            at="2026-01-05T12:00:00", data={})
+
+
+def test_a_maker_is_refused_for_a_class_it_cannot_make() -> None:
+    @frozen.dataclass(frozen=True)
+    class NoSlots:
+        x: int
+
+    @frozen.dataclass(frozen=True, slots=True)
+    class Checked:
+        x: int
+
+        def __post_init__(self) -> None:
+            raise AssertionError
+
+    for cls in (NoSlots, Checked, StdPoint):
+        with pytest.raises(TypeError):
+            frozen.maker(cls)
