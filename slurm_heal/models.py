@@ -242,6 +242,43 @@ class Attempt(Stored):
         return data
 
 
+class Mark(BaseModel):
+    """The mark a limit is recorded once under (SPEC O6, issue 33): the rule that holds
+    and, where one rule holds for several reasons, which one (S7: ``i-1`` an incident,
+    ``switch:leaf1`` a component's blast radius, ``settle`` the settle wait). Readers use
+    ``rule`` and ``subject``; nothing splits a string for them.
+
+    Stored as the text the store has always held (``"S2"``, ``"S7:i-1"``), so a document of
+    an older build loads and means the same and an older build reads a newer one's; that
+    text is read back only here, at the store's edge, like a timestamp.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: str
+    subject: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            rule, _, subject = data.partition(":")  # the store's text form (see above)
+            return {"rule": rule, "subject": subject}
+        return data
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{self.rule}:{self.subject}" if self.subject else self.rule
+
+
+def mark(rule: str, subject: str = "") -> Mark:
+    """A `Mark` of ``rule`` (and which hold of it)."""
+    return Mark(rule=rule, subject=subject)
+
+
 class HeldBy(Stored):
     """What holds a remediation back now (SPEC O6, issue 32 item 6): the one answer
     `status`, `explain`, the API and the console give, produced by the pure core's gates
@@ -257,7 +294,7 @@ class HeldBy(Stored):
     """
 
     rule: str
-    mark: str
+    mark: Mark
     why: str
     until: datetime | None = None
     lifts: str = ""
@@ -296,7 +333,7 @@ class Work(Record):
     approval_pending: str | None = None
     # The mark of the limit that holds the remediation now (one blocked record per
     # hold); cleared on every phase change.
-    blocked: str | None = None
+    blocked: Mark | None = None
     # What that limit is, until when, and what lifts it (O6): set with ``blocked`` and
     # cleared with it; the read model shows only this (issue 32 item 6).
     hold: HeldBy | None = None

@@ -120,7 +120,7 @@ def hold_words(inc: Incident) -> str:
 
 def hold_of(inc: Incident) -> Hold:
     """The hold an open incident puts on its nodes' own remediations (O6: what lifts it)."""
-    return Hold("S7", hold_words(inc), mark=f"S7:{inc.id}", incident=inc.id,
+    return Hold("S7", hold_words(inc), subject=inc.id, incident=inc.id,
                 label=f"incident {inc.id}",
                 lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
                 "or its alerts clear", command=f"slurm-heal incident close {inc.id}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_heal.models import HeldBy
+from slurm_heal.models import HeldBy, Mark
 from slurm_heal.readmodel import rulewords
 
 # A "blocked" record under these rules holds nothing back that needs a person: a
@@ -57,5 +57,6 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
         return f"{phase}, held by {h.name}", "phase-held", _said(h.rule, h.lifts)
     held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
     if held and rem.get("open", True):  # a store from before Work.hold, until its next cycle
-        return f"{phase}, held by {held}", "phase-held", _said(held)
+        m = Mark.model_validate(held)  # the typed mark (its rule, which hold of it)
+        return f"{phase}, held by {m}", "phase-held", _said(m.rule)
     return phase, f"phase-{phase}", ""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State
+from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State, mark
 from slurm_heal.policy import decide
 from slurm_heal.policy.engine import begin
 from slurm_heal.policy.gates import START_GATES, start_hold
@@ -117,7 +117,7 @@ def test_the_s7_settle_wait_alone_holds_and_lifts_by_itself() -> None:
     plan = _leaf(T0, ("gpu01",))
     held = _rem_of(plan).data.hold
     assert ("blocked", "S7") in phases(plan, "gpu01")
-    assert held is not None and held.mark == "S7:settle" and held.until is not None
+    assert held is not None and held.mark == mark("S7", "settle") and held.until is not None
     assert held.incident is None and "by itself at" in held.lifts
 
 
