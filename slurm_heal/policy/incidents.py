@@ -34,6 +34,7 @@ from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
 from slurm_heal.policy.holds import Hold
+from slurm_heal.policy.notices import notice
 from slurm_heal.topology import Component, Topology, from_features
 from slurm_heal.types import Alert
 
@@ -165,7 +166,8 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
     if not pol.enabled:
         return
     told = ws.view.topology
-    if told is not None and told.problem and led.once("topology-problem", told.problem):
+    if told is not None and told.problem and led.once(notice("topology-problem"),
+                                                            told.problem):
         led.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
                    "incidents and the blast radius work without it until it can")
     related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)

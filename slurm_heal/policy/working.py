@@ -40,6 +40,7 @@ from slurm_heal.models import (
     idempotency_key,
 )
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
+from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
 from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
@@ -298,8 +299,10 @@ class Ledger:
         self.record(rem.node, phase, rule, why, new)
         return self.put(new)
 
-    def once(self, key: str, value: Any = True) -> bool:
-        """True the first time a condition is seen (kept while it holds); once per call too."""
+    def once(self, told: Notice, value: Any = True) -> bool:
+        """True the first time a condition is seen (kept while it holds); once per call too.
+        Kept in the store under the notice's key (`notices.Notice.key`)."""
+        key = told.key
         if key in self.noted and self.noted[key] == value:
             return False
         self.noted[key] = value
