@@ -26,7 +26,7 @@ def blocked(led: Ledger, rem: Remediation, hold: Hold) -> Remediation:
         if rem.data.hold == held:
             return rem
         return led.put(rem.model_copy(update={"data": rem.data.but(hold=held)}))
-    rem = led.step(rem, "blocked", hold.rule, hold.why)
+    rem = led.step(rem, "blocked", hold.rule, hold.why, mark=hold.key)
     return led.put(rem.model_copy(update={
         "data": rem.data.but(blocked=hold.key, hold=held)}))
 

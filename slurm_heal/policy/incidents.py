@@ -133,7 +133,7 @@ def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> N
     hold = hold_of(inc)
     for rem in held_rems(ws, led, inc):
         if rem.node in wanted and rem.data.blocked != hold.key:
-            rem = led.step(rem, "blocked", "S7", hold.why)
+            rem = led.step(rem, "blocked", "S7", hold.why, mark=hold.key)
             led.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
                                                                 hold=hold.held())}))
 

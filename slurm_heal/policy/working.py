@@ -31,6 +31,7 @@ from slurm_heal.models import (
     Effect,
     EffectKind,
     Incident,
+    Mark,
     Pause,
     Phase,
     RecordPhase,
@@ -270,17 +271,20 @@ class Ledger:
         return self.ix.open_all()
 
     def record(self, node: str, phase: RecordPhase, rule: str, why: str,
-               rem: Remediation | None = None, action: Action | None = None) -> None:
+               rem: Remediation | None = None, action: Action | None = None,
+               mark: Mark | None = None) -> None:
         # Built from our own typed values: not validated again (issue 20: the costliest
         # part of a cycle that creates remediations).
         self.records.append(Decision.model_construct(
             at=self.now, node=node, remediation=rem.id if rem else None,
             action=action if action is not None else (rem.action if rem else Action.NONE),
-            phase=phase, rule=rule, why=why))
+            phase=phase, rule=rule, why=why, mark=mark))
 
     def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
-             by: str | None = None, **changes: Any) -> Remediation:
-        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
+             by: str | None = None, mark: Mark | None = None,
+             **changes: Any) -> Remediation:
+        """Append an audit step (P4), move the phase when ``phase`` is one, and record it
+        (a ``blocked`` step with the ``mark`` of the hold it records)."""
         times = dict(rem.phase_times)
         work = rem.data
         update: dict[str, Any] = dict(changes)
@@ -294,9 +298,9 @@ class Ledger:
             work = work.but(**flags)
         update.update(phase_times=times, data=work, updated=self.now,
                       steps=rem.steps + (Step.model_construct(
-                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
+                          at=self.now, phase=phase, rule=rule, why=why, by=by, mark=mark),))
         new = rem.model_copy(update=update)
-        self.record(rem.node, phase, rule, why, new)
+        self.record(rem.node, phase, rule, why, new, mark=mark)
         return self.put(new)
 
     def once(self, told: Notice, value: Any = True) -> bool:

@@ -9,7 +9,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from slurm_heal.models import SCHEMA_MINOR, Attempt, Remediation, Work, key_step, mark
+from slurm_heal.models import (
+    SCHEMA_MINOR,
+    SETTLE,
+    Attempt,
+    Decision,
+    Remediation,
+    Step,
+    Work,
+    key_step,
+    mark,
+)
 from slurm_heal.policy.facts import act_attempts
 from slurm_heal.policy.holds import Hold
 from slurm_heal.store import Store, archived
@@ -126,3 +136,20 @@ def test_a_subject_mark_of_an_older_store_means_the_same_hold() -> None:
             "rule": "S7", "mark": text, "why": "w", "until": None, "lifts": "",
             "command": "", "incident": None, "label": ""}}
     assert str(mark("P1")) == "P1" and mark("P1") != mark("P1", "x")
+
+
+def test_a_settle_wait_step_of_an_older_build_gets_its_mark_from_its_words_once() -> None:
+    """Issue 33 (SPEC S7): a step or decision record written before records carried their
+    hold's mark is given the settle wait's mark from the words it has always said, at load;
+    any other record gets none and is written back without one."""
+    old = {"at": "2026-01-05T00:00:00Z", "phase": "blocked", "rule": "S7",
+           "why": "ib.link_down is a fault a shared component can cause: waits until "
+                  "2026-01-05T00:05:00Z (incidents.settle = 5m) to see whether ..."}
+    assert Step.model_validate(old).mark == SETTLE
+    assert Decision.model_validate({**old, "node": "gpu01"}).mark == SETTLE
+    incident = {**old, "why": "held by incident i-1 on rack r1"}
+    assert Step.model_validate(incident).mark is None
+    assert "mark" not in Step.model_validate(incident).model_dump(mode="json")
+    typed = Step.model_validate({**old, "mark": "S7:i-1"})  # a record that says its mark
+    assert typed.mark == mark("S7", "i-1")
+    assert typed.model_dump(mode="json")["mark"] == "S7:i-1"
