@@ -116,7 +116,7 @@ class Stored(Record):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
-class Mark(BaseModel):
+class Mark(Frozen):
     """The mark a limit is recorded once under (SPEC O6, issue 33): the rule that holds
     and, where one rule holds for several reasons, which one (S7: ``i-1`` an incident,
     ``switch:leaf1`` a component's blast radius, ``settle`` the settle wait). Readers use
@@ -126,8 +126,6 @@ class Mark(BaseModel):
     an older build loads and means the same and an older build reads a newer one's; that
     text is read back only here, at the store's edge, like a timestamp.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     rule: str
     subject: str = ""
