@@ -35,7 +35,7 @@ from typing import Any, Literal
 from slurm_heal import reasons
 from slurm_heal import store as store_mod
 from slurm_heal.clock import SteadyClock, words
-from slurm_heal.config import read_section
+from slurm_heal.config import Policy, read_section
 from slurm_heal.errors import (
     HealError,
     NotFound,
@@ -48,6 +48,7 @@ from slurm_heal.errors import (
 )
 from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.models import NOT_SENT, Attempt, Decision, Effect, Plan, State
+from slurm_heal.ports import DecidePort, StatePort, ValidatorPort
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.sections import ControllerSettings as ControllerSettings  # its home (issue 21)
 from slurm_heal.slurm.base import SlurmClient
@@ -161,13 +162,14 @@ class Notifier:
 class Controller:
     """Runs cycles. Every port is passed in; nothing here decides anything."""
 
-    def __init__(self, *, slurm: SlurmClient, provider: Provider, store: Any, policy: Any,
-                 clock: Callable[[], datetime] = utcnow,
+    def __init__(self, *, slurm: SlurmClient, provider: Provider, store: StatePort,
+                 policy: Policy, clock: Callable[[], datetime] = utcnow,
                  notifier: Callable[[Effect, datetime], None] | None = None,
-                 decide: Callable[..., Any] | None = None,
+                 decide: DecidePort | None = None,
                  observers: Sequence[Callable[[CycleFacts], None]] = (),
                  hot_retention: timedelta | None = None,
-                 validator: Any | None = None, gpu_reset: Provider | None = None) -> None:
+                 validator: ValidatorPort | None = None,
+                 gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
             # cycles (validated once per change of its Extra).
@@ -179,7 +181,7 @@ class Controller:
         self.policy = policy
         self.clock = clock
         self.notifier = notifier or Notifier(None)
-        self._decide = decide
+        self._decide: DecidePort = decide
         self.observers = list(observers)
         self.stop = threading.Event()
         # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
@@ -191,7 +193,7 @@ class Controller:
         self._retained_at: datetime | None = None
         # SPEC V1, V2: the validation flow (slurm_heal.validation.service.Validator);
         # None: vacated machines are not followed (tests of the remediation cycle alone).
-        self.validator = validator
+        self.validator: ValidatorPort | None = validator
         # SPEC S7: Slurm's topology (or the policy's file), read at most once per
         # topology.refresh and attached to each cycle's view; never fails a cycle.
         self.topology = TopologyReader(slurm)
@@ -207,8 +209,7 @@ class Controller:
         now = self.clock()
         gc.unfreeze()  # the last cycle's snapshot may be collected again
         view = self.slurm.snapshot()
-        if getattr(self.policy, "topology", None) is not None:
-            view = self.topology.attach(view, self.policy.topology, now)
+        view = self.topology.attach(view, self.policy.topology, now)
         try:
             state: State = self.store.load()
         except StoreCorrupt as exc:  # house style 5: fail closed until a person acts
@@ -582,7 +583,7 @@ def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: 
         at=now, last_success=last_success, failures_since_success=failures,
         last_error=error or (prev.last_error if prev is not None else ""),
         last_error_at=now if error else (prev.last_error_at if prev is not None else None),
-        pid=os.getpid(), version=__version__, mode=str(getattr(controller.policy, "mode", "")),
+        pid=os.getpid(), version=__version__, mode=controller.policy.mode,
         interval=interval, cycles=cycles, problems=problems)
 
 

@@ -157,7 +157,7 @@ class Narrator:
     def report(self, report: CycleReport) -> None:
         for rec in report.records:
             action = f" {rec.action.value}" if rec.action is not Action.NONE else ""
-            phase = PHASE_WORDS.get((rec.phase, rec.rule.split(":")[0]), rec.phase)
+            phase = PHASE_WORDS.get((rec.phase, rec.rule), rec.phase)  # S1 records its id alone
             self.say(rec.node, f"[{phase}]{action}  rule={rec.rule}  {rec.why}")
         for ex in report.executed:
             e = ex.effect

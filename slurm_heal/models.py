@@ -116,6 +116,64 @@ class Stored(Record):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
+class Mark(Frozen):
+    """The mark a limit is recorded once under (SPEC O6, issue 33): the rule that holds
+    and, where one rule holds for several reasons, which one (S7: ``i-1`` an incident,
+    ``switch:leaf1`` a component's blast radius, ``settle`` the settle wait). Readers use
+    ``rule`` and ``subject``; nothing splits a string for them.
+
+    Stored as the text the store has always held (``"S2"``, ``"S7:i-1"``), so a document of
+    an older build loads and means the same and an older build reads a newer one's; that
+    text is read back only here, at the store's edge, like a timestamp.
+    """
+
+    rule: str
+    subject: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            rule, _, subject = data.partition(":")  # the store's text form (see above)
+            return {"rule": rule, "subject": subject}
+        return data
+
+    @model_serializer(mode="plain")
+    def _as_text(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"{self.rule}:{self.subject}" if self.subject else self.rule
+
+
+def mark(rule: str, subject: str = "") -> Mark:
+    """A `Mark` of ``rule`` (and which hold of it)."""
+    return Mark(rule=rule, subject=subject)
+
+
+# SPEC S7: the words the settle wait's "blocked" record has said since it existed
+# (policy/gates.py). A record written before records carried their mark is given the
+# settle wait's mark from them, in this one place (issue 33): the console's badge reads
+# the mark, never the words.
+SETTLE_WORDS = "(incidents.settle = "
+SETTLE = Mark(rule="S7", subject="settle")
+
+
+def marked_by_words(data: Any) -> Any:
+    """A step or decision record of an older build: the settle wait's mark from its words."""
+    if isinstance(data, dict) and "mark" not in data and data.get("phase") == "blocked" \
+            and data.get("rule") == "S7" and SETTLE_WORDS in str(data.get("why", "")):
+        return {**data, "mark": SETTLE}
+    return data
+
+
+def without_mark(out: dict[str, Any]) -> dict[str, Any]:
+    """Written only when set: a record without one reads back as the same document."""
+    if out.get("mark") is None:
+        out.pop("mark", None)
+    return out
+
+
 class Phase(str, enum.Enum):
     """Phases of a remediation (SPEC L1). Terminal: done, failed, cancelled, withdrawn, denied."""
 
@@ -166,6 +224,18 @@ class Step(Stored):
     rule: str  # the rule that decided, e.g. "P2/approvals[0]", "E1", "S2"
     why: str  # plain language
     by: str | None = None  # a person, or None for slurm-heal itself
+    # A "blocked" step: the hold it records (its rule and which hold of it, O6), which
+    # the console's badge reads (issue 33); None for every other step.
+    mark: Mark | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settle_of_old(cls, data: Any) -> Any:
+        return marked_by_words(data)
+
+    @model_serializer(mode="wrap")
+    def _mark_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_mark(handler(self))
 
 
 # The words an Attempt.detail starts with when the controller did not send the step at
@@ -257,7 +327,7 @@ class HeldBy(Stored):
     """
 
     rule: str
-    mark: str
+    mark: Mark
     why: str
     until: datetime | None = None
     lifts: str = ""
@@ -296,7 +366,7 @@ class Work(Record):
     approval_pending: str | None = None
     # The mark of the limit that holds the remediation now (one blocked record per
     # hold); cleared on every phase change.
-    blocked: str | None = None
+    blocked: Mark | None = None
     # What that limit is, until when, and what lifts it (O6): set with ``blocked`` and
     # cleared with it; the read model shows only this (issue 32 item 6).
     hold: HeldBy | None = None
@@ -586,6 +656,16 @@ class Decision(Stored):
     phase: str  # RecordPhase value
     rule: str
     why: str
+    mark: Mark | None = None  # a "blocked" record: the hold it records (as Step.mark)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settle_of_old(cls, data: Any) -> Any:
+        return marked_by_words(data)
+
+    @model_serializer(mode="wrap")
+    def _mark_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_mark(handler(self))
 
 
 class Plan(Frozen):

@@ -244,7 +244,8 @@ def summary(rem: Remediation) -> dict[str, Any]:
         waiting = "provider not answering: " + provider_words(trouble, _now())
     return {"id": rem.id, "node": rem.node, "fault": rem.fault, "action": rem.action.value,
             "phase": rem.phase.value, "origin": rem.origin, "updated": _iso(rem.updated),
-            "open": not rem.phase.terminal, "blocked": rem.data.blocked,
+            "open": not rem.phase.terminal,
+            "blocked": None if rem.data.blocked is None else str(rem.data.blocked),
             # O6: what holds it, until when, what lifts it (the engine's Work.hold)
             "hold": h.model_dump(mode="json") if h is not None else None,
             "why": waiting or (held_words(h) if h is not None else "")

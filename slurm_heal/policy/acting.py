@@ -19,6 +19,7 @@ from slurm_heal.policy.facts import (
     acted_at,
     iso,
 )
+from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import Action, NodeInfo, Severity
 
@@ -92,7 +93,8 @@ def provider_unreachable(ws: WorkingSet, led: Ledger, rem: Remediation, act_key:
     times in a row is said and notified once (per outage), with the last error."""
     act = next((a for a in rem.attempts if a.key == act_key), None)
     limit = ws.policy.safety.provider_errors_notify
-    if act is None or act.errors < limit or not led.once(f"provider:{rem.id}", act_key):
+    if act is None or act.errors < limit or not led.once(notice("provider", rem.id),
+                                                                 act_key):
         return
     tmo = format_duration(ws.policy.safety.act_timeout)
     why = (f"the provider did not answer the {rem.action.value} of {rem.node} "

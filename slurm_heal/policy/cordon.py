@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from slurm_heal import reasons
 from slurm_heal.models import Remediation
+from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import NodeInfo
 
@@ -37,7 +38,7 @@ def orphan_marker(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
         return  # a person's node now, or it ended in this call (release() decided)
     if owner is not None and owner.data.gate_failed:
         # SPEC V4: it failed its post-repair gate: healthy to its node check, not fit.
-        if led.once(f"orphan:{name}", owner.id):
+        if led.once(notice("orphan", name), owner.id):
             led.record(name, "blocked", "V4", f"{name} stays cordoned: it failed the "
                        f"post-repair gate of {owner.id}; the fault seen again starts the next "
                        f"step (E1), or a person resumes it or requests an action")
@@ -48,11 +49,11 @@ def orphan_marker(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
                    rule="L1",
                    why=f"{name} is still cordoned for {ref}, which is over: undo the "
                    "cordon")
-        if led.once(f"orphan:{name}", ref):
+        if led.once(notice("orphan", name), ref):
             led.record(name, "released", "L1", f"{name} is still cordoned for {ref}, "
                        "which is no longer open, and nothing keeps it out of service: "
                        "the cordon is undone")
-    elif led.once(f"orphan:{name}", ref):
+    elif led.once(notice("orphan", name), ref):
         led.record(name, "blocked", "L1", f"{name} is still cordoned for {ref}, which is "
                    "no longer open, and a fault that keeps it out of service is active: "
                    "it stays drained until the fault clears or a person resumes it")
@@ -81,7 +82,7 @@ def unrecorded(led: Ledger, node: NodeInfo) -> None:
     """Hand a node with an unrecorded marker of ours to a person: recorded and
     notified once, nothing released, resumed or started on it until a person acts."""
     ref = unknown_marker(led, node) or "?"
-    if led.once(f"unrecorded:{node.name}", ref):
+    if led.once(notice("unrecorded", node.name), ref):
         why = (f"{node.name} is {'DOWN and ' if node.down else ''}drained with our marker "
                f"for {ref}, but the store has no record of it (set aside or started "
                "afresh): what slurm-heal was doing to it is unknown, so it is handed to a "

@@ -13,6 +13,7 @@ import slurm_heal.policy.cordon as cordon
 import slurm_heal.policy.person as person
 from slurm_heal.models import Remediation
 from slurm_heal.policy.facts import ended_at
+from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import Action
 
@@ -36,7 +37,7 @@ def with_a_person(ws: WorkingSet, led: Ledger, name: str) -> bool:
         led.record(name, "released", "S8", f"{ended}: the hand-over has ended; a new "
                    "fault on it is remediated again", last)
         return False
-    if led.once(f"person:{name}", last.id):
+    if led.once(notice("person", name), last.id):
         led.record(name, "blocked", "E1", f"{name} was handed to a person after "
                    f"{last.id}; nothing automatic until a person acts", last)
     return True

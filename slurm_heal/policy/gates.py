@@ -202,7 +202,7 @@ def blast_hold(ws: WorkingSet, rem: Remediation, started: list[Remediation]) -> 
         if len(same) >= limit:
             return Hold("S7", f"{c.label} already has {len(same)} remediation(s) running "
                         f"({same[0].id} on {same[0].node}): at most {limit} at a time under "
-                        f"one {c.kind} (topology.blast_radius)", mark=f"S7:{c.id}",
+                        f"one {c.kind} (topology.blast_radius)", subject=c.id,
                         label=f"blast radius of {c.label}",
                         lifts=f"by itself when a remediation under {c.label} ends")
     return None
@@ -223,7 +223,7 @@ def incident_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | None:
                     f"{iso(until)} (incidents.settle = "
                     f"{format_duration(ws.policy.incidents.settle)}) to see whether other "
                     f"nodes under {comp.label} show it too (then it is one incident)",
-                    wake=until, mark="S7:settle", label=f"settle wait under {comp.label}",
+                    wake=until, subject="settle", label=f"settle wait under {comp.label}",
                     lifts=f"by itself at {iso(until)} (incidents.settle), unless other "
                     f"nodes under {comp.label} show it too (then an incident holds it)")
     return None

@@ -9,7 +9,7 @@ The gates themselves (`gates`) are pure: they return a Hold and write nothing.
 
 from __future__ import annotations
 
-from slurm_heal.models import Phase, Remediation
+from slurm_heal.models import Phase, Remediation, mark
 from slurm_heal.policy.facts import POLL_EVERY
 from slurm_heal.policy.gates import mode_hold, start_hold
 from slurm_heal.policy.holds import Hold
@@ -26,7 +26,7 @@ def blocked(led: Ledger, rem: Remediation, hold: Hold) -> Remediation:
         if rem.data.hold == held:
             return rem
         return led.put(rem.model_copy(update={"data": rem.data.but(hold=held)}))
-    rem = led.step(rem, "blocked", hold.rule, hold.why)
+    rem = led.step(rem, "blocked", hold.rule, hold.why, mark=hold.key)
     return led.put(rem.model_copy(update={
         "data": rem.data.but(blocked=hold.key, hold=held)}))
 
@@ -99,7 +99,7 @@ def taken_over(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) ->
     resumes the node, cordon_again() cancels it (the node is theirs)."""
     if not ws.foreign(node):
         return False
-    if rem.data.blocked != "D5":
+    if rem.data.blocked != mark("D5"):
         why = (f"{rem.node} was {'set DOWN' if node.down else 'drained'} by someone else "
                f"({node.reason!r}) before the {rem.action.value} ran: nothing disruptive "
                f"runs on it; {rem.id} is held until that person resumes the node "

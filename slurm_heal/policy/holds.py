@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from slurm_heal.models import HeldBy
+from slurm_heal.models import HeldBy, Mark
 
 HoldRule = Literal["recommend_only", "pause", "D5", "S5", "S2", "P1", "E5", "S3", "S4", "Q4",
                    "E7", "S7"]
@@ -26,9 +26,9 @@ class Hold:
     why: str
     wake: datetime | None = None  # when the limit lifts by itself (S2, S7 settle, E7, P1)
     opens_breaker: bool = False  # S5: this hold opens the breaker (why = the breaker's why)
-    # Recorded once per mark (default: the rule): S7 holds for different reasons (the
-    # settle wait, an incident, a component's blast radius) are each recorded once.
-    mark: str | None = None
+    # Recorded once per mark (the rule and this subject): S7 holds for different reasons
+    # (the settle wait, an incident, a component's blast radius) are each recorded once.
+    subject: str = ""
     # What lifts it, in words, and the command a person runs for that ("" when only
     # time or the cluster lifts it), SPEC O6.
     lifts: str = ""
@@ -39,9 +39,9 @@ class Hold:
     notify: str = ""
 
     @property
-    def key(self) -> str:
+    def key(self) -> Mark:
         """The mark it is recorded (once) under."""
-        return self.mark or self.rule
+        return Mark(rule=self.rule, subject=self.subject)
 
     def held(self) -> HeldBy:
         """The typed record stored with the remediation (``Work.hold``)."""

@@ -34,6 +34,7 @@ from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
 from slurm_heal.policy.holds import Hold
+from slurm_heal.policy.notices import notice
 from slurm_heal.topology import Component, Topology, from_features
 from slurm_heal.types import Alert
 
@@ -120,7 +121,7 @@ def hold_words(inc: Incident) -> str:
 
 def hold_of(inc: Incident) -> Hold:
     """The hold an open incident puts on its nodes' own remediations (O6: what lifts it)."""
-    return Hold("S7", hold_words(inc), mark=f"S7:{inc.id}", incident=inc.id,
+    return Hold("S7", hold_words(inc), subject=inc.id, incident=inc.id,
                 label=f"incident {inc.id}",
                 lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
                 "or its alerts clear", command=f"slurm-heal incident close {inc.id}")
@@ -132,7 +133,7 @@ def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> N
     hold = hold_of(inc)
     for rem in held_rems(ws, led, inc):
         if rem.node in wanted and rem.data.blocked != hold.key:
-            rem = led.step(rem, "blocked", "S7", hold.why)
+            rem = led.step(rem, "blocked", "S7", hold.why, mark=hold.key)
             led.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
                                                                 hold=hold.held())}))
 
@@ -165,7 +166,8 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
     if not pol.enabled:
         return
     told = ws.view.topology
-    if told is not None and told.problem and led.once("topology-problem", told.problem):
+    if told is not None and told.problem and led.once(notice("topology-problem"),
+                                                            told.problem):
         led.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
                    "incidents and the blast radius work without it until it can")
     related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)

@@ -13,6 +13,7 @@ from slurm_heal.config import format_duration
 from slurm_heal.models import Phase, Remediation, Work, remediation_id
 from slurm_heal.policy.escalation import climb, migrate_refused
 from slurm_heal.policy.facts import NOT_EVIDENCE, ended_at, iso
+from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import Action, Alert, NodeInfo
 
@@ -33,7 +34,7 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
         if ws.now - a.first_seen < hold:  # SPEC S1
             until = a.first_seen + hold
             led.wake(until)
-            if led.once(f"s1:{name}:{a.fault}:{iso(a.first_seen)}"):
+            if led.once(notice("s1", name, a.fault, iso(a.first_seen))):
                 led.record(name, "blocked", "S1", f"{a.fault} must persist "
                            f"{format_duration(hold)} before action (until {iso(until)})",
                            action=act)
@@ -67,7 +68,7 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
            f"{iso(alert.first_seen)}: {alert.summary or ws.explain(alert.fault)}; "
            f"catalog action {action.value}")
     if chosen is None:
-        if led.once(f"ladder-end:{name}:{alert.fault}"):
+        if led.once(notice("ladder-end", name, alert.fault)):
             led.record(name, "escalated", "E1", "; ".join(whys) + f"; {name} is handed to "
                        "a person with a removal recommendation (SPEC Q2)", action=Action.REMOVE)
             led.effect("notify", name, None, "notify", topic=alert.fault,
@@ -125,12 +126,12 @@ def observe(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
         for r in led.of_node(name))  # Slurm's reason for the reboot we caused
     if ws.foreign(node) and not ours_rebooting:
         fault = "slurm.node_down" if node.down else "slurm.node_drain"
-        if led.once(f"d5:{name}", f"{fault}:{node.reason}"):
+        if led.once(notice("d5", name), f"{fault}:{node.reason}"):
             led.record(name, "alert", "D5", f"{fault}: {name} is "
                        f"{'DOWN' if node.down else 'drained'} by someone else "
                        f"({node.reason!r}); recorded, never touched by slurm-heal")
     problem = ws.check_of(name).problem
-    if problem and led.once(f"unreadable:{name}", problem):
+    if problem and led.once(notice("unreadable", name), problem):
         led.record(name, "alert", "I2", f"{extra_mod.UNREADABLE}: the check data in "
                    f"{name}'s Extra cannot be read ({problem}); recorded, and the node "
                    "is treated as having no check data until its check writes it again")
@@ -138,10 +139,10 @@ def observe(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
     for a in ws.active(name):
         if a.fault in NOT_EVIDENCE or ws.fault_action(a) is not Action.NONE:
             continue
-        key = f"d8:{name}:{a.fault}:{iso(a.first_seen)}"
-        if led.once(key):
+        told = notice("d8", name, a.fault, iso(a.first_seen))
+        if led.once(told):
             why = (f"{a.fault} ({a.severity.value}): {a.summary or ws.explain(a.fault)}; "
                    "no action is mapped: recorded and sent to support")
             led.record(name, "notified", "D8", why)
-            led.effect("notify", name, None, "notify", topic=key, why=why, rule="D8",
-                       reason=key)
+            led.effect("notify", name, None, "notify", topic=told.key, why=why,
+                       rule="D8", reason=told.key)

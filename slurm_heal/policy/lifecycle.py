@@ -12,7 +12,7 @@ import slurm_heal.policy.endings as endings
 import slurm_heal.policy.holding as holding
 import slurm_heal.policy.person as person
 from slurm_heal.config import format_duration
-from slurm_heal.models import EffectKind, Phase, Remediation, idempotency_key
+from slurm_heal.models import EffectKind, Phase, Remediation, idempotency_key, mark
 from slurm_heal.policy.cordon import marker
 from slurm_heal.policy.facts import (
     CORDON_TRIES,
@@ -276,7 +276,7 @@ def wait_for_evidence(ws: WorkingSet, led: Ledger, rem: Remediation, hold: Hold)
                                 f"(requests.evidence_wait): the {rem.action.value} request "
                                 "is withdrawn")
         return
-    if rem.data.blocked != "P1":
+    if rem.data.blocked != mark("P1"):
         # Once per remediation: a person's approve while it waits unblocks it, and the
         # next look (in this call or a later one) holds it again without a second notice
         # under the same key (S6).

@@ -21,6 +21,7 @@ from slurm_heal.models import (
 from slurm_heal.policy.escalation import migrate_refused
 from slurm_heal.policy.facts import PRE_ACT
 from slurm_heal.policy.gates import evidence_hold
+from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
 from slurm_heal.types import REQUESTABLE_ACTIONS, Action, NodeInfo, Severity
 
@@ -98,7 +99,7 @@ def request(ws: WorkingSet, led: Ledger, node_name: str, action: Action, detecto
     who = by if person else f"detector {detector or '?'}"
     node = ws.node(node_name)
     if node is None:
-        if led.once(f"req-nonode:{node_name}:{action.value}"):
+        if led.once(notice("req-nonode", node_name, action.value)):
             led.record(node_name, "denied", "Q1", f"request from {who}: no such node")
         return False
     if not person and cordon.unknown_marker(led, node) is not None:
@@ -108,19 +109,21 @@ def request(ws: WorkingSet, led: Ledger, node_name: str, action: Action, detecto
         return False  # E1: a detector's request does not override a node handed to a person
     if action not in REQUESTABLE_ACTIONS:
         # SPEC Q2: removal is only ever done by a person; slurm-heal never removes.
-        if led.once(f"q2:{node_name}:{detector}:{request_id}:{action.value}"):
+        if led.once(notice("q2", node_name, str(detector),
+                                  str(request_id), action.value)):
             led.record(node_name, "denied", "Q2",
                        f"request for {action.value} from {who} refused: only reboot, "
                        "rebuild and migrate can be requested; removal is done by a person",
                        action=action)
         return False
-    sig = f"{node_name}:{detector}:{request_id}:{action.value}"
+    # Q3, L3: this request (its detector and id written as the key always had them)
+    sig = (node_name, str(detector), str(request_id), action.value)
     if request_id is not None:
         # SPEC Q3: detector + id = one remediation, whenever it was.
         same = [r for r in led.of_node(node_name)
                 if r.detector == detector and r.request_id == request_id]
         if same:
-            if led.once(f"q3:{sig}", same[0].id):
+            if led.once(notice("q3", *sig), same[0].id):
                 led.record(node_name, "blocked", "Q3", f"request for {action.value} from "
                            f"{who} (id={request_id}) dropped: {same[0].id} already handles "
                            "that detector and request id", action=action)
@@ -131,7 +134,7 @@ def request(ws: WorkingSet, led: Ledger, node_name: str, action: Action, detecto
         # made itself (same detector); anything else waits for the open one (L3).
         dup = request_id is None and opened[0].detector == detector \
             and opened[0].origin != "alert"
-        if led.once(f"l3:{sig}", opened[0].id):
+        if led.once(notice("l3", *sig), opened[0].id):
             led.record(node_name, "blocked", "Q3" if dup else "L3",
                        f"request for {action.value} from {who} "
                        + (f"dropped: it is the one {opened[0].id} already handles"
@@ -140,7 +143,7 @@ def request(ws: WorkingSet, led: Ledger, node_name: str, action: Action, detecto
         return not dup  # L3: a request that waits stays in the inbox until the open one ends
     rid = remediation_id(node_name, "request", detector, request_id, since)
     if rid in led.rems:
-        if led.once(f"q3:{sig}", rid):
+        if led.once(notice("q3", *sig), rid):
             led.record(node_name, "blocked", "Q3", f"request for {action.value} from {who} "
                        f"dropped: {rid} already handled this very request "
                        f"({led.rems[rid].phase.value})", action=action)
@@ -178,7 +181,7 @@ def create_from_reason(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
     try:
         req = reasons.parse_request(node.reason)
     except ReasonError as exc:
-        if led.once(f"malformed:{node.name}", node.reason):
+        if led.once(notice("malformed", node.name), node.reason):
             # SPEC O6: the node is held and nothing acts on it: said and notified once.
             led.record(node.name, "alert", "Q1", f"request.malformed: {exc}; the node is "
                        "left as it is")

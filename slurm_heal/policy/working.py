@@ -31,6 +31,7 @@ from slurm_heal.models import (
     Effect,
     EffectKind,
     Incident,
+    Mark,
     Pause,
     Phase,
     RecordPhase,
@@ -40,6 +41,7 @@ from slurm_heal.models import (
     idempotency_key,
 )
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
+from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
 from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
@@ -269,17 +271,20 @@ class Ledger:
         return self.ix.open_all()
 
     def record(self, node: str, phase: RecordPhase, rule: str, why: str,
-               rem: Remediation | None = None, action: Action | None = None) -> None:
+               rem: Remediation | None = None, action: Action | None = None,
+               mark: Mark | None = None) -> None:
         # Built from our own typed values: not validated again (issue 20: the costliest
         # part of a cycle that creates remediations).
         self.records.append(Decision.model_construct(
             at=self.now, node=node, remediation=rem.id if rem else None,
             action=action if action is not None else (rem.action if rem else Action.NONE),
-            phase=phase, rule=rule, why=why))
+            phase=phase, rule=rule, why=why, mark=mark))
 
     def step(self, rem: Remediation, phase: RecordPhase, rule: str, why: str,
-             by: str | None = None, **changes: Any) -> Remediation:
-        """Append an audit step (P4), move the phase when ``phase`` is one, and record it."""
+             by: str | None = None, mark: Mark | None = None,
+             **changes: Any) -> Remediation:
+        """Append an audit step (P4), move the phase when ``phase`` is one, and record it
+        (a ``blocked`` step with the ``mark`` of the hold it records)."""
         times = dict(rem.phase_times)
         work = rem.data
         update: dict[str, Any] = dict(changes)
@@ -293,13 +298,15 @@ class Ledger:
             work = work.but(**flags)
         update.update(phase_times=times, data=work, updated=self.now,
                       steps=rem.steps + (Step.model_construct(
-                          at=self.now, phase=phase, rule=rule, why=why, by=by),))
+                          at=self.now, phase=phase, rule=rule, why=why, by=by, mark=mark),))
         new = rem.model_copy(update=update)
-        self.record(rem.node, phase, rule, why, new)
+        self.record(rem.node, phase, rule, why, new, mark=mark)
         return self.put(new)
 
-    def once(self, key: str, value: Any = True) -> bool:
-        """True the first time a condition is seen (kept while it holds); once per call too."""
+    def once(self, told: Notice, value: Any = True) -> bool:
+        """True the first time a condition is seen (kept while it holds); once per call too.
+        Kept in the store under the notice's key (`notices.Notice.key`)."""
+        key = told.key
         if key in self.noted and self.noted[key] == value:
             return False
         self.noted[key] = value

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slurm_heal.models import HeldBy
+from slurm_heal.models import SETTLE, HeldBy, Mark
 from slurm_heal.readmodel import rulewords
 
 # A "blocked" record under these rules holds nothing back that needs a person: a
@@ -18,9 +18,9 @@ from slurm_heal.readmodel import rulewords
 # A limit (S3, S4, S5, ...) stays a red "blocked": it holds until something else changes.
 NEUTRAL = {"Q3": "duplicate", "S1": "waiting", "L3": "waiting", "S2": "waiting"}
 # S7 holds both ways: an open incident waits for a person to close it, the blast radius
-# for room (red); the settle wait ends at its time (grey): its record says so
-# (policy/gates.py's words).
-S7_SELF_ENDING = ("(incidents.settle = ",)
+# for room (red); the settle wait ends at its time (grey): its record's mark says which
+# (issue 33: the mark, never the record's words).
+SELF_ENDING = frozenset({SETTLE})
 
 
 def _said(rule: str | None, why: str = "") -> str:
@@ -29,12 +29,13 @@ def _said(rule: str | None, why: str = "") -> str:
     return f"{head} ({why})" if why and head else (why or head)
 
 
-def step_badge(phase: str, rule: str | None = None, why: str = "") -> tuple[str, str, str]:
-    """A timeline step or a decision record."""
+def step_badge(phase: str, rule: str | None = None, mark: object = None) -> tuple[str, str, str]:
+    """A timeline step or a decision record (a model's, or its ``--json`` shape's, mark)."""
     if phase == "blocked":
         if rule in NEUTRAL:
             return NEUTRAL[rule], "phase-neutral", _said(rule)
-        if rule == "S7" and any(words in why for words in S7_SELF_ENDING):
+        held = Mark.model_validate(mark) if isinstance(mark, (Mark, str, dict)) else None
+        if held in SELF_ENDING:
             return "waiting", "phase-neutral", _said(rule)
         return "blocked", "phase-blocked", _said(rule)
     return phase, f"phase-{phase}", _said(rule)
@@ -57,5 +58,6 @@ def rem_badge(rem: dict[str, Any]) -> tuple[str, str, str]:
         return f"{phase}, held by {h.name}", "phase-held", _said(h.rule, h.lifts)
     held = rem.get("blocked") or (rem.get("data") or {}).get("blocked")
     if held and rem.get("open", True):  # a store from before Work.hold, until its next cycle
-        return f"{phase}, held by {held}", "phase-held", _said(held)
+        m = Mark.model_validate(held)  # the typed mark (its rule, which hold of it)
+        return f"{phase}, held by {m}", "phase-held", _said(m.rule)
     return phase, f"phase-{phase}", ""

@@ -48,7 +48,10 @@ def approval(rem: Remediation) -> str:
         return "not put to approval yet: waiting for evidence (SPEC P1)"
     if decided is not None:
         if rem.approved_by:
-            return (decided.why if decided.why.startswith("approved by")
+            # P4: the approval step says who and when in typed fields: a person's
+            # approve command is theirs (``by``; its words carry their reason), a
+            # person's own request approves itself (recorded by slurm-heal, no ``by``).
+            return (decided.why if decided.by is not None
                     else f"approved by {rem.approved_by} (who requested it)")
         return f"auto-approved by {rem.approval_rule or decided.rule}"
     h = held(rem)

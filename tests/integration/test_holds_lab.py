@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from slurm_heal.models import Phase
+from slurm_heal.models import Phase, mark
 from tests.integration.test_daemon_lab import Heal, heal  # noqa: F401  (the fixture)
 from tests.lab import Lab
 
@@ -49,7 +49,7 @@ def test_a_held_remediations_status_names_its_hold_on_a_real_lab(
     heal.wait(lambda: heal.store.load().paused, what="the controller takes the pause")
     heal.kernel_says(node, XID119)
     heal.check(node)
-    heal.wait(lambda: any(r.data.blocked == "pause" for r in heal.rems(node)),
+    heal.wait(lambda: any(r.data.blocked == mark("pause") for r in heal.rems(node)),
               what="gpu01 held by the pause")
     text = _cli(lab, heal, "status").stdout
     assert f"{node} reboot (gpu.xid.119) approved, HELD by pause" in text, text
@@ -67,7 +67,7 @@ def test_a_held_remediations_status_names_its_hold_on_a_real_lab(
 
     heal.kernel_says(node, XID119)  # the same fault again, at once: the cooldown holds it
     heal.check(node)
-    heal.wait(lambda: any(r.data.blocked == "S2" for r in heal.rems(node)),
+    heal.wait(lambda: any(r.data.blocked == mark("S2") for r in heal.rems(node)),
               what="gpu01 held by the cooldown", timeout=90)
     text = _cli(lab, heal, "status").stdout
     assert f"{node} reboot (gpu.xid.119) approved, HELD by S2 until " in text, text

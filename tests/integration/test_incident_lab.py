@@ -27,7 +27,7 @@ import pytest
 from slurm_heal.config import policy_from_dict
 from slurm_heal.controller import Controller
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
-from slurm_heal.models import DISRUPTIVE_PHASES, Effect, Phase
+from slurm_heal.models import DISRUPTIVE_PHASES, Effect, Phase, mark
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import LabHook, SimulatorServer
 from slurm_heal.slurm.cli import CliSlurm
@@ -149,7 +149,7 @@ def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
     assert len(notices.sent) == 1 and inc.id in notices.sent[0].why
     assert not any(a.effect == "act" for r in state.remediations for a in r.attempts)
     assert {r.node for r in state.remediations} == {"gpu01", "gpu02", "gpu03"}
-    assert all(r.data.blocked == f"S7:{inc.id}" for r in state.remediations)
+    assert all(r.data.blocked == mark("S7", inc.id) for r in state.remediations)
     assert operations == []  # the provider was never asked to do anything
     for node in lab.nodes[:3]:  # drained by the node check's own marker only
         assert slurm.node(node).reason.startswith("heal: ib.link_down by=check")
@@ -237,7 +237,8 @@ def test_two_unrelated_faults_under_one_switch_are_two_remediations_one_at_a_tim
             disruptive.append({r.node for r in state.remediations
                                if r.phase in DISRUPTIVE_PHASES})
             for r in state.remediations:
-                if (r.data.blocked or "").startswith("S7:"):
+                if r.data.blocked is not None and r.data.blocked.rule == "S7" \
+                        and r.data.blocked.subject:
                     held.setdefault(r.node, set()).add(str(r.data.blocked))
             for node in roots:  # HealthCheckProgram at boot, on a healthy machine
                 boot = lab.show(node).get("BootTime", "")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from slurm_heal.models import mark
 from tests.integration.test_daemon_lab import Heal, heal  # noqa: F401  (the fixture)
 from tests.lab import Lab
 
@@ -36,7 +37,7 @@ def test_a_malformed_drain_and_a_request_without_evidence_are_said_on_a_real_lab
     lab.scontrol("update", "nodename=gpu03", "state=drain", f"reason={BAD}")
     lab.scontrol("update", "nodename=gpu02", "state=drain", f"reason={REQUEST}")
     heal.start_daemon()
-    heal.wait(lambda: any(r.data.blocked == "P1" for r in heal.rems("gpu02")),
+    heal.wait(lambda: any(r.data.blocked == mark("P1") for r in heal.rems("gpu02")),
               what="gpu02's request waiting for evidence")
     heal.wait(lambda: "request.malformed" in heal.logs(), what="the malformed request noticed")
     status = _cli(lab, heal, "status")

@@ -16,8 +16,10 @@ from click.testing import CliRunner, Result
 
 from slurm_heal.cli import cli
 from slurm_heal.config import policy_from_dict
-from slurm_heal.models import Command, Phase, Plan, State
+from slurm_heal.models import Command, Phase, Plan, Remediation, State
+from slurm_heal.readmodel.words import approval
 from slurm_heal.store import Store
+from slurm_heal.types import Action
 from tests.unit.test_policy_engine import T0, alert, apply, node, phases, run
 
 MANUAL = policy_from_dict({})  # approvals.default = manual
@@ -134,3 +136,34 @@ def test_a_request_that_waits_for_an_open_remediation_survives_its_cancel(
     assert "c2" in p3.consumed
     new = [r for r in p3.updates if r.origin == "operator"]
     assert new and "after the other one" in new[0].steps[0].why
+
+
+def test_who_approved_is_read_from_the_approval_step_never_from_its_words() -> None:
+    """SPEC P4, issue 33: the approval as it stands comes from the typed step (its
+    ``by``: a person's approve command), not from how its sentence begins. A person's own
+    request approves itself (no ``by``) and reads "who requested it" whatever its words."""
+    cmd = Command(id="c1", at=T0, kind="approve", by="bob", node="gpu01", reason="ok")
+    (rem,) = after(proposed_state(), cmd).remediations
+    assert approval(rem) == "approved by bob: ok"
+    i = next(i for i, s in enumerate(rem.steps) if s.phase == "approved")
+
+    def reworded(why: str, by: str | None) -> Remediation:
+        steps = list(rem.steps)
+        steps[i] = steps[i].model_copy(update={"why": why, "by": by})
+        return rem.model_copy(update={"steps": tuple(steps)})
+
+    assert approval(reworded("bob approved it: ok", "bob")) == "bob approved it: ok"
+    assert approval(reworded("approved by bob", None)) == \
+        "approved by bob (who requested it)"
+
+
+def test_a_persons_own_request_reads_approved_by_who_requested_it(tmp_path: Path) -> None:
+    """SPEC P2, P4: a person's request needs no second approval; history says so."""
+    cmd = Command(id="c1", at=T0, kind="request", by="alice", node="gpu01",
+                  action=Action.REBOOT)
+    state = after(State(), cmd)
+    (rem,) = state.remediations
+    assert rem.approved_by == "alice"
+    assert approval(rem) == "approved by alice (who requested it)"
+    assert "approved by alice (who requested it)" in \
+        cli_run(stored(tmp_path, state), ["history", "gpu01"]).output

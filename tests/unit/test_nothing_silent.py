@@ -26,6 +26,7 @@ from slurm_heal.config import load_policy
 from slurm_heal.controller import Controller
 from slurm_heal.location import Location
 from slurm_heal.metrics import Metrics
+from slurm_heal.models import mark
 from slurm_heal.notify import Notifications, notify_settings
 from slurm_heal.notify.events import Event
 from slurm_heal.providers import make_provider
@@ -225,7 +226,7 @@ def test_a_persons_request_without_evidence_says_which_key_and_waits(tmp_path: P
     _cycles(ctl, queue)
     [rem] = Store(tmp_path / "state").load().remediations
     assert "set requests.operator_is_evidence = true" in rem.steps[0].why, rem.steps
-    assert rem.phase.value == "proposed" and rem.data.blocked == "P1"
+    assert rem.phase.value == "proposed" and rem.data.blocked == mark("P1")
     assert [e.kind for e in sent] == ["person"], [(e.kind, e.title) for e in sent]
 
 
@@ -261,7 +262,7 @@ def test_a_request_taken_under_our_cordon_is_released_when_the_wait_ends() -> No
                   for i in range(1, 4))
     plan = decide(ClusterView(nodes=nodes), State(inbox=(cmd,)), T0, pol, {})
     [rem] = plan.updates
-    assert rem.data.blocked == "P1" and plan.next_wake == T0 + timedelta(hours=1)
+    assert rem.data.blocked == mark("P1") and plan.next_wake == T0 + timedelta(hours=1)
     # our marker on the node (e.g. the node check's cordon for this request)
     from slurm_heal import reasons
     ours = reasons.format_marker(fault="request", remediation=rem.id, by="controller")

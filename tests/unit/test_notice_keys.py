@@ -5,11 +5,15 @@ notification it becomes. The keys a store holds (a remediation's) are pinned her
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import get_args
+
+import pytest
 
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Effect, Plan, State, idempotency_key, remediation_id
 from slurm_heal.notify.events import cycle_events
 from slurm_heal.policy import decide
+from slurm_heal.policy.notices import NoticeKind, notice
 from slurm_heal.policy.working import Ledger, node_key
 from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
 
@@ -70,3 +74,59 @@ def test_a_notification_is_identified_by_its_effects_key_not_its_words() -> None
     other = one.model_copy(update={"key": "n-2:notify:0"})
     assert ids(one) == ids(reworded) == ["person:n-1:notify:0"]
     assert ids(one, other) == ["person:n-1:notify:0", "person:n-2:notify:0"]
+
+
+# Issue 33: what a notice is about is typed (`policy.notices.Notice`); its key is the text
+# a store of an older build holds under data["noted"], pinned here kind by kind.
+OLDER_KEYS = [
+    (notice("person", "gpu01"), "person:gpu01"),
+    (notice("req-nonode", "gpu09", "reboot"), "req-nonode:gpu09:reboot"),
+    (notice("q2", "gpu01", "ibmon", "None", "remove"),
+     "q2:gpu01:ibmon:None:remove"),
+    (notice("q3", "gpu01", "ibmon", "4711", "reboot"),
+     "q3:gpu01:ibmon:4711:reboot"),
+    (notice("l3", "gpu01", "None", "None", "reboot"),
+     "l3:gpu01:None:None:reboot"),
+    (notice("malformed", "gpu01"), "malformed:gpu01"),
+    (notice("s1", "gpu01", "gpu.xid.79", "2026-01-05T00:00:00+00:00"),
+     "s1:gpu01:gpu.xid.79:2026-01-05T00:00:00+00:00"),
+    (notice("ladder-end", "gpu01", "gpu.xid.79"), "ladder-end:gpu01:gpu.xid.79"),
+    (notice("d5", "gpu03"), "d5:gpu03"),
+    (notice("unreadable", "gpu01"), "unreadable:gpu01"),
+    (notice("d8", "gpu01", "disk.low_space", "2026-01-05T00:00:00+00:00"),
+     "d8:gpu01:disk.low_space:2026-01-05T00:00:00+00:00"),
+    (notice("orphan", "gpu01"), "orphan:gpu01"),
+    (notice("unrecorded", "gpu01"), "unrecorded:gpu01"),
+    (notice("provider", "r-4441c4df3e85"), "provider:r-4441c4df3e85"),
+    (notice("topology-problem"), "topology-problem"),
+]
+
+
+def test_every_kind_of_notice_keeps_the_key_an_older_store_holds() -> None:
+    assert {n.kind for n, _ in OLDER_KEYS} == set(get_args(NoticeKind))
+    assert [n.key for n, _ in OLDER_KEYS] == [key for _, key in OLDER_KEYS]
+
+
+D5_NODES = [NodeInfo(name="gpu01", states=frozenset({"IDLE", "DRAIN"}), reason="maint"),
+            NodeInfo(name="gpu02", states=frozenset({"IDLE"}))]
+D8_ALERT = {"gpu01": [Alert(node="gpu01", fault="disk.low_space", severity=Severity.WARNING,
+                            summary="3% free", first_seen=T0, last_seen=T0)]}
+
+
+@pytest.mark.parametrize(("nodes", "alerts", "noted", "rule"), [
+    (D5_NODES, {}, {"d5:gpu01": "slurm.node_drain:maint"}, "D5"),
+    (list(VIEW.nodes), D8_ALERT, {"d8:gpu01:disk.low_space:2026-01-05T00:00:00+00:00": True},
+     "D8"),
+], ids=["D5", "D8"])
+def test_a_notice_an_older_store_noted_is_not_said_again(
+        nodes: list[NodeInfo], alerts: dict[str, list[Alert]], noted: dict[str, object],
+        rule: str) -> None:
+    """SPEC O6 (said once), D5, D8: the store of an older build holds its notices under
+    the text keys; the typed notices find them, so an upgrade says nothing twice. Without
+    them, the same cycle says it once."""
+    view = ClusterView(nodes=tuple(nodes))
+    fresh = decide(view, State(), T0, POLICY, alerts)
+    assert [r.rule for r in fresh.records] == [rule]
+    assert fresh.data is not None and fresh.data["noted"] == noted
+    old = decide(view, State(data={"noted": noted}), T0, POLICY, alerts)
+    assert old.records == () and old.effects == () and old.data is None

@@ -61,7 +61,7 @@ def test_the_hand_over_to_a_person_is_written_in_one_place() -> None:
 # Which module may call which (docs/adding-a-rule.md): a module imports only modules of
 # a lower rank, so a rule's place says what it may call and no call goes back up.
 RANKS: tuple[tuple[str, ...], ...] = (
-    ("facts", "holds"),  # pure facts of a record, a node, the catalog; the Hold value
+    ("facts", "holds", "notices"),  # pure facts; the Hold value; what a notice is about
     ("records",),  # the store's index
     ("working",),  # the WorkingSet and the Ledger
     ("cordon", "person", "lemon", "incidents", "escalation"),  # rules on the two values

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State
+from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State, mark
 from slurm_heal.policy import decide
 from slurm_heal.policy.engine import begin
 from slurm_heal.policy.gates import START_GATES, start_hold
@@ -117,7 +117,10 @@ def test_the_s7_settle_wait_alone_holds_and_lifts_by_itself() -> None:
     plan = _leaf(T0, ("gpu01",))
     held = _rem_of(plan).data.hold
     assert ("blocked", "S7") in phases(plan, "gpu01")
-    assert held is not None and held.mark == "S7:settle" and held.until is not None
+    assert held is not None and held.mark == mark("S7", "settle") and held.until is not None
+    # issue 33: its blocked step and record carry that mark (the console's badge reads it)
+    (step,) = [s for s in _rem_of(plan).steps if s.phase == "blocked"]
+    assert step.mark == held.mark == next(r.mark for r in plan.records if r.phase == "blocked")
     assert held.incident is None and "by itself at" in held.lifts
 
 

@@ -28,6 +28,7 @@ from slurm_heal.models import (
     Remediation,
     State,
     idempotency_key,
+    mark,
     remediation_id,
 )
 from slurm_heal.store import Store, decisions, state_dir_from_config
@@ -599,7 +600,7 @@ def test_a_store_written_before_the_typed_working_state_loads_and_round_trips(
     assert by_node["gpu01"].evict_at == datetime(2026, 1, 5, 0, 30, tzinfo=timezone.utc)
     assert by_node["gpu01"].act_done == datetime(2026, 1, 5, 0, 35, 30, tzinfo=timezone.utc)
     assert by_node["gpu03"].approval_pending == "P2:approvals[0]"
-    assert by_node["gpu04"].handed_to_person and by_node["gpu05"].blocked == "D5"
+    assert by_node["gpu04"].handed_to_person and by_node["gpu05"].blocked == mark("D5")
     assert all(d.evidence_fault for d in by_node.values())
     with store.transaction() as txn:  # a write of the loaded state
         txn.state = txn.state.model_copy(update={"paused": True})

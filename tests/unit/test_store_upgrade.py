@@ -9,8 +9,19 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from slurm_heal.models import SCHEMA_MINOR, Attempt, Remediation, key_step
+from slurm_heal.models import (
+    SCHEMA_MINOR,
+    SETTLE,
+    Attempt,
+    Decision,
+    Remediation,
+    Step,
+    Work,
+    key_step,
+    mark,
+)
 from slurm_heal.policy.facts import act_attempts
+from slurm_heal.policy.holds import Hold
 from slurm_heal.store import Store, archived
 
 MAIN = Path(__file__).resolve().parents[2] / "tests" / "data" / "store" / "main-af95cff"
@@ -99,3 +110,46 @@ def test_an_attempt_of_the_old_shape_gets_its_typed_fields_from_what_it_recorded
     typed = Attempt.model_validate({**old, "step": "held", "sent": False,
                                     "detail": "anything"})
     assert (typed.step, typed.sent, typed.detail) == ("held", False, "anything")
+
+
+def test_the_marks_main_stored_load_typed_and_are_written_back_as_they_were(
+        tmp_path: Path) -> None:
+    """Issue 33 (SPEC O6, I5): a hold's mark is typed (the rule, and which hold of it);
+    main's document holds it as text ("D5"), which loads as that rule with no subject and
+    is written back as the same text, so an older build reads what this one writes."""
+    rem = next(r for r in _copy(tmp_path).load().remediations if r.id == "r-9159d2e53d29")
+    assert rem.data.blocked == mark("D5") and rem.data.blocked.subject == ""
+    assert rem.data.model_dump(mode="json")["blocked"] == "D5"
+
+
+def test_a_subject_mark_of_an_older_store_means_the_same_hold() -> None:
+    """SPEC S7: an incident's, a component's (whose id has a colon of its own) and the
+    settle wait's marks, as an older store holds them, are the holds the gates name now:
+    the engine sees the same mark and records no second ``blocked`` step."""
+    for text, subject in (("S7:i-1", "i-1"), ("S7:switch:leaf1", "switch:leaf1"),
+                          ("S7:settle", "settle")):
+        work = Work.model_validate({"blocked": text,
+                                    "hold": {"rule": "S7", "mark": text, "why": "w"}})
+        assert work.blocked == Hold("S7", "w", subject=subject).key == mark("S7", subject)
+        assert work.hold is not None and work.hold.mark == work.blocked
+        assert work.model_dump(mode="json") == {"blocked": text, "hold": {
+            "rule": "S7", "mark": text, "why": "w", "until": None, "lifts": "",
+            "command": "", "incident": None, "label": ""}}
+    assert str(mark("P1")) == "P1" and mark("P1") != mark("P1", "x")
+
+
+def test_a_settle_wait_step_of_an_older_build_gets_its_mark_from_its_words_once() -> None:
+    """Issue 33 (SPEC S7): a step or decision record written before records carried their
+    hold's mark is given the settle wait's mark from the words it has always said, at load;
+    any other record gets none and is written back without one."""
+    old = {"at": "2026-01-05T00:00:00Z", "phase": "blocked", "rule": "S7",
+           "why": "ib.link_down is a fault a shared component can cause: waits until "
+                  "2026-01-05T00:05:00Z (incidents.settle = 5m) to see whether ..."}
+    assert Step.model_validate(old).mark == SETTLE
+    assert Decision.model_validate({**old, "node": "gpu01"}).mark == SETTLE
+    incident = {**old, "why": "held by incident i-1 on rack r1"}
+    assert Step.model_validate(incident).mark is None
+    assert "mark" not in Step.model_validate(incident).model_dump(mode="json")
+    typed = Step.model_validate({**old, "mark": "S7:i-1"})  # a record that says its mark
+    assert typed.mark == mark("S7", "i-1")
+    assert typed.model_dump(mode="json")["mark"] == "S7:i-1"
