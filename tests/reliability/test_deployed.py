@@ -683,6 +683,13 @@ class Driver:
             return self.do_nothing()
         for node in LEAVES["leaf2"]:
             self.site.ib_ports(node, up=True)
+        fixed = time.time()
+        for f in self.faults:
+            # The ports are up: the fault is over (a user's job the check lets in now is
+            # on a healthy node, even if the switch goes down again before a poll saw
+            # the check release the node; that is a new fault of its own).
+            if f.fault == "ib.link_down" and f.cleared is None:
+                f.cleared = fixed
         self.ib_down_at = None
         self.fig.actions["switch fixed"] += 1
         return None
