@@ -88,7 +88,9 @@ class Record(BaseModel):
             error = unknown_names(type(self), data, self.__record_names__)
             if error is not None:
                 raise error
-        super().__init__(**data)
+        # What BaseModel.__init__ does, without a second frame (a record is made on
+        # every cycle for every held remediation).
+        self.__pydantic_validator__.validate_python(data, self_instance=self)
 
     # Pydantic calls a model's own ``__init__`` from every validation (a stored document's
     # too) unless it is marked as the base one: it is, so what the store reads is

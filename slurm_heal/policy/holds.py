@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from slurm_heal.models import HeldBy, Mark
@@ -41,10 +42,17 @@ class Hold:
     @property
     def key(self) -> Mark:
         """The mark it is recorded (once) under."""
-        return Mark(rule=self.rule, subject=self.subject)
+        return _mark(self.rule, self.subject)
 
     def held(self) -> HeldBy:
         """The typed record stored with the remediation (``Work.hold``)."""
         return HeldBy(rule=self.rule, mark=self.key, why=self.why, until=self.wake,
                       lifts=self.lifts, command=self.command, incident=self.incident,
                       label=self.label)
+
+
+@lru_cache(maxsize=4096)
+def _mark(rule: str, subject: str) -> Mark:
+    """One Mark per rule and subject (a frozen value, shared): a gate asks for its hold's
+    mark on every cycle of every held remediation, and a model costs microseconds."""
+    return Mark(rule=rule, subject=subject)
