@@ -405,8 +405,12 @@ class Work(Record):
     # ... and that person has acted since: the hand-over is over (kept, so that our own
     # drain of a new fault later does not bring it back).
     handed_ended: bool = False
+    # ... when the controller saw that person act (the hand-over's end): until the node
+    # check publishes after it, what it had published was there before that person acted
+    # (SPEC S8: `policy.person.covers`).
+    handed_ended_at: datetime | None = None
 
-    @field_serializer("evict_at", "act_done")
+    @field_serializer("evict_at", "act_done", "handed_ended_at")
     def _iso(self, value: datetime | None) -> str | None:
         # The same text the free-dict state wrote (``isoformat()``, "+00:00"), which an
         # older build's datetime.fromisoformat reads on Python 3.10 too.

@@ -33,7 +33,8 @@ def with_a_person(ws: WorkingSet, led: Ledger, name: str) -> bool:
         # a new fault is remediated again (what was published when it was handed
         # over opens nothing: `person.covers`). Kept on the record: our own drain of
         # a new fault later does not hand the node back to the person.
-        led.put(last.model_copy(update={"data": last.data.but(handed_ended=True)}))
+        led.put(last.model_copy(update={"data": last.data.but(
+            handed_ended=True, handed_ended_at=ws.now)}))
         led.record(name, "released", "S8", f"{ended}: the hand-over has ended; a new "
                    "fault on it is remediated again", last)
         return False

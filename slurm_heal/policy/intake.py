@@ -40,9 +40,11 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
                            action=act)
             continue
         cands.append((a, act))
+    checked = ws.check_of(name).checked_at
     if cands:  # SPEC S8: an alert a person's resume took over opens nothing new
         resumed = [r for r in led.of_node(name) if r.data.resumed_by_person]
-        cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in resumed)]
+        cands = [c for c in cands if not any(person.covers(r, c[0], node, checked)
+                                             for r in resumed)]
     if not cands:
         return
     if endings.with_a_person(ws, led, name):
@@ -50,7 +52,8 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
     # SPEC S8 (issue 32 item 10): the hand-over ended (a person acted); what was
     # published when the node was handed over opens nothing, only a new fault does.
     handed = [r for r in led.of_node(name) if r.data.handed_to_person and r.phase.terminal]
-    cands = [c for c in cands if not any(person.covers(r, c[0], node) for r in handed)]
+    cands = [c for c in cands if not any(person.covers(r, c[0], node, checked)
+                                         for r in handed)]
     if not cands:
         return
     ladder = ws.policy.escalation.steps
@@ -111,7 +114,8 @@ def new_id(ws: WorkingSet, led: Ledger, name: str, alert: Alert) -> str | None:
         elif old.phase in (Phase.DONE, Phase.WITHDRAWN) and alert.last_seen > end:
             since = end  # seen again after it ended: a recurrence
         elif (old.data.resumed_by_person or old.data.handed_to_person) \
-                and not person.covers(old, alert, ws.node(name)):
+                and not person.covers(old, alert, ws.node(name),
+                                      ws.check_of(name).checked_at):
             since = end  # S8: something new since a person resumed the node (or
             # since the hand-over that person has ended)
         else:

@@ -10,6 +10,7 @@ remediation (`endings.hand_back`); intake opens nothing new from a covered alert
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 
 from slurm_heal import reasons
 from slurm_heal.models import Phase, Remediation
@@ -143,7 +144,8 @@ def person_drained(rem: Remediation, node: NodeInfo) -> str | None:
     return f"{node.name} was drained by a person ({node.reason!r}) after the {rem.action.value}"
 
 
-def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
+def covers(old: Remediation, alert: Alert, node: NodeInfo | None,
+           checked_at: datetime | None = None) -> bool:
     """``old`` ended because a person resumed its node, and ``alert`` was published
     then with nothing new since: first seen before it ended, no evidence that was not
     seen then (``seen_evidence``: every alert published on the node at the resume, its
@@ -154,10 +156,21 @@ def covers(old: Remediation, alert: Alert, node: NodeInfo | None) -> bool:
     ``old`` handed to a person (``handed_to_person``, its evidence recorded then): any
     alert seen then whose evidence was all published at the hand-over is covered too,
     once that person acted on the node (issue 32 item 10: only a new fault is
-    remediated again)."""
+    remediated again). And until the node check publishes after that person acted
+    (``checked_at``, its last publication, not after ``handed_ended_at``), everything it
+    published was there before they acted, evidence that came between the hand-over
+    and their act included: the check's next run acknowledges what was published and
+    drains for anything new (the deployed suite's resume-race: an Xid event published
+    while the node was with the person, then their resume, opened a new remediation
+    and drained the node again 0.9 s after it)."""
     end = ended_at(old) or old.updated
     if node is not None and node.boot_time is not None and node.boot_time > end:
         return False  # a reboot ends the acknowledgement
+    acted = old.data.handed_ended_at
+    if old.data.handed_to_person and acted is not None and checked_at is not None \
+            and checked_at <= acted and alert.last_seen <= acted \
+            and not (node is not None and check_drained(node)):
+        return True
     own = old.data.resumed_by_person and old.fault == alert.fault \
         and old.alert_first_seen == alert.first_seen  # its own alert, as it was
     seen_then = (old.data.handed_to_person or old.data.resumed_by_person) \

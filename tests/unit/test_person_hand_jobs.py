@@ -16,6 +16,7 @@ The same on the real lab: tests/integration/test_person_jobs_lab.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -329,3 +330,53 @@ def test_status_says_handed_to_a_person_only_until_that_person_acts() -> None:
     ended = handed.model_copy(update={"data": handed.data.but(handed_ended=True)})
     line = overview.classify(drained, State(remediations=(ended,)), T0)
     assert line.category == "drained_by_others"
+
+
+def _published(at_minutes: int, alerts: tuple[Alert, ...], *states: str, reason: str = "",
+               acknowledged: tuple[Alert, ...] = ()) -> NodeInfo:
+    """gpu01 with what the node check last published ``at_minutes`` after T0."""
+    ours = extra.our_section(list(alerts), T0 + timedelta(minutes=at_minutes),
+                             acknowledged=list(acknowledged))
+    return NodeInfo(name="gpu01", states=frozenset(states or {"IDLE"}), reason=reason,
+                    partitions=("a",), extra={extra.KEY: ours})
+
+
+def test_evidence_published_while_with_the_person_opens_nothing_after_their_resume() -> None:
+    """SPEC S8 (the deployed suite's resume-race, seed 3: an Xid event published while
+    the node was handed to a person, drained under our marker; their resume; a new
+    remediation cordoned the node 0.9 s after it). Everything the check published before
+    the controller saw the resume was there for that person to see: it opens nothing
+    until the check publishes again; then only what it did not acknowledge is new."""
+    state, marker = _handed()
+    both = xid(T0 + timedelta(minutes=15), line="NVRM: Xid 119 on GPU 1, again")
+    both = replace(both, evidence=xid().evidence + both.evidence)
+    # still with the person, the second event published at +15: nothing opens
+    held = _decide(_published(15, (both,), "IDLE", "DRAIN", reason=marker), state, 16)
+    assert [u for u in held.updates if not u.phase.terminal] == []
+    state = apply(state, held)
+    # the person resumes it; the check has not run since (its publication is from +15)
+    resumed = _decide(_published(15, (both,)), state, 40)
+    assert ("released", "S8") in phases(resumed)
+    assert [u for u in resumed.updates if not u.phase.terminal] == []
+    assert "cordon" not in kinds(resumed)
+    state = apply(state, resumed)
+    # the check's next run acknowledges both events (published before the resume)
+    acked = _decide(_published(41, (), acknowledged=(both,)), state, 41)
+    assert [u for u in acked.updates if not u.phase.terminal] == []
+    # and a new event after it is a new fault, remediated
+    state = apply(state, acked)
+    new = xid(T0 + timedelta(minutes=42), line="NVRM: Xid 119 on GPU 1, a third time")
+    plan = _decide(_published(42, (new,), acknowledged=(both,)), state, 43)
+    assert [u.action for u in plan.updates if not u.phase.terminal] == [Action.RESET_GPU]
+
+
+def test_the_wait_for_the_check_after_a_resume_ends_with_its_next_publication() -> None:
+    """SPEC S8: the covering of what was published before the person acted lasts only
+    until the check publishes after it: an event it then still shows active (not
+    acknowledged: it was not published before the resume) is remediated."""
+    state, _ = _handed()
+    both = xid(T0 + timedelta(minutes=15), line="NVRM: Xid 119 on GPU 1, again")
+    both = replace(both, evidence=xid().evidence + both.evidence)
+    state = apply(state, _decide(_published(15, (both,)), state, 40))
+    plan = _decide(_published(41, (both,)), state, 41)
+    assert [u.action for u in plan.updates if not u.phase.terminal] == [Action.RESET_GPU]
