@@ -35,7 +35,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 DESKTOP, PHONE = (1280, 900), (390, 844)
 DOC_SHOTS = ("login", "approvals", "approvals-phone", "remediation-done", "overview", "node",
-             "controls")
+             "controls", "link-login", "link-remediation", "link-approved", "link-stale")
 
 
 def _in_ci() -> bool:
