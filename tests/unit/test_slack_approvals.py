@@ -378,3 +378,37 @@ def test_the_daemons_queue_sends_approvals_to_slack_beside_the_other_routes(
     [posted] = slack_api.of("chat.postMessage")
     assert "approval needed" in posted["text"]  # the outcome is not a kind Slack wants
     assert n.depth() == 0
+
+
+def test_the_documented_slack_setup_loads_and_policy_check_says_what_is_missing(
+        tmp_path: Path) -> None:
+    """docs/notifications.md's [notify.slack] example is a config slurm-heal reads; a
+    Slack section without a signing secret or users is warned about (every press would
+    be refused)."""
+    from slurm_heal.config import policy_from_dict
+    from slurm_heal.configcheck import check_config
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "notifications.md").read_text()
+    [block] = [b for b in re.findall(r"```toml\n(.*?)```", doc, re.S) if "[notify.slack]" in b]
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+
+    raw = tomllib.loads("\n".join(line.strip() for line in block.splitlines()))
+    policy = policy_from_dict(raw)
+    assert policy.notify.slack is not None
+    assert policy.notify.slack.users == {"U0123ABCD": "alice", "U0456EFGH": "bob"}
+    manifest = re.search(r"request_url: (\S+)", doc)
+    assert manifest and manifest.group(1).endswith("/api/v1/slack/interactions")
+
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text(f'[controller]\nstate_dir = "{tmp_path}"\n[api]\npublic_url = '
+                   '"https://heal.example.org"\n[notify.slack]\ntoken_file = "/x"\n'
+                   'channel = "C1"\n')
+    warnings = check_config(cfg, build_provider=False).warnings
+    assert any("signing_secret_file is unset" in w for w in warnings)
+    assert any("users is empty" in w for w in warnings)
+    with pytest.raises(Exception, match="not a Slack member id"):
+        policy_from_dict({"notify": {"slack": {"token_file": "/x", "channel": "C1",
+                                               "users": {"alice": "alice"}}}})
