@@ -352,3 +352,14 @@ def test_a_public_url_that_is_no_address_is_refused() -> None:
         api_settings({"public_url": "heal.example.org"})
     assert api_settings({"public_url": "https://h.example/x/"}).public_url == "https://h.example/x"
     assert policy_from_dict({"api": {"public_url": PUBLIC}}).api is not None
+
+
+def test_the_daemon_links_its_notifications_only_with_a_public_url(tmp_path: Path) -> None:
+    from slurm_heal.commands.daemon import _linker
+
+    assert _linker(None, tmp_path) is None
+    assert _linker(ApiSettings(), tmp_path) is None
+    linker = _linker(ApiSettings(public_url=PUBLIC, link_ttl="1h"), tmp_path)
+    assert isinstance(linker, Linker) and linker.public_url == PUBLIC
+    assert linker.secret_file == tmp_path / links.SECRET_FILE
+    assert linker.ttl == timedelta(hours=1)
