@@ -878,7 +878,7 @@ class ApiApp:
         claims = links.verify(secret, token, datetime.now(timezone.utc))
         if isinstance(claims, str):
             return claims, None
-        rem = self._rem_model(rid)
+        rem = self.remediation_of(rid)
         why = links.stale(claims, rem) if rem is not None else f"no remediation {rid!r}"
         if why is not None:
             return why, None
@@ -886,7 +886,7 @@ class ApiApp:
                 f"({rem.id if rem else rid}, proposal {claims.generation}). Opening it "
                 "changed nothing: approve or deny below."), token
 
-    def _rem_model(self, rid: str) -> Any:
+    def remediation_of(self, rid: str) -> Any:
         """The remediation ``rid`` (open or archived) as stored; None when unknown."""
         state = self.src.state()
         rem = state.get(rid)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -111,6 +112,9 @@ class Interactions:
         self.verifier = (SignatureVerifier(secret) if clock is None
                          else SignatureVerifier(secret, clock=clock))
         self._slack = slack
+        # One press at a time is checked and queued: two people pressing at once make
+        # one decision, the second told it is already on its way (SPEC O7).
+        self._deciding = threading.Lock()
 
     def slack(self) -> Slack:
         if self._slack is None:
@@ -151,7 +155,7 @@ class Interactions:
         """SPEC O7: the press decides the proposal its message was about, or nothing."""
         from slurm_heal.links import Claims, stale
 
-        rem = self.app._rem_model(press.remediation)
+        rem = self.app.remediation_of(press.remediation)
         if rem is None:
             raise Refused(f"no remediation {press.remediation} any more: nothing was "
                           "decided", decided=True)
@@ -178,13 +182,14 @@ class Interactions:
         try:
             who = self.principal(press)
             key = f"slack:{press.channel}:{press.ts}:{press.action}"
-            self.check(press)
-            self.app.write(who, press.action,  # type: ignore[arg-type]
-                           target=press.remediation,
-                           reason=f"from Slack by <@{press.user}>",
-                           idem_key=key[:200], fp=f"slack|{press.remediation}|"
-                           f"{press.generation}|{press.action}", channel="slack",
-                           generation=press.generation)
+            with self._deciding:
+                self.check(press)
+                self.app.write(who, press.action,  # type: ignore[arg-type]
+                               target=press.remediation,
+                               reason=f"from Slack by <@{press.user}>",
+                               idem_key=key[:200], fp=f"slack|{press.remediation}|"
+                               f"{press.generation}|{press.action}", channel="slack",
+                               generation=press.generation)
         except HealError as exc:  # the store moved on between the check and the write
             self.tell(press, f"Refused: {exc}. Nothing was decided.", decided=False)
             return

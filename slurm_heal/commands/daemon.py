@@ -71,7 +71,12 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     from slurm_heal.notify import Notifications, notify_settings
 
     nsettings = notify_settings(policy.notify, config_path_)
-    notifications = Notifications(nsettings, state_dir, link=_linker(policy.api, state_dir),
+    api = None
+    if policy.api is not None:  # relative paths as serve takes them: beside the config
+        from slurm_heal.api.settings import api_settings
+
+        api = api_settings(policy.api, config_path_, base=Path(config_path_).parent)
+    notifications = Notifications(nsettings, state_dir, link=_linker(api, state_dir),
                                   slack=_slack(nsettings))
     observers: list[Any] = [notifications]
     # SPEC E7: each machine's ledger, beside the cycle (slurm_heal.ledger)

@@ -412,3 +412,22 @@ def test_the_documented_slack_setup_loads_and_policy_check_says_what_is_missing(
     with pytest.raises(Exception, match="not a Slack member id"):
         policy_from_dict({"notify": {"slack": {"token_file": "/x", "channel": "C1",
                                                "users": {"alice": "alice"}}}})
+
+
+def test_two_operators_pressing_at_once_make_one_decision(site: Site, tmp_path: Path) -> None:
+    from slurm_heal.api.auth import add_token
+
+    add_token(tmp_path / "tokens.toml", "bob", "operator")
+    site.app.slack_settings = site.app.slack_settings.model_copy(update={
+        "users": {"U0ALICE": "alice", "U0BOB": "bob"}})
+    got: list[int] = []
+    presses = [threading.Thread(target=lambda u=u, a=a: got.append(
+        site.press(site.payload(u, action=a)).status_code))
+        for u, a in (("U0ALICE", "approve"), ("U0BOB", "deny")) * 3]
+    for t in presses:
+        t.start()
+    for t in presses:
+        t.join(30)
+    assert got == [200] * 6
+    [cmd] = site.store.load().inbox
+    assert cmd.channel == "slack" and cmd.by in ("alice", "bob")
