@@ -230,7 +230,7 @@ def test_a_person_approves_in_the_browser_and_watches_the_node_reach_done(
         return str(b.find("#phase").text)
 
     heal.wait(lambda: phase() == "done", "the remediation page says done", timeout=150)
-    assert "approved by alice: GSP hang; reboot now, nobody is on it" in b.text()
+    assert "approved by alice via console: GSP hang; reboot now, nobody is on it" in b.text()
     b.shot("remediation-done")
     b.open("/controls")
     assert "Closed: automatic remediation allowed" in b.find("#breaker").text
