@@ -137,6 +137,8 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
 
         api_settings(policy.api, source=source)
 
+    _check_links(policy, source, report)
+
     fault_ids = sorted(catalog.load().faults)
     for i, rule in enumerate(policy.approvals.rules):
         if rule.fault is not None and not _fault_glob_matches(rule.fault, fault_ids):
@@ -325,3 +327,34 @@ class Reloader:
                  "cycle", self.path, report.policy.mode, report.provider_type,
                  report.settings.interval)
         return report.settings.interval
+
+
+def _check_links(policy: Any, source: str, report: ConfigReport) -> None:
+    """SPEC O7 (issue 40): notifications that need a person should link to the decision
+    ([api] public_url); Slack's buttons need serve to check their signature and to know
+    who presses them."""
+    from slurm_heal.notify.events import NEEDS_PERSON
+
+    notify = policy.notify
+    kinds = [k for route in notify.all_routes() for k in route.kinds]
+    if notify.slack is not None:
+        kinds += notify.slack.kinds
+    needs = sorted({k for k in NEEDS_PERSON if "*" in kinds or k in kinds})
+    public = policy.api.public_url if policy.api is not None else None
+    if needs and public is None:
+        report.warnings.append(
+            f"{source}: notify: {', '.join(needs)} notifications need a person, but [api] "
+            "public_url is unset: they go out without a link to the console page where a "
+            "person decides (SPEC O7); set public_url to the console's address as people's "
+            "browsers reach it")
+    slack = notify.slack
+    if slack is not None and "approval" in (slack.kinds if "*" not in slack.kinds
+                                           else NEEDS_PERSON):
+        if slack.signing_secret_file is None:
+            report.warnings.append(
+                f"{source}: notify.slack.signing_secret_file is unset: serve cannot check "
+                "a button press came from Slack, so every press is refused (SPEC O7)")
+        if not slack.users:
+            report.warnings.append(
+                f"{source}: notify.slack.users is empty: no Slack user maps to a console "
+                "user, so every press of Approve or Deny is refused (SPEC O7)")

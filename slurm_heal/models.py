@@ -478,6 +478,18 @@ class Remediation(Stored):
     def in_flight(self) -> tuple[Attempt, ...]:
         return tuple(a for a in self.attempts if a.outcome is None)
 
+    @property
+    def generation(self) -> str:
+        """Which proposal a person is asked to decide (SPEC O7): the remediation, its node,
+        its action and when it was put to a person. A link or a chat button carries it; a
+        decision made with another generation in hand (an older proposal, an escalated
+        action) is refused. Twelve hex digits of a SHA-256: stable across processes."""
+        proposed = self.phase_times.get("proposed") or self.created
+        text = "|".join((self.id, self.node, self.action.value,
+                         self.escalated_from.value if self.escalated_from else "",
+                         proposed.isoformat(), self.data.approval_pending or ""))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
 
 class Command(Stored):
     """An operator's command waiting for the engine (CLI/API write these to the store)."""
@@ -495,15 +507,28 @@ class Command(Stored):
     reason: str = ""
     level: int | None = None  # validate: the {level} asked for (V1)
     incident: str | None = None  # close_incident: the incident's id (SPEC S7)
+    # SPEC O7, P4: where the person decided (what the audit says: "approved by alice via
+    # slack"); None: a command written by a build before channels were recorded.
+    channel: Literal["cli", "api", "console", "slack"] | None = None
+    # SPEC O7: approve/deny made from a link or a chat message: the proposal's
+    # `Remediation.generation` the person saw; the engine refuses it when it changed.
+    generation: str | None = None
 
     @model_serializer(mode="wrap")
     def _incident_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Written only when set: a store of a build without incidents reads back the
-        # very document it wrote (SPEC I5: only a close_incident command carries it).
+        # very document it wrote (SPEC I5: only a close_incident command carries it; O7:
+        # only a command of this build carries its channel, and a link's its generation).
         out: dict[str, Any] = handler(self)
-        if out.get("incident") is None:
-            out.pop("incident", None)
+        for key in ("incident", "channel", "generation"):
+            if out.get(key) is None:
+                out.pop(key, None)
         return out
+
+    @property
+    def via(self) -> str:
+        """" via slack" for the audit's words; "" when the channel is not known."""
+        return f" via {self.channel}" if self.channel else ""
 
 
 class Breaker(Stored):

@@ -28,6 +28,7 @@ from slurm_heal.readmodel.incidents import IncidentView
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Action, Alert
 
+Channel = Literal["cli", "api", "console", "slack"]  # where a person decided (O7, P4)
 CommandKind = Literal["approve", "deny", "cancel", "request", "reset_breaker", "pause",
                       "unpause", "validate", "close_incident"]
 # What a person may ask for by request (SPEC Q2: remove is queued for the record and
@@ -47,13 +48,14 @@ def new_command(kind: CommandKind, by: str, *, node: str | None = None,
                 detector: str | None = None, request_id: str | None = None,
                 reason: str = "", command_id: str | None = None,
                 at: datetime | None = None, level: int | None = None,
-                incident: str | None = None) -> Command:
+                incident: str | None = None, channel: Channel | None = None,
+                generation: str | None = None) -> Command:
     """An inbox command. ``command_id`` is given by callers that must never make two of
     the same (the API derives it from the idempotency key); otherwise a fresh one."""
     return Command(id=command_id or f"c-{uuid.uuid4().hex[:12]}", at=at or now(), kind=kind,
                    by=by, node=node, remediation=remediation, action=action,
                    detector=detector, request_id=request_id, reason=reason, level=level,
-                   incident=incident)
+                   incident=incident, channel=channel, generation=generation)
 
 
 def request_problem(action: Action, reason: str, detector: str | None,

@@ -199,11 +199,60 @@ class Route(Section):
                 and SEVERITIES.index(event.severity) >= SEVERITIES.index(self.min_severity))
 
 
+SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,30}$")  # a Slack member id (U0123ABC, W...)
+
+
+class SlackSettings(Section):
+    """``[notify.slack]`` (SPEC O7, issue 40): approval requests as Slack messages with
+    Approve / Deny buttons, and who may press them. The bot token and the signing secret
+    live in files only slurm-heal may read (never in the config file)."""
+
+    token_file: Path  # the bot's OAuth token (xoxb-...): chat.postMessage, chat.update
+    channel: str  # the channel id (C0123...) or name the requests go to
+    # The app's signing secret: serve checks every button press with it (X-Slack-Signature).
+    signing_secret_file: Path | None = None
+    # Slack member id -> console user (a name of the token file, or of [api] proxy_users):
+    # the press is made as that user, with that user's role; anyone else is refused.
+    users: dict[str, str] = Field(default_factory=dict)
+    kinds: list[str] = Field(default_factory=lambda: ["approval"])  # what goes to Slack
+    base_url: str = "https://slack.com/api/"  # Slack's Web API (a proxy's, a test's)
+    timeout: Seconds = Field(default=10.0, gt=0, le=120)
+
+    @field_validator("users")
+    @classmethod
+    def _users(cls, value: dict[str, str]) -> dict[str, str]:
+        for member, name in value.items():
+            if not SLACK_USER.match(member):
+                raise ValueError(f"{member!r} is not a Slack member id (U0123ABCD: the "
+                                 "profile's \"Copy member ID\")")
+            if not NAME.match(name):
+                raise ValueError(f"{name!r} is not a console user name (letters, digits, "
+                                 ". _ @ + -)")
+        return value
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, value: list[str]) -> list[str]:
+        for kind in value:
+            if kind != "*" and kind not in EVENT_KINDS:
+                raise ValueError(f"unknown event kind {kind!r} (one of "
+                                 f"{', '.join(EVENT_KINDS)})")
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _base(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value if value.endswith("/") else value + "/"
+
+
 class NotifySettings(Section):
     """The ``[notify]`` section."""
 
     urls: list[str] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
+    slack: SlackSettings | None = None  # SPEC O7: interactive approvals in Slack
     max_attempts: int = Field(default=8, ge=1, le=100)
     backoff: Seconds = Field(default=30.0, gt=0, le=3600)  # "30s" (or 30), doubled per attempt
     max_backoff: Seconds = Field(default=3600.0, gt=0)
@@ -290,6 +339,36 @@ class ApiSettings(Section):
     # never counted).
     request_timeout: Duration = timedelta(seconds=10)
     max_client_connections: int = Field(default=32, ge=0, le=100_000)
+    # SPEC O7 (issue 40): the console's address as people's browsers reach it
+    # ("https://heal.example.org"; a path prefix is kept); every notification that needs
+    # a person links to its page there. None: notifications carry no link.
+    public_url: str | None = None
+    # The key a link's token is signed with (HMAC-SHA256), shared by the daemon (which
+    # writes links) and serve (which checks them): a file only they may read. None: the
+    # state directory's ``link-secret`` (made by the daemon, mode 0600).
+    link_secret_file: Path | None = None
+    link_ttl: Duration = timedelta(hours=8)  # a link is good this long after it is sent
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query \
+                or parts.fragment:
+            raise ValueError(f"{value!r} is not the console's address: give "
+                             "https://HOST[:PORT][/PREFIX] (no query, no fragment)")
+        return value.strip().rstrip("/")
+
+    @field_validator("link_ttl")
+    @classmethod
+    def _link_ttl(cls, value: timedelta) -> timedelta:
+        if not timedelta(minutes=5) <= value <= timedelta(days=7):
+            raise ValueError("must be between 5m and 7d: a link is short-lived (SPEC O7)")
+        return value
 
     @field_validator("timeout", "request_timeout")
     @classmethod

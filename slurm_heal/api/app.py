@@ -206,6 +206,8 @@ class ApiApp:
         # (10,000 nodes are megabytes to encode; issue 34 item 3).
         self._bodies: Memo[bytes] = Memo(self.src.fresh, self.src.clock)
         self.secret = secrets.token_bytes(32)
+        self.slack_settings: Any = None  # [notify.slack] (SPEC O7): read when first pressed
+        self._interactions: Any = None
         self.sessions: dict[str, Session] = {}
         self._sessions_lock = threading.Lock()
         self.jinja = Environment(loader=PackageLoader("slurm_heal.api", "templates"),
@@ -246,6 +248,7 @@ class ApiApp:
             Rule("/api/v1/incidents/<target>", endpoint="api_incident", methods=["GET"]),
             Rule("/api/v1/incidents/<target>/close", endpoint="api_incident_close",
                  methods=["POST"]),
+            Rule("/api/v1/slack/interactions", endpoint="api_slack", methods=["POST"]),
             # the console
             Rule("/", endpoint="page_overview", methods=["GET"]),
             Rule("/login", endpoint="page_login", methods=["GET", "POST"]),
@@ -448,7 +451,9 @@ class ApiApp:
               node: str | None = None, action: Action | None = None,
               detector: str | None = None, request_id: str | None = None,
               reason: str = "", idem_key: str | None = None,
-              fp: str = "", incident: str | None = None) -> tuple[int, dict[str, Any]]:
+              fp: str = "", incident: str | None = None,
+              channel: operations.Channel = "api",
+              generation: str | None = None) -> tuple[int, dict[str, Any]]:
         """Queue one inbox command exactly as the CLI does (SPEC O5); with an
         idempotency key, a retry gets the first answer back and never a second command.
         Returns (HTTP status, answer)."""
@@ -465,7 +470,8 @@ class ApiApp:
             cmd = operations.new_command(kind, principal.name, node=node or target,
                                          action=action, detector=detector,
                                          request_id=request_id, reason=reason,
-                                         command_id=cid, incident=incident)
+                                         command_id=cid, incident=incident,
+                                         channel=channel, generation=generation)
             stored: Command = operations.queue(self.loc, cmd, force=True)  # checked above
             log.info("queued %s %s by %s (command %s)", stored.kind,
                      stored.remediation or stored.node or "cluster", stored.by, stored.id)
@@ -693,6 +699,37 @@ class ApiApp:
         body, raw = self._api_body(request, ReasonBody)
         return self._api_write(request, principal, "unpause", body, raw, reason=body.reason)
 
+    # ----------------------------------------------------------------- Slack (O7)
+
+    def on_api_slack(self, request: Request) -> Response:
+        """A press of a Slack button (`slurm_heal.api.slack`): 401 unless Slack signed it;
+        200 otherwise, whatever the press decided (the message tells the outcome)."""
+        inter = self._slack()
+        body = request.get_data(cache=True)  # the raw body: what Slack signed
+        if not inter.verified(body, request.headers.get("X-Slack-Request-Timestamp"),
+                              request.headers.get("X-Slack-Signature")):
+            log.warning("a Slack interaction from %s refused: its signature does not "
+                        "verify (or is older than five minutes)", request.remote_addr)
+            raise Problem(401, "the request's Slack signature does not verify, or its "
+                          "timestamp is more than five minutes away", kind="BadSignature")
+        inter.handle(body)
+        return Response("", status=200)
+
+    def _slack(self) -> Any:
+        with self._client_lock:
+            if self._interactions is None:
+                from slurm_heal.api.slack import Interactions
+
+                if self.slack_settings is None and self.policy_file:
+                    from slurm_heal.config import load_policy
+
+                    self.slack_settings = load_policy(self.policy_file).notify.slack
+                if self.slack_settings is None:
+                    raise Problem(404, "Slack is not configured here ([notify.slack] in "
+                                  "serve's config file)", kind="NotFound")
+                self._interactions = Interactions(self, self.slack_settings)
+            return self._interactions
+
     # ----------------------------------------------------------------- console
 
     def _render(self, request: Request, template: str, principal: Principal | None,
@@ -809,7 +846,67 @@ class ApiApp:
         p = self._page_principal(request)
         if isinstance(p, Response):
             return p
-        return self._render(request, "remediation.html", p, r=views.remediation(self.src, rid))
+        r = views.remediation(self.src, rid)
+        link = request.args.get("link")
+        note, token = (None, None) if link is None else self._link_words(link, rid)
+        return self._render(request, "remediation.html", p, r=r, link_note=note,
+                            link_token=token, link_given=link is not None)
+
+    # ----------------------------------------------------------------- links (O7)
+
+    def _link_secret(self) -> bytes | str:
+        """The key links are signed with, or why there is none (words)."""
+        from slurm_heal.links import read_secret, secret_path
+
+        path = secret_path(self.settings.link_secret_file, self.loc.state_dir)
+        try:
+            return read_secret(path)
+        except ConfigError as exc:
+            log.warning("notification links cannot be checked: %s", exc)
+            return ("this server cannot check notification links (its key is missing or "
+                    "unreadable; the daemon makes it with its first link): decide from this "
+                    "page without the link")
+
+    def _link_words(self, token: str, rid: str) -> tuple[str, str | None]:
+        """(what the page says about the link, the token when it may decide): a link is
+        good for its proposal only while that one waits (SPEC O7); a GET never acts."""
+        from slurm_heal import links
+
+        secret = self._link_secret()
+        if isinstance(secret, str):
+            return secret, None
+        claims = links.verify(secret, token, datetime.now(timezone.utc))
+        if isinstance(claims, str):
+            return claims, None
+        rem = self.remediation_of(rid)
+        why = links.stale(claims, rem) if rem is not None else f"no remediation {rid!r}"
+        if why is not None:
+            return why, None
+        return (f"This link is for the proposal to {claims.action} {claims.node} "
+                f"({rem.id if rem else rid}, proposal {claims.generation}). Opening it "
+                "changed nothing: approve or deny below."), token
+
+    def remediation_of(self, rid: str) -> Any:
+        """The remediation ``rid`` (open or archived) as stored; None when unknown."""
+        state = self.src.state()
+        rem = state.get(rid)
+        return rem if rem is not None else self.src.history(remediation=rid).get(rid)
+
+    def _link_generation(self, request: Request, rid: str) -> str | None:
+        """A decision posted from a link's page: the generation the person saw, once the
+        link is checked again (409 with words when it no longer decides)."""
+        token = request.form.get("link")
+        if not token:
+            return None
+        note, good = self._link_words(token, rid)
+        if good is None:
+            raise Problem(409, f"{note}. Nothing was done.", kind="StaleLink")
+        from slurm_heal import links
+
+        secret = self._link_secret()
+        claims = links.verify(secret, token, datetime.now(timezone.utc)) \
+            if isinstance(secret, bytes) else None
+        return claims.generation if isinstance(claims, links.Claims) else None
 
     def on_page_controls(self, request: Request) -> Response:
         p = self._page_principal(request)
@@ -837,7 +934,8 @@ class ApiApp:
             key = f"{key}|{request.path}"
         fields = {k: v for k, v in request.form.items() if k not in ("csrf_token",)}
         _status, answer = self.write(principal, kind, reason=reason, idem_key=key,
-                                     fp=fingerprint("POST", request.path, fields), **kw)
+                                     fp=fingerprint("POST", request.path, fields),
+                                     channel="console", **kw)
         flash = "breaker_closed" if answer.get("queued") is None else kind
         return _redirect(f"{done}?queued={flash}")
 
@@ -846,7 +944,10 @@ class ApiApp:
         p = self._page_principal(request)
         if isinstance(p, Response):
             return p
-        return self._form_write(request, p, kind, f"/remediations/{_quote(rid)}", target=rid)
+        self._check_csrf(request, p)  # before the link's words are shown to anyone
+        generation = self._link_generation(request, rid) if kind != "cancel" else None
+        return self._form_write(request, p, kind, f"/remediations/{_quote(rid)}", target=rid,
+                                generation=generation)
 
     def on_page_request(self, request: Request, node: str) -> Response:
         p = self._page_principal(request)

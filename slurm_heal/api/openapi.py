@@ -197,6 +197,27 @@ def document() -> dict[str, Any]:
             "Close an open incident (`incident close`)", "A person's close (SPEC S7): the "
             "remediations it held go on by their own rules at the controller's next cycle.",
             "ReasonBody", [incident]),
+        "/api/v1/slack/interactions": {"post": {
+            "summary": "Slack's button presses (the Slack app's Interactivity Request URL)",
+            "description": (
+                "SPEC O7: a press of Approve or Deny in a slurm-heal message. No bearer "
+                "token: Slack's request signature (X-Slack-Signature over "
+                "v0:{X-Slack-Request-Timestamp}:{raw body} with the app's signing secret, "
+                "within five minutes) proves it; the Slack member is mapped to a console "
+                "user and role by [notify.slack] users. The outcome, a refusal included, is "
+                "written into the message (chat.update); docs/notifications.md."),
+            "security": [],
+            "requestBody": {"required": True, "content": {
+                "application/x-www-form-urlencoded": {"schema": {
+                    "type": "object", "required": ["payload"],
+                    "properties": {"payload": {
+                        "type": "string",
+                        "description": "Slack's block_actions payload (JSON)"}}}}}},
+            "responses": {"200": {"description": "taken, with an empty body (the message "
+                                                 "tells the outcome)"},
+                          "401": {"description": "the signature does not verify or is "
+                                                 "older than five minutes"},
+                          "404": {"description": "Slack is not configured"}}}},
     }
     return {
         "openapi": "3.1.0",

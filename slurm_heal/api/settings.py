@@ -40,7 +40,8 @@ def api_settings(section: ApiSettings | dict[str, Any], source: str = "<config>"
     Relative paths are taken relative to ``base`` (the config file's directory)."""
     settings = read_section(ApiSettings, section, file=source, key="api")
     if base is not None:
-        fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key", "proxy_secret_file")
+        fixed = {k: base / v for k in ("tokens", "tls_cert", "tls_key", "proxy_secret_file",
+                                       "link_secret_file")
                  if isinstance(v := getattr(settings, k), Path) and not v.is_absolute()}
         settings = settings.model_copy(update=fixed)
     return settings  # (tls_cert and tls_key go together: the section checks that itself)

@@ -449,7 +449,8 @@ def _target_command(kind: OperatorKind, help_text: str, reason_help: str) -> cli
     def run(target: str, reason: str, by: str | None, force: bool, state_dir: str | None,
             config: str | None, as_json: bool) -> None:
         # The store resolves TARGET: a remediation id first, else a node with an open one.
-        cmd = operations.new_command(kind, by or _default_by(), reason=reason, node=target)
+        cmd = operations.new_command(kind, by or _default_by(), reason=reason, node=target,
+                                     channel="cli")
         _queue(state_dir, config, cmd, as_json, force)
 
     run.__doc__ = help_text
@@ -503,7 +504,7 @@ def request(node: str, action: str, reason: str, detector: str | None, request_i
     _check_node(node, config)
     cmd = operations.new_command("request", by or _default_by(), node=node, action=act,
                                  detector=detector, request_id=request_id,
-                                 reason=reason.strip())
+                                 reason=reason.strip(), channel="cli")
     _queue(state_dir, config, cmd, as_json, force)
     note = _evidence_note(node, config) if act is not Action.REMOVE and not as_json else ""
     if note:
@@ -547,7 +548,7 @@ def validate(node: str, level: int | None, reason: str, by: str | None, force: b
     _writable(state_dir, config, force)
     _check_node(node, config)
     cmd = operations.new_command("validate", by or _default_by(), node=node,
-                                 reason=reason.strip(), level=level)
+                                 reason=reason.strip(), level=level, channel="cli")
     _queue(state_dir, config, cmd, as_json, force)
 
 
@@ -575,7 +576,8 @@ def _reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | No
         else:
             click.echo("The breaker is closed; nothing to reset.")
         return
-    cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason)
+    cmd = operations.new_command("reset_breaker", by or _default_by(), reason=reason,
+                                 channel="cli")
     _queue(state_dir, config, cmd, as_json, force)
 
 
@@ -643,7 +645,8 @@ def reset_breaker(reason: str, by: str | None, force: bool, state_dir: str | Non
 def _pause_command(kind: Literal["pause", "unpause"], reason: str, by: str | None,
                    force: bool, state_dir: str | None, config: str | None,
                    as_json: bool) -> None:
-    cmd = operations.new_command(kind, by or _default_by(), reason=reason.strip())
+    cmd = operations.new_command(kind, by or _default_by(), reason=reason.strip(),
+                                 channel="cli")
     _queue(state_dir, config, cmd, as_json, force)
 
 

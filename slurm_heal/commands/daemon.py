@@ -70,8 +70,14 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     # SPEC O3: notifications through Apprise, queued beside the cycle (slurm_heal.notify)
     from slurm_heal.notify import Notifications, notify_settings
 
-    notifications = Notifications(notify_settings(policy.notify, config_path_),
-                                  state_dir)
+    nsettings = notify_settings(policy.notify, config_path_)
+    api = None
+    if policy.api is not None:  # relative paths as serve takes them: beside the config
+        from slurm_heal.api.settings import api_settings
+
+        api = api_settings(policy.api, config_path_, base=Path(config_path_).parent)
+    notifications = Notifications(nsettings, state_dir, link=_linker(api, state_dir),
+                                  slack=_slack(nsettings))
     observers: list[Any] = [notifications]
     # SPEC E7: each machine's ledger, beside the cycle (slurm_heal.ledger)
     from slurm_heal.ledger import LedgerObserver
@@ -178,3 +184,23 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         # SPEC O1: `--once` from cron says so when its cycle could not read Slurm (exit 3)
         # or the store (exit 5); a blind cycle is not a success.
         raise controller.last_failure
+
+
+def _linker(api: Any, state_dir: Path) -> Any:
+    """SPEC O7: the console link of every notification that needs a person, when
+    ``[api] public_url`` says where the console is (None otherwise)."""
+    if api is None or api.public_url is None:
+        return None
+    from slurm_heal.links import secret_path
+    from slurm_heal.notify.linking import Linker
+
+    return Linker(api.public_url, secret_path(api.link_secret_file, state_dir), api.link_ttl)
+
+
+def _slack(settings: Any) -> Any:
+    """SPEC O7: approvals in Slack with buttons, when ``[notify.slack]`` is set."""
+    if settings.slack is None:
+        return None
+    from slurm_heal.notify.slack import Slack
+
+    return Slack(settings.slack)

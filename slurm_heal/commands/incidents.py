@@ -89,5 +89,5 @@ def close(target: str, reason: str, by: str | None, force: bool, state_dir: str 
                           if i.open) or "none"
         raise NotFound(f"no open incident {target!r} (open: {known})")
     cmd = operations.new_command("close_incident", by or _default_by(), reason=reason.strip(),
-                                 incident=inc.id)
+                                 incident=inc.id, channel="cli")
     _queue(state_dir, config, cmd, as_json, force)

@@ -27,13 +27,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ConfigDict, Field, ValidationError
 
 from slurm_heal import fsio
 from slurm_heal.config import read_section
-from slurm_heal.models import Record
+from slurm_heal.models import Record, State
 from slurm_heal.notify.events import (
     Event,
     alert_events,
@@ -49,6 +49,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("slurm_heal.notify")
 
 QUEUE_FILE = "notify-queue.json"
+SLACK_ROUTE = -1  # a delivery's route: [notify.slack], not one of the Apprise routes
+
+
+class SlackPort(Protocol):
+    """What the queue needs of Slack (`slurm_heal.notify.slack.Slack`)."""
+
+    def wants(self, event: Event) -> bool: ...
+
+    def send(self, event: Event) -> bool: ...
 
 
 def notify_settings(raw: NotifySettings | dict[str, Any],
@@ -98,9 +107,16 @@ class Notifications:
 
     def __init__(self, settings: NotifySettings, state_dir: Path,
                  send: Sender = apprise_send,
-                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 link: Callable[[Event, State], Event] | None = None,
+                 slack: SlackPort | None = None) -> None:
         self.settings = settings
         self.routes = settings.all_routes()
+        # SPEC O7: the console link of each event that needs a person (`linking.Linker`)
+        self.link = link
+        # SPEC O7: approvals as Slack messages with buttons ([notify.slack]); its
+        # deliveries wait in the same queue, as route SLACK_ROUTE.
+        self.slack = slack
         self.path = state_dir / QUEUE_FILE
         self.send = send
         self.clock = clock
@@ -143,7 +159,7 @@ class Notifications:
     def __call__(self, facts: CycleFacts) -> None:
         """Queue what this cycle is worth telling (never raises into the cycle: the
         controller logs an observer's error and goes on)."""
-        if not self.routes:
+        if not self.routes and self.slack is None:
             return
         now = facts.at
         alerts = view_alerts(facts.view, now)
@@ -153,11 +169,13 @@ class Notifications:
             events = new_alerts + cycle_events(
                 facts.before, facts.after, facts.plan,
                 [e.effect for e in facts.executed if e.outcome == "ok"], alerts, now)
+            if self.link is not None:
+                events = [self.link(e, facts.after) for e in events]
             known = {d.id for d in doc.pending}
             for event in events:
-                for i, route in enumerate(self.routes):
-                    did = f"{event.id}->{i}"
-                    if route.wants(event) and did not in known:
+                for i, wants in self._targets(event):
+                    did = f"{event.id}->{'slack' if i == SLACK_ROUTE else i}"
+                    if wants and did not in known:
                         doc.pending.append(Delivery(id=did, event=event, route=i,
                                                     next_try=self.clock()))
                         known.add(did)
@@ -167,11 +185,22 @@ class Notifications:
     def enqueue(self, event: Event) -> None:
         """Queue one event by hand (tests, tools, the daemon's own problems)."""
         with self._doc() as doc:
-            for i, route in enumerate(self.routes):
-                if route.wants(event):
-                    doc.pending.append(Delivery(id=f"{event.id}->{i}", event=event, route=i,
-                                                next_try=self.clock()))
+            for i, wants in self._targets(event):
+                if wants:
+                    doc.pending.append(Delivery(
+                        id=f"{event.id}->{'slack' if i == SLACK_ROUTE else i}",
+                        event=event, route=i, next_try=self.clock()))
         self.wake.set()
+
+    def _targets(self, event: Event) -> list[tuple[int, bool]]:
+        """(route, wants it) for each Apprise route, then Slack's when configured."""
+        out = [(i, route.wants(event)) for i, route in enumerate(self.routes)]
+        if self.slack is not None:
+            try:
+                out.append((SLACK_ROUTE, self.slack.wants(event)))
+            except Exception:  # never into the cycle
+                log.exception("Slack route failed to judge %s", event.id)
+        return out
 
     # -- draining it -------------------------------------------------------------------
     def deliver_due(self) -> int:
@@ -182,11 +211,15 @@ class Notifications:
             due = [d for d in doc.pending if d.next_try <= now]
         done: dict[str, Delivery | None] = {}
         for d in due:
-            if d.route >= len(self.routes):
+            if d.route >= len(self.routes) or (d.route == SLACK_ROUTE and self.slack is None) \
+                    or d.route < SLACK_ROUTE:
                 done[d.id] = None  # the route is gone from the config
                 continue
             try:
-                ok, error = self.send(self.routes[d.route].urls, d.event), "not accepted"
+                if d.route == SLACK_ROUTE and self.slack is not None:
+                    ok, error = self.slack.send(d.event), "not accepted by Slack"
+                else:
+                    ok, error = self.send(self.routes[d.route].urls, d.event), "not accepted"
             except Exception as exc:  # a sender bug must not stop the thread
                 ok, error = False, f"{type(exc).__name__}: {exc}"
             if ok:

@@ -32,6 +32,10 @@ from slurm_heal.types import Alert, ClusterView
 EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
                     "incident"]
 EVIDENCE_MARK = "Evidence (JSON, as the node check published it):"
+LINK_MARK = "Look and decide in the console:"
+# SPEC O7: the kinds that need a person (approval, an incident, a lemon's or a hand-over's
+# notice, the breaker): each carries a link to the console's page for it.
+NEEDS_PERSON: tuple[str, ...] = ("approval", "person", "incident", "breaker")
 
 
 class Event(Record):
@@ -49,12 +53,23 @@ class Event(Record):
     remediation: str | None = None
     fault: str | None = None
     evidence: tuple[dict[str, Any], ...] = ()  # the alert's evidence, unchanged (D7)
+    # SPEC O7: the console's page for the decision this needs (a signed link, made when
+    # the event is queued: `slurm_heal.notify.linking`); None without [api] public_url.
+    link: str | None = None
+    # SPEC O7: an approval's rule (P2) and which proposal it asks about
+    # (`Remediation.generation`): a chat button decides that one only.
+    rule: str | None = None
+    generation: str | None = None
 
     def body(self) -> str:
-        """The message body: the text, then the evidence as JSON (unchanged, D7)."""
+        """The message body: the text, the link to decide it (O7), then the evidence as
+        JSON (unchanged, D7)."""
+        text = self.text
+        if self.link:
+            text += f"\n\n{LINK_MARK} {self.link}"
         if not self.evidence:
-            return self.text
-        return f"{self.text}\n\n{EVIDENCE_MARK}\n{json.dumps(list(self.evidence), indent=1)}"
+            return text
+        return f"{text}\n\n{EVIDENCE_MARK}\n{json.dumps(list(self.evidence), indent=1)}"
 
 
 def alert_key(alert: Alert) -> str:
@@ -94,6 +109,17 @@ def alert_events(alerts: Mapping[str, Iterable[Alert]], seen: set[str],
     return out, active
 
 
+def _evidence_of(alerts: Mapping[str, Iterable[Alert]], node: str,
+                 fault: str) -> tuple[dict[str, Any], ...]:
+    """The evidence of the node's alert for ``fault``, unchanged (D7); () when none."""
+    from slurm_heal.extra import alert_to_json
+
+    for a in alerts.get(node, ()):
+        if a.fault == fault:
+            return tuple(alert_to_json(a).get("evidence") or ())
+    return ()
+
+
 def _rems(state: State) -> dict[str, Remediation]:
     return {r.id: r for r in state.remediations}
 
@@ -113,7 +139,10 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
                 text=(f"{rem.node}: {rem.fault} -> {rem.action.value} waits for a person "
                       f"({rem.approval_rule}). Approve: slurm-heal approve {rem.id}  "
                       f"Deny: slurm-heal deny {rem.id}"),
-                node=rem.node, remediation=rem.id, fault=rem.fault))
+                node=rem.node, remediation=rem.id, fault=rem.fault,
+                evidence=_evidence_of(alerts, rem.node, rem.fault),
+                rule=rem.data.approval_pending or rem.approval_rule,
+                generation=rem.generation))
         if rem.phase.terminal and (prev is None or not prev.phase.terminal):
             why = rem.steps[-1].why if rem.steps else ""
             sev = "info" if rem.phase in (Phase.DONE, Phase.WITHDRAWN) else "warning"

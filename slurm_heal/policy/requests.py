@@ -66,28 +66,36 @@ def command(ws: WorkingSet, led: Ledger, cmd: Command) -> None:
         led.record(node, "blocked", "P4", f"{cmd.kind} by {cmd.by} ignored: no open "
                    f"remediation {'for ' + cmd.node if cmd.node else cmd.remediation}")
         return
+    who = f"{cmd.by}{cmd.via}"  # P4, O7: who and through which channel
+    if cmd.kind in ("approve", "deny") and cmd.generation is not None \
+            and cmd.generation != rem.generation:
+        # O7: decided from a link or a chat message about another proposal than this
+        led.record(rem.node, "blocked", "O7", f"{cmd.kind} by {who} ignored: {rem.id} "
+                   "changed since the message it was decided from (another proposal "
+                   f"now: {rem.action.value}, {rem.phase.value})", rem)
+        return
     if cmd.kind == "approve":
         if rem.phase is not Phase.PROPOSED:
-            led.record(rem.node, "blocked", "P2", f"approve by {cmd.by} ignored: "
+            led.record(rem.node, "blocked", "P2", f"approve by {who} ignored: "
                        f"{rem.id} is already {rem.phase.value}", rem)
             return
-        led.step(rem, "approved", "P2:person", f"approved by {cmd.by}"
+        led.step(rem, "approved", "P2:person", f"approved by {who}"
                  + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
                  approved_by=cmd.by, approval_rule="P2:person")
     elif cmd.kind == "deny":
         if rem.phase not in (Phase.PROPOSED, Phase.APPROVED):
-            led.record(rem.node, "blocked", "P2", f"deny by {cmd.by} ignored: {rem.id} "
+            led.record(rem.node, "blocked", "P2", f"deny by {who} ignored: {rem.id} "
                        f"is already {rem.phase.value}; use cancel", rem)
             return
-        endings.end_and_release(ws, led, rem, "denied", "P2:person", f"denied by {cmd.by}"
+        endings.end_and_release(ws, led, rem, "denied", "P2:person", f"denied by {who}"
                                 + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by,
                                 approval_rule="P2:person")
     elif cmd.kind == "cancel":
         if rem.phase not in PRE_ACT:
-            led.record(rem.node, "blocked", "L1", f"cancel by {cmd.by} refused: the "
+            led.record(rem.node, "blocked", "L1", f"cancel by {who} refused: the "
                        f"{rem.action.value} already runs ({rem.phase.value})", rem)
             return
-        endings.end_and_release(ws, led, rem, "cancelled", "P4", f"cancelled by {cmd.by}"
+        endings.end_and_release(ws, led, rem, "cancelled", "P4", f"cancelled by {who}"
                                 + (f": {cmd.reason}" if cmd.reason else ""), by=cmd.by)
 
 

@@ -35,7 +35,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync")
 DESKTOP, PHONE = (1280, 900), (390, 844)
 DOC_SHOTS = ("login", "approvals", "approvals-phone", "remediation-done", "overview", "node",
-             "controls")
+             "controls", "link-login", "link-remediation", "link-approved", "link-stale")
 
 
 def _in_ci() -> bool:
@@ -230,7 +230,7 @@ def test_a_person_approves_in_the_browser_and_watches_the_node_reach_done(
         return str(b.find("#phase").text)
 
     heal.wait(lambda: phase() == "done", "the remediation page says done", timeout=150)
-    assert "approved by alice: GSP hang; reboot now, nobody is on it" in b.text()
+    assert "approved by alice via console: GSP hang; reboot now, nobody is on it" in b.text()
     b.shot("remediation-done")
     b.open("/controls")
     assert "Closed: automatic remediation allowed" in b.find("#breaker").text

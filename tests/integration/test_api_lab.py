@@ -79,7 +79,7 @@ def test_an_approval_with_curl_reaches_the_daemon_and_the_node_is_remediated(
         # SPEC P4: the audit record names the token's person and keeps the comment
         assert rem.id == rid and rem.approved_by == "alice"
         assert any(s.phase == "approved" and s.by == "alice"
-                   and s.why == "approved by alice: GSP timeout, a reboot is fine"
+                   and s.why == "approved by alice via api: GSP timeout, a reboot is fine"
                    for s in rem.steps)
         approvals = [s for s in rem.steps if s.phase == "approved"]
         assert len(approvals) == 1  # the retry made no second approval

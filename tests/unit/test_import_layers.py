@@ -59,6 +59,7 @@ RANKS: dict[str, int] = {
     "slurm_heal.incidentstore": 5, "slurm_heal.heartbeat": 5, "slurm_heal.clock": 5,
     "slurm_heal.providers": 5,
     "slurm_heal.ports": 5,  # the controller's ports as Protocols (store, core, validation)
+    "slurm_heal.links": 5,  # SPEC O7: the signed links of notifications (daemon and serve)
     # 6 the node check, the store, the site's configuration.
     "slurm_heal.checks": 6, "slurm_heal.store": 6, "slurm_heal.siteconf": 6,
     # 7 the pure core; where things are; the GPU reset job's body (node side).
