@@ -362,6 +362,13 @@ class OciCloud(_Server):
         self.instances[made.id] = made
         return made
 
+    def finish(self) -> None:
+        """Every instance action ends (the instances are RUNNING again)."""
+        with self._lock:
+            for inst in self.instances.values():
+                if inst.state in ("STOPPING", "STARTING"):
+                    inst.state = "RUNNING"
+
     def posts(self) -> list[tuple[str, dict[str, str]]]:
         """(path, headers) of every action that reached the server."""
         return [(p, h) for m, p, h, _ in self.seen if m in ("POST", "PUT")]

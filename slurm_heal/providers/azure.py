@@ -106,7 +106,7 @@ def _stepping_polling() -> Any:
     `AzureProvider._poll` asks for the status one `update_status` at a time."""
     from azure.mgmt.core.polling.arm_polling import ARMPolling
 
-    class Stepped(ARMPolling):  # type: ignore[misc]
+    class Stepped(ARMPolling):
         def run(self) -> None:
             return None
 
@@ -319,7 +319,7 @@ class AzureProvider(SteppedOperations):
             rec.update(unknown=False, operation="", detail=f"{where}: the answer was lost; "
                        f"the VM shows an operation that ended after it ({power})")
             self._next_step(rec, step)
-            return rec["status"] == "running"
+            return bool(rec["status"] == "running")
         if provisioning == "failed" and after:
             rec.update(status="failed", detail=f"{where}: the answer was lost and the VM's "
                                                "last operation failed")
@@ -471,8 +471,8 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
         return exc
     if isinstance(exc, az.ClientAuthenticationError):
         status = getattr(exc, "status_code", None)
-        text = str(getattr(exc, "message", "") or exc).strip().splitlines()
-        first = text[0][:300] if text else ""
+        lines = str(getattr(exc, "message", "") or exc).strip().splitlines()
+        first = lines[0][:300] if lines else ""
         if status in (401, 403) or status is None:
             # Nothing was sent: the token was refused, or ARM refused the token.
             return ProviderError(f"{prefix}: Azure refused the credentials ({first}); "
