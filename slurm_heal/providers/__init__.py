@@ -587,12 +587,9 @@ def _make_oci(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     if s.auth == "instance_principal":
         if s.config_file is not None:
             raise ConfigError("only with auth = \"config_file\"", key=f"{SECTION}.config_file")
-        try:
-            signer: Any = oci.auth.signers.InstancePrincipalsSecurityTokenSigner()
-        except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds
-            raise ConfigError(f"no instance principal here: {exc}",
-                              key=f"{SECTION}.auth") from exc
-        config = {"region": s.region or signer.region}
+        # Made at the first call (it asks the instance metadata service).
+        signer: Any = oci.auth.signers.InstancePrincipalsSecurityTokenSigner
+        config = {"region": s.region} if s.region is not None else {}
     else:
         path = s.config_file or oci.config.DEFAULT_LOCATION
         try:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -107,19 +108,49 @@ class OciProvider(SteppedOperations):
         self.slurm, self.actions = slurm, actions
         self.deadline, self.attempts, self.backoff = deadline, max(1, attempts), backoff
         self._sleep = sleep
-        kwargs: dict[str, Any] = {
-            "signer": signer, "retry_strategy": oci.retry.NoneRetryStrategy(),
+        self._config, self._signer = dict(config), signer
+        self._kwargs: dict[str, Any] = {
+            "retry_strategy": oci.retry.NoneRetryStrategy(),
             "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(),
             "timeout": (connect_timeout, read_timeout)}
         if endpoint:
-            kwargs["service_endpoint"] = endpoint.rstrip("/")
-        self._compute = oci.core.ComputeClient(dict(config), **kwargs)
-        self._work = oci.work_requests.WorkRequestClient(dict(config), **kwargs)
+            self._kwargs["service_endpoint"] = endpoint.rstrip("/")
+        self._clients: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()
         self.records = KeyRecords(Path(state_dir) / "oci-provider.json"
                                   if state_dir is not None else None)
 
     def close(self) -> None:
         """Nothing to release (the clients hold plain HTTP sessions)."""
+
+    @property
+    def _compute(self) -> Any:
+        return self._made()[0]
+
+    @property
+    def _work(self) -> Any:
+        return self._made()[1]
+
+    def _made(self) -> tuple[Any, Any]:
+        """The SDK clients, made at the first call: an instance principal's signer asks
+        the instance metadata service, which `policy check` off OCI must not wait for.
+        ``signer`` may be such a factory (a callable without arguments)."""
+        import oci
+
+        with self._lock:
+            if self._clients is None:
+                signer = self._signer
+                if callable(signer) and not hasattr(signer, "do_request_sign"):
+                    try:
+                        signer = signer()
+                    except Exception as exc:  # noqa: BLE001 - the SDK raises several kinds
+                        raise ProviderError(f"oci: no instance principal: {exc}") from exc
+                    self._config.setdefault("region", getattr(signer, "region", None))
+                kwargs = dict(self._kwargs, signer=signer)
+                self._clients = (oci.core.ComputeClient(dict(self._config), **kwargs),
+                                 oci.work_requests.WorkRequestClient(dict(self._config),
+                                                                     **kwargs))
+            return self._clients
 
     # --- the protocol -------------------------------------------------------------------
     def submit(self, node: str, action: Action, key: str) -> Operation:

@@ -209,3 +209,12 @@ def test_config_names_the_key(cfg: dict[str, object], key_name: str, problem: st
     with pytest.raises(ConfigError, match=problem) as err:
         make_provider(cfg, state_dir=tmp_path)
     assert err.value.key == key_name
+
+
+def test_an_instance_principal_is_asked_for_only_at_the_first_call(tmp_path: Path) -> None:
+    """`policy check` builds the provider dry, off OCI: the instance principal's signer
+    (which asks the instance metadata service) is made at the first call, not here."""
+    p = make_provider({"type": "oci", "auth": "instance_principal", "region": "us-ashburn-1",
+                       "instances": {"gpu01": "ocid1.instance.oc1.iad.x"}}, state_dir=tmp_path)
+    assert isinstance(p, OciProvider) and p.supports(Action.REBOOT)
+    assert p._clients is None
