@@ -355,7 +355,7 @@ class OciCloud(_Server):
         self.answer_next: list[Reply] = []
         self.lose: dict[str, Reply] = {}
         self.fail_late: set[str] = set()
-        self.shape = json.loads((REAL / "oci" / "instance.json").read_text())
+        self.shape = json.loads((REAL / "oci" / "instance-action-softstop.json").read_text())
 
     def instance(self, shape: str = "BM.GPU.H100.8", **kw: Any) -> OciInstance:
         made = OciInstance(id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}", shape=shape, **kw)
