@@ -52,6 +52,7 @@ class Reply:
 
 
 LOST = Reply(-1)  # close the connection without an answer
+Hook = Callable[[str, str], None]
 
 
 class _Server:
@@ -149,8 +150,9 @@ class AzureCloud(_Server):
 
     def __init__(self, tls: tuple[Path, Path], *, tenant: str = "contoso-tenant",
                  client_id: str = "app-1", secret: str = "s3cret",
-                 subscription: str = "sub-1") -> None:
+                 subscription: str = "sub-1", hook: Hook | None = None) -> None:
         super().__init__(tls)
+        self.hook = hook  # hook(action, VM name) when an action runs (the lab reboots)
         self.tenant, self.client_id, self.secret = tenant, client_id, secret
         self.subscription = subscription
         self.vm_example = json.loads((REAL / "azure" / "VirtualMachine_Get.json").read_text()
@@ -289,6 +291,8 @@ class AzureCloud(_Server):
                                    "vm": vm, "verb": verb, "looks": 0}
             vm.provisioning = "updating"
             lost = self.lose.pop(verb, None)
+        if self.hook is not None:
+            self.hook(verb, vm.name)
         if lost is not None:
             return lost
         url = (f"{self.url}/subscriptions/{sub}/providers/Microsoft.Compute/locations/"
@@ -345,9 +349,9 @@ class OciInstance:
 class OciCloud(_Server):
     """OCI Core Services' instance calls and work requests (module docstring)."""
 
-    def __init__(self, key_id: str) -> None:
+    def __init__(self, key_id: str, hook: Hook | None = None) -> None:
         super().__init__()
-        self.key_id = key_id
+        self.key_id, self.hook = key_id, hook
         self.instances: dict[str, OciInstance] = {}
         self.executed: list[tuple[str, str]] = []  # (action, instance OCID)
         self.by_token: dict[str, Reply] = {}  # opc-retry-token -> the first answer
@@ -446,6 +450,8 @@ class OciCloud(_Server):
                 inst.host += 1
                 inst.maintenance_due = None
             answer = self._json(inst)
+        if self.hook is not None:
+            self.hook(action, inst.id)
         return Reply(200, answer, {"opc-request-id": uuid.uuid4().hex.upper(),
                                    "etag": "e-act"})
 
@@ -480,8 +486,6 @@ class OciCloud(_Server):
             "timeAccepted": work["accepted"], "timeStarted": work["accepted"],
             "timeFinished": _now() if status != "IN_PROGRESS" else None})
 
-
-Hook = Callable[[str, str], None]
 
 
 # --------------------------------------------------------------------------- test helpers
