@@ -28,6 +28,7 @@ import json
 import re
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,6 +53,13 @@ class Reply:
 
 
 LOST = Reply(-1)  # close the connection without an answer
+
+
+def hang(seconds: float) -> Reply:
+    """Say nothing for ``seconds``, then close the connection."""
+    return Reply(-2, seconds)
+
+
 Hook = Callable[[str, str], None]
 
 
@@ -100,6 +108,8 @@ class _Server:
                     outer.seen.append((self.command, self.path, headers, body))
                 reply = outer.handle(self.command, self.path, headers, body)
                 if reply.status < 0:  # the answer is lost: close without a word
+                    if reply.status == -2:
+                        time.sleep(float(reply.body))
                     self.close_connection = True
                     return
                 data = b"" if reply.body is None else (

@@ -279,3 +279,31 @@ def test_config_names_the_key(cfg: dict[str, object], key: str, problem: str,
     with pytest.raises(ConfigError, match=problem) as err:
         make_provider(cfg, state_dir=tmp_path)
     assert err.value.key == key
+
+
+def test_a_server_that_never_answers_cannot_hold_a_call_past_the_deadline(
+        az: AzureCloud, tls: tuple[Path, Path], tmp_path: Path) -> None:
+    """House style 6: a read that hangs ends at the deadline (ProviderTimeout); a restart
+    that ran and then hangs is an unknown outcome, never sent again (SPEC S6)."""
+    from slurm_heal.errors import ProviderTimeout
+    from tests.cloud_emulators import hang
+
+    az.vm("hpc-rg", "gpu01")
+    p = _provider(az, tls, tmp_path, deadline=1, read_timeout=5)
+    p.identity("gpu01")  # the token
+    az.answer_next.append(hang(4))
+    with pytest.raises(ProviderTimeout, match="deadline of 1s"):
+        p.identity("gpu01")
+    az.lose["restart"] = hang(4)
+    op = p.submit("gpu01", Action.REBOOT, "r-f7:act:0")
+    assert op.status == "running" and "whether it ran is unknown" in op.detail
+    assert len(az.actions("restart")) == 1 and az.executed == [("restart", "gpu01")]
+
+
+def test_policy_check_builds_it_dry_with_a_managed_identity(tmp_path: Path) -> None:
+    """`slurm-heal policy check` builds the provider without calling Azure: a managed
+    identity is only asked for a token at the first call."""
+    from slurm_heal.configcheck import dry_provider
+
+    assert dry_provider({"type": "azure", "subscription_id": "s", "resource_group": "rg",
+                         "tag": "slurm-node"}, "policy.toml") == "azure"

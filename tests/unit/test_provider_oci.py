@@ -218,3 +218,17 @@ def test_an_instance_principal_is_asked_for_only_at_the_first_call(tmp_path: Pat
                        "instances": {"gpu01": "ocid1.instance.oc1.iad.x"}}, state_dir=tmp_path)
     assert isinstance(p, OciProvider) and p.supports(Action.REBOOT)
     assert p._clients is None
+
+
+def test_a_server_that_never_answers_cannot_hold_a_call_past_the_deadline(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    from slurm_heal.errors import ProviderTimeout
+    from tests.cloud_emulators import hang
+
+    inst = oci.instance()
+    p = _provider(oci, key, tmp_path, instances={"gpu01": inst.id}, deadline=1,
+                  read_timeout=5)
+    oci.answer_next.append(hang(4))
+    with pytest.raises(ProviderTimeout, match="deadline of 1s"):
+        p.submit("gpu01", Action.REBOOT, "r-f8:act:0")
+    assert oci.executed == []
