@@ -307,3 +307,19 @@ def test_policy_check_builds_it_dry_with_a_managed_identity(tmp_path: Path) -> N
 
     assert dry_provider({"type": "azure", "subscription_id": "s", "resource_group": "rg",
                          "tag": "slurm-node"}, "policy.toml") == "azure"
+
+
+def test_a_scale_set_vm_is_restarted_and_a_lost_answer_read_from_its_instance_view(
+        az: AzureCloud, tls: tuple[Path, Path], tmp_path: Path) -> None:
+    """CycleCloud-style nodes: instances of a scale set (``scale_set`` + the instance id
+    from ``vm_name``); a lost answer is resolved from the scale set VM's instance view."""
+    az.vm("hpc-rg", "ndv5/7")
+    p = _provider(az, tls, tmp_path, scale_set="ndv5", vm_name="{node}")
+    az.lose["restart"] = LOST
+    op = p.submit("7", Action.REBOOT, "r-z14:act:0")
+    assert op.status == "running" and "unknown" in op.detail
+    az.finish()
+    assert _finish(p, "r-z14:act:0").status == "succeeded"
+    assert az.executed == [("restart", "ndv5/7")]
+    assert any("/virtualMachineScaleSets/ndv5/virtualMachines/7/instanceView" in path
+               for _, path, _, _ in az.seen)
