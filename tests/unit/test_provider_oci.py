@@ -232,3 +232,31 @@ def test_a_server_that_never_answers_cannot_hold_a_call_past_the_deadline(
     with pytest.raises(ProviderTimeout, match="deadline of 1s"):
         p.submit("gpu01", Action.REBOOT, "r-f8:act:0")
     assert oci.executed == []
+
+
+def test_an_action_never_seen_under_way_is_taken_as_done_after_a_while(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    """A reset that fell between two looks (RUNNING at each): done after UNSEEN_WAIT, not
+    before, and never sent again."""
+    from slurm_heal.providers.oci import UNSEEN_WAIT
+
+    inst = oci.instance()
+    now = [1000.0]
+    p = _provider(oci, key, tmp_path, instances={"gpu01": inst.id})
+    p._clock = lambda: now[0]
+    oci.answer_next.append(Reply(200, oci._json(inst)))  # GetInstance before the action
+    p.submit("gpu01", Action.REBOOT, "r-o8:act:0")
+    oci.finish()
+    inst.state = "RUNNING"
+    # the answer said STOPPING: seen under way, done at the next look
+    assert _finish(p, "r-o8:act:0", polls=1).status == "succeeded"
+    running = oci._json(inst)
+    oci.answer_next += [Reply(200, running), Reply(200, running), Reply(200, running)]
+    p.submit("gpu01", Action.POWER_CYCLE, "r-o9:act:0")  # GET, then the answer: RUNNING
+    op = p.status("r-o9:act:0")
+    assert op is not None and op.status == "running"
+    now[0] += UNSEEN_WAIT
+    op = p.status("r-o9:act:0")
+    assert op is not None and op.status == "succeeded" and "every look" in op.detail
+    # the RESET was answered by the test (RUNNING), not carried out by the local cloud
+    assert [a for a, _ in oci.executed] == ["SOFTRESET"]
