@@ -11,7 +11,9 @@ Actions and the Core Services calls they use:
   ``preserve_boot_volume``; progress from its work request (``GetWorkRequest``);
 - migrate -> ``InstanceAction REBOOTMIGRATE`` (to new hardware) where OCI offers it for
   the instance: when it has a maintenance reboot due (``timeMaintenanceRebootDue``).
-  Otherwise refused with the reason (terminate and relaunch is not done by slurm-heal).
+  Otherwise refused with the reason: a terminate and relaunch would give the node a new
+  OCID and new local disks, and nothing in it keeps OCI from placing the new instance on
+  the same bad host; slurm-heal does not do it.
   A dense shape's local NVMe is lost in the move: sent with ``deleteLocalStorage`` only
   where ``delete_local_storage = true``.
 
@@ -175,7 +177,9 @@ class OciProvider(SteppedOperations):
                 f"oci provider: OCI offers no reboot migration for {ocid} "
                 f"({getattr(inst, 'shape', '?')}) now: it has no maintenance reboot due "
                 "(timeMaintenanceRebootDue); slurm-heal does not terminate and relaunch "
-                "instances: rebuild it, or ask Oracle support to move it")
+                "it instead (a new OCID, new local disks, and nothing keeps OCI from "
+                "placing it on the same host): rebuild it, or ask Oracle support to take "
+                "the host out")
         if action == Action.REBUILD:
             source = getattr(inst, "source_details", None)
             image = self.image or str(getattr(source, "image_id", "") or
