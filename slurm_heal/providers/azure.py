@@ -31,10 +31,11 @@ instance view (an operation that ended after we sent it), never by sending it ag
 
 Retries are ours, not the SDK's: the client is built with ``retry_total = 0`` because
 azure-core resends a POST answered 500, 503 or 504 (an action whose answer was lost
-would run twice). Reads and token requests are retried on 429 (``Retry-After``
-honoured), 5xx and connection errors; an action only while it certainly did not run
-(429, 503, a connection never made). Every SDK call runs in a worker thread the caller
-waits for at most ``deadline``.
+would run twice). Reads are retried on 429 (``Retry-After`` honoured), 5xx and
+connection errors; an action only while it certainly did not run (429, 503, a
+connection never made). Token requests are azure-identity's own (a token refused is an
+error naming the credentials, and nothing is sent). Every SDK call runs in a worker
+thread the caller waits for at most ``deadline``.
 """
 
 from __future__ import annotations
