@@ -323,3 +323,18 @@ def test_a_scale_set_vm_is_restarted_and_a_lost_answer_read_from_its_instance_vi
     assert az.executed == [("restart", "ndv5/7")]
     assert any("/virtualMachineScaleSets/ndv5/virtualMachines/7/instanceView" in path
                for _, path, _, _ in az.seen)
+
+
+def test_a_role_without_the_action_is_named_and_nothing_runs(
+        az: AzureCloud, tls: tuple[Path, Path], tmp_path: Path) -> None:
+    az.vm("hpc-rg", "gpu01")
+    az.refuse["redeploy"] = Reply(403, {"error": {"code": "AuthorizationFailed", "message":
+                                  "The client 'app-1' does not have authorization to "
+                                  "perform action 'Microsoft.Compute/virtualMachines/"
+                                  "redeploy/action'."}})
+    p = _provider(az, tls, tmp_path)
+    with pytest.raises(ProviderError, match="HTTP 403: AuthorizationFailed.*the role lacks"):
+        p.submit("gpu01", Action.MIGRATE, "r-f8:act:0")
+    assert az.executed == []
+    rec = p.records.get("r-f8:act:0")
+    assert rec is not None and rec["token"] == "" and not rec["unknown"]  # sent again later
