@@ -78,7 +78,8 @@ def _dry_build(section: dict[str, Any], source: str) -> tuple[str, frozenset[Act
 
     if not section:
         raise ConfigError("missing: the daemon needs a [provider] with a type (http, exec, "
-                          "slurm, openstack, simulator; docs/providers.md)", file=source,
+                          "slurm, openstack, aws, gcp, azure, oci, redfish, simulator; "
+                          "docs/providers.md)", file=source,
                           key="provider")
     with tempfile.TemporaryDirectory(prefix="slurm-heal-check-") as tmp:
         try:

@@ -2,8 +2,8 @@
 docs/providers.md for the configuration of each type.
 
 The registry is an explicit list that rejects duplicate names (house style 7). Built-in
-types: ``http``, ``exec``, ``slurm``, ``openstack``, ``aws``, ``gcp``, ``redfish``,
-``simulator`` (the cloud ones need their extra installed). Third-party types
+types: ``http``, ``exec``, ``slurm``, ``openstack``, ``aws``, ``gcp``, ``azure``, ``oci``,
+``redfish``, ``simulator`` (the cloud ones need their extra installed). Third-party types
 come in through the entry point group ``slurm_heal.providers``: each entry point names a
 factory ``factory(cfg, *, slurm, state_dir) -> Provider``; one that fails to load is
 listed by `available_providers` as unavailable, with its error.
@@ -130,8 +130,8 @@ def make_provider(cfg: Mapping[str, Any], *, slurm: SlurmClient | None = None,
         raise ConfigError("must be a path string", key=f"{SECTION}.state_dir")
     chosen = own if own is not None else state_dir
     sd = Path(chosen) if chosen is not None else None
-    if sd is None and kind in ("exec", "slurm", "openstack", "aws", "redfish",
-                                               "gcp"):
+    if sd is None and kind in ("exec", "slurm", "openstack", "aws", "redfish", "gcp",
+                               "azure", "oci"):
         log.warning("provider %s has no state_dir: idempotency keys are remembered in "
                     "memory only and a restart could repeat an action", kind)
     return factory(cfg, slurm=slurm, state_dir=sd)
@@ -516,7 +516,105 @@ def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         backoff=s.backoff, actions=s.actions)
 
 
+def _make_azure(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+                state_dir: Path | None) -> Provider:
+    """Credentials: an app registration's secret (tenant_id, client_id and
+    client_secret_file together), else the VM's managed identity (client_id: a
+    user-assigned one). Never a secret in this file."""
+    _need("azure.mgmt.compute", "azure")
+    _need("azure.identity", "azure")
+    from slurm_heal.providers.azure import AzureProvider, AzureSettings
+    from slurm_heal.providers.settings import read_provider_section
+
+    if "client_secret" in cfg:
+        raise ConfigError("never in this file: use client_secret_file (or a managed "
+                          "identity)", key=f"{SECTION}.client_secret")
+    s = read_provider_section(AzureSettings, cfg)
+    if "{node}" not in s.vm_name:
+        raise ConfigError(f"must contain {{node}}, not {s.vm_name!r}", key=f"{SECTION}.vm_name")
+    if s.tag is not None and s.scale_set is not None:
+        raise ConfigError("a tag names VMs, not scale set instances: use vms or vm_name "
+                          "with a scale_set", key=f"{SECTION}.tag")
+    for node, mapped in s.vms.items():
+        if mapped.count("/") > 1 or mapped.startswith("/") or mapped.endswith("/"):
+            raise ConfigError(f"must be a VM name or scale-set/instance-id, not {mapped!r}",
+                              key=f"{SECTION}.vms.{node}")
+    from azure import identity
+
+    verify = s.verify
+    transport: dict[str, Any] = {} if verify is True else {"connection_verify": verify}
+    if s.authority is not None:
+        transport["authority"] = s.authority
+    credential: Any
+    if s.client_secret_file is not None:
+        if s.tenant_id is None or s.client_id is None:
+            raise ConfigError("client_secret_file needs tenant_id and client_id",
+                              key=f"{SECTION}.tenant_id" if s.tenant_id is None
+                              else f"{SECTION}.client_id")
+        secret = _read_secret(s.client_secret_file, "client_secret_file")
+        credential = identity.ClientSecretCredential(
+            s.tenant_id, s.client_id, secret,
+            disable_instance_discovery=s.authority is not None, **transport)
+    else:
+        if s.tenant_id is not None:
+            raise ConfigError("only with client_secret_file (a managed identity has its "
+                              "own tenant)", key=f"{SECTION}.tenant_id")
+        credential = identity.ManagedIdentityCredential(client_id=s.client_id)
+    return AzureProvider(
+        subscription_id=s.subscription_id, resource_group=s.resource_group,
+        credential=credential, vm_name=s.vm_name, tag=s.tag, scale_set=s.scale_set,
+        vms=s.vms, power_cycle=s.power_cycle, base_url=s.base_url, verify=verify,
+        slurm=slurm, state_dir=state_dir, read_timeout=s.read_timeout, deadline=s.deadline,
+        attempts=s.attempts, backoff=s.backoff, actions=s.actions)
+
+
+def _make_oci(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
+              state_dir: Path | None) -> Provider:
+    """Credentials: the SDK's config file (an API key; ``config_file``, ``profile``), or
+    the controller host's instance principal. Never a key in this file."""
+    _need("oci", "oci")
+    from slurm_heal.providers.oci import OciProvider, OciSettings
+    from slurm_heal.providers.settings import read_provider_section
+
+    for secret in ("key_file", "key_content", "pass_phrase", "fingerprint", "user"):
+        if secret in cfg:
+            raise ConfigError("never in this file: it goes in the oci config file "
+                              "(config_file, profile)", key=f"{SECTION}.{secret}")
+    s = read_provider_section(OciSettings, cfg)
+    import oci
+
+    config: dict[str, Any]
+    if s.auth == "instance_principal":
+        if s.config_file is not None:
+            raise ConfigError("only with auth = \"config_file\"", key=f"{SECTION}.config_file")
+        # Made at the first call (it asks the instance metadata service).
+        signer: Any = oci.auth.signers.InstancePrincipalsSecurityTokenSigner
+        config = {"region": s.region} if s.region is not None else {}
+    else:
+        path = s.config_file or oci.config.DEFAULT_LOCATION
+        try:
+            config = dict(oci.config.from_file(os.path.expanduser(path), s.profile))
+        except Exception as exc:  # noqa: BLE001 - ConfigFileNotFound, ProfileNotFound, ...
+            raise ConfigError(f"cannot use profile {s.profile!r} of {path}: {exc}",
+                              key=f"{SECTION}.config_file") from exc
+        if s.region is not None:
+            config["region"] = s.region
+        signer = oci.signer.Signer(
+            tenancy=config["tenancy"], user=config["user"],
+            fingerprint=config["fingerprint"], private_key_file_location=config.get("key_file"),
+            pass_phrase=config.get("pass_phrase"),
+            private_key_content=config.get("key_content"))
+    return OciProvider(
+        config=config, signer=signer, endpoint=s.endpoint, instances=s.instances,
+        compartment_id=s.compartment_id, image=s.image,
+        preserve_boot_volume=s.preserve_boot_volume,
+        delete_local_storage=s.delete_local_storage, slurm=slurm, state_dir=state_dir,
+        connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
+        deadline=s.deadline, attempts=s.attempts, backoff=s.backoff, actions=s.actions)
+
+
 for _name, _factory in (("http", _make_http), ("exec", _make_exec), ("slurm", _make_slurm),
                         ("openstack", _make_openstack), ("simulator", _make_simulator),
-                        ("aws", _make_aws), ("redfish", _make_redfish), ("gcp", _make_gcp)):
+                        ("aws", _make_aws), ("redfish", _make_redfish), ("gcp", _make_gcp),
+                        ("azure", _make_azure), ("oci", _make_oci)):
     REGISTRY.register(_name, _factory)

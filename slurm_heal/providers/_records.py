@@ -118,7 +118,7 @@ class KeyRecords:
 
 class RecordedOperations:
     """Shared by the providers that keep each key's operation in `KeyRecords` (exec,
-    slurm, aws, gcp, redfish, openstack): ``status`` answers a finished operation from
+    slurm, aws, gcp, azure, oci, redfish, openstack): ``status`` answers a finished operation from
     its record and asks `_advance` where one still running stands."""
 
     records: KeyRecords
@@ -138,7 +138,7 @@ class RecordedOperations:
 
 class SteppedOperations(RecordedOperations):
     """Shared by the providers whose operation is a recorded sequence of platform calls,
-    advanced one step per ``status`` poll (aws, gcp, redfish, openstack): the same key
+    advanced one step per ``status`` poll (aws, gcp, azure, oci, redfish, openstack): the same key
     answers with the same operation, the intent is recorded before anything is sent, and
     a replica that recorded the key first wins (SPEC S6)."""
 

@@ -2,7 +2,8 @@
 that supports the case: the controller relies on exactly these behaviours (SPEC S6, L2).
 Cloud and BMC providers run against their emulators on 127.0.0.1 (moto's EC2 server,
 sushy-tools' Redfish emulator, pyghmi's IPMI BMC server, a local Compute Engine REST
-endpoint).
+endpoint, a local HTTPS Azure and a local OCI Core Services endpoint:
+tests/cloud_emulators.py).
 
 Plus the lab test: the slurm provider reboots a real lab node through scontrol (the
 lab's RebootProgram) and the simulator in lab mode reboots one from outside."""
@@ -43,10 +44,29 @@ class Case:
 
 
 @pytest.fixture(params=["http", "simulator", "exec", "openstack", "slurm", "aws", "redfish",
-                        "ipmi", "gcp"])
+                        "ipmi", "gcp", "azure", "oci"])
 def case(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Case]:
     kind = request.param
-    if kind == "gcp":  # a local Compute Engine endpoint (the client's api_endpoint)
+    if kind == "azure":  # a local HTTPS Entra ID + Resource Manager (authority, base_url)
+        from tests.cloud_emulators import AzureCloud, azure_config
+        from tests.emulators import self_signed
+
+        tls = self_signed(tmp_path)
+        with AzureCloud(tls) as az:
+            az.vm("hpc-rg", NODE)
+            yield Case(make_provider(azure_config(az, tls[0], tmp_path / "az"),
+                                     state_dir=tmp_path),
+                       lambda: az.executed.count(("restart", NODE)), az.finish)
+    elif kind == "oci":  # a local Core Services endpoint (service_endpoint), signed calls
+        from tests.cloud_emulators import OciCloud, oci_config, oci_key
+
+        config, key_id = oci_key(tmp_path)
+        with OciCloud(key_id) as oci:
+            inst = oci.instance()
+            yield Case(make_provider(oci_config(oci, config, instances={NODE: inst.id}),
+                                     state_dir=tmp_path),
+                       lambda: oci.executed.count(("SOFTRESET", inst.id)), oci.finish)
+    elif kind == "gcp":  # a local Compute Engine endpoint (the client's api_endpoint)
         from google.auth.credentials import AnonymousCredentials
 
         from slurm_heal.providers.gcp import GcpProvider

@@ -21,7 +21,8 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
 
 def test_builtin_types_are_listed() -> None:
     listed = available_providers()
-    for name in ("http", "exec", "slurm", "openstack", "simulator", "aws", "gcp", "redfish"):
+    for name in ("http", "exec", "slurm", "openstack", "simulator", "aws", "gcp", "redfish",
+                 "azure", "oci"):
         assert listed[name] == "builtin"
 
 
@@ -34,7 +35,7 @@ def test_registering_a_name_twice_is_refused() -> None:
 
 @pytest.mark.parametrize(("cfg", "key", "problem"), [
     ({}, "provider.type", "missing"),
-    ({"type": "azure"}, "provider.type", "unknown provider type 'azure'"),
+    ({"type": "vsphere"}, "provider.type", "unknown provider type 'vsphere'"),
     ({"type": "http"}, "provider.url", "is required"),
     ({"type": "http", "url": "ftp://x"}, "provider.url", "http:// or https://"),
     ({"type": "http", "url": "http://x", "read_timeout": "5"}, "provider.read_timeout",
