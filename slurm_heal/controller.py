@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -32,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from slurm_heal import reasons
+from slurm_heal import reasons, sdnotify
 from slurm_heal import store as store_mod
 from slurm_heal.clock import SteadyClock, words
 from slurm_heal.config import Policy, read_section
@@ -587,6 +588,16 @@ def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: 
         interval=interval, cycles=cycles, problems=problems)
 
 
+def _status(beat: Heartbeat, problem: str) -> str:
+    """The heartbeat in a line for `systemctl status` (sd_notify's STATUS=)."""
+    if beat.failing:
+        words = (f"leading, cycle {beat.cycles}: {beat.failures_since_success} failed in a "
+                 f"row: {beat.last_error}")
+    else:
+        words = f"leading, cycle {beat.cycles} ok"
+    return f"{words}; {problem}" if problem else words
+
+
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None,
@@ -607,7 +618,25 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current step", signum)
+        sdnotify.notify("STOPPING=1", "STATUS=stopping after the current step")
         controller.stop.set()
+
+    # Issue 38: under systemd (Type=notify, WatchdogSec=) the loop says READY=1 once, then
+    # WATCHDOG=1 with each heartbeat and while it waits; a cycle stuck longer than the
+    # watchdog's period stops them, and systemd restarts the controller.
+    watchdog = sdnotify.watchdog_seconds()
+    tick = min(interval, watchdog / 2) if watchdog else interval
+
+    def _wait(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not controller.stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            if controller.stop.wait(min(left, tick)):
+                return
+            if watchdog:
+                sdnotify.notify("WATCHDOG=1")
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
@@ -623,6 +652,7 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         from slurm_heal.heartbeat import read as read_heartbeat
 
         controller.liveness = read_heartbeat(heartbeat)
+    sdnotify.notify("READY=1", f"STATUS=started (pid {os.getpid()})")
     while not controller.stop.is_set():
         if reload is not None and hup.is_set():
             hup.clear()
@@ -633,8 +663,11 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
                 break
             if not standby:
                 log.info("standby: another controller holds %s", leader.path)
+                sdnotify.notify(f"STATUS=standby: another controller holds {leader.path}")
                 standby = True
-            controller.stop.wait(interval)
+            if watchdog:
+                sdnotify.notify("WATCHDOG=1")
+            _wait(interval)
             continue
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
@@ -676,7 +709,10 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
                 controller.liveness.write(heartbeat)
             except OSError as exc:  # a full disk must not stop the daemon either
                 log.error("could not write the heartbeat %s: %s", heartbeat, exc)
+        # the heartbeat, told to systemd as well: the watchdog is fed, the status in words
+        sdnotify.notify(*(("WATCHDOG=1",) if watchdog else ()), "STATUS=" + _status(
+            controller.liveness, problem))
         if max_cycles is not None and cycles >= max_cycles:
             break
-        controller.stop.wait(interval)
+        _wait(interval)
     return cycles

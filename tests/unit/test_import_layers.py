@@ -44,6 +44,7 @@ RANKS: dict[str, int] = {
     "slurm_heal": 0, "slurm_heal.errors": 0, "slurm_heal.jsonsafe": 0,
     "slurm_heal.frozen": 0, "slurm_heal.durations": 0, "slurm_heal.fsio": 0,
     "slurm_heal.nvml": 0, "slurm_heal.components": 0, "slurm_heal.isotime": 0,
+    "slurm_heal.sdnotify": 0,  # systemd's notify protocol (issue 38)
     "slurm_heal.checks.paths": 0,  # where the node side keeps its files: read by clock, store
     # 1 values: the cluster's value types, reason grammar, Extra, the fault catalog, the
     # validation suite's step and criteria models, the ticket sinks' settings.
