@@ -601,7 +601,8 @@ def _status(beat: Heartbeat, problem: str) -> str:
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None,
-                on_lead: Callable[[], str] | None = None) -> int:
+                on_lead: Callable[[], str] | None = None,
+                on_standby: Callable[[], None] | None = None) -> int:
     """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
     ``leader``, cycles run only while this process holds the leader lock. With
     ``reload``, SIGHUP asks for it before the next cycle (it returns the new interval,
@@ -609,7 +610,8 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
     22: the metrics server, so a standby or a `--once` beside the active daemon never
     fights it for the port); it returns "" when it is done, or the problem in words, and
     is then tried again before each cycle, the problem in the heartbeat (issue 34 item 4,
-    SPEC O1: a taken metrics port never leaves the cluster without a controller)."""
+    SPEC O1: a taken metrics port never leaves the cluster without a controller).
+    ``on_standby`` runs after each wait of a standby (issue 38: its metrics, leader 0)."""
     hup = threading.Event()
 
     def _hup(signum: int, _frame: object) -> None:
@@ -668,6 +670,8 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             if watchdog:
                 sdnotify.notify("WATCHDOG=1")
             _wait(interval)
+            if on_standby is not None and not controller.stop.is_set():
+                on_standby()
             continue
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
