@@ -139,8 +139,26 @@ class CycleReport:
     failed_closed: str | None = None
 
 
-def _fields(**kv: object) -> str:
-    return " ".join(f"{k}={v}" for k, v in kv.items() if v not in (None, ""))
+class Where(str):
+    """``node=gpu01 remediation=r-1 rule=D5 ...`` in a text log line, the same values as
+    fields of a JSON log line (issue 38: `JsonLogFormatter` makes each a key of its own,
+    so a log shipper filters on ``node`` or ``phase`` without parsing the message)."""
+
+    fields: dict[str, str]
+
+    def __new__(cls, **kv: object) -> Where:
+        fields = {k: str(getattr(v, "value", v)) for k, v in kv.items()
+                  if v not in (None, "")}
+        self = super().__new__(cls, " ".join(f"{k}={v}" for k, v in fields.items()))
+        self.fields = fields
+        return self
+
+    def plus(self, **kv: object) -> Where:
+        return Where(**self.fields, **kv)
+
+
+def _fields(**kv: object) -> Where:
+    return Where(**kv)
 
 
 class Notifier:
@@ -151,7 +169,7 @@ class Notifier:
 
     def __call__(self, effect: Effect, now: datetime) -> None:
         log.warning("notify %s why=%s", _fields(node=effect.node, remediation=effect.remediation,
-                                                rule=effect.rule), effect.why)
+                                                rule=effect.rule, effect="notify"), effect.why)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
@@ -225,9 +243,9 @@ class Controller:
         before = state
         state, mine = self.store.apply(plan, now)
         for rec in plan.records:
-            log.info("%s phase=%s action=%s why=%s",
-                     _fields(node=rec.node, remediation=rec.remediation, rule=rec.rule),
-                     rec.phase, rec.action.value, rec.why)
+            log.info("%s why=%s", _fields(node=rec.node, remediation=rec.remediation,
+                                          rule=rec.rule, phase=rec.phase,
+                                          action=rec.action), rec.why)
         report = CycleReport(at=now, records=plan.records)
         for effect in mine:
             if self.stop.is_set():
@@ -294,12 +312,15 @@ class Controller:
     def _run(self, effect: Effect, state: State, now: datetime) -> Executed:
         """Run one effect through its handler (`HANDLERS`), each isolated: whatever it
         raises becomes its outcome through `failure_outcome`, and the cycle goes on."""
-        where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
+        rem = state.get(effect.remediation) if effect.remediation else None
+        where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule,
+                        phase=rem.phase if rem is not None else None)
         record_key = effect.key
         if effect.kind == "poll":
             act = _act_attempt(state, effect.remediation, effect.ref)
             if act is None:
-                log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
+                log.error("%s poll names no act attempt (ref=%s)", where.plus(effect="poll"),
+                          effect.ref)
                 return Executed(effect, None, "no act attempt to poll")
             record_key = act.key  # the answer goes on the act's attempt
         outcome: Outcome
@@ -321,16 +342,16 @@ class Controller:
                 # Issue 8 (defect 7): one effect's unexpected error (an OSError from a
                 # full disk, a bug) fails that effect only; the traceback is logged once,
                 # here, and the cycle goes on with the next effect.
-                log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
+                log.exception("%s failed unexpectedly", where.plus(effect=effect.kind))
             if settled is None:
                 if isinstance(exc, ProviderError):
-                    log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
-                                effect.kind, exc)
+                    log.warning("%s outcome unknown, left in flight: %s",
+                                where.plus(effect=effect.kind), exc)
                     self._provider_error(effect.remediation, record_key, str(exc), now, where)
                 return Executed(effect, None, detail)
             outcome = settled
-        log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
-                 effect.action.value, outcome, detail[:200])
+        log.info("%s detail=%s", where.plus(effect=effect.kind, action=effect.action,
+                                            outcome=outcome), detail[:200])
         by_person = record_key in self._by_person
         self._by_person.discard(record_key)
         if effect.remediation and record_key:
@@ -339,9 +360,10 @@ class Controller:
                                           operation=operation, detail=detail[:2000],
                                           sent=sent, by_person=by_person)
             except HealError as exc:
-                log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
+                log.error("%s could not record the outcome: %s",
+                          where.plus(effect=effect.kind), exc)
             except Exception:
-                log.exception("%s could not record outcome of %s", where, effect.kind)
+                log.exception("%s could not record the outcome", where.plus(effect=effect.kind))
         return Executed(effect, outcome, detail)
 
     def _operator(self, action: Action) -> Provider:
@@ -422,7 +444,7 @@ class Controller:
         return "ok", "sent to support", None
 
     def _provider_error(self, rid: str | None, key: str, error: str, now: datetime,
-                        where: str) -> None:
+                        where: Where) -> None:
         """O6: the provider's error kept on the act's attempt, for status and the engine."""
         if not rid:
             return
@@ -442,8 +464,9 @@ class Controller:
             self.validator.vacated(remediation=effect.remediation, node=effect.node,
                                    action=op.action, op=op, now=now, policy=self.policy)
         except Exception:
-            log.exception("node=%s remediation=%s the vacated machine could not be queued "
-                          "for validation", effect.node, effect.remediation)
+            log.exception("%s the vacated machine could not be queued for validation",
+                          _fields(node=effect.node, remediation=effect.remediation,
+                                  rule=effect.rule))
 
     def _gate(self, effect: Effect, state: State, now: datetime) -> Done:
         """SPEC V4: queue the post-repair gate's run; the validation flow runs it (from
@@ -461,8 +484,8 @@ class Controller:
         try:
             node = self.slurm.node(name)
         except (SlurmError, NotFound) as exc:
-            log.warning("node=%s last look before the step failed, going by the snapshot: %s",
-                        name, exc)
+            log.warning("%s last look before the step failed, going by the snapshot: %s",
+                        _fields(node=name), exc)
             return ""
         if not (node.drained or node.down):
             # SPEC S8: every disruptive step runs on a node we drained; one in service

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_heal.commands.jsonmode import json_option, setup_logging
+from slurm_heal.commands.jsonmode import journal_option, json_option, setup_logging
 
 
 @click.command()
@@ -19,10 +19,11 @@ from slurm_heal.commands.jsonmode import json_option, setup_logging
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@journal_option
 @json_option(help="Log JSON lines on stderr (the start line: {\"event\": \"start\", ...}); "
                   "an error that stops the daemon is one JSON object on stdout (docs/cli.md).")
 def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str,
-           as_json: bool) -> None:
+           journal: bool | None, as_json: bool) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
     Each cycle reads the clock once (wall time carried on by the monotonic clock: a
@@ -44,7 +45,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     from slurm_heal.slurm import make_client
     from slurm_heal.store import Store
 
-    setup_logging(log_level, as_json)
+    setup_logging(log_level, as_json, journal)
     found = config_path(config_file)
     if found is None:
         raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
