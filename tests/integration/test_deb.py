@@ -1,4 +1,4 @@
-"""The node package (issue 38): `contrib/deb/build` makes a .deb of the node set in
+"""The node package (issue 38): `contrib/deb/build-deb` makes a .deb of the node set in
 /opt/slurm-heal with the slurmd glue and the NHC plugin; `apt-get install ./slurm-heal_*.deb`
 installs it on this machine, the installed program checks a replayed node and the
 installed glue runs it, and `apt-get remove` takes every file away again.
@@ -35,7 +35,7 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not PYTHON.exists():
         pytest.skip(f"no {PYTHON}: the package is built with the distribution's Python")
     out = tmp_path_factory.mktemp("deb")
-    res = subprocess.run([str(REPO / "contrib/deb/build"), "--out", str(out)],
+    res = subprocess.run([str(REPO / "contrib/deb/build-deb"), "--out", str(out)],
                          capture_output=True, text=True, timeout=900, check=False)
     if res.returncode != 0:
         said = res.stderr + res.stdout
@@ -43,7 +43,7 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.skip(f"pip could not reach the package index: {said[-300:]}")
         if "cannot make a venv" in said:
             pytest.skip(said.strip())
-        pytest.fail(f"contrib/deb/build failed (exit {res.returncode}): {said[-3000:]}")
+        pytest.fail(f"contrib/deb/build-deb failed (exit {res.returncode}): {said[-3000:]}")
     built = Path(res.stdout.strip().splitlines()[-1])
     assert built.parent == out and built.name.startswith("slurm-heal_"), res.stdout
     return built
