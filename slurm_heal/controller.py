@@ -20,6 +20,7 @@ flight without acting again.
 
 from __future__ import annotations
 
+import enum
 import gc
 import json
 import logging
@@ -147,8 +148,8 @@ class Where(str):
     fields: dict[str, str]
 
     def __new__(cls, **kv: object) -> Where:
-        fields = {k: str(getattr(v, "value", v)) for k, v in kv.items()
-                  if v not in (None, "")}
+        fields = {k: str(v.value if isinstance(v, enum.Enum) else v)
+                  for k, v in kv.items() if v not in (None, "")}
         self = super().__new__(cls, " ".join(f"{k}={v}" for k, v in fields.items()))
         self.fields = fields
         return self
