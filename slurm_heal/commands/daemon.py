@@ -138,11 +138,11 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
             f"{msettings.port}/metrics"
 
     def serve_metrics() -> str:
-        """Issue 22: only the leader serves metrics (a standby or a `--once` beside the
-        active daemon would find the port taken). Issue 34 item 4 (SPEC O1, S6): a port
-        taken by another program leaves the controller running: the problem is logged
-        once, notified once, shown by `status` (the heartbeat) and tried again before
-        each cycle; "" once metrics are served."""
+        """The leader's metrics (issue 22: a `--once` beside the active daemon never
+        serves; issue 38: a standby serves them with leader 0, `serve_standby`). Issue 34
+        item 4 (SPEC O1, S6): a port taken by another program leaves the controller
+        running: the problem is logged once, notified once, shown by `status` (the
+        heartbeat) and tried again before each cycle; "" once metrics are served."""
         if metrics is None:
             return ""
         # on_lead runs once this process holds the leader lock: it leads from now on
