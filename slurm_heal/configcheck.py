@@ -111,11 +111,12 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     source = str(path)
     policy = load_policy(path)
     settings = controller_settings(policy.controller, source=source)
-    from slurm_heal.metrics import metrics_settings
+    from slurm_heal.metrics import metrics_settings, web_config
     from slurm_heal.notify import notify_settings
 
     notify_settings(policy.notify, source)  # SPEC O3: a bad URL or kind: exit 2
-    metrics_settings(policy.metrics, source)  # SPEC O4
+    # SPEC O4; its TLS files and users (issue 38): a bad one is exit 2 before the start
+    web_config(metrics_settings(policy.metrics, source), source)
     from slurm_heal.validation.suite import validation_from
     from slurm_heal.validation.tickets import sinks_from
 

@@ -20,9 +20,11 @@ flight without acting again.
 
 from __future__ import annotations
 
+import enum
 import gc
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -32,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from slurm_heal import reasons
+from slurm_heal import reasons, sdnotify
 from slurm_heal import store as store_mod
 from slurm_heal.clock import SteadyClock, words
 from slurm_heal.config import Policy, read_section
@@ -138,8 +140,26 @@ class CycleReport:
     failed_closed: str | None = None
 
 
-def _fields(**kv: object) -> str:
-    return " ".join(f"{k}={v}" for k, v in kv.items() if v not in (None, ""))
+class Where(str):
+    """``node=gpu01 remediation=r-1 rule=D5 ...`` in a text log line, the same values as
+    fields of a JSON log line (issue 38: `JsonLogFormatter` makes each a key of its own,
+    so a log shipper filters on ``node`` or ``phase`` without parsing the message)."""
+
+    fields: dict[str, str]
+
+    def __new__(cls, **kv: object) -> Where:
+        fields = {k: str(v.value if isinstance(v, enum.Enum) else v)
+                  for k, v in kv.items() if v not in (None, "")}
+        self = super().__new__(cls, " ".join(f"{k}={v}" for k, v in fields.items()))
+        self.fields = fields
+        return self
+
+    def plus(self, **kv: object) -> Where:
+        return Where(**self.fields, **kv)
+
+
+def _fields(**kv: object) -> Where:
+    return Where(**kv)
 
 
 class Notifier:
@@ -150,7 +170,7 @@ class Notifier:
 
     def __call__(self, effect: Effect, now: datetime) -> None:
         log.warning("notify %s why=%s", _fields(node=effect.node, remediation=effect.remediation,
-                                                rule=effect.rule), effect.why)
+                                                rule=effect.rule, effect="notify"), effect.why)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as fh:
@@ -224,9 +244,9 @@ class Controller:
         before = state
         state, mine = self.store.apply(plan, now)
         for rec in plan.records:
-            log.info("%s phase=%s action=%s why=%s",
-                     _fields(node=rec.node, remediation=rec.remediation, rule=rec.rule),
-                     rec.phase, rec.action.value, rec.why)
+            log.info("%s why=%s", _fields(node=rec.node, remediation=rec.remediation,
+                                          rule=rec.rule, phase=rec.phase,
+                                          action=rec.action), rec.why)
         report = CycleReport(at=now, records=plan.records)
         for effect in mine:
             if self.stop.is_set():
@@ -293,12 +313,15 @@ class Controller:
     def _run(self, effect: Effect, state: State, now: datetime) -> Executed:
         """Run one effect through its handler (`HANDLERS`), each isolated: whatever it
         raises becomes its outcome through `failure_outcome`, and the cycle goes on."""
-        where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule)
+        rem = state.get(effect.remediation) if effect.remediation else None
+        where = _fields(node=effect.node, remediation=effect.remediation, rule=effect.rule,
+                        phase=rem.phase if rem is not None else None)
         record_key = effect.key
         if effect.kind == "poll":
             act = _act_attempt(state, effect.remediation, effect.ref)
             if act is None:
-                log.error("%s poll names no act attempt (ref=%s)", where, effect.ref)
+                log.error("%s poll names no act attempt (ref=%s)", where.plus(effect="poll"),
+                          effect.ref)
                 return Executed(effect, None, "no act attempt to poll")
             record_key = act.key  # the answer goes on the act's attempt
         outcome: Outcome
@@ -320,16 +343,16 @@ class Controller:
                 # Issue 8 (defect 7): one effect's unexpected error (an OSError from a
                 # full disk, a bug) fails that effect only; the traceback is logged once,
                 # here, and the cycle goes on with the next effect.
-                log.exception("%s effect=%s failed unexpectedly", where, effect.kind)
+                log.exception("%s failed unexpectedly", where.plus(effect=effect.kind))
             if settled is None:
                 if isinstance(exc, ProviderError):
-                    log.warning("%s effect=%s outcome unknown, left in flight: %s", where,
-                                effect.kind, exc)
+                    log.warning("%s outcome unknown, left in flight: %s",
+                                where.plus(effect=effect.kind), exc)
                     self._provider_error(effect.remediation, record_key, str(exc), now, where)
                 return Executed(effect, None, detail)
             outcome = settled
-        log.info("%s effect=%s action=%s outcome=%s detail=%s", where, effect.kind,
-                 effect.action.value, outcome, detail[:200])
+        log.info("%s detail=%s", where.plus(effect=effect.kind, action=effect.action,
+                                            outcome=outcome), detail[:200])
         by_person = record_key in self._by_person
         self._by_person.discard(record_key)
         if effect.remediation and record_key:
@@ -338,9 +361,10 @@ class Controller:
                                           operation=operation, detail=detail[:2000],
                                           sent=sent, by_person=by_person)
             except HealError as exc:
-                log.error("%s could not record outcome of %s: %s", where, effect.kind, exc)
+                log.error("%s could not record the outcome: %s",
+                          where.plus(effect=effect.kind), exc)
             except Exception:
-                log.exception("%s could not record outcome of %s", where, effect.kind)
+                log.exception("%s could not record the outcome", where.plus(effect=effect.kind))
         return Executed(effect, outcome, detail)
 
     def _operator(self, action: Action) -> Provider:
@@ -421,7 +445,7 @@ class Controller:
         return "ok", "sent to support", None
 
     def _provider_error(self, rid: str | None, key: str, error: str, now: datetime,
-                        where: str) -> None:
+                        where: Where) -> None:
         """O6: the provider's error kept on the act's attempt, for status and the engine."""
         if not rid:
             return
@@ -441,8 +465,9 @@ class Controller:
             self.validator.vacated(remediation=effect.remediation, node=effect.node,
                                    action=op.action, op=op, now=now, policy=self.policy)
         except Exception:
-            log.exception("node=%s remediation=%s the vacated machine could not be queued "
-                          "for validation", effect.node, effect.remediation)
+            log.exception("%s the vacated machine could not be queued for validation",
+                          _fields(node=effect.node, remediation=effect.remediation,
+                                  rule=effect.rule))
 
     def _gate(self, effect: Effect, state: State, now: datetime) -> Done:
         """SPEC V4: queue the post-repair gate's run; the validation flow runs it (from
@@ -460,8 +485,8 @@ class Controller:
         try:
             node = self.slurm.node(name)
         except (SlurmError, NotFound) as exc:
-            log.warning("node=%s last look before the step failed, going by the snapshot: %s",
-                        name, exc)
+            log.warning("%s last look before the step failed, going by the snapshot: %s",
+                        _fields(node=name), exc)
             return ""
         if not (node.drained or node.down):
             # SPEC S8: every disruptive step runs on a node we drained; one in service
@@ -587,10 +612,21 @@ def _beat(controller: Controller, prev: Heartbeat | None, error: str, interval: 
         interval=interval, cycles=cycles, problems=problems)
 
 
+def _status(beat: Heartbeat, problem: str) -> str:
+    """The heartbeat in a line for `systemctl status` (sd_notify's STATUS=)."""
+    if beat.failing:
+        words = (f"leading, cycle {beat.cycles}: {beat.failures_since_success} failed in a "
+                 f"row: {beat.last_error}")
+    else:
+        words = f"leading, cycle {beat.cycles} ok"
+    return f"{words}; {problem}" if problem else words
+
+
 def run_forever(controller: Controller, interval: float, heartbeat: Path | None = None,
                 max_cycles: int | None = None, leader: LeaderLock | None = None,
                 reload: Callable[[], float | None] | None = None,
-                on_lead: Callable[[], str] | None = None) -> int:
+                on_lead: Callable[[], str] | None = None,
+                on_standby: Callable[[], None] | None = None) -> int:
     """The daemon loop: cycles until SIGTERM/SIGINT (clean stop between steps). With
     ``leader``, cycles run only while this process holds the leader lock. With
     ``reload``, SIGHUP asks for it before the next cycle (it returns the new interval,
@@ -598,7 +634,8 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
     22: the metrics server, so a standby or a `--once` beside the active daemon never
     fights it for the port); it returns "" when it is done, or the problem in words, and
     is then tried again before each cycle, the problem in the heartbeat (issue 34 item 4,
-    SPEC O1: a taken metrics port never leaves the cluster without a controller)."""
+    SPEC O1: a taken metrics port never leaves the cluster without a controller).
+    ``on_standby`` runs after each wait of a standby (issue 38: its metrics, leader 0)."""
     hup = threading.Event()
 
     def _hup(signum: int, _frame: object) -> None:
@@ -607,7 +644,25 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
 
     def _stop(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping after the current step", signum)
+        sdnotify.notify("STOPPING=1", "STATUS=stopping after the current step")
         controller.stop.set()
+
+    # Issue 38: under systemd (Type=notify, WatchdogSec=) the loop says READY=1 once, then
+    # WATCHDOG=1 with each heartbeat and while it waits; a cycle stuck longer than the
+    # watchdog's period stops them, and systemd restarts the controller.
+    watchdog = sdnotify.watchdog_seconds()
+    tick = min(interval, watchdog / 2) if watchdog else interval
+
+    def _wait(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not controller.stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            if controller.stop.wait(min(left, tick)):
+                return
+            if watchdog:
+                sdnotify.notify("WATCHDOG=1")
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop)
@@ -623,6 +678,7 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
         from slurm_heal.heartbeat import read as read_heartbeat
 
         controller.liveness = read_heartbeat(heartbeat)
+    sdnotify.notify("READY=1", f"STATUS=started (pid {os.getpid()})")
     while not controller.stop.is_set():
         if reload is not None and hup.is_set():
             hup.clear()
@@ -633,8 +689,13 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
                 break
             if not standby:
                 log.info("standby: another controller holds %s", leader.path)
+                sdnotify.notify(f"STATUS=standby: another controller holds {leader.path}")
                 standby = True
-            controller.stop.wait(interval)
+            if watchdog:
+                sdnotify.notify("WATCHDOG=1")
+            _wait(interval)
+            if on_standby is not None and not controller.stop.is_set():
+                on_standby()
             continue
         if standby:
             log.info("now the active controller (%s)", leader.path if leader else "")
@@ -676,7 +737,10 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
                 controller.liveness.write(heartbeat)
             except OSError as exc:  # a full disk must not stop the daemon either
                 log.error("could not write the heartbeat %s: %s", heartbeat, exc)
+        # the heartbeat, told to systemd as well: the watchdog is fed, the status in words
+        sdnotify.notify(*(("WATCHDOG=1",) if watchdog else ()), "STATUS=" + _status(
+            controller.liveness, problem))
         if max_cycles is not None and cycles >= max_cycles:
             break
-        controller.stop.wait(interval)
+        _wait(interval)
     return cycles

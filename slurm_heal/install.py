@@ -85,23 +85,25 @@ slurm_conf = "{slurm_conf}"
 type = "slurm"
 """
 
-UNIT = """\
-[Unit]
-Description=slurm-heal remediation controller
-After=network-online.target slurmctld.service
-Wants=network-online.target
+def controller_unit(program: str, config: Path, slurm_conf: str, path: str) -> str:
+    """The controller's unit for this install: the one unit the package carries
+    (``data/systemd/slurm-heal.service``, contrib's; issue 38: two units had drifted
+    apart), its ExecStart, SLURM_CONF and PATH set for this prefix."""
+    data = resources.files("slurm_heal").joinpath("data/systemd/slurm-heal.service")
+    template = data.read_text(encoding="utf-8")
+    lines = [f"# Written by `slurm-heal install-controller` from the package's "
+             f"slurm-heal.service (slurm-heal {__version__})."]
+    for line in template.splitlines():
+        if line.startswith("#") and len(lines) == 1:
+            continue  # the template's own header: how to install it by hand
+        if line.startswith("Environment=SLURM_CONF="):
+            line = f"Environment=SLURM_CONF={slurm_conf}" + ("\n" + path.rstrip("\n")
+                                                             if path else "")
+        elif line.startswith("ExecStart="):
+            line = f"ExecStart={program} daemon --config {config}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
-[Service]
-Type=simple
-Environment=SLURM_CONF={slurm_conf}
-{path}ExecStart={program} daemon --config {config}
-ExecReload=/bin/kill -HUP $MAINPID
-Restart=on-failure
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 
 @dataclass
@@ -408,7 +410,7 @@ def install(prefix: Path, role: str, *, slurm_conf: str | None = None,
     if role == "controller":
         unit = share / "slurm-heal.service"
         path = f"Environment=PATH={bindir}:{SYSTEM_PATH}\n" if bindir is not None else ""
-        unit.write_text(UNIT.format(program=prog, config=config, slurm_conf=conf, path=path))
+        unit.write_text(controller_unit(str(prog), config, str(conf), path))
         out.say(f"wrote {unit}: `systemctl link {unit} && systemctl enable --now "
                 "slurm-heal`")
         if config.resolve() != DEFAULT_CONFIG.resolve():

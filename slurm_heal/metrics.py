@@ -17,10 +17,13 @@ read at scrape time. Every name is in `METRIC_NAMES` (the Grafana dashboard in
 from __future__ import annotations
 
 import platform
+import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -38,6 +41,7 @@ from slurm_heal.config import read_section
 from slurm_heal.errors import HealError
 from slurm_heal.models import Phase, Remediation, State
 from slurm_heal.sections import MetricsSettings as MetricsSettings  # its home (issue 21)
+from slurm_heal.webconfig import BasicAuth, WebConfig
 
 if TYPE_CHECKING:
     from slurm_heal.controller import CycleFacts
@@ -72,6 +76,21 @@ REPAIR_BUCKETS = (300, 600, 900, 1800, 3600, 7200, 14400, 28800, 86400, float("i
 def metrics_settings(raw: MetricsSettings | dict[str, Any],
                      source: str = "config") -> MetricsSettings:
     return read_section(MetricsSettings, raw, file=source, key="metrics")
+
+
+def web_config(settings: MetricsSettings, source: str = "config") -> WebConfig | None:
+    """The ``[metrics] web_config`` file read and checked (None when not set);
+    ConfigError names the key it refuses. A relative path is the config file's neighbour."""
+    from pathlib import Path
+
+    from slurm_heal.webconfig import load
+
+    if not settings.web_config:
+        return None
+    path = Path(settings.web_config)
+    if not path.is_absolute():
+        path = Path(source).resolve().parent / path
+    return load(path)
 
 
 class _Live:
@@ -121,7 +140,8 @@ class Metrics:
 
     def __init__(self, store: Any = None, notifications: Notifications | None = None,
                  policy: Any = None,
-                 liveness: Callable[[], Heartbeat | None] = lambda: None) -> None:
+                 liveness: Callable[[], Heartbeat | None] = lambda: None,
+                 deprecated_names: bool = True) -> None:
         self.policy = policy
         self.registry = CollectorRegistry()
         r = self.registry
@@ -141,9 +161,12 @@ class Metrics:
                                   registry=r)
         self.breaker_window = Gauge(P + "breaker_window_remediations", "Automatic "
                                     "remediations started in the breaker window.", registry=r)
+        # [metrics] deprecated_names = false drops the old names now (then `promtool check
+        # metrics` finds nothing to say; with them it names breaker_count's suffix)
         self.breaker_count = Gauge(P + "breaker_count", "Deprecated: "
                                    "slurm_heal_breaker_window_remediations (this name goes in "
-                                   "the next release).", registry=r)
+                                   "the next release).",
+                                   registry=r if deprecated_names else None)
         build = Gauge(P + "build_info", "Always 1: the running slurm-heal's version and "
                       "Python.", ["version", "python"], registry=r)
         build.labels(__version__, platform.python_version()).set(1)
@@ -180,15 +203,41 @@ class Metrics:
                                registry=r)
         r.register(_Live(store, notifications, liveness))
         self._server: Any = None
+        self.tls = False
 
     # -- serving -----------------------------------------------------------------------
-    def serve(self, address: str = "127.0.0.1", port: int = 9810) -> int:
-        """Serve /metrics from a thread; returns the port (0 picks a free one)."""
-        from prometheus_client import start_http_server
+    def serve(self, address: str = "127.0.0.1", port: int = 9810,
+              web: WebConfig | None = None) -> int:
+        """Serve /metrics from a thread; returns the port (0 picks a free one). ``web``:
+        TLS and basic auth as Prometheus' web config file asks (slurm_heal.webconfig)."""
+        import socket
 
-        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        from prometheus_client import make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]
+        server_class = type("MetricsServer", (_QuietServer, ThreadingWSGIServer),
+                            {"address_family": family})
+        app: Any = make_wsgi_app(self.registry)
+        if web is not None and web.users:
+            app = BasicAuth(app, web.users)
+        server: WSGIServer = make_server(address, port, app, server_class,
+                                         handler_class=_Handler)
+        if web is not None and web.tls is not None:
+            # the handshake is the connection's own thread's (_Handler.setup), bounded by
+            # its timeout: a client that connects and says nothing holds no one else up
+            server.socket = web.tls.wrap_socket(server.socket, server_side=True,
+                                                do_handshake_on_connect=False)
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
         self._server = server
+        self.tls = web is not None and web.tls is not None
         return int(server.server_address[1])
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None
 
     def close(self) -> None:
         if self._server is not None:
@@ -300,6 +349,26 @@ class Metrics:
         hist, errors = ((self.slurm_calls, self.slurm_errors) if kind == "slurm"
                         else (self.provider_calls, self.provider_errors))
         return _Timed(target, hist, errors)
+
+
+class _Handler(WSGIRequestHandler):
+    """One scrape: no access log line, a TLS handshake done here, in the connection's
+    thread, and 10 s for a client to send its request."""
+
+    timeout = 10
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        pass
+
+
+class _QuietServer(WSGIServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that failed its handshake or went away: nothing of the daemon's."""
 
 
 def _count(folded: str) -> int:

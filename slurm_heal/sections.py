@@ -289,6 +289,12 @@ class MetricsSettings(Section):
     enabled: bool = False
     address: str = "127.0.0.1"
     port: int = Field(default=9810, ge=0, le=65535)
+    # TLS and basic auth: a web config file as Prometheus' exporters take it (issue 38;
+    # slurm_heal.webconfig); relative to the config file's directory
+    web_config: str | None = None
+    # the names replaced in this release, still served beside their new ones (issue 38:
+    # slurm_heal_breaker_count); false drops them before the release that removes them
+    deprecated_names: bool = True
 
 
 DEFAULT_HOST = "127.0.0.1"

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from slurm_heal.commands.jsonmode import json_option, setup_logging
+from slurm_heal.commands.jsonmode import journal_option, json_option, setup_logging
 
 
 @click.command()
@@ -19,10 +19,11 @@ from slurm_heal.commands.jsonmode import json_option, setup_logging
 @click.option("--cycles", type=int, default=None, help="Stop after this many cycles.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@journal_option
 @json_option(help="Log JSON lines on stderr (the start line: {\"event\": \"start\", ...}); "
                   "an error that stops the daemon is one JSON object on stdout (docs/cli.md).")
 def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: str,
-           as_json: bool) -> None:
+           journal: bool | None, as_json: bool) -> None:
     """Run the remediation controller (SPEC L1-L5, Q1-Q4, D5, S6, I3, I5).
 
     Each cycle reads the clock once (wall time carried on by the monotonic clock: a
@@ -44,7 +45,7 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     from slurm_heal.slurm import make_client
     from slurm_heal.store import Store
 
-    setup_logging(log_level, as_json)
+    setup_logging(log_level, as_json, journal)
     found = config_path(config_file)
     if found is None:
         raise ConfigError(f"no config file: pass --config FILE, set ${ENV_CONFIG}, or write "
@@ -91,7 +92,8 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
     holder: list[Controller] = []
     if msettings.enabled:
         metrics = Metrics(store=store, notifications=notifications, policy=policy,
-                          liveness=lambda: holder[0].liveness if holder else None)
+                          liveness=lambda: holder[0].liveness if holder else None,
+                          deprecated_names=msettings.deprecated_names)
         observers.append(metrics.observe)
         slurm, provider = metrics.timed(slurm, "slurm"), metrics.timed(provider, "provider")
     from slurm_heal.validation.service import Validator
@@ -132,21 +134,30 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         notifications.start()
 
     said: list[str] = []  # the metrics problem last logged (logged once per change)
+    log = logging.getLogger("slurm_heal")
+    # Issue 38: TLS and basic auth on /metrics (a Prometheus web config file), checked now:
+    # a bad one stops the start with the key it refuses (exit 2), as `policy check` does
+    from slurm_heal.metrics import web_config
+
+    web = web_config(msettings, config_path_) if metrics is not None else None
+    where = f"{'https' if web is not None and web.tls else 'http'}://{msettings.address}:" \
+            f"{msettings.port}/metrics"
 
     def serve_metrics() -> str:
-        """Issue 22: only the leader serves metrics (a standby or a `--once` beside the
-        active daemon would find the port taken). Issue 34 item 4 (SPEC O1, S6): a port
-        taken by another program leaves the controller running: the problem is logged
-        once, notified once, shown by `status` (the heartbeat) and tried again before
-        each cycle; "" once metrics are served."""
+        """The leader's metrics (issue 22: a `--once` beside the active daemon never
+        serves; issue 38: a standby serves them with leader 0, `serve_standby`). Issue 34
+        item 4 (SPEC O1, S6): a port taken by another program leaves the controller
+        running: the problem is logged once, notified once, shown by `status` (the
+        heartbeat) and tried again before each cycle; "" once metrics are served."""
         if metrics is None:
             return ""
         # on_lead runs once this process holds the leader lock: it leads from now on
-        # (issue 38; a standby serves nothing yet, so 0 shows only before the first lead)
         metrics.leader.set(1)
-        log = logging.getLogger("slurm_heal")
+        if metrics.serving:  # served while it stood by (issue 38): the same server goes on
+            log.info("metrics on %s: slurm_heal_leader 1 from now on", where)
+            return ""
         try:
-            metrics.serve(msettings.address, msettings.port)
+            metrics.serve(msettings.address, msettings.port, web)
         except OSError as exc:
             problem = (f"metrics: {msettings.address}:{msettings.port} cannot be served "
                        f"({exc.strerror or exc}): another process holds the port; the "
@@ -164,14 +175,38 @@ def daemon(config_file: str | None, once: bool, cycles: int | None, log_level: s
         if said:
             log.info("metrics served again: the port is free now")
             said.clear()
-        log.info("metrics on %s:%d", msettings.address, msettings.port)
+        log.info("metrics on %s:%d%s", msettings.address, msettings.port,
+                 " (TLS)" if metrics.tls else "")
         return ""
+
+    standby_said: list[str] = []
+
+    def serve_standby() -> None:
+        """Issue 38: a standby serves /metrics too, slurm_heal_leader 0, so its target is
+        up and an alert can tell "no leader" from "a standby down". Tried after its first
+        wait (the leader beside it binds first); a port held (by the active controller on
+        the same host, as the lab's standby) is said once, at info: it is served when
+        this one leads."""
+        if metrics is None or metrics.serving:
+            return
+        try:
+            metrics.serve(msettings.address, msettings.port, web)
+        except OSError as exc:
+            words = (f"standby: metrics {msettings.address}:{msettings.port} not served "
+                     f"({exc.strerror or exc}; the active controller on this host?): served "
+                     "once this daemon leads")
+            if words not in standby_said:
+                standby_said[:] = [words]
+                log.info("%s", words)
+            return
+        log.info("metrics on %s:%d (standby: slurm_heal_leader 0)", msettings.address,
+                 msettings.port)
 
     try:
         run_forever(controller, settings.interval, heartbeat,
                     max_cycles=1 if once else cycles, leader=leader,
                     reload=Reloader(config_path_, controller, settings, state_dir / "provider"),
-                    on_lead=serve_metrics)
+                    on_lead=serve_metrics, on_standby=None if once else serve_standby)
     finally:
         if metrics is not None:
             metrics.close()  # before the lock goes: the standby that takes over binds it

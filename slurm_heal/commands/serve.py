@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from slurm_heal.commands.admin import state_options
-from slurm_heal.commands.jsonmode import json_option, setup_logging
+from slurm_heal.commands.jsonmode import journal_option, json_option, setup_logging
 
 log = logging.getLogger("slurm_heal.api")
 
@@ -58,12 +58,14 @@ def _settings(loc: Any, overrides: dict[str, Any]) -> Any:
                    "proxy_secret_file).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
+@journal_option
 @state_options
 @json_option(help="Log JSON lines on stderr (the listening line: {\"event\": \"listening\", "
                   "\"url\": ...}); an error is one JSON object on stdout (docs/cli.md).")
 def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: str | None,
           trusted_proxies: tuple[str, ...], proxy_secret_file: str | None, log_level: str,
-          state_dir: str | None, config: str | None, as_json: bool) -> None:
+          journal: bool | None, state_dir: str | None, config: str | None,
+          as_json: bool) -> None:
     """Serve the HTTP API and the web console (SPEC O5).
 
     JSON endpoints under /api/v1 (OpenAPI at /api/v1/openapi.json) for everything the
@@ -76,7 +78,7 @@ def serve(bind: str | None, tokens: str | None, tls_cert: str | None, tls_key: s
     from slurm_heal.errors import ConfigError
     from slurm_heal.location import locate
 
-    setup_logging(log_level, as_json)
+    setup_logging(log_level, as_json, journal)
     loc = locate(state_dir, config)
     absolute = {k: str(Path(v).resolve()) for k, v in
                 (("tokens", tokens), ("tls_cert", tls_cert), ("tls_key", tls_key),

@@ -133,6 +133,64 @@ def test_a_standby_and_a_once_beside_the_active_daemon_share_the_metrics_port(
     assert "Traceback" not in d.logs()
 
 
+def test_a_standby_serves_metrics_with_leader_0_over_tls_and_basic_auth(
+        lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
+    """Issue 38 (SPEC O4): a standby on a port of its own serves /metrics with
+    slurm_heal_leader 0 (its target is up; "no leader" is an alert of its own), here over
+    HTTPS with a password from a Prometheus web config file; when the leader goes, the same
+    server says 1."""
+    import base64
+    import ssl
+    import urllib.request
+
+    import bcrypt
+
+    from tests.emulators import self_signed
+
+    def leader_value(url: str, ctx: ssl.SSLContext | None = None,
+                     auth: str | None = None) -> float:
+        req = urllib.request.Request(url)
+        if auth:
+            req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            line = next(ln for ln in resp.read().decode().splitlines()
+                        if ln.startswith("slurm_heal_leader "))
+        return float(line.split()[1])
+
+    d = LabDaemon(lab_clean, tmp_path, sim)
+    first, second = _free_port(), _free_port()
+    plain = d.config.read_text()
+    _metrics(d, first)
+    leader = d.start()
+    d.wait(lambda: (d.state_dir / "heartbeat").exists(), "the leader's first cycle")
+    cert, key = self_signed(tmp_path)
+    hashed = bcrypt.hashpw(b"scrape", bcrypt.gensalt(4)).decode()
+    (tmp_path / "web.yml").write_text(f"tls_server_config:\n  cert_file: {cert}\n"
+                                      f"  key_file: {key}\nbasic_auth_users:\n"
+                                      f"  prometheus: {hashed}\n")
+    d.config.write_text(plain + f'\n[metrics]\nenabled = true\nport = {second}\n'
+                                'web_config = "web.yml"\n')
+    standby = d.start()
+    log = tmp_path / f"daemon-{d.procs.index(standby):03d}.log"
+    d.wait(lambda: "metrics on" in log.read_text(), "the standby to serve metrics")
+    assert "standby: slurm_heal_leader 0" in log.read_text()
+    ctx = ssl.create_default_context(cafile=str(cert))
+    url = f"https://127.0.0.1:{second}/metrics"
+    assert leader_value(url, ctx, "prometheus:scrape") == 0
+    assert leader_value(f"http://127.0.0.1:{first}/metrics") == 1
+    import urllib.error
+
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        leader_value(url, ctx)
+    assert refused.value.code == 401
+    assert d.stop(leader) == 0
+    d.wait(lambda: "slurm_heal_leader 1 from now on" in log.read_text(),
+           "the standby to lead", timeout=60)
+    assert leader_value(url, ctx, "prometheus:scrape") == 1
+    assert d.stop(standby) == 0
+    assert "Traceback" not in d.logs()
+
+
 def test_a_metrics_port_taken_by_another_program_leaves_the_controller_running(
         lab_clean: Lab, tmp_path: Path, sim: SimulatorServer) -> None:
     """Issue 34 item 4 (SPEC O1, S6; was issue 22 item 8's exit 2): another program holds

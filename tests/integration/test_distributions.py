@@ -38,6 +38,9 @@ CARRIED = {
     "slurm_heal/data/systemd/slurm-heal-agent.service":
         "contrib/systemd/slurm-heal-agent.service",
     "slurm_heal/data/slurm/slurm-heal.conf": "contrib/slurm/slurm-heal.conf",
+    "slurm_heal/data/prometheus/slurm-heal.rules.yml": "contrib/prometheus/slurm-heal.rules.yml",
+    "slurm_heal/data/prometheus/slurm-heal.rules.test.yml":
+        "contrib/prometheus/slurm-heal.rules.test.yml",
     **{f"slurm_heal/data/policies/{p.name}": f"contrib/policies/{p.name}"
        for p in (REPO / "contrib" / "policies").glob("*.toml")},
 }
@@ -69,7 +72,7 @@ def test_the_wheel_carries_the_rule_words_dashboard_units_policies_and_slurm_lin
         for inside, source in CARRIED.items():
             assert inside in names, inside
             assert whl.read(inside) == (REPO / source).read_bytes(), inside
-    assert len(CARRIED) >= 7  # three example policies at least
+    assert len(CARRIED) >= 9  # three example policies at least
 
 
 def test_the_wheel_says_its_licence_pythons_and_classifiers(dists: tuple[Path, Path]) -> None:
@@ -92,6 +95,9 @@ def test_the_wheel_says_its_licence_pythons_and_classifiers(dists: tuple[Path, P
     assert "Operating System :: POSIX :: Linux" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: refused
     assert "Provides-Extra: controller" in meta
+    urls = dict(u.split(", ", 1) for u in re.findall(r"^Project-URL: (.+)$", meta, re.M))
+    assert set(urls) >= {"Homepage", "Documentation", "Issues", "Source"}
+    assert all(u.startswith("https://") for u in urls.values())
 
 
 def test_the_sdist_has_the_tests_docs_contrib_and_licence(dists: tuple[Path, Path]) -> None:

@@ -44,6 +44,7 @@ RANKS: dict[str, int] = {
     "slurm_heal": 0, "slurm_heal.errors": 0, "slurm_heal.jsonsafe": 0,
     "slurm_heal.frozen": 0, "slurm_heal.durations": 0, "slurm_heal.fsio": 0,
     "slurm_heal.nvml": 0, "slurm_heal.components": 0, "slurm_heal.isotime": 0,
+    "slurm_heal.sdnotify": 0,  # systemd's notify protocol (issue 38)
     "slurm_heal.checks.paths": 0,  # where the node side keeps its files: read by clock, store
     # 1 values: the cluster's value types, reason grammar, Extra, the fault catalog, the
     # validation suite's step and criteria models, the ticket sinks' settings.
@@ -52,6 +53,7 @@ RANKS: dict[str, int] = {
     "slurm_heal.sinks": 1,
     # 2-3 the config: the sections other parts own, then the whole file.
     "slurm_heal.sections": 2,
+    "slurm_heal.webconfig": 2,  # /metrics' TLS and users, Prometheus' web config (issue 38)
     "slurm_heal.config": 3,
     # 4-5 adapters' bases and the controller's models and files.
     "slurm_heal.slurm": 4, "slurm_heal.topology": 4, "slurm_heal.models": 4,
