@@ -43,6 +43,8 @@ from slurm_heal.models import (
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
 from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
+from slurm_heal.sources import nhc
+from slurm_heal.sources import stored as sources_stored
 from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
 
@@ -111,6 +113,23 @@ class WorkingSet:
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
+        self._add_site_alerts()
+
+    def _add_site_alerts(self) -> None:
+        """SPEC D13: the site's own alerts beside the node check's: Alertmanager's
+        (stored by the receiver; a known node's, firing and mapped) and NHC's drains of
+        a mapped check (when ``[sources.nhc]`` is enabled)."""
+        site = sources_stored.alerts_of(self.state.data, self.nodes_by_name)
+        nhc_conf = self.policy.sources.nhc
+        if nhc_conf.enabled:
+            for name in self.with_reason_or_out():
+                got = nhc.alert_of(self.nodes_by_name[name], nhc_conf, self.now,
+                                   self.catalog)
+                if got is not None:
+                    site.setdefault(name, []).append(got)
+        for name, more in site.items():
+            self.alerts[name] = sorted([*self.alerts.get(name, []), *more],
+                                       key=lambda a: (a.fault, a.first_seen))
 
     def with_reason_or_out(self) -> set[str]:
         """The nodes with a reason, DOWN or drained: something for the rules to observe."""
@@ -180,7 +199,7 @@ class WorkingSet:
     def foreign(self, node: NodeInfo) -> bool:
         """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
         request: a person (or Slurm) owns the node, and we never cordon or resume it."""
-        return facts.foreign(node)
+        return facts.foreign(node) and not nhc.taken_over(node, self.policy.sources.nhc)
 
     def jobs(self, node: str) -> list[int]:
         if self._jobs is None:
