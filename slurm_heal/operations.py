@@ -262,6 +262,7 @@ def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], Stat
     else:
         unknown = False
     state = load()
+    found.extend(site_alerts(state, node))  # SPEC D13: the site's own monitors' alerts
     if unknown and not any(r.node == node for r in state.remediations):
         raise NotFound(f"Slurm does not know a node {node!r} and the store has no record of it")
     recent = sorted((r for r in state.remediations if r.node == node and r.phase.terminal),

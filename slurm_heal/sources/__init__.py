@@ -12,3 +12,7 @@ A low layer: pydantic, the value types and the catalog; nothing that talks to Sl
 The receiver is the API's (`slurm_heal.api.app`); gpud is read on the node by its
 detector (`slurm_heal.checks.detectors.gpud`).
 """
+
+# The detector names the site's alerts carry (their source: status, explain, the console
+# and notifications name it).
+SITE_SOURCES = frozenset({"alertmanager", "nhc", "gpud"})

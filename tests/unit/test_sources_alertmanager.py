@@ -321,3 +321,31 @@ def test_policy_check_warns_about_a_mapping_that_matches_no_fault(tmp_path: Path
     assert any("sources.alertmanager.map[0].fault" in w for w in warnings), warnings
     assert not any("map[1]" in w for w in warnings), warnings
     assert any("sources.nhc.map.check_hw_ib" in w for w in warnings), warnings
+
+
+def test_explain_and_the_proposal_name_the_source(
+        api: tuple[Client, dict[str, str], Store]) -> None:
+    """D13: `explain` (the API's node, the console's node page) lists the alert with its
+    source and payload; the proposal's record says where the alert came from."""
+    client, tokens, store = api
+    auth = {"Authorization": f"Bearer {tokens['alice']}"}
+    assert client.post(URL, json=FIRING, headers=auth).status_code == 200
+    at = datetime.now(timezone.utc)
+    store.apply(decide(_view(HOST), store.load(), at,
+                       policy_from_dict({"capacity": {"min_available_percent": 0}})), at)
+    got = client.get(f"/api/v1/nodes/{HOST}", headers=auth).get_json()
+    [alert] = got["alerts"]
+    assert alert["detector"] == "alertmanager" and alert["fault"] == "gpu.xid.48"
+    assert alert["evidence"][0]["data"]["payload"] == FIRING["alerts"][0]
+    [rem] = got["open_remediations"]
+    proposed = next(s for s in rem["steps"] if s["phase"] == "proposed")
+    assert "gpu.xid.48 (critical, from alertmanager)" in proposed["why"], proposed
+
+
+def test_the_notification_of_a_site_alert_names_its_source() -> None:
+    from slurm_heal.notify.events import alert_events
+
+    [a] = alertmanager.from_webhook(FIRING, conf(XID_RULE), NOW)
+    [event], _ = alert_events({HOST: [a.alert()]}, set(), NOW)
+    assert event.title == f"gpu.xid.48 on {HOST} (critical, from alertmanager)"
+    assert event.evidence[0]["data"]["payload"]["fingerprint"] == "427f8313dff7e2fb"
