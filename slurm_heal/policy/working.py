@@ -23,6 +23,7 @@ from typing import Any
 import slurm_heal.policy.facts as facts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
+from slurm_heal import reasons
 from slurm_heal.config import Policy
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.incidentstore import load as load_incidents
@@ -127,6 +128,17 @@ class WorkingSet:
                                    self.catalog)
                 if got is not None:
                     site.setdefault(name, []).append(got)
+            # An NHC drain our cordon took over: its evidence stands until the action
+            # has run (the reason is ours now, not a cleared alert: L4).
+            for rem in self.state.remediations:
+                node = self.nodes_by_name.get(rem.node)
+                if rem.detector != nhc.SOURCE or rem.phase not in facts.PRE_ACT or \
+                        node is None or not (node.drained or node.down) or \
+                        reasons.owner(node.reason) != "ours" or rem.node in site:
+                    continue
+                site[rem.node] = [nhc.carried(node, rem.fault, rem.severity,
+                                              rem.alert_first_seen or rem.created,
+                                              self.now)]
         for name, more in site.items():
             self.alerts[name] = sorted([*self.alerts.get(name, []), *more],
                                        key=lambda a: (a.fault, a.first_seen))

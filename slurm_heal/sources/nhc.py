@@ -73,3 +73,16 @@ def alert_of(node: NodeInfo, conf: NhcSource, now: datetime,
     return Alert(node=node.name, fault=fault, severity=severity,
                  summary=f"NHC {check}: {message}", first_seen=seen, last_seen=now,
                  evidence=(evidence,), detector=SOURCE)
+
+
+def carried(node: NodeInfo, fault: str, severity: Severity, since: datetime,
+            now: datetime) -> Alert:
+    """The alert of an NHC drain slurm-heal took over: its cordon replaced NHC's reason
+    with its own marker, so the reason no longer says it; until the action has run, the
+    remediation's evidence stands (it is not a cleared alert, L4)."""
+    evidence = Evidence(source=SOURCE, text=f"NHC drained {node.name} for {fault}; "
+                        f"slurm-heal's cordon took the drain over ({node.reason})",
+                        at=since.isoformat(), data={"taken_over": True})
+    return Alert(node=node.name, fault=fault, severity=severity,
+                 summary=f"NHC's drain for {fault}, taken over by slurm-heal's cordon",
+                 first_seen=since, last_seen=now, evidence=(evidence,), detector=SOURCE)
