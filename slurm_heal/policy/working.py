@@ -21,9 +21,9 @@ from datetime import datetime
 from typing import Any
 
 import slurm_heal.policy.facts as facts
+import slurm_heal.policy.sitealerts as sitealerts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
-from slurm_heal import reasons
 from slurm_heal.config import Policy
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.incidentstore import load as load_incidents
@@ -45,7 +45,6 @@ from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host
 from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
 from slurm_heal.sources import nhc
-from slurm_heal.sources import stored as sources_stored
 from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
 
@@ -117,28 +116,9 @@ class WorkingSet:
         self._add_site_alerts()
 
     def _add_site_alerts(self) -> None:
-        """SPEC D13: the site's own alerts beside the node check's: Alertmanager's
-        (stored by the receiver; a known node's, firing and mapped) and NHC's drains of
-        a mapped check (when ``[sources.nhc]`` is enabled)."""
-        site = sources_stored.alerts_of(self.state.data, self.nodes_by_name)
-        nhc_conf = self.policy.sources.nhc
-        if nhc_conf.enabled:
-            for name in self.with_reason_or_out():
-                got = nhc.alert_of(self.nodes_by_name[name], nhc_conf, self.now,
-                                   self.catalog)
-                if got is not None:
-                    site.setdefault(name, []).append(got)
-            # An NHC drain our cordon took over: its evidence stands until the action
-            # has run (the reason is ours now, not a cleared alert: L4).
-            for rem in self.state.remediations:
-                node = self.nodes_by_name.get(rem.node)
-                if rem.detector != nhc.SOURCE or rem.phase not in facts.PRE_ACT or \
-                        node is None or not (node.drained or node.down) or \
-                        reasons.owner(node.reason) != "ours" or rem.node in site:
-                    continue
-                site[rem.node] = [nhc.carried(node, rem.fault, rem.severity,
-                                              rem.alert_first_seen or rem.created,
-                                              self.now)]
+        """SPEC D13: the site's own alerts beside the node check's (`policy.sitealerts`)."""
+        site = sitealerts.site_alerts(self.state, self.nodes_by_name, self.policy, self.now,
+                                      self.catalog, self.with_reason_or_out)
         for name, more in site.items():
             self.alerts[name] = sorted([*self.alerts.get(name, []), *more],
                                        key=lambda a: (a.fault, a.first_seen))
