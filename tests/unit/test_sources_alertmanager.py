@@ -349,3 +349,17 @@ def test_the_notification_of_a_site_alert_names_its_source() -> None:
     [event], _ = alert_events({HOST: [a.alert()]}, set(), NOW)
     assert event.title == f"gpu.xid.48 on {HOST} (critical, from alertmanager)"
     assert event.evidence[0]["data"]["payload"]["fingerprint"] == "427f8313dff7e2fb"
+
+
+def test_status_says_a_proposal_came_from_alertmanager(tmp_path: Path) -> None:
+    from slurm_heal.readmodel.overview import gather, render
+
+    store = Store(tmp_path)
+    _state_with(FIRING, store)
+    at = NOW + timedelta(seconds=5)
+    store.apply(decide(_view(HOST), store.load(), at,
+                       policy_from_dict({"capacity": {"min_available_percent": 0}})), at)
+    ov = gather(store.load(), None, at, heartbeat=None, slurm_error="no Slurm here")
+    [w] = ov.approvals
+    assert w.source == "alertmanager"
+    assert f"{HOST} gpu.xid.48, from alertmanager -> reboot" in "\n".join(render(ov))
