@@ -23,7 +23,8 @@ def site_alerts(state: State, nodes: Mapping[str, NodeInfo], policy: Policy, now
                 out_of_service: Callable[[], Iterable[str]]) -> dict[str, list[Alert]]:
     """The active site alerts by node (``out_of_service``: the nodes with a reason or
     out of service, asked only when NHC's drains are mapped)."""
-    site = sources_stored.alerts_of(state.data, nodes)
+    site = sources_stored.alerts_of(state.data, nodes, now,
+                                    policy.sources.alertmanager.stale_after)
     conf = policy.sources.nhc
     if not conf.enabled:
         return site

@@ -23,9 +23,12 @@ SPEC D5).
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from slurm_heal.sections import Duration
 
 # A fault id (reasons.py's grammar) and the one template form a fault may hold.
 FAULT_ID = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
@@ -111,6 +114,10 @@ class AlertmanagerSource(_Section):
     map: tuple[AlertmanagerMap, ...] = ()
     # Resolved alerts are kept this long (shown, then forgotten); firing ones until resolved.
     keep_resolved_hours: int = Field(default=24, ge=1, le=24 * 14)
+    # A firing alert Alertmanager has not sent again for this long is no longer taken as
+    # active (a resolved notification that never came): set it above the route's
+    # repeat_interval (the shipped route: 4h).
+    stale_after: Duration = timedelta(hours=24)
 
 
 class NhcSource(_Section):

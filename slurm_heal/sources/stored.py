@@ -102,16 +102,21 @@ def merge(stored: Any, incoming: Iterable[SourceAlert], now: datetime,
         a.received, a.source, a.id, a.node))]
 
 
-def alerts_of(data: Mapping[str, Any], nodes: Iterable[str]) -> dict[str, list[Alert]]:
+def alerts_of(data: Mapping[str, Any], nodes: Iterable[str], now: datetime | None = None,
+              stale_after: timedelta | None = None) -> dict[str, list[Alert]]:
     """The active alerts of the known ``nodes`` by node (what decide() adds to the node
     check's): firing, mapped, and for a node Slurm has (an unknown node's is shown by
-    `slurm-heal alerts`, never acted on)."""
+    `slurm-heal alerts`, never acted on); with ``now`` and ``stale_after``, not one the
+    source has not sent again for that long (its resolve was lost)."""
     raw = data.get(SOURCES_KEY)
     if not raw:
         return {}
     known = set(nodes)
     out: dict[str, list[Alert]] = {}
     for a in load(raw):
-        if a.usable and a.node in known:
-            out.setdefault(a.node, []).append(a.alert())
+        if not a.usable or a.node not in known:
+            continue
+        if now is not None and stale_after is not None and a.updated < now - stale_after:
+            continue
+        out.setdefault(a.node, []).append(a.alert())
     return out

@@ -53,8 +53,9 @@ node_label = ["Hostname", "instance"]
 fault = "gpu.xid.{{ labels.err_code }}"
 """
 
-pytestmark = pytest.mark.skipif(promstack.missing() is not None,
-                                reason=promstack.missing() or "")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(promstack.missing() is not None,
+                                 reason=promstack.missing() or "")]
 
 
 def _xid(page: str, code: int) -> str:

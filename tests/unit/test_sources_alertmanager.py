@@ -363,3 +363,17 @@ def test_status_says_a_proposal_came_from_alertmanager(tmp_path: Path) -> None:
     [w] = ov.approvals
     assert w.source == "alertmanager"
     assert f"{HOST} gpu.xid.48, from alertmanager -> reboot" in "\n".join(render(ov))
+
+
+def test_a_firing_alert_alertmanager_stopped_sending_goes_stale(tmp_path: Path) -> None:
+    """A resolved notification that never came: past stale_after the alert is no
+    longer active (L4 then withdraws); Alertmanager's repeats keep it fresh."""
+    store = Store(tmp_path)
+    _state_with(FIRING, store)
+    later = NOW + timedelta(hours=25)
+    base = {"capacity": {"min_available_percent": 0}}
+    assert decide(_view(HOST), store.load(), later, policy_from_dict(base)).updates == ()
+    longer = policy_from_dict({**base, "sources": {"alertmanager": {"stale_after": "48h"}}})
+    assert len(decide(_view(HOST), store.load(), later, longer).updates) == 1
+    _state_with(FIRING, store, later)  # sent again (repeat_interval): fresh
+    assert len(decide(_view(HOST), store.load(), later, policy_from_dict(base)).updates) == 1
