@@ -377,3 +377,39 @@ def test_a_firing_alert_alertmanager_stopped_sending_goes_stale(tmp_path: Path) 
     assert len(decide(_view(HOST), store.load(), later, longer).updates) == 1
     _state_with(FIRING, store, later)  # sent again (repeat_interval): fresh
     assert len(decide(_view(HOST), store.load(), later, policy_from_dict(base)).updates) == 1
+
+
+def test_the_controller_repairs_alertmanagers_nodes_under_the_same_limits(
+        tmp_path: Path) -> None:
+    """D13 with the real controller (the rig): two nodes of one pool alert through
+    Alertmanager; S4 lets one remediation run at a time in the pool; each is cordoned,
+    rebooted, checked and resumed, and the audit names the source."""
+    from tests.fakes import controller_rig
+
+    policy = {"approvals": {"default": "auto"}, "capacity": {"min_available_percent": 0},
+              "safety": {"concurrency": 4, "one_per_pool": True}}
+    with controller_rig(tmp_path, [("gpu01", "a"), ("gpu02", "a"), ("gpu03", "a")],
+                        policy) as rig:
+        at = rig.clock()
+        msgs = [with_labels(FIRING, Hostname=n) for n in ("gpu01", "gpu02")]
+        for i, m in enumerate(msgs):
+            m["alerts"][0]["fingerprint"] = f"f{i}"
+            m["alerts"][0]["startsAt"] = at.isoformat()
+            rig.store.put_source_alerts(
+                alertmanager.from_webhook(m, conf(XID_RULE), at), at, timedelta(hours=24))
+        rig.cycle()
+        phases = sorted(r.phase for r in rig.rems())
+        assert phases == sorted([Phase.CORDONED, Phase.APPROVED]), phases  # S4 holds one
+        held = next(r for r in rig.rems() if r.phase is Phase.APPROVED)
+        assert held.steps[-1].phase == "blocked" and held.steps[-1].rule == "S4", \
+            held.steps[-1]
+        for _ in range(40):
+            rig.cycle()
+            if all(r.phase.terminal for r in rig.rems()) and len(rig.rems()) == 2:
+                break
+        assert sorted((r.node, r.phase, r.detector) for r in rig.rems()) == [
+            ("gpu01", Phase.DONE, "alertmanager"), ("gpu02", Phase.DONE, "alertmanager")]
+        for n in ("gpu01", "gpu02"):
+            node = rig.cluster.node(n)
+            assert not node.drained and not node.down
+        assert rig.rems("gpu03") == []
