@@ -57,9 +57,17 @@ def receive(raw: Any, conf: Sources, loc: Location, slurm: Callable[[], SlurmCli
     for a in got:
         log.info("alertmanager alert %s %s node=%s fault=%s%s", a.id, a.status,
                  a.node or "-", a.fault or "-", f" ({a.problem})" if a.problem else "")
-    return 200, {"received": len(got),
-                 "mapped": sum(1 for a in got if a.node and a.fault and not a.problem),
-                 "alerts": [alertmanager.explain(a) for a in got]}
+    answer: dict[str, Any] = {
+        "received": len(got),
+        "mapped": sum(1 for a in got if a.node and a.fault and not a.problem),
+        "alerts": [alertmanager.explain(a) for a in got]}
+    truncated = raw.get("truncatedAlerts")
+    if isinstance(truncated, int) and truncated > 0:
+        # Alertmanager's max_alerts cut the group: those alerts never reach slurm-heal
+        answer["warning"] = (f"Alertmanager left out {truncated} alert(s) of this group "
+                             "(max_alerts): set max_alerts: 0 on the receiver")
+        log.warning("alertmanager: %s", answer["warning"])
+    return 200, answer
 
 
 def _known(a: SourceAlert, slurm: Callable[[], SlurmClient]) -> SourceAlert:
