@@ -60,8 +60,9 @@ def network(cfg: CheckConfig, node: str) -> str | None:
 
 
 def gpud(cfg: CheckConfig, node: str) -> str | None:
-    """gpud runs here: for a local URL, something listens on its port
-    (``/proc/net/tcp``, ``tcp6``: a file read, no socket); a remote URL is asked."""
+    """gpud runs here: for a local URL, gpud is installed (on PATH, or its systemd unit)
+    and something listens on its port (``/proc/net/tcp``, ``tcp6``: a file read, no
+    socket); a remote URL is asked."""
     url = cfg.gpud.url
     hostport = url.split("://", 1)[-1].split("/", 1)[0]
     host, _, port = hostport.rpartition(":")
@@ -69,6 +70,10 @@ def gpud(cfg: CheckConfig, node: str) -> str | None:
         host, port = hostport, ("443" if url.startswith("https") else "80")
     if host.strip("[]") not in ("localhost", "127.0.0.1", "::1") or not port.isdigit():
         return None
+    # Installed at all (a stat per PATH entry): only then is /proc/net/tcp read.
+    if proc.which("gpud") is None and not os.path.exists(
+            paths.host_path("/etc/systemd/system/gpud.service")):
+        return "gpud is not installed (no gpud on PATH, no gpud.service)"
     want = f":{int(port):04X} "
     seen_any = False
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):

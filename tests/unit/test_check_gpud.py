@@ -132,7 +132,25 @@ def test_an_answer_that_is_not_gpuds_shape_is_an_error(body: Any) -> None:
         gpud.evaluate(body, GpudConfig(), "gpu01", NOW)
 
 
-def test_gpud_not_answering_is_unsupported_not_a_fault() -> None:
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `gpud` on PATH (present.gpud looks for the program before its port)."""
+    prog = tmp_path / "bin" / "gpud"
+    prog.parent.mkdir()
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o755)
+    monkeypatch.setenv("PATH", str(prog.parent))
+
+
+def test_gpud_not_installed_is_not_looked_for(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(tmp_path))  # no gpud.service either
+    assert present.gpud(CheckConfig(), "gpu01") == (
+        "gpud is not installed (no gpud on PATH, no gpud.service)")
+
+
+def test_gpud_not_answering_is_unsupported_not_a_fault(installed: None) -> None:
     import socket
 
     with socket.socket() as s:
@@ -144,7 +162,8 @@ def test_gpud_not_answering_is_unsupported_not_a_fault() -> None:
     assert present.gpud(cfg, "gpu01") == f"gpud is not running (nothing listens on port {port})"
 
 
-def test_present_finds_gpud_listening_on_its_port(served: tuple[str, dict[str, Any]]) -> None:
+def test_present_finds_gpud_listening_on_its_port(served: tuple[str, dict[str, Any]],
+                                                 installed: None) -> None:
     url, _box = served
     assert present.gpud(cfg_for(url), "gpu01") is None
     assert present.gpud(cfg_for("https://gpud.example:15132"), "gpu01") is None  # remote
