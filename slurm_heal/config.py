@@ -51,6 +51,7 @@ from slurm_heal.sections import (  # the typed sections; Duration, Seconds and r
 from slurm_heal.sections import Duration as Duration
 from slurm_heal.sections import Seconds as Seconds
 from slurm_heal.sections import read_section as read_section
+from slurm_heal.sources.settings import Sources
 from slurm_heal.types import Action, Severity
 
 if sys.version_info >= (3, 11):
@@ -439,6 +440,7 @@ class Policy(Section):
     notify: NotifySettings = NotifySettings()  # slurm_heal.notify
     metrics: MetricsSettings = MetricsSettings()  # slurm_heal.metrics
     validation: Validation = Validation()  # slurm_heal.validation.suite
+    sources: Sources = Sources()  # SPEC D13: the site's own monitors (slurm_heal.sources)
     source: str = Field(default="<defaults>", exclude=True)
 
     @model_validator(mode="after")

@@ -63,6 +63,27 @@ def _fault_glob_matches(glob: str, fault_ids: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(f, glob) for f in (*fault_ids, *NON_CATALOG_FAULTS))
 
 
+def _check_sources(policy: Policy, source: str, fault_ids: list[str],
+                   report: ConfigReport) -> None:
+    """SPEC D13: a mapping whose fault matches no fault of the catalog maps alerts to
+    something no rule knows (a typo?): said, not refused (a site's own fault is allowed;
+    its severity decides)."""
+    from slurm_heal.sources.settings import template_shape
+
+    for i, rule in enumerate(policy.sources.alertmanager.map):
+        if not _fault_glob_matches(template_shape(rule.fault), fault_ids):
+            report.warnings.append(
+                f"{source}: sources.alertmanager.map[{i}].fault: {rule.fault!r} matches no "
+                "fault of the catalog: its alerts have no catalog action and are only "
+                "recorded (a typo? ids look like gpu.xid.79, gpu.ecc.dbe; see "
+                "slurm_heal/catalog.toml)")
+    for check, fault in policy.sources.nhc.map.items():
+        if not _fault_glob_matches(fault, fault_ids):
+            report.warnings.append(
+                f"{source}: sources.nhc.map.{check}: {fault!r} matches no fault of the "
+                "catalog: NHC's drains for it are never remediated (a typo?)")
+
+
 def dry_provider(section: dict[str, Any], source: str) -> str:
     """Build the ``[provider]`` the daemon would build, then close it; its type.
 
@@ -153,6 +174,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
             report.warnings.append(
                 f"{source}: safety.persistence.{key}: matches no fault of the catalog nor a "
                 "severity (critical, warning, info): it never applies")
+    _check_sources(policy, source, fault_ids, report)
     _check_topology(policy, source, fault_ids, report)
     if can is not None and policy.mode != "recommend_only":
         _check_auto_actions(policy, source, kind, can, report)

@@ -54,6 +54,7 @@ from slurm_heal.ports import DecidePort, StatePort, ValidatorPort
 from slurm_heal.providers.base import Operation, Provider
 from slurm_heal.sections import ControllerSettings as ControllerSettings  # its home (issue 21)
 from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.sources import nhc
 from slurm_heal.topology import TopologyReader
 from slurm_heal.types import Action, ClusterView, NodeInfo
 
@@ -402,7 +403,9 @@ class Controller:
 
     def _cordon(self, effect: Effect, state: State, now: datetime) -> Done:
         node = self.slurm.node(effect.node)
-        if (node.drained or node.down) and reasons.owner(node.reason) in ("slurm", "person"):
+        if (node.drained or node.down) and reasons.owner(node.reason) in (
+                "slurm", "person") and not nhc.taken_over(node, self.policy.sources.nhc):
+            # (SPEC D13: an NHC drain of a check the policy maps is taken over, opt-in)
             # house style 2: a person's drain (or Slurm's own reboot reason) is never
             # relabelled (the engine holds such nodes too; this guards the moment between
             # its read and ours)

@@ -13,6 +13,7 @@ problem objects (`slurm_heal.api.app`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import uuid
 from collections.abc import Callable
@@ -176,15 +177,39 @@ def alert_json(alert: Alert) -> dict[str, Any]:
     return out
 
 
-def alerts_of(client: SlurmClient, node: str | None) -> list[Alert]:
+def alerts_of(client: SlurmClient, node: str | None,
+              state: State | None = None) -> list[Alert]:
     """The node checks' alerts from Extra, plus D5: a node DOWN or drained for a reason
     slurm-heal did not set (what a Slurm exporter would show; never touched by us), and
-    what else holds a node out of service (`slurm_heal.nodealerts.node_alerts`)."""
+    what else holds a node out of service (`slurm_heal.nodealerts.node_alerts`); with the
+    store's ``state``, the site's own firing alerts too (SPEC D13: Alertmanager's, those
+    for a node Slurm does not know or no rule maps included, with what stops them)."""
     from slurm_heal.nodealerts import node_alerts
 
     at = now()
     nodes = (client.node(node),) if node else client.nodes()
-    return [a for n in nodes for a in node_alerts(n, at)]
+    out = [a for n in nodes for a in node_alerts(n, at)]
+    if state is not None:
+        out.extend(site_alerts(state, node))
+    return out
+
+
+def site_alerts(state: State, node: str | None = None) -> list[Alert]:
+    """The site's monitors' firing alerts in the store (SPEC D13), each naming its
+    source as its detector; one that leads to nothing says why in its summary."""
+    from slurm_heal.sources.stored import SOURCES_KEY, load
+
+    out = []
+    for a in load(state.data.get(SOURCES_KEY)):
+        if a.status != "firing" or (node is not None and a.node != node):
+            continue
+        alert = a.alert()
+        if a.problem or not (a.node and a.fault):
+            alert = dataclasses.replace(
+                alert, node=a.node or "(no node)", fault=a.fault or "(unmapped)",
+                summary=f"{a.summary} [{a.problem or 'not mapped'}]")
+        out.append(alert)
+    return out
 
 
 def pause_json(state: State) -> dict[str, Any] | None:
@@ -239,6 +264,7 @@ def explain(node: str, slurm: Callable[[], SlurmClient], load: Callable[[], Stat
     else:
         unknown = False
     state = load()
+    found.extend(site_alerts(state, node))  # SPEC D13: the site's own monitors' alerts
     if unknown and not any(r.node == node for r in state.remediations):
         raise NotFound(f"Slurm does not know a node {node!r} and the store has no record of it")
     recent = sorted((r for r in state.remediations if r.node == node and r.phase.terminal),

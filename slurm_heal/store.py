@@ -56,7 +56,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal, NoReturn
@@ -84,6 +84,8 @@ from slurm_heal.models import (
     ValidationRun,
     key_step,
 )
+from slurm_heal.sources.stored import SOURCES_KEY, SourceAlert
+from slurm_heal.sources.stored import merge as merge_sources
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +108,7 @@ RECOVERED_KEY = "store_recovered"
 # the last steps of the controller's clock that moved them.
 CLOCK_KEY = "clock"
 MAX_CLOCK_STEPS = 20
-STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY, CLOCK_KEY})  # keys of State.data the store owns
+STORE_KEYS = frozenset({DECISIONS_KEY, RECOVERED_KEY, CLOCK_KEY, SOURCES_KEY})  # keys of State.data the store owns
 MAX_DECISIONS = 500
 # Output excerpts kept in an attempt's audit record; keeps the document small.
 MAX_DETAIL = 4000
@@ -665,6 +667,21 @@ class Store:
                 raise NotFound("a validation needs a node (SPEC V1)")
             txn.state = state.model_copy(update={"inbox": state.inbox + (cmd,)})
         return cmd
+
+    def put_source_alerts(self, alerts: Iterable[SourceAlert], now: datetime,
+                          keep_resolved: timedelta) -> None:
+        """SPEC D13, Q3: the site's alerts (``sources.stored``) into ``data["sources"]``
+        in one locked write, one entry per alert and node (a second delivery updates
+        it); resolved ones older than ``keep_resolved`` go. The key is the store's
+        (`STORE_KEYS`): a plan never overwrites it."""
+        now = _utc(now)
+        with self.transaction() as txn:
+            state = txn.state
+            data = dict(state.data)
+            data[SOURCES_KEY] = merge_sources(state.data.get(SOURCES_KEY), alerts, now,
+                                              keep_resolved)
+            if data != state.data:
+                txn.state = state.model_copy(update={"data": data})
 
     def prune(self, now: datetime, keep: timedelta = DEFAULT_KEEP,
               command_ttl: timedelta = DEFAULT_COMMAND_TTL, archive: bool = False) -> State:

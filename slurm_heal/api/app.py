@@ -35,7 +35,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from slurm_heal import isotime, operations
-from slurm_heal.api import views
+from slurm_heal.api import receiver, views
 from slurm_heal.api.auth import Authenticator, Principal
 from slurm_heal.api.bodies import MAX_REASON, NODE_NAME
 from slurm_heal.api.bodies import Body as _Body
@@ -45,6 +45,7 @@ from slurm_heal.api.bodies import ReasonBody as ReasonBody
 from slurm_heal.api.bodies import RequestBody as RequestBody
 from slurm_heal.api.idempotency import Kept, Keys, command_id, fingerprint, key_problem
 from slurm_heal.api.memo import Memo, Same
+from slurm_heal.api.receiver import MAX_SOURCE_BODY
 from slurm_heal.api.settings import ApiSettings
 from slurm_heal.errors import (
     CatalogError,
@@ -61,6 +62,7 @@ from slurm_heal.location import Location
 from slurm_heal.models import Command
 from slurm_heal.readmodel import words
 from slurm_heal.slurm.base import SlurmClient
+from slurm_heal.sources.settings import Sources
 from slurm_heal.types import Action
 
 log = logging.getLogger("slurm_heal.api")
@@ -249,6 +251,10 @@ class ApiApp:
             Rule("/api/v1/incidents/<target>/close", endpoint="api_incident_close",
                  methods=["POST"]),
             Rule("/api/v1/slack/interactions", endpoint="api_slack", methods=["POST"]),
+            # SPEC D13: the site's own monitors (api/receiver.py)
+            Rule("/api/v1/sources", endpoint="api_sources", methods=["GET"]),
+            Rule("/api/v1/sources/alertmanager", endpoint="api_source_alertmanager",
+                 methods=["POST"]),
             # the console
             Rule("/", endpoint="page_overview", methods=["GET"]),
             Rule("/login", endpoint="page_login", methods=["GET", "POST"]),
@@ -279,7 +285,8 @@ class ApiApp:
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
-        request.max_content_length = MAX_BODY
+        request.max_content_length = MAX_SOURCE_BODY if request.path.startswith(
+            "/api/v1/sources/") else MAX_BODY  # an Alertmanager group can be large
         response = self.dispatch(request)
         for name, value in self._security_headers(request).items():
             response.headers.setdefault(name, value)
@@ -729,6 +736,34 @@ class ApiApp:
                                   "serve's config file)", kind="NotFound")
                 self._interactions = Interactions(self, self.slack_settings)
             return self._interactions
+    # ----------------------------------------------------------------- SPEC D13
+
+    def on_api_sources(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(receiver.listing(self.src.state().data))
+
+    def on_api_source_alertmanager(self, request: Request) -> Response:
+        """Alertmanager's webhook (version 4): an operator's token, like every write."""
+        principal = self._api_principal(request)
+        self._require_operator(principal, "to send alerts")
+        self.loc.check_writable()
+        if request.mimetype != "application/json":
+            raise Problem(415, "send Alertmanager's webhook message as JSON "
+                          "(Content-Type: application/json)")
+        from slurm_heal import jsonsafe
+
+        try:
+            raw = jsonsafe.loads(request.get_data(cache=True))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Problem(400, f"the body is not valid JSON: {exc}",
+                          kind="MalformedJSON") from None
+        policy = self._policy()
+        try:
+            status, answer = receiver.receive(raw, policy.sources if policy else Sources(),
+                                              self.loc, self.slurm)
+        except ValueError as exc:
+            raise Problem(422, str(exc), kind="ValidationError") from None
+        return self._json(answer, status)
 
     # ----------------------------------------------------------------- console
 

@@ -218,6 +218,24 @@ def document() -> dict[str, Any]:
                           "401": {"description": "the signature does not verify or is "
                                                  "older than five minutes"},
                           "404": {"description": "Slack is not configured"}}}},
+        # SPEC D13: the site's own monitors (api/receiver.py, docs/sources.md)
+        "/api/v1/sources": _read(
+            "The site's monitors' alerts (`GET /api/v1/sources`)", "SPEC D13: each alert "
+            "Alertmanager sent, newest first: the node and fault it mapped to, the rule "
+            "that decided or why it leads to nothing, and its payload as sent."),
+        "/api/v1/sources/alertmanager": {"post": {
+            "summary": "Alertmanager's webhook receiver (SPEC D13)",
+            "description": "Alertmanager's webhook message, version 4 "
+                           "(`webhook_configs` with `http_config.authorization`, a bearer "
+                           "token). Each alert is mapped by the policy's "
+                           "[[sources.alertmanager.map]] rules and kept by its fingerprint "
+                           "(Q3); the controller's next cycle reads it as evidence (P1); a "
+                           "resolved one withdraws what was not yet done (L4). Needs the "
+                           "operator role.",
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"type": "object", "required": ["version", "status", "alerts"]}}}},
+            "responses": {"200": _ok("Taken: how many alerts, how each was mapped"),
+                          **{k: v for k, v in _WRITE_ERRORS.items() if k != "404"}}}},
     }
     return {
         "openapi": "3.1.0",

@@ -449,7 +449,7 @@ def nodes(src: Sources) -> dict[str, Any]:
 
 def alerts(src: Sources, node: str | None) -> dict[str, Any]:
     """What ``slurm-heal alerts --json`` prints."""
-    found = operations.alerts_of(src.slurm(), node)
+    found = operations.alerts_of(src.slurm(), node, src.state())  # D13: the site's too
     return {"alerts": [operations.alert_json(a) for a in found]}
 
 

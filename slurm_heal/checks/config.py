@@ -97,6 +97,15 @@ silently switches a detector off. Example (all defaults shown)::
     min_free_percent = 5.0
     min_free_gb = 0                          # when set, used instead of the percentage
     modes = ["healthcheck", "prolog", "epilog", "agent"]
+
+    [gpud]                                   # SPEC D13 gpud's health states, when it runs
+    enabled = true
+    url = "https://localhost:15132"          # gpud's local API
+    verify_tls = false                       # gpud's certificate is self-signed
+    map = []                                 # "component=fault" over the built-in table
+    connect_timeout = 2.0
+    timeout = 5.0
+    modes = ["healthcheck", "agent"]
 """
 
 from __future__ import annotations
@@ -215,6 +224,18 @@ class NetworkConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class GpudConfig:
+    enabled: bool = True
+    url: str = "https://localhost:15132"  # gpud's local API (its own self-signed TLS)
+    verify_tls: bool = False  # gpud's certificate is self-signed; the API is local
+    # "component=fault" pairs over the built-in table (slurm_heal.checks.detectors.gpud)
+    map: tuple[str, ...] = ()
+    connect_timeout: float = 2.0
+    timeout: float = 5.0
+    modes: tuple[str, ...] = ("healthcheck", "agent")
+
+
+@dataclass(frozen=True, slots=True)
 class DiskConfig:
     enabled: bool = True
     paths: tuple[str, ...] = ("/",)
@@ -266,6 +287,7 @@ BUILTINS: tuple[DetectorSpec, ...] = (
                  present.infiniband),
     DetectorSpec("network", NetworkConfig, _D + "network:DETECTOR", present.network),
     DetectorSpec("disk", DiskConfig, _D + "disk:DETECTOR"),
+    DetectorSpec("gpud", GpudConfig, _D + "gpud:DETECTOR", present.gpud),  # SPEC D13
 )
 SECTIONS = tuple(spec.name for spec in BUILTINS)
 # The keys every detector's settings have (a third-party one's too): the runner reads them.
@@ -296,6 +318,7 @@ class CheckConfig:
     infiniband: InfinibandConfig = field(default_factory=InfinibandConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     disk: DiskConfig = field(default_factory=DiskConfig)
+    gpud: GpudConfig = field(default_factory=GpudConfig)
     source_file: str = ""  # where it was read from ("" = defaults)
     # Third-party detectors whose section the file has: (spec, its settings), in file order.
     plugins: tuple[tuple[DetectorSpec, Any], ...] = ()
@@ -426,6 +449,14 @@ def parse_config(data: dict[str, Any], file: str = "<config>") -> CheckConfig:
                               file=file, key=key)
     for ep in built["network"].endpoints:
         split_endpoint(ep, file)
+    for pair in built["gpud"].map:
+        component, sep, fault = pair.partition("=")
+        if not sep or not component.strip() or not fault.strip():
+            raise ConfigError(f"{pair[:80]!r} is not COMPONENT=FAULT (e.g. "
+                              "accelerator-nvidia-ecc=gpu.ecc.dbe)", file=file, key="gpud.map")
+    if not built["gpud"].url.startswith(("http://", "https://")):
+        raise ConfigError(f"{built['gpud'].url[:80]!r} is not an http(s) URL", file=file,
+                          key="gpud.url")
     return CheckConfig(**top, **built, source_file=file, plugins=extra)
 
 

@@ -57,3 +57,37 @@ def network(cfg: CheckConfig, node: str) -> str | None:
     if cfg.network.endpoints:
         return None
     return "no endpoints configured ([network] endpoints)"
+
+
+def gpud(cfg: CheckConfig, node: str) -> str | None:
+    """gpud runs here: for a local URL, gpud is installed (on PATH, or its systemd unit)
+    and something listens on its port (``/proc/net/tcp``, ``tcp6``: a file read, no
+    socket); a remote URL is asked."""
+    url = cfg.gpud.url
+    hostport = url.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host:
+        host, port = hostport, ("443" if url.startswith("https") else "80")
+    if host.strip("[]") not in ("localhost", "127.0.0.1", "::1") or not port.isdigit():
+        return None
+    # Installed at all (a stat per PATH entry): only then is /proc/net/tcp read.
+    if proc.which("gpud") is None and not os.path.exists(
+            paths.host_path("/etc/systemd/system/gpud.service")):
+        return "gpud is not installed (no gpud on PATH, no gpud.service)"
+    want = f":{int(port):04X} "
+    seen_any = False
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(paths.host_path(name), encoding="ascii", errors="replace") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        seen_any = True
+        for line in lines:
+            cols = line.split()
+            # local_address is column 1 ("0100007F:3A9C"), st column 3 ("0A" = LISTEN)
+            if len(cols) > 3 and cols[3] == "0A" and (cols[1] + " ").endswith(want):
+                return None
+    if not seen_any:
+        return "gpud is not running (no /proc/net/tcp to find its port in)"
+    return f"gpud is not running (nothing listens on port {int(port)})"

@@ -338,10 +338,11 @@ def alerts(node: str | None, state_dir: str | None, config: str | None, as_json:
     """Active alerts: what the node checks published in Slurm (node Extra, SPEC D7, I2)
     and nodes DOWN or drained by someone else (D5)."""
     wanted = expand_hosts([node]) if node is not None else None  # a typo: exit 2
+    state = _site_state(state_dir, config)  # SPEC D13: the site's own alerts too
     if wanted is not None and len(wanted) == 1:
-        found = _alerts_of(_slurm(config), wanted[0])
+        found = _alerts_of(_slurm(config), wanted[0], state)
     else:
-        found = [a for a in _alerts_of(_slurm(config), None)
+        found = [a for a in _alerts_of(_slurm(config), None, state)
                  if wanted is None or a.node in wanted]
     if as_json:
         _emit_json({"alerts": [_alert_json(a) for a in found]})
@@ -354,6 +355,15 @@ def alerts(node: str | None, state_dir: str | None, config: str | None, as_json:
     header = ["NODE", "FAULT", "SEVERITY", "FIRST SEEN", "LAST SEEN", "SUMMARY"]
     width = _last_column_width(rows, header, default=70)
     _table([[*row, _cut(a.summary, width)] for row, a in zip(rows, found, strict=True)], header)
+
+
+def _site_state(state_dir: str | None, config: str | None) -> Any:
+    """The store's state for the site's alerts (SPEC D13); None where no store is found
+    (`alerts` works from Slurm alone, as it always did)."""
+    try:
+        return _store(state_dir, config).load()
+    except (HealError, OSError):
+        return None
 
 
 # --------------------------------------------------------------------------- explain

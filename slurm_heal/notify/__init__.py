@@ -42,6 +42,7 @@ from slurm_heal.notify.events import (
 )
 from slurm_heal.sections import NotifySettings as NotifySettings  # their home (issue 21)
 from slurm_heal.sections import Route as Route
+from slurm_heal.sources.stored import alerts_of as site_alerts
 
 if TYPE_CHECKING:
     from slurm_heal.controller import CycleFacts
@@ -163,6 +164,9 @@ class Notifications:
             return
         now = facts.at
         alerts = view_alerts(facts.view, now)
+        # SPEC D13: the site's own monitors' alerts too (Alertmanager's, from the store)
+        for name, more in site_alerts(facts.after.data, alerts).items():
+            alerts.setdefault(name, []).extend(more)
         with self._doc() as doc:
             new_alerts, active = alert_events(alerts, set(doc.seen_alerts), now)
             doc.seen_alerts = sorted(active)

@@ -27,6 +27,7 @@ from pydantic import ConfigDict
 from slurm_heal.models import Effect, Phase, Plan, Record, Remediation, State
 from slurm_heal.sections import EVENT_KINDS as EVENT_KINDS  # what a route may name: its home
 from slurm_heal.sections import SEVERITIES as SEVERITIES  # lowest first (issue 21: its home)
+from slurm_heal.sources import SITE_SOURCES
 from slurm_heal.types import Alert, ClusterView
 
 EventKind = Literal["alert", "approval", "outcome", "person", "support", "breaker", "pause",
@@ -103,7 +104,8 @@ def alert_events(alerts: Mapping[str, Iterable[Alert]], seen: set[str],
             explain = _explain(a.fault)
             out.append(Event(
                 id=f"alert:{key}", kind="alert", severity=a.severity.value, at=now,
-                title=f"{a.fault} on {node} ({a.severity.value})",
+                title=f"{a.fault} on {node} ({a.severity.value}"
+                      + (f", from {a.detector})" if a.detector in SITE_SOURCES else ")"),
                 text=f"{node}: {a.summary}" + (f"\nWhat it means: {explain}" if explain else ""),
                 node=node, fault=a.fault, evidence=tuple(doc.get("evidence") or ())))
     return out, active
@@ -135,7 +137,8 @@ def cycle_events(before: State, after: State, plan: Plan, executed: Iterable[Eff
                 and (prev is None or not prev.data.approval_pending)):
             out.append(Event(
                 id=f"approval:{rem.id}", kind="approval", severity="warning", at=now,
-                title=f"approval needed: {rem.action.value} {rem.node} ({rem.fault})",
+                title=f"approval needed: {rem.action.value} {rem.node} ({rem.fault}"
+                      + (f", from {rem.detector})" if rem.detector in SITE_SOURCES else ")"),
                 text=(f"{rem.node}: {rem.fault} -> {rem.action.value} waits for a person "
                       f"({rem.approval_rule}). Approve: slurm-heal approve {rem.id}  "
                       f"Deny: slurm-heal deny {rem.id}"),

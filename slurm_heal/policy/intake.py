@@ -15,6 +15,7 @@ from slurm_heal.policy.escalation import climb, migrate_refused
 from slurm_heal.policy.facts import NOT_EVIDENCE, ended_at, iso
 from slurm_heal.policy.notices import notice
 from slurm_heal.policy.working import Ledger, WorkingSet
+from slurm_heal.sources import SITE_SOURCES
 from slurm_heal.types import Action, Alert, NodeInfo
 
 
@@ -67,7 +68,8 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
     e1 = climb(ws, led, host, alert.fault, action)
     chosen, whys = e1.action, e1.whys
     rule = "P1"
-    why = (f"{alert.fault} ({alert.severity.value}) on {name} since "
+    site = f", from {alert.detector}" if alert.detector in SITE_SOURCES else ""  # D13
+    why = (f"{alert.fault} ({alert.severity.value}{site}) on {name} since "
            f"{iso(alert.first_seen)}: {alert.summary or ws.explain(alert.fault)}; "
            f"catalog action {action.value}")
     if chosen is None:

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import slurm_heal.policy.facts as facts
+import slurm_heal.policy.sitealerts as sitealerts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
@@ -43,6 +44,7 @@ from slurm_heal.models import (
 from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host_of
 from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
+from slurm_heal.sources import nhc
 from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
 
@@ -111,6 +113,15 @@ class WorkingSet:
             if raw and name in self.nodes_by_name:  # only the nodes that have any
                 self.alerts[name] = sorted((a for a in raw if a.active),
                                            key=lambda a: (a.fault, a.first_seen))
+        self._add_site_alerts()
+
+    def _add_site_alerts(self) -> None:
+        """SPEC D13: the site's own alerts beside the node check's (`policy.sitealerts`)."""
+        site = sitealerts.site_alerts(self.state, self.nodes_by_name, self.policy, self.now,
+                                      self.catalog, self.with_reason_or_out)
+        for name, more in site.items():
+            self.alerts[name] = sorted([*self.alerts.get(name, []), *more],
+                                       key=lambda a: (a.fault, a.first_seen))
 
     def with_reason_or_out(self) -> set[str]:
         """The nodes with a reason, DOWN or drained: something for the rules to observe."""
@@ -180,7 +191,7 @@ class WorkingSet:
     def foreign(self, node: NodeInfo) -> bool:
         """House style 2 / D5: DOWN or DRAIN for a reason that is neither ours nor a
         request: a person (or Slurm) owns the node, and we never cordon or resume it."""
-        return facts.foreign(node)
+        return facts.foreign(node) and not nhc.taken_over(node, self.policy.sources.nhc)
 
     def jobs(self, node: str) -> list[int]:
         if self._jobs is None:

@@ -49,6 +49,7 @@ from slurm_heal.readmodel.words import (
     waiting_for_evidence,
 )
 from slurm_heal.readmodel.words import stamp as _ts
+from slurm_heal.sources import SITE_SOURCES
 from slurm_heal.types import NodeInfo
 
 # A heartbeat older than this many cycle intervals (and at least STALE_MIN) is stale.
@@ -115,6 +116,7 @@ class Waiting(_M):
     age_s: float
     rule: str | None = None
     approve: str  # the command that approves it
+    source: str = ""  # SPEC D13: the site's monitor its alert came from ("" = ours)
 
 
 class InFlight(_M):
@@ -130,6 +132,7 @@ class InFlight(_M):
     provider_error: str = ""  # O6: the provider does not answer: the last error
     provider_error_at: datetime | None = None
     provider_errors: int = 0  # failed tries in a row
+    source: str = ""  # SPEC D13: the site's monitor its alert came from ("" = ours)
 
 
 class Foreign(_M):
@@ -417,6 +420,15 @@ def _interval_s(value: Any) -> float | None:
         return None
 
 
+def _source(rem: Remediation) -> str:
+    """SPEC D13: the site's monitor a remediation's alert came from, or ""."""
+    return rem.detector if rem.origin == "alert" and rem.detector in SITE_SOURCES else ""
+
+
+def _from(source: str) -> str:
+    return f", from {source}" if source else ""
+
+
 def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
            heartbeat: Heartbeat | None, store: str = "", policy: Any = None,
            slurm_error: str | None = None, details: Iterable[str] = (),
@@ -430,13 +442,14 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     waiting = tuple(sorted((
         Waiting(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                 since=r.created, age_s=_age(now, r.created), rule=r.approval_rule,
-                approve=f"slurm-heal approve {r.id}")
+                approve=f"slurm-heal approve {r.id}", source=_source(r))
         for r in state.remediations if waits_for_approval(r)),
         key=lambda w: w.since))
     flying = tuple(sorted((
         InFlight(remediation=r.id, node=r.node, fault=r.fault, action=r.action.value,
                  phase=r.phase.value, since=_phase_since(r), for_s=_age(now, _phase_since(r)),
-                 waiting_for=waiting_for_evidence(r), held=held(r), **_provider(r))
+                 waiting_for=waiting_for_evidence(r), held=held(r), source=_source(r),
+                 **_provider(r))
         for r in state.remediations if not r.phase.terminal
         and (r.phase is not Phase.PROPOSED or held(r) is not None)),
         key=lambda f: f.since))
@@ -556,8 +569,8 @@ def render(ov: Overview) -> list[str]:
     if ov.approvals:
         out.append(f"Waiting for approval: {len(ov.approvals)}")
         for w in ov.approvals:
-            out.append(f"  {w.node} {w.fault} -> {w.action}, waiting {_dur(w.age_s)} "
-                       f"({w.approve})")
+            out.append(f"  {w.node} {w.fault}{_from(w.source)} -> {w.action}, waiting "
+                       f"{_dur(w.age_s)} ({w.approve})")
     if ov.in_flight:
         out.append(f"Remediations in flight: {len(ov.in_flight)}")
         for f in ov.in_flight:
@@ -570,8 +583,8 @@ def render(ov: Overview) -> list[str]:
                            f"{held_head(f.held)}, for {_dur(f.for_s)} [{f.remediation}]")
                 out.append(f"    {held_words(f.held)}")
             else:
-                out.append(f"  {f.node} {f.action} ({f.fault}) {f.phase} for "
-                           f"{_dur(f.for_s)} [{f.remediation}]")
+                out.append(f"  {f.node} {f.action} ({f.fault}{_from(f.source)}) {f.phase} "
+                           f"for {_dur(f.for_s)} [{f.remediation}]")
             if f.provider_errors:  # O6: the cause beside the remediation, with its age
                 age = (f", the last {_dur(_age(ov.at, f.provider_error_at))} ago"
                        if f.provider_error_at else "")

@@ -165,7 +165,7 @@ def test_an_unknown_section_names_the_installed_detectors_and_a_bad_one_names_it
     conf.write_text("[fanz]\n")
     res = _check(root, "--check-config", str(conf), pythonpath=str(site))
     msg = json.loads(res.stdout)["error"]["message"]
-    assert res.returncode == 2 and "unknown section" in msg and msg.endswith("disk, fans)")
+    assert res.returncode == 2 and "unknown section" in msg and msg.endswith("disk, gpud, fans)")
     _install_plugin(site, "fanplug:NOT_ONE")
     conf.write_text("[fans]\n")
     res = _check(root, "--check-config", str(conf), pythonpath=str(site))

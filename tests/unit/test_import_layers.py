@@ -54,6 +54,9 @@ RANKS: dict[str, int] = {
     # 2-3 the config: the sections other parts own, then the whole file.
     "slurm_heal.sections": 2,
     "slurm_heal.webconfig": 2,  # /metrics' TLS and users, Prometheus' web config (issue 38)
+    # SPEC D13: the site's monitors: their settings, stored alerts and NHC's reasons (the
+    # policy reads them); Alertmanager's mapping uses config's host lists.
+    "slurm_heal.sources": 2, "slurm_heal.sources.alertmanager": 4,
     "slurm_heal.config": 3,
     # 4-5 adapters' bases and the controller's models and files.
     "slurm_heal.slurm": 4, "slurm_heal.topology": 4, "slurm_heal.models": 4,

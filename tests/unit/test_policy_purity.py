@@ -29,6 +29,7 @@ PROBE = textwrap.dedent("""
     # Everything the engine needs from outside is imported before the trap closes.
     import pydantic, click, ClusterShell.NodeSet, tomllib, json  # noqa
     from slurm_heal import catalog, models, config  # the contract, not the core  # noqa
+    from slurm_heal.sources import stored  # the site's alerts as stored (D13): a model  # noqa
     cat = catalog.load()
     catalog.load.cache_clear()  # a catalog.load() behind decide()'s back opens the file
     class _Warm(pydantic.BaseModel):  # pydantic reads its plugin entry points once

@@ -62,7 +62,7 @@ def test_the_hand_over_to_a_person_is_written_in_one_place() -> None:
 # a lower rank, so a rule's place says what it may call and no call goes back up.
 RANKS: tuple[tuple[str, ...], ...] = (
     ("facts", "holds", "notices"),  # pure facts; the Hold value; what a notice is about
-    ("records",),  # the store's index
+    ("records", "sitealerts"),  # the store's index; the site's own alerts (D13)
     ("working",),  # the WorkingSet and the Ledger
     ("cordon", "person", "lemon", "incidents", "escalation"),  # rules on the two values
     ("gates",),  # START_GATES: each returns a Hold, writes nothing
