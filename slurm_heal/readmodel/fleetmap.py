@@ -41,8 +41,8 @@ from slurm_heal.readmodel.overview import NodeLine
 
 MAX_CELLS = 600  # more nodes than this on the map: one tile per group, expandable
 CHUNK = 256  # a group of more nodes is cut into runs of this many (by name)
-COLS = 48  # cells per row of an expanded group
-CELL, GAP = 14, 2  # a cell's side and the gap between cells (px)
+COLS = 40  # cells per row of an expanded group
+CELL, GAP = 18, 3  # a cell's side and the gap between cells (px); a glyph is 14 px
 TILE_W, TILE_H, TILE_GAP, TILE_COLS = 62, 34, 4, 15
 
 STATES = ("handed", "others", "held", "rem_act", "rem_drain", "rem_start", "rem_return",

@@ -57,7 +57,7 @@ def test_the_overview_draws_each_node_on_its_rack_a_cell_a_link_to_its_page(
     assert groups == ["rack:r1", "rack:r2", "pool:cpu"]
     # the node's one-line state is the cell's title (hover, focus, screen readers)
     assert re.search(r'<title>gpu05: drained by someone else;[^<]*; Slurm DRAIN\+IDLE<', html)
-    assert '<use href="#g-others"/>' in html  # a glyph beside the colour
+    assert '<use href="#g-others" x="2" y="2"/>' in html  # a glyph beside the colour
     # the filters apply to the map
     only = _cells(racks.get("/?state=drained_by_others").text)
     assert set(only) == {"gpu05"}
