@@ -257,9 +257,11 @@ def fleet_map(src: Sources, state: State, infos: tuple[NodeInfo, ...], status: A
 
     kept = nodepage.selected(query, infos, status.nodes)
     topo = src.topology(infos)
+    # held as the console's badge says it (`badges.rem_badge`): the engine's hold, or the
+    # mark of a store from before it; waiting for a person's approval or for evidence
     held_ids = {r.id for r in state.remediations if not r.phase.terminal
-                and (held(r) is not None or waits_for_person(r)
-                     or bool(waiting_for_evidence(r)))}
+                and (held(r) is not None or r.data.blocked is not None
+                     or waits_for_person(r) or bool(waiting_for_evidence(r)))}
     got = fleetmap.build(
         [line for _n, line in kept], {n.name: n.partitions[0] for n, _l in kept
                                       if n.partitions},

@@ -135,3 +135,46 @@ def test_the_history_is_the_last_days_before_now(big: Client) -> None:
     first = datetime.fromisoformat(got["since"])
     assert first == datetime.combine((NOW - timedelta(days=6)).date(), datetime.min.time(),
                                      tzinfo=timezone.utc)
+
+
+def test_a_held_remediation_and_one_waiting_for_a_person_are_held_on_the_map(
+        tmp_path: Path) -> None:
+    from slurm_heal.models import Phase, State, Step, Work
+    from tests.unit.test_console_overview import _rem
+
+    slurm = MemorySlurm([(f"gpu{i:02d}", "gpu") for i in range(1, 5)], clock=lambda: NOW)
+    held = _rem("r-held", "gpu01", Phase.APPROVED, approval_rule="P2:default",
+                data=Work(blocked="P1"),
+                steps=(Step(at=NOW, phase="blocked", rule="P1", why="waits for evidence"),))
+    acting = _rem("r-acting", "gpu02", Phase.ACTING)
+    asking = _rem("r-ask", "gpu03", Phase.PROPOSED, data=Work(approval_pending="P2:default"))
+    client = _console(tmp_path, slurm, State(remediations=(held, acting, asking)))
+    cells = _cells(client.get("/").text)
+    assert cells == {"gpu01": "s-held", "gpu02": "s-rem_act", "gpu03": "s-held",
+                     "gpu04": "s-healthy"}
+
+
+def test_a_topology_that_cannot_be_read_is_said_and_the_map_goes_by_partition(
+        tmp_path: Path) -> None:
+    from slurm_heal.api.app import ApiApp
+    from slurm_heal.api.settings import ApiSettings
+    from slurm_heal.location import Location
+
+    slurm = MemorySlurm([("gpu01", "gpu")], clock=lambda: NOW)
+    config = tmp_path / "heal.toml"
+    config.write_text(f'[topology]\nsource = "file"\nfile = "{tmp_path / "none.conf"}"\n')
+    (tmp_path / "state").mkdir()
+    token = add_token(tmp_path / "tokens.toml", "reader", "viewer")
+    app = ApiApp(ApiSettings(tokens=tmp_path / "tokens.toml"),
+                 Location(state_dir=tmp_path / "state", source="test"),
+                 slurm=lambda: slurm, policy_file=str(config))
+    client = Client(app)
+    page = client.get("/login").text
+    nonce = re.search(r'name="login_csrf" value="([^"]+)"', page)
+    assert nonce is not None
+    client.post("/login", data={"login_csrf": nonce.group(1), "token": token, "next": "/"})
+    html = client.get("/").text
+    assert re.search(r'id="map-problem">the topology could not be read \([^)]*none\.conf: '
+                     r'cannot read', html)
+    assert _cells(html) == {"gpu01": "s-healthy"}
+    assert "grouped by partitions (no topology)" in html
