@@ -241,8 +241,9 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
         "slurm": {"reachable": slurm_error is None, "error": slurm_error},
         "nodes": page["nodes"] if page is not None else nodes,
         "page": page,
-        "map": fleet,
         "status": status_json,
+        # the console's fleet map (issue 42; a model the page draws, not in the API)
+        **({"map": fleet} if query is not None else {}),
     }
 
 
