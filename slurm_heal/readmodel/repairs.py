@@ -15,9 +15,10 @@ last):
   creation when it has none) to ``done``, for those done in the window: their count, the
   median (the middle value, the mean of the two middle ones for an even count) and the
   90th percentile (nearest rank: the ``ceil(0.9 n)``-th smallest);
-* **repeats per machine**: remediations whose action ran (``acting``) in the window, per
-  machine (its identity, ``host``, else the node's name): the machines with two or more,
-  most first, and how many machines had 1, 2, 3, 4 or more;
+* **repeats per machine**: remediations whose action ran in the window (its first act
+  sent, as E7's ledger counts it; the ``acting`` phase's entry for a record without
+  attempts), per machine (its identity, ``host``, else the node's name): the machines
+  with two or more, most first, and how many machines had 1, 2, 3, 4 or more;
 * **the breaker's openings** (S5): the times the gate held a remediation with the breaker
   opening (its ``blocked`` step under S5 whose words say it opens), and the breaker's own
   ``opened_at`` while it is open;
@@ -32,6 +33,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
 from slurm_heal.models import Breaker, Incident, Remediation
+from slurm_heal.policy.facts import acted_at
 
 WINDOWS = (7, 30, 90)
 OUTCOMES = ("done", "failed", "cancelled", "withdrawn", "denied")
@@ -100,6 +102,7 @@ def summarize(remediations: Iterable[Remediation], incidents: Iterable[Incident]
     totals = {o: 0 for o in OUTCOMES}
     ttr: dict[tuple[str, str], list[float]] = {}
     acted: dict[str, list[Remediation]] = {}
+    ran_at: dict[str, datetime] = {}
     for r in remediations:
         end = ended_at(r)
         if end is not None and since <= _utc(end) <= now and r.phase.value in totals:
@@ -109,9 +112,10 @@ def summarize(remediations: Iterable[Remediation], incidents: Iterable[Incident]
                 start = r.alert_first_seen or r.created
                 ttr.setdefault((r.fault, r.action.value), []).append(
                     max(0.0, (_utc(end) - _utc(start)).total_seconds()))
-        ran = r.phase_times.get("acting")
+        ran = acted_at(r) or r.phase_times.get("acting")
         if ran is not None and since <= _utc(ran) <= now:
             acted.setdefault(r.host or r.node, []).append(r)
+            ran_at[r.id] = _utc(ran)
     repair_rows: list[dict[str, Any]] = [
         {"fault": f, "action": a, "count": len(v), "median_s": median(v),
          "p90_s": percentile(v, 90)}
@@ -120,7 +124,7 @@ def summarize(remediations: Iterable[Remediation], incidents: Iterable[Incident]
     repeats: list[dict[str, Any]] = [
         {"machine": m, "node": max(rs, key=lambda r: r.created).node, "count": len(rs),
          "faults": sorted({r.fault for r in rs}),
-         "last": max(_utc(r.phase_times["acting"]) for r in rs).isoformat()}
+         "last": max(ran_at[r.id] for r in rs).isoformat()}
         for m, rs in sorted(acted.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         if len(rs) >= 2]
     spread = {"1": 0, "2": 0, "3": 0, "4+": 0}

@@ -178,3 +178,26 @@ def test_a_topology_that_cannot_be_read_is_said_and_the_map_goes_by_partition(
                      r'cannot read', html)
     assert _cells(html) == {"gpu01": "s-healthy"}
     assert "grouped by partitions (no topology)" in html
+
+
+def test_a_lemons_node_is_marked_on_the_map(tmp_path: Path) -> None:
+    """SPEC E7: five remediations that acted on one machine within 7 days (the default
+    lemon) and nothing open: its node is a lemon on the map; one fewer, it is not."""
+    from slurm_heal.models import Attempt, Phase, State
+    from slurm_heal.types import Action
+
+    def done(i: int, node: str) -> object:
+        from tests.unit.test_console_overview import _rem
+
+        at = NOW - timedelta(days=1, hours=i)
+        return _rem(f"r-{node}-{i}", node, Phase.DONE, host=f"serial-{node}").model_copy(
+            update={"phase_times": {"proposed": at, "acting": at, "done": at},
+                    "updated": at, "attempts": (Attempt(
+                        key=f"k-{node}-{i}", effect="act", action=Action.REBOOT,
+                        started=at, outcome="ok", finished=at),)})
+
+    slurm = MemorySlurm([("gpu01", "gpu"), ("gpu02", "gpu")], clock=lambda: NOW)
+    rems = tuple(done(i, "gpu01") for i in range(5)) + tuple(done(i, "gpu02")
+                                                             for i in range(4))
+    client = _console(tmp_path, slurm, State(remediations=rems))  # type: ignore[arg-type]
+    assert _cells(client.get("/").text) == {"gpu01": "s-lemon", "gpu02": "s-healthy"}

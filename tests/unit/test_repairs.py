@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from slurm_heal.models import Breaker, Incident, Phase, Remediation, Step
+from slurm_heal.models import Attempt, Breaker, Incident, Phase, Remediation, Step
 from slurm_heal.readmodel import repairs
 from slurm_heal.readmodel.repairs import median, percentile, summarize
 from slurm_heal.types import Action
@@ -109,12 +109,22 @@ def test_repeats_per_machine_count_the_remediations_that_acted_by_its_identity()
         _rem("h3a", NOW - DAY, node="g03"), _rem("h3b", NOW - DAY, node="g03"),  # no host
         _rem("h4a", NOW - DAY, node="g04", acted=False, phase=Phase.DENIED),
         _rem("h4b", NOW - DAY, node="g04", acted=False, phase=Phase.WITHDRAWN),
+        # the act sent, as E7's ledger counts it (its attempt), though no acting phase;
+        # an act the controller never sent is no act
+        _rem("h5a", NOW - DAY, node="g05", acted=False).model_copy(update={"attempts": (
+            Attempt(key="k1", effect="act", action=Action.REBOOT, started=NOW - DAY),)}),
+        _rem("h5b", NOW - 2 * DAY, node="g05", acted=False).model_copy(update={
+            "attempts": (Attempt(key="k2", effect="act", action=Action.REBOOT,
+                                 started=NOW - 2 * DAY, sent=False),)}),
+        _rem("h5c", NOW - 3 * DAY, node="g05", acted=False).model_copy(update={
+            "attempts": (Attempt(key="k3", effect="act", action=Action.REBOOT,
+                                 started=NOW - 40 * DAY),)}),  # acted before the window
     ]
     got = summarize(rems, (), (), NOW, 30)
     assert [(r["machine"], r["node"], r["count"], r["faults"]) for r in got["repeats"]] == [
         ("serial-1", "g01", 3, ["gpu.xid.79", "ib.link_down"]),
         ("g03", "g03", 2, ["gpu.xid.79"])]
-    assert got["repeats_spread"] == {"1": 1, "2": 1, "3": 1, "4+": 0}
+    assert got["repeats_spread"] == {"1": 2, "2": 1, "3": 1, "4+": 0}  # g05: one act
 
 
 def test_the_breakers_openings_from_the_records_and_the_open_breaker() -> None:
