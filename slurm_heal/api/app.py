@@ -29,6 +29,7 @@ from http import HTTPStatus
 from typing import Any, Literal
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.routing import Map, Rule
@@ -203,10 +204,14 @@ class ApiApp:
         self._slurm_factory = slurm
         self._client: SlurmClient | None = None
         self._client_lock = threading.Lock()
-        self.src = views.Sources(loc, self.slurm, clock=clock)  # clock: what ages memory
+        self.src = views.Sources(loc, self.slurm, clock=clock,  # clock: what ages memory
+                                 topology_conf=self._topology_conf, lemon=self._lemon)
         # The overview's and status's JSON text, encoded once per value `views` keeps
         # (10,000 nodes are megabytes to encode; issue 34 item 3).
         self._bodies: Memo[bytes] = Memo(self.src.fresh, self.src.clock)
+        # The fleet map's SVG, drawn once per map `views` keeps (the same for everyone:
+        # nothing in it is the person's; issue 42).
+        self._maps: Memo[Markup] = Memo(self.src.fresh, self.src.clock)
         self.secret = secrets.token_bytes(32)
         self.slack_settings: Any = None  # [notify.slack] (SPEC O7): read when first pressed
         self._interactions: Any = None
@@ -217,6 +222,7 @@ class ApiApp:
                                  lstrip_blocks=True)
         self.jinja.filters["ts"] = _ts
         self.jinja.filters["ago"] = _ago
+        self.jinja.filters["dur"] = lambda s: words.elapsed(float(s))  # "1h 5m"
         from slurm_heal.readmodel import badges, rulewords  # the console's words (issue 25)
 
         self.jinja.globals.update(rule_words=rulewords.short, step_badge=badges.step_badge,
@@ -246,6 +252,7 @@ class ApiApp:
             Rule("/api/v1/pause", endpoint="api_pause", methods=["POST"]),
             Rule("/api/v1/unpause", endpoint="api_unpause", methods=["POST"]),
             Rule("/api/v1/policy", endpoint="api_policy", methods=["GET"]),
+            Rule("/api/v1/history", endpoint="api_repairs", methods=["GET"]),
             Rule("/api/v1/incidents", endpoint="api_incidents", methods=["GET"]),
             Rule("/api/v1/incidents/<target>", endpoint="api_incident", methods=["GET"]),
             Rule("/api/v1/incidents/<target>/close", endpoint="api_incident_close",
@@ -266,6 +273,7 @@ class ApiApp:
             Rule("/remediations/<rid>", endpoint="page_remediation", methods=["GET"]),
             Rule("/remediations/<rid>/<any(approve, deny, cancel):kind>",
                  endpoint="page_decide", methods=["POST"]),
+            Rule("/history", endpoint="page_history", methods=["GET"]),
             Rule("/controls", endpoint="page_controls", methods=["GET"]),
             Rule("/controls/<any('breaker-reset', pause, unpause):what>",
                  endpoint="page_control", methods=["POST"]),
@@ -606,6 +614,12 @@ class ApiApp:
         self._api_principal(request)
         return self._json(views.machine(self.src, self._lemon(), target[:200]))
 
+    def _topology_conf(self) -> Any:
+        """The policy's [topology] (SPEC S7), for the fleet map; None: the defaults."""
+        from slurm_heal.config import load_policy
+
+        return load_policy(self.policy_file).topology if self.policy_file else None
+
     def _lemon(self) -> Any:
         """The policy's escalation.lemon (SPEC E7); the defaults without --config."""
         from slurm_heal.config import Lemon, load_policy
@@ -651,6 +665,10 @@ class ApiApp:
         p = load_policy(self.policy_file)
         return self._json({"file": self.policy_file,
                            "policy": _plain(p.model_dump(mode="python", exclude_none=False))})
+
+    def on_api_repairs(self, request: Request) -> Response:
+        self._api_principal(request)
+        return self._json(views.repairs(self.src, _days(request.args.get("days"))))
 
     def on_api_incidents(self, request: Request) -> Response:
         self._api_principal(request)
@@ -852,8 +870,11 @@ class ApiApp:
             return p
         from slurm_heal.readmodel.nodepage import parse_query
 
-        return self._render(request, "overview.html", p,
-                            o=views.overview(self.src, parse_query(request.args)))
+        o = views.overview(self.src, parse_query(request.args))
+        fleet = o.get("map")
+        drawn = self._maps.get(("map",), (Same(fleet),), lambda: Markup(
+            self.jinja.get_template("fleetmap.html").render(o=o))) if fleet else Markup("")
+        return self._render(request, "overview.html", p, o=o, fleet_map=drawn)
 
     def on_page_approvals(self, request: Request) -> Response:
         p = self._page_principal(request)
@@ -943,6 +964,15 @@ class ApiApp:
             if isinstance(secret, bytes) else None
         return claims.generation if isinstance(claims, links.Claims) else None
 
+    def on_page_history(self, request: Request) -> Response:
+        p = self._page_principal(request)
+        if isinstance(p, Response):
+            return p
+        from slurm_heal.readmodel.repairs import WINDOWS, charts
+
+        h = views.repairs(self.src, _days(request.args.get("days")))
+        return self._render(request, "history.html", p, h=h, c=charts(h), windows=WINDOWS)
+
     def on_page_controls(self, request: Request) -> Response:
         p = self._page_principal(request)
         if isinstance(p, Response):
@@ -1018,6 +1048,19 @@ def _node_name(value: str) -> str:
         raise Problem(422, f"{value[:80]!r} is not a node name (letters, digits, . _ -)",
                       kind="ValidationError")
     return value
+
+
+def _days(value: str | None) -> int:
+    """The history's window (issue 42): 7, 30 (the default) or 90 days."""
+    from slurm_heal.readmodel.repairs import WINDOWS
+
+    raw = (value or "").strip()
+    if not raw:
+        return 30
+    if not raw.isdigit() or int(raw) not in WINDOWS:
+        raise Problem(422, f"days must be one of {', '.join(map(str, WINDOWS))}, not "
+                      f"{raw[:40]!r}", kind="ValidationError")
+    return int(raw)
 
 
 def _flag(value: str | None, name: str) -> bool:

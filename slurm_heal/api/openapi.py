@@ -183,6 +183,17 @@ def document() -> dict[str, Any]:
                                   []),
         "/api/v1/policy": _read("The effective policy of serve's config file",
                                 "Every knob, defaults filled in (`policy show`)."),
+        "/api/v1/history": _read(
+            "Repairs over time", "Issue 42: from the store and the audit archive, over the "
+            "last `days` whole UTC days (today the last): remediations ended per day by "
+            "outcome (done, failed, cancelled, withdrawn, denied); time to repair (alert "
+            "first seen to done) by fault and action, its count, median and 90th "
+            "percentile (nearest rank), in seconds; the machines whose remediations acted "
+            "twice or more (repeats) and how many machines acted 1, 2, 3, 4+ times; the "
+            "breaker's openings (S5); the incidents opened (S7), per day. What the "
+            "console's /history page draws.",
+            [{"name": "days", "in": "query", "required": False,
+              "schema": {"type": "integer", "enum": [7, 30, 90], "default": 30}}]),
         "/api/v1/incidents": _read(
             "Incidents (`incidents`)", "SPEC S7: related alerts on several nodes under one "
             "switch, block or rack, held as one cause for a person: the component, its "

@@ -67,7 +67,13 @@ class Sources:
     slurm: Callable[[], SlurmClient]  # may raise HealError (SlurmError, ...)
     fresh: float = FRESH_S
     clock: Callable[[], float] = time.monotonic
+    # The fleet map's topology (issue 42): serve's config's [topology] (its defaults
+    # without one), read as the controller reads it, at most once per topology.refresh;
+    # and E7's lemon settings (the map marks a lemon machine's node).
+    topology_conf: Callable[[], Any] | None = None
+    lemon: Callable[[], Any] | None = None
     _store: Store | None = field(default=None, repr=False)
+    _topology: Any = field(default=None, init=False, repr=False)
     memo: Memo[Any] = field(init=False, repr=False)
     _nodes: Memo[SlurmNodes] = field(init=False, repr=False)
 
@@ -97,6 +103,38 @@ class Sources:
                 return SlurmNodes(None, str(exc))
 
         return self._nodes.get("nodes", (), read)
+
+    def topology(self, nodes: tuple[NodeInfo, ...]) -> Any:
+        """The cluster's components as the controller reads them (`TopologyReader`:
+        Slurm's switches and blocks, node features, a file), None when there are none;
+        a topology that cannot be read is one with its ``problem`` said."""
+        from slurm_heal.config import TopologyConf
+        from slurm_heal.topology import TopologyReader
+
+        conf = self.topology_conf() if self.topology_conf is not None else None
+        try:
+            if self._topology is None:
+                self._topology = TopologyReader(self.slurm())
+            return self._topology.read(conf or TopologyConf(), _now(), nodes)
+        except HealError as exc:
+            from slurm_heal.components import Topology
+
+            return Topology(source="slurm", problem=str(exc))
+
+    def lemons(self, state: State, now: datetime) -> frozenset[str]:
+        """The node names last seen on a machine E7 calls a lemon now."""
+        from slurm_heal.config import Lemon
+        from slurm_heal.readmodel import machines as machines_view
+
+        try:
+            lemon = self.lemon() if self.lemon is not None else Lemon()
+        except HealError:  # serve's config is bad: every page says it; the map goes on
+            lemon = Lemon()
+        if not lemon.enabled:
+            return frozenset()
+        led = machines_view.current(self.loc.state_dir, state, now)
+        return frozenset(m.name for m in led.machines.values()
+                         if m.acted_within(now, lemon.window) >= lemon.remediations)
 
     def history(self, **only: str | None) -> State:
         """The state with the archived remediations that match ``only`` (node, host,
@@ -175,6 +213,8 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
     page = nodepage.page(query, infos or (), status.nodes, now) if query is not None else None
     open_rems = [r for r in state.remediations if not r.phase.terminal]
     waiting = [r for r in open_rems if waits_for_person(r)]
+    fleet = (fleet_map(src, state, infos, status, query, now)
+             if query is not None and infos is not None else None)
     status_json = status.model_dump(mode="json")
     if query is not None:
         status_json["nodes"] = []  # the page has them; 10,000 lines are not sent twice
@@ -202,7 +242,37 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
         "nodes": page["nodes"] if page is not None else nodes,
         "page": page,
         "status": status_json,
+        # the console's fleet map (issue 42; a model the page draws, not in the API)
+        **({"map": fleet} if query is not None else {}),
     }
+
+
+def fleet_map(src: Sources, state: State, infos: tuple[NodeInfo, ...], status: Any,
+              query: NodeQuery, now: datetime) -> Any:
+    """The overview's fleet map (issue 42): the nodes the query's filters keep, on the
+    topology, with the open incidents, the held remediations and the lemons."""
+    from dataclasses import replace
+
+    from slurm_heal.readmodel import fleetmap, nodepage
+    from slurm_heal.readmodel.words import held, waiting_for_evidence
+
+    kept = nodepage.selected(query, infos, status.nodes)
+    topo = src.topology(infos)
+    # held as the console's badge says it (`badges.rem_badge`): the engine's hold, or the
+    # mark of a store from before it; waiting for a person's approval or for evidence
+    held_ids = {r.id for r in state.remediations if not r.phase.terminal
+                and (held(r) is not None or r.data.blocked is not None
+                     or waits_for_person(r) or bool(waiting_for_evidence(r)))}
+    got = fleetmap.build(
+        [line for _n, line in kept], {n.name: n.partitions[0] for n, _l in kept
+                                      if n.partitions},
+        topo if topo else None, incidents=status.incidents, held=held_ids,
+        lemons=src.lemons(state, now), expand=query.map,
+        params=replace(query, map="").params())
+    if topo is not None and topo.problem and not got.problem:
+        got = replace(got, problem=f"the topology could not be read ({topo.problem}); "
+                                   "nodes are grouped by partition")
+    return got
 
 
 def status(src: Sources, policy: Callable[[], Any]) -> dict[str, Any]:
@@ -497,3 +567,29 @@ def queued(cmd: Command, state: State | None) -> dict[str, Any]:
             "note": operations.detector_drain_note(rem, cmd.kind),
             "message": f"{cmd.kind} queued by {cmd.by}; the controller acts on it at its "
                        "next cycle"}
+
+
+# --------------------------------------------------------------------------- repairs
+
+
+def repairs(src: Sources, days: int) -> dict[str, Any]:
+    """Repairs over the last ``days`` days (issue 42, `readmodel.repairs`): the store's
+    remediations with the audit archive's put back, the incidents on record, the
+    breaker's openings. What ``GET /api/v1/history`` answers and the history page draws.
+    From memory while the store's bytes are the same (and at most ``src.fresh`` s)."""
+    state = src.state()
+
+    def compute() -> dict[str, Any]:
+        from slurm_heal.readmodel import repairs as repairs_mod
+        from slurm_heal.readmodel.incidents import incidents_of
+
+        everything = src.history()
+        out = repairs_mod.summarize(
+            everything.remediations, incidents_of(state),
+            repairs_mod.breaker_openings(everything.remediations, state.breaker),
+            _now(), days)
+        out["store"] = src.loc.as_json()
+        return out
+
+    got: dict[str, Any] = src.memo.get(("repairs", days), (Same(state),), compute)
+    return got

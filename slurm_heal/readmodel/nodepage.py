@@ -51,6 +51,7 @@ class NodeQuery:
     hosts: str = ""
     page: int = 1
     per: int = PER
+    map: str = ""  # the fleet map's group shown node by node (issue 42, readmodel.fleetmap)
 
     def params(self, **changes: Any) -> str:
         """This query as a query string (``?state=alerting&page=2``), defaults left out."""
@@ -81,8 +82,12 @@ def parse_query(args: Mapping[str, str]) -> NodeQuery:
         except (NodeSetParseError, ValueError) as exc:
             raise ConfigError(f"hosts {text['hosts'][:80]!r} is not a host list "
                               f"(NodeSet syntax, e.g. gpu[01-08,12]): {exc}") from None
+    group = (args.get("map") or "").strip()
+    if len(group) > 300 or any(not c.isprintable() for c in group):
+        raise ConfigError(f"map must name a group of the fleet map (rack:r12), not "
+                          f"{group[:40]!r}")
     return NodeQuery(page=number("page", 1, 1_000_000), per=number("per", PER, MAX_PER),
-                     **text)
+                     map=group, **text)
 
 
 def _category(line: NodeLine, node: NodeInfo) -> str:
@@ -125,6 +130,24 @@ def _matches(q: NodeQuery, line: NodeLine, node: NodeInfo, r: int,
             return _category(line, node) == s
         return q.state.upper() in node.states
     return True
+
+
+def selected(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine]
+             ) -> list[tuple[NodeInfo, NodeLine]]:
+    """The nodes the query's filters keep (state, pool, fault, hosts; not the paging),
+    in Slurm's order: what the fleet map draws (issue 42)."""
+    by_name = {ln.name: ln for ln in lines}
+    hosts: frozenset[str] | None = None
+    if q.hosts:
+        from ClusterShell.NodeSet import NodeSet
+
+        hosts = frozenset(NodeSet(q.hosts))
+    out = []
+    for node in infos:
+        line = by_name.get(node.name)
+        if line is not None and _matches(q, line, node, rank(line, node), hosts):
+            out.append((node, line))
+    return out
 
 
 def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],

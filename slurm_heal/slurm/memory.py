@@ -114,6 +114,11 @@ class MemorySlurm:
         with self._lock:
             self._node(node).instance_id = value
 
+    def set_features(self, node: str, features: tuple[str, ...]) -> None:
+        """The node's features (slurm.conf ``Features=``, e.g. ``rack=r12``)."""
+        with self._lock:
+            self._node(node).features = tuple(features)
+
     def set_extra_text(self, node: str, text: str) -> None:
         """What `scontrol update nodename=N extra=TEXT` does (any text, not only JSON)."""
         with self._lock:

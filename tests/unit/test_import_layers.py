@@ -72,6 +72,8 @@ RANKS: dict[str, int] = {
     # 8-9 the machine ledger, the read model.
     "slurm_heal.ledger": 8,
     "slurm_heal.readmodel": 9,
+    # issue 42: the fleet map and repairs over time (pure, beside the other read models)
+    "slurm_heal.readmodel.fleetmap": 9, "slurm_heal.readmodel.repairs": 9,
     # 10-11 the controller and what runs beside it.
     "slurm_heal.validation": 10, "slurm_heal.controller": 10, "slurm_heal.operations": 10,
     "slurm_heal.simulation": 10, "slurm_heal.install": 10,

@@ -1,0 +1,132 @@
+"""The console's fleet map and history pages at scale (issue 42, SPEC O5), on 127.0.0.1.
+
+    python benchmarks/console_map.py [--nodes 10000] [--repeat 20]
+
+The console served by the production WSGI server (`slurm-heal serve`'s, in this
+process) on the generated cluster and store of the browser tests (`tests/consolegen.py`:
+``--nodes`` nodes in memory, NVLink blocks of 18 and racks of 40 as node features, an
+open incident, 90 days of ended remediations with the older ones in the audit archive).
+A logged-in client asks each page ``--repeat`` times on one keep-alive connection:
+
+* ``/`` (the overview with the fleet map: one tile per group at this size), the first
+  request (nothing in memory) and then the rest (served from memory while the store, the
+  heartbeat and Slurm's node list are the same, at most 2 s);
+* ``/?map=block:nvl100`` (one block expanded node by node), ``/?state=attention`` (the
+  map of the nodes that need attention, cell by cell);
+* ``/history?days=7|30|90`` and ``GET /api/v1/history?days=90``.
+
+It prints each page's size (bytes of the body) and its time to serve (first, p50, max,
+from the request sent to the last byte read). Targets (issue 42): the overview <= 200 KB
+and <= 0.3 s to serve at 10,000 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+PAGES = ("/", "/?map=block%3Anvl100", "/?state=attention", "/history?days=7",
+         "/history?days=30", "/history?days=90", "/api/v1/history?days=90")
+
+
+class Client:
+    """One keep-alive connection with a console session (or a bearer token for /api)."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.conn = http.client.HTTPConnection(host, port, timeout=30)
+        self.token = token
+        self.cookie = ""
+
+    def get(self, path: str, headers: dict[str, str] | None = None
+            ) -> tuple[int, bytes, http.client.HTTPResponse]:
+        h = dict(headers or {})
+        if self.cookie:
+            h["Cookie"] = self.cookie
+        if path.startswith("/api/"):
+            h["Authorization"] = f"Bearer {self.token}"
+        self.conn.request("GET", path, headers=h)
+        resp = self.conn.getresponse()
+        return resp.status, resp.read(), resp
+
+    def login(self) -> None:
+        from urllib.parse import urlencode
+
+        status, body, resp = self.get("/login")
+        nonce = re.search(rb'name="login_csrf" value="([^"]+)"', body)
+        cookie = (resp.getheader("Set-Cookie") or "").split(";", 1)[0]
+        assert status == 200 and nonce and cookie, "no login form"
+        form = urlencode({"login_csrf": nonce.group(1).decode(), "token": self.token,
+                          "next": "/"})
+        self.conn.request("POST", "/login", body=form, headers={
+            "Cookie": cookie, "Content-Type": "application/x-www-form-urlencoded"})
+        resp = self.conn.getresponse()
+        resp.read()
+        got = [c.split(";", 1)[0] for c in resp.headers.get_all("Set-Cookie") or []
+               if c.startswith("slurm_heal_session=")]
+        assert resp.status == 303 and got, f"login refused: {resp.status}"
+        self.cookie = got[0]
+
+
+def serve(nodes: int, base: Path) -> tuple[object, str, int, str]:
+    from slurm_heal.api.app import ApiApp
+    from slurm_heal.api.auth import add_token
+    from slurm_heal.api.settings import ApiSettings
+    from slurm_heal.commands.serve import wsgi_server
+    from slurm_heal.location import Location
+    from tests import consolegen as gen
+
+    now = datetime.now(timezone.utc)
+    (base / "state").mkdir()
+    gen.store(base / "state", nodes, now)
+    slurm = gen.cluster(nodes, now)
+    token = add_token(base / "tokens.toml", "bench", "viewer")
+    settings = ApiSettings(tokens=base / "tokens.toml", bind="127.0.0.1:0")
+    app = ApiApp(settings, Location(state_dir=base / "state", source="bench"),
+                 slurm=lambda: slurm)
+    server = wsgi_server(settings, app)
+    server.prepare()
+    threading.Thread(target=server.serve, daemon=True).start()
+    return server, server.bind_addr[0], server.bind_addr[1], token
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        server, host, port, token = serve(args.nodes, Path(tmp))
+        try:
+            c = Client(host, port, token)
+            c.login()
+            print(f"console at {args.nodes:,} nodes, {args.repeat} requests a page "
+                  "(one keep-alive connection; seconds from request to last byte):")
+            print(f"{'page':28} {'bytes':>9} {'first':>7} {'p50':>7} {'max':>7}")
+            for path in PAGES:
+                times, size = [], 0
+                for _ in range(args.repeat):
+                    start = time.perf_counter()
+                    status, body, _resp = c.get(path)
+                    times.append(time.perf_counter() - start)
+                    assert status == 200, f"{path}: HTTP {status}: {body[:300]!r}"
+                    size = len(body)
+                print(f"{path:28} {size:>9,} {times[0]:>7.3f} "
+                      f"{statistics.median(times[1:] or times):>7.3f} {max(times):>7.3f}")
+        finally:
+            server.stop()  # type: ignore[attr-defined]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
