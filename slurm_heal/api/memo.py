@@ -51,6 +51,7 @@ class _Entry(Generic[T]):
     inputs: tuple[object, ...]
     at: float
     value: T
+    done: float  # when its computation ended
 
 
 class Memo(Generic[T]):
@@ -65,19 +66,21 @@ class Memo(Generic[T]):
 
     def get(self, slot: Hashable, inputs: tuple[object, ...], compute: Callable[[], T]) -> T:
         """The slot's value for ``inputs`` (compared by equality, `Same` by identity): the one in memory when
-        it was computed from the same objects less than ``bound`` seconds ago, else
-        ``compute()``, run once while every other caller waits for it. An exception
+        it was computed from the same objects less than ``bound`` seconds ago (or ended
+        after this call began: the one it waited for), else ``compute()``, run once while
+        every other caller waits for it. An exception
         from ``compute`` is raised to this caller and keeps nothing."""
+        arrived = self.clock()
         with self._lock:
             hit = self._entries.get(slot)
-            if hit is not None and self._valid(hit, inputs):
+            if hit is not None and self._valid(hit, inputs, arrived):
                 return hit.value
             at = self.clock()  # before computing: the value is at least this old
             value = compute()
             self._entries.pop(slot, None)
             if len(self._entries) >= MAX_SLOTS:
                 del self._entries[next(iter(self._entries))]
-            self._entries[slot] = _Entry(inputs, at, value)
+            self._entries[slot] = _Entry(inputs, at, value, self.clock())
             return value
 
     def clear(self) -> None:
@@ -85,8 +88,12 @@ class Memo(Generic[T]):
         with self._lock:
             self._entries.clear()
 
-    def _valid(self, hit: _Entry[T], inputs: tuple[object, ...]) -> bool:
-        if not 0 <= self.clock() - hit.at < self.bound:
+    def _valid(self, hit: _Entry[T], inputs: tuple[object, ...], arrived: float) -> bool:
+        # A caller that waited for this computation takes its value, however long it
+        # took: it is the newest there is. Aged from its start, a computation longer
+        # than the bound (the 10,000-node overview on a loaded machine) was stale when it
+        # ended, and each waiting request computed it again in turn.
+        if not (0 <= self.clock() - hit.at < self.bound or hit.done >= arrived):
             return False
         return len(hit.inputs) == len(inputs) and all(
             a is b or a == b for a, b in zip(hit.inputs, inputs, strict=True))

@@ -211,3 +211,37 @@ def test_api_status_is_what_the_cli_status_json_prints(site: Site) -> None:
     assert {k: v for k, v in api["controller"].items() if not k.endswith("_s")} == \
         {k: v for k, v in cli["controller"].items() if not k.endswith("_s")}
     assert timeless(api).count("gpu03") == timeless(cli).count("gpu03") > 0
+
+
+def test_callers_that_waited_for_a_slow_computation_take_its_value() -> None:
+    """Single flight holds when one computation takes longer than the freshness bound
+    (the 10,000-node overview on a loaded machine): the requests that arrived while it
+    ran take its value; they do not each compute it again in turn. A request that
+    arrives after that bound has passed since it ended computes anew."""
+    from slurm_heal.api.memo import Memo
+
+    now = [100.0]
+    memo: Memo[int] = Memo(2.0, clock=lambda: now[0])
+    started, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow() -> int:
+        calls.append(1)
+        started.set()
+        assert release.wait(10)
+        now[0] += 5.0  # longer than the bound
+        return len(calls)
+
+    first: list[int] = []
+    a = threading.Thread(target=lambda: first.append(memo.get("overview", (1,), slow)))
+    a.start()
+    assert started.wait(10)
+    waiting: list[int] = []
+    b = threading.Thread(target=lambda: waiting.append(memo.get("overview", (1,), slow)))
+    b.start()  # arrives while the first computation runs
+    release.set()
+    a.join(10)
+    b.join(10)
+    assert first == [1] and waiting == [1] and len(calls) == 1
+    now[0] += 2.5  # past the bound since it ended: a new request computes again
+    assert memo.get("overview", (1,), slow) == 2
