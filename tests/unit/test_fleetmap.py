@@ -3,7 +3,7 @@ hand-made node lines and a hand-made topology: each node's state (first match wi
 grouping by the smallest component (by partition where none), the tiles at scale with
 their counts and worst state, a group opened node by node, a large group cut in runs, an
 open incident outlining its domain, and the links keeping the filters. The page itself:
-tests/unit/test_console_map.py; in a browser: tests/browser/test_console_map.py.
+tests/unit/test_console_map_pages.py; in a browser: tests/browser/test_console_map.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 histories whose answers are known: remediations per day by outcome, time to repair by
 fault and action (median, nearest-rank p90), repeats per machine, the breaker's openings,
 the incidents, each over a window of whole UTC days; and the charts' geometry. The page
-and the API: tests/unit/test_console_map.py; in a browser: tests/browser/test_console_map.py.
+and the API: tests/unit/test_console_map_pages.py; in a browser: tests/browser/test_console_map.py.
 """
 
 from __future__ import annotations
