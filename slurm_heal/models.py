@@ -539,6 +539,12 @@ class Breaker(Stored):
     why: str = ""
     reset_by: str | None = None
     reset_at: datetime | None = None
+    # Every opening, oldest first, the last OPENINGS_KEPT (the console's repairs over
+    # time, issue 42): a typed history, never read back out of a step's words.
+    openings: tuple[datetime, ...] = ()
+
+
+OPENINGS_KEPT = 1000
 
 
 class Pause(Stored):

@@ -586,7 +586,7 @@ def repairs(src: Sources, days: int) -> dict[str, Any]:
         everything = src.history()
         out = repairs_mod.summarize(
             everything.remediations, incidents_of(state),
-            repairs_mod.breaker_openings(everything.remediations, state.breaker),
+            repairs_mod.breaker_openings(state.breaker),
             _now(), days)
         out["store"] = src.loc.as_json()
         return out

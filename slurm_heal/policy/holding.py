@@ -9,7 +9,7 @@ The gates themselves (`gates`) are pure: they return a Hold and write nothing.
 
 from __future__ import annotations
 
-from slurm_heal.models import Phase, Remediation, mark
+from slurm_heal.models import OPENINGS_KEPT, Phase, Remediation, mark
 from slurm_heal.policy.facts import POLL_EVERY
 from slurm_heal.policy.gates import mode_hold, start_hold
 from slurm_heal.policy.holds import Hold
@@ -39,7 +39,8 @@ def apply_hold(ws: WorkingSet, led: Ledger, rem: Remediation, hold: Hold) -> Rem
     if hold.opens_breaker:
         # Keep reset_by/reset_at: the count restarts from the last reset.
         led.breaker = led.breaker.model_copy(update={
-            "open": True, "opened_at": ws.now, "why": hold.why})
+            "open": True, "opened_at": ws.now, "why": hold.why,
+            "openings": (*led.breaker.openings, ws.now)[-OPENINGS_KEPT:]})
         led.breaker_changed = True
     if hold.notify and rem.data.blocked != hold.key:
         led.effect("notify", rem.node, rem, hold.notify, why=hold.why, rule=hold.rule)

@@ -37,9 +37,6 @@ from slurm_heal.policy.facts import acted_at
 
 WINDOWS = (7, 30, 90)
 OUTCOMES = ("done", "failed", "cancelled", "withdrawn", "denied")
-# The words of the S5 hold that opens the breaker (policy/gates.py `breaker_hold`); the
-# hold that finds it open already says "the breaker is open".
-OPENS = "the breaker opens"
 TOP = 15  # rows of the time-to-repair and repeats tables the charts draw
 
 
@@ -79,12 +76,13 @@ def _day(at: datetime) -> date:
     return _utc(at).date()
 
 
-def breaker_openings(remediations: Iterable[Remediation], breaker: Breaker | None = None
-                     ) -> list[datetime]:
-    """Every opening of the breaker the records show, oldest first (one per instant)."""
-    seen = {_utc(s.at) for r in remediations for s in r.steps
-            if s.phase == "blocked" and s.rule == "S5" and OPENS in s.why}
-    if breaker is not None and breaker.open and breaker.opened_at is not None:
+def breaker_openings(breaker: Breaker | None) -> list[datetime]:
+    """Every opening of the breaker it keeps (`Breaker.openings`), and the one that holds
+    it open now, oldest first (one per instant)."""
+    if breaker is None:
+        return []
+    seen = {_utc(t) for t in breaker.openings}
+    if breaker.open and breaker.opened_at is not None:
         seen.add(_utc(breaker.opened_at))
     return sorted(seen)
 

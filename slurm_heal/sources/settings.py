@@ -26,9 +26,9 @@ import re
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from slurm_heal.sections import Duration
+from slurm_heal.sections import Duration, Section
 
 # A fault id (reasons.py's grammar) and the one template form a fault may hold.
 FAULT_ID = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
@@ -38,9 +38,7 @@ NHC_CHECK = re.compile(r"^check_[a-z0-9_]+$")
 Severity = Literal["info", "warning", "critical"]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+_Section = Section  # the one section base (house style 13): frozen, no unknown keys
 
 def template_shape(fault: str) -> str:
     """``fault`` with each ``{{ ... }}`` as ``*`` (a glob over fault ids)."""

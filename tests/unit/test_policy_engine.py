@@ -479,6 +479,8 @@ def test_the_breaker_opens_on_a_surge_and_stops_automatic_remediation() -> None:
     plan = run(nodes, {"gpu01": [alert("gpu01")]}, State(remediations=recent), policy=p)
     assert plan.breaker is not None and plan.breaker.open
     assert ("blocked", "S5") in phases(plan) and "cordon" not in kinds(plan)
+    # its opening is kept in the breaker's typed history (the console's repairs page)
+    assert plan.breaker.openings == (plan.breaker.opened_at,)
 
 
 def test_a_person_still_gets_through_an_open_breaker() -> None:

@@ -127,20 +127,19 @@ def test_repeats_per_machine_count_the_remediations_that_acted_by_its_identity()
     assert got["repeats_spread"] == {"1": 2, "2": 1, "3": 1, "4+": 0}  # g05: one act
 
 
-def test_the_breakers_openings_from_the_records_and_the_open_breaker() -> None:
-    opens = Step(at=NOW - 3 * DAY, phase="blocked", rule="S5",
-                 why="5 automatic remediations started within 1h (threshold 5): the "
-                     "breaker opens; automatic remediation stops until a person resets it")
-    still = Step(at=NOW - 3 * DAY + MIN, phase="blocked", rule="S5",
-                 why="the breaker is open: automatic remediation waits for a person")
-    other = Step(at=NOW - DAY, phase="blocked", rule="S3", why="the breaker opens")  # not S5
-    rems = [_rem("r1", NOW, steps=(opens, still)), _rem("r2", NOW, steps=(opens,)),
-            _rem("r3", NOW, steps=(other,))]
-    assert repairs.breaker_openings(rems) == [NOW - 3 * DAY]
-    now_open = Breaker(open=True, opened_at=NOW - 10 * MIN, why="...")
-    closed = Breaker(open=False, opened_at=NOW - 20 * DAY)
-    assert repairs.breaker_openings(rems, now_open) == [NOW - 3 * DAY, NOW - 10 * MIN]
-    assert repairs.breaker_openings(rems, closed) == [NOW - 3 * DAY]
+def test_the_breakers_openings_it_keeps_and_the_open_breaker() -> None:
+    """The openings come from the breaker's own typed history (never from a step's
+    words), with the opening that holds it open now; a closed breaker's last opening is
+    one of its kept openings already."""
+    closed = Breaker(open=False, opened_at=NOW - 3 * DAY, openings=(NOW - 3 * DAY,))
+    assert repairs.breaker_openings(closed) == [NOW - 3 * DAY]
+    assert repairs.breaker_openings(None) == []
+    now_open = closed.model_copy(update={"open": True, "opened_at": NOW - 10 * MIN,
+                                         "openings": (NOW - 3 * DAY, NOW - 10 * MIN)})
+    assert repairs.breaker_openings(now_open) == [NOW - 3 * DAY, NOW - 10 * MIN]
+    # a store written before the history was kept: the open breaker's opening still shows
+    older = Breaker(open=True, opened_at=NOW - 10 * MIN, why="...")
+    assert repairs.breaker_openings(older) == [NOW - 10 * MIN]
     got = summarize([], (), [NOW - 3 * DAY, NOW - 10 * MIN, NOW - 9 * DAY], NOW, 7)
     assert got["breaker"]["openings"] == [(NOW - 3 * DAY).isoformat(),
                                           (NOW - 10 * MIN).isoformat()]
