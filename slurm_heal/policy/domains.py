@@ -1,0 +1,140 @@
+"""Cause domains (SPEC S7, issue 37): which shared components can cause which fault
+classes, and where a lone fault waits for others.
+
+A domain kind (``incidents.domains``: ``leaf``, ``nvlink``, ``rack``, ``cohort``) names
+the groups of ``incidents.related`` it can cause and the component kinds that are such a
+domain: Slurm's tree switches and feature leaves are network leaves; ``topology/block``
+blocks and the GPUs' ClusterUUID + CliqueId (published by the node check, D12) are NVLink
+domains; ``rack=`` features are racks; the driver version, VBIOS and image the node check
+publishes are a cohort. The components come from the view's topology (Slurm's or a
+file's), else the nodes' features, plus what the node check published.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from slurm_heal.models import Remediation
+from slurm_heal.topology import Component, Topology, from_features
+
+if TYPE_CHECKING:
+    from slurm_heal.policy.working import WorkingSet
+
+
+def topology_of(ws: WorkingSet) -> Topology | None:
+    """The topology this call decides with: the view's (Slurm's or a file's), else the
+    nodes' features (topology.source auto or features); None when there is none."""
+    if ws.topology_read:
+        return ws.topology
+    ws.topology_read = True
+    conf = ws.policy.topology
+    topo = ws.view.topology
+    if conf.source == "none":
+        topo = None
+    elif (topo is None or topo.problem) and conf.source in ("auto", "features") \
+            and conf.feature_prefixes:
+        found = from_features(ws.view.nodes, conf.feature_prefixes)
+        if found:
+            topo = found
+    published = _published(ws)
+    if published:
+        topo = Topology(source=topo.source if topo else "node check",
+                        components=(topo.components if topo else ()) + published,
+                        problem=topo.problem if topo else "")
+    ws.topology = topo
+    return topo
+
+
+def _published(ws: WorkingSet) -> tuple[Component, ...]:
+    """The domains the node check publishes (issue 37, D12): an NVLink domain per
+    ClusterUUID + CliqueId, a cohort per driver version, VBIOS and image."""
+    members: dict[tuple[str, str], list[str]] = {}
+    for name, data in ws.check_data.items():
+        if not data.domains or name not in ws.nodes_by_name:
+            continue
+        said = dict(data.domains)
+        if "nvlink" in said:
+            members.setdefault(("nvlink", said["nvlink"]), []).append(name)
+        cohort = ",".join(f"{k}={said[k]}" for k in ("driver", "vbios", "image") if k in said)
+        if cohort:
+            members.setdefault(("cohort", cohort), []).append(name)
+    return tuple(Component(kind, cname, frozenset(ns))
+                 for (kind, cname), ns in sorted(members.items()))
+
+
+def components(ws: WorkingSet, node: str) -> tuple[Component, ...]:
+    """The physical components ``node`` is under, smallest first: those the blast radius
+    counts per (a cohort is no place, issue 37)."""
+    topo = topology_of(ws)
+    if not topo:
+        return ()
+    pol = ws.policy.incidents
+    out = []
+    for c in topo.of(node):
+        dom = pol.domains.get(pol.domain_of_component(c.kind) or "")
+        if dom is None or dom.blast_radius:
+            out.append(c)
+    return tuple(out)
+
+
+def domain_words(ws: WorkingSet, c: Component) -> str:
+    """What a component is as a cause domain, in words."""
+    return DOMAIN_WORDS.get(ws.policy.incidents.domain_of_component(c.kind) or "", c.kind)
+
+
+DOMAIN_WORDS = {"leaf": "network leaf switch", "nvlink": "NVLink domain", "rack": "rack",
+                "cohort": "driver/firmware/image cohort"}
+
+
+def qualifies(ws: WorkingSet, nodes: int, size: int) -> bool:
+    """Whether ``nodes`` of a domain of ``size`` nodes are enough for an incident
+    (incidents.min_nodes, or min_percent % of them, never fewer than two)."""
+    pol = ws.policy.incidents
+    return nodes >= 2 and (nodes >= pol.min_nodes or nodes * 100 >= pol.min_percent * size)
+
+
+def causes(ws: WorkingSet, group: str) -> tuple[str | None, frozenset[str] | None]:
+    """The component kinds that can cause a group's faults (issue 37): its domains'; a
+    group no domain names (a site's own) is counted over every component as before
+    (None), except the cohorts."""
+    pol = ws.policy.incidents
+    doms = pol.domains_of(group)
+    if not doms:
+        return None, None
+    return doms[0], frozenset(k for d in doms for k in pol.domains[d].components)
+
+
+def settle_until(ws: WorkingSet, rem: Remediation) -> tuple[datetime, Component] | None:
+    """When a related fault's remediation may start (``incidents.settle`` after its
+    alert was first seen), and the domain it waits on; None when it need not wait.
+
+    Issue 37: only a fault a domain of a settling kind can cause waits, and only where
+    the node is under such a domain that could still form an incident (as many nodes as
+    incidents.min_nodes, or min_percent % of them, never fewer than two): a GPU-local
+    fault, or a node alone under its switch, never waits."""
+    pol = ws.policy.incidents
+    if not pol.enabled or rem.origin != "alert":
+        return None
+    fault = rem.data.evidence_fault or rem.fault
+    kinds: set[str] = set()
+    anywhere = False
+    for group in pol.groups_of(fault):
+        doms = pol.domains_of(group)
+        if not doms:
+            anywhere = True
+        kinds.update(k for d in doms if pol.domains[d].settle
+                     for k in pol.domains[d].components)
+    if not kinds and not anywhere:
+        return None
+    topo = topology_of(ws)
+    comps = [c for c in (topo.of(rem.node) if topo else ())
+             if (c.kind in kinds or (anywhere and pol.domain_of_component(c.kind) != "cohort"))
+             and qualifies(ws, len(c.nodes), len(c.nodes))]
+    if not comps:
+        return None
+    seen = [a.first_seen for a in ws.active(rem.node, fault)]
+    if not seen:
+        return None
+    until = min(seen) + pol.settle
+    return (until, comps[0]) if ws.now < until else None
