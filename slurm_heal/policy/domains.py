@@ -83,6 +83,11 @@ def domain_words(ws: WorkingSet, c: Component) -> str:
     return DOMAIN_WORDS.get(ws.policy.incidents.domain_of_component(c.kind) or "", c.kind)
 
 
+def a_(what: str) -> str:
+    """``what`` with its article ("an NVLink domain", "a rack")."""
+    return ("an " if what[:1].lower() in "aeiou" or what.startswith("NVLink") else "a ") + what
+
+
 DOMAIN_WORDS = {"leaf": "network leaf switch", "nvlink": "NVLink domain", "rack": "rack",
                 "cohort": "driver/firmware/image cohort"}
 

@@ -219,8 +219,8 @@ def incident_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | None:
     settle = incidents.settle_until(ws, rem)
     if settle is not None:
         until, comp = settle
-        what = incidents.domain_words(ws, comp)
-        return Hold("S7", f"{fault} is a fault a {what} can cause: waits until "
+        what = incidents.a_(incidents.domain_words(ws, comp))
+        return Hold("S7", f"{fault} is a fault {what} can cause: waits until "
                     f"{iso(until)} (incidents.settle = "
                     f"{format_duration(ws.policy.incidents.settle)}) to see whether other "
                     f"nodes under {comp.label} ({len(comp.nodes)} nodes) show it too (then "

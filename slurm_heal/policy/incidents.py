@@ -34,6 +34,7 @@ from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
 from slurm_heal.policy.domains import DOMAIN_WORDS as DOMAIN_WORDS
+from slurm_heal.policy.domains import a_ as a_
 from slurm_heal.policy.domains import causes, qualifies
 from slurm_heal.policy.domains import components as components
 from slurm_heal.policy.domains import domain_words as domain_words
@@ -309,7 +310,7 @@ def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
     why = (f"{', '.join(faults)} on {len(nodes)} of the {len(c.nodes)} nodes under "
            f"{c.label} ({', '.join(nodes)}) within {_words(pol.window)}: one incident on the "
            f"{c.kind} (SPEC S7, incidents.min_nodes = {pol.min_nodes}, min_percent = "
-           f"{pol.min_percent:g}); a {what} can cause {group_words(group)} "
+           f"{pol.min_percent:g}); {a_(what)} can cause {group_words(group)} "
            f"(incidents.domains.{domain or '-'}); their own remediations are held, a "
            f"person looks at the {what}")
     inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group,

@@ -64,7 +64,7 @@ def test_nvlink_fabric_loss_is_one_incident_on_the_published_nvlink_domain(
     [inc] = w.incidents()
     assert (inc.component, inc.kind, inc.domain, inc.size) == (
         f"nvlink:{NVL_A}", "nvlink", "nvlink", 4)
-    assert "a NVLink domain can cause nvlink" in inc.why
+    assert "an NVLink domain can cause nvlink" in inc.why
     [note] = [e for e in plan.effects if e.kind == "notify"]
     assert "gpu01, gpu02, gpu03, gpu04" in note.why  # the domain's nodes, once
     assert [k for k, _ in kinds(plan)] == ["notify"]
