@@ -106,6 +106,11 @@ def test_an_incident_that_no_longer_qualifies_releases_its_held_remediations(
     assert (inc.state, inc.ended) == ("resolved", "released")
     assert "remain on 1 of the 4 nodes (gpu01)" in inc.resolution
     assert ("cordon", "gpu01") in kinds(plan)  # gpu01's own remediation goes on
+    from slurm_heal.readmodel.incidents import view
+
+    words = view(w.store.load(), inc).words
+    assert "on switch leaf1 (network leaf switch)" in words
+    assert "too few of its nodes kept the alerts" in words
 
 
 def test_an_incident_past_max_age_is_handed_to_a_person_with_one_notice(
@@ -174,3 +179,17 @@ def test_a_domain_naming_an_unknown_group_is_refused_with_the_key_named() -> Non
     conf = policy_from_dict({"incidents": {"domains": {"cohort": {"faults": []}}}})
     assert conf.incidents.domains_of("xid:gpu.xid.119") == ()
     assert conf.incidents.domains["leaf"].components == ("switch", "leaf")  # kept
+
+
+def test_policy_check_is_quiet_on_the_default_domains_and_names_an_unknown_kind(
+        tmp_path: Path) -> None:
+    from slurm_heal.configcheck import check_config
+
+    conf = tmp_path / "heal.toml"
+    conf.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n')
+    quiet = check_config(conf, build_provider=False)
+    assert not [w for w in quiet.warnings if "incidents" in w or "feature_prefixes" in w]
+    conf.write_text('[provider]\ntype = "http"\nurl = "http://127.0.0.1:9"\n'
+                    '[topology]\nfeature_prefixes = ["rack=", "su="]\n')
+    report = check_config(conf, build_provider=False)
+    assert any("'su=' names components of kind 'su'" in w for w in report.warnings)
