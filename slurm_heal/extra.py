@@ -202,6 +202,8 @@ class CheckData:
     # (key, value) pairs of ``slurm_heal.domains``: "nvlink" (the GPUs' ClusterUUID and
     # CliqueId), "driver", "vbios", "image" (its cohort).
     domains: tuple[tuple[str, str], ...] = ()
+    # The same as one string (its hash kept): what 100,000 nodes are grouped by each cycle.
+    domains_key: str = ""
 
 
 class _Bad(Exception):
@@ -346,9 +348,11 @@ def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
     if acked is None:
         acked = []
     _want(acked, list, f"{KEY}.acknowledged", "a list")
+    domains = _domains(ours.get("domains"))
     return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
                                   for i, a in enumerate(alerts)),
-                     checked_at=checked, host=host, domains=_domains(ours.get("domains")),
+                     checked_at=checked, host=host, domains=domains,
+                     domains_key="\x1f".join(f"{k}={v}" for k, v in domains),
                      acknowledged=tuple(_alert(node, a, f"{KEY}.acknowledged[{i}]", ctx)
                                         for i, a in enumerate(acked)))
 

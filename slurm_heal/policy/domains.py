@@ -15,16 +15,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from slurm_heal.components import Shared, WithPublished
 from slurm_heal.models import Remediation
-from slurm_heal.topology import Component, Topology, from_features
+from slurm_heal.topology import Component, from_features
 
 if TYPE_CHECKING:
     from slurm_heal.policy.working import WorkingSet
 
 
-def topology_of(ws: WorkingSet) -> Topology | None:
-    """The topology this call decides with: the view's (Slurm's or a file's), else the
-    nodes' features (topology.source auto or features); None when there is none."""
+def topology_of(ws: WorkingSet) -> Shared | None:
+    """The components this call decides with: the view's topology (Slurm's or a file's),
+    else the nodes' features (topology.source auto or features), with the domains the
+    node check publishes; None when there is none."""
     if ws.topology_read:
         return ws.topology
     ws.topology_read = True
@@ -37,30 +39,50 @@ def topology_of(ws: WorkingSet) -> Topology | None:
         found = from_features(ws.view.nodes, conf.feature_prefixes)
         if found:
             topo = found
-    published = _published(ws)
-    if published:
-        topo = Topology(source=topo.source if topo else "node check",
-                        components=(topo.components if topo else ()) + published,
-                        problem=topo.problem if topo else "")
-    ws.topology = topo
-    return topo
+    members = _published(ws)
+    ws.topology = WithPublished(topo, members, lambda n: published_keys(
+        ws.check_of(n).domains)) if members else topo
+    return ws.topology
 
 
-def _published(ws: WorkingSet) -> tuple[Component, ...]:
-    """The domains the node check publishes (issue 37, D12): an NVLink domain per
-    ClusterUUID + CliqueId, a cohort per driver version, VBIOS and image."""
-    members: dict[tuple[str, str], list[str]] = {}
+def published_keys(said: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The domains a node's published ``domains`` put it in (issue 37, D12): its NVLink
+    domain (ClusterUUID/CliqueId) and its cohort (driver version, VBIOS, image)."""
+    if not said:
+        return ()
+    d = dict(said)
+    out = [("nvlink", d["nvlink"])] if "nvlink" in d else []
+    cohort = ",".join(f"{k}={d[k]}" for k in ("driver", "vbios", "image") if k in d)
+    return (*out, ("cohort", cohort)) if cohort else tuple(out)
+
+
+def _published(ws: WorkingSet) -> dict[tuple[str, str], list[str]]:
+    """Each published domain's nodes: one pass, grouped by what each node said (a few
+    distinct values for 100,000 nodes), the keys made once per distinct value."""
+    said: dict[str, list[str]] = {}  # by CheckData.domains_key: a string, its hash kept
+    first: dict[str, tuple[tuple[str, str], ...]] = {}
+    get = said.get
     for name, data in ws.check_data.items():
-        if not data.domains or name not in ws.nodes_by_name:
-            continue
-        said = dict(data.domains)
-        if "nvlink" in said:
-            members.setdefault(("nvlink", said["nvlink"]), []).append(name)
-        cohort = ",".join(f"{k}={said[k]}" for k in ("driver", "vbios", "image") if k in said)
-        if cohort:
-            members.setdefault(("cohort", cohort), []).append(name)
-    return tuple(Component(kind, cname, frozenset(ns))
-                 for (kind, cname), ns in sorted(members.items()))
+        k = data.domains_key
+        if k:
+            got = get(k)
+            if got is None:
+                said[k] = [name]
+                first[k] = data.domains
+            else:
+                got.append(name)
+    if not said:
+        return {}
+    # (The check data is the snapshot's nodes': WorkingSet builds it from them.)
+    members: dict[tuple[str, str], list[str]] = {}
+    for k, names in said.items():
+        for key in published_keys(first[k]):
+            got = members.get(key)
+            if got is None:
+                members[key] = list(names)
+            else:
+                got.extend(names)
+    return members  # each made a frozenset once asked for (`WithPublished`)
 
 
 def components(ws: WorkingSet, node: str) -> tuple[Component, ...]:
