@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from slurm_heal.checks.detectors.gpu import Thresholds, domains_of, evaluate
+from slurm_heal.checks.detectors.gpu import GpuReading, Thresholds, domains_of, evaluate
 from slurm_heal.checks.detectors.nvidia import parse_text, parse_xml
-from slurm_heal.types import Severity
+from slurm_heal.types import Finding, Severity
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "nvidia"
 NOW = datetime(2026, 1, 5, tzinfo=timezone.utc)
@@ -18,7 +18,7 @@ NOW = datetime(2026, 1, 5, tzinfo=timezone.utc)
 HEADER = "Driver Version                            : 570.148.08\n\nGPU 00000000:19:00.0\n"
 
 
-def _judge(readings: list) -> list:  # type: ignore[type-arg]
+def _judge(readings: list[GpuReading]) -> list[Finding]:
     return evaluate(readings, {}, {}, NOW, Thresholds(), "gb01", "nvidia", "nvidia-smi").findings
 
 
