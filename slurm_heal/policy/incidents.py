@@ -267,20 +267,20 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
                 continue
             current = opened.get((cid, dom))
             if current is not None and group in current.all_groups:
-                _grow(ws, led, current, group, fresh, covered)
+                opened[(cid, dom)] = _grow(ws, led, current, group, fresh, covered)
                 continue
             recent = [(n, a) for n, a in fresh if a.first_seen >= ws.now - pol.window]
             if not qualifies(ws, len({n for n, _ in recent}), len(c.nodes)):
                 continue
             if current is not None:  # a new group of faults on the same domain joins it
-                _grow(ws, led, current, group, recent, covered)
+                opened[(cid, dom)] = _grow(ws, led, current, group, recent, covered)
                 continue
             opened[(cid, dom)] = _open(ws, led, c, dom, group, recent, topo.source)
             covered.update(_key(n, a.fault, a.first_seen) for n, a in recent)
 
 
 def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: str,
-          fresh: list[tuple[str, Alert]], covered: set[tuple[str, str, str]]) -> None:
+          fresh: list[tuple[str, Alert]], covered: set[tuple[str, str, str]]) -> Incident:
     new_nodes = sorted({n for n, _ in fresh} - set(inc.nodes))
     groups = inc.all_groups if group in inc.all_groups else (*inc.all_groups, group)
     inc = inc.model_copy(update={
@@ -294,6 +294,7 @@ def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: str,
                    f"{inc.name} ({group_words(group)}; now {len(inc.nodes)} of {inc.size} "
                    "nodes)")
     _hold(ws, led, inc, inc.nodes if len(groups) > 1 else new_nodes)
+    return inc
 
 
 def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,

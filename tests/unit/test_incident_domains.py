@@ -193,3 +193,20 @@ def test_policy_check_is_quiet_on_the_default_domains_and_names_an_unknown_kind(
                     '[topology]\nfeature_prefixes = ["rack=", "su="]\n')
     report = check_config(conf, build_provider=False)
     assert any("'su=' names components of kind 'su'" in w for w in report.warnings)
+
+
+def test_a_flood_of_distinct_xids_on_one_cohort_is_one_incident_not_thirty(
+        tmp_path: Path) -> None:
+    """O6 (issue 37): 30 distinct Xid codes on the same 3 nodes of one driver cohort open
+    one incident on the cohort (each code joins it), and the store stays small."""
+    w = World(tmp_path, published={n: {"driver": "570.124.06"} for n in NAMES})
+    codes = [13, 31, 43, 45, 48, 56, 57, 58, 61, 62, 63, 64, 68, 69, 73, 74, 79, 92, 94,
+             95, 109, 119, 120, 121, 123, 136, 140, 143, 154, 155][:30]
+    for n in ("gpu01", "gpu02", "gpu05"):
+        w.alerts[n] = [ib(n, fault=f"gpu.xid.{c}") for c in codes]
+    w.cycle(T0)
+    incs = w.incidents()
+    cohort = [i for i in incs if i.domain == "cohort"]
+    assert len(cohort) == 1 and len(cohort[0].groups) == 30
+    # Xid 74/155 are the NVLink domain's, 79 a rack's: no such domain here, no incident.
+    assert [i.domain for i in incs] == ["cohort"]
