@@ -723,7 +723,7 @@ class IncidentAlert(Stored):
 
 class Incident(Stored):
     """One incident on a shared component (SPEC S7): related alerts on several nodes under
-    one switch, block or rack, for a person; the nodes' own remediations are held while it
+    one switch, NVLink domain, rack or driver cohort, for a person; the nodes' own remediations are held while it
     is open. Kept in the store (``data["incidents"]``), its id deterministic (SPEC S6)."""
 
     id: str
