@@ -340,11 +340,31 @@ def beat_due(pub: dict[str, Any], now: datetime, heartbeat: float) -> bool:
 
 
 def _domains(st: dict[str, Any]) -> dict[str, str]:
-    """SPEC S7, D12: the cause domains the GPU detectors found the node in (issue 37)."""
+    """SPEC S7, D12: the cause domains the GPU detectors found the node in (issue 37),
+    and the OS image it runs where os-release names one."""
     out: dict[str, str] = {}
     for key in ("nvidia_state", "amd_state"):
         out.update((st.get(key) or {}).get("domains") or {})
+    image = os_image()
+    if image and out:  # a GPU node's cohort: its driver, VBIOS and image
+        out["image"] = image
     return out
+
+
+def os_image(path: str = "/etc/os-release") -> str:
+    """``IMAGE_ID`` and ``IMAGE_VERSION`` of os-release (the fields an image-based OS
+    build sets, os-release(5)), ``"gpu-node 2026.01.3"``; "" where it names none."""
+    try:
+        with open(paths.host_path(path), encoding="utf-8") as fh:
+            text = fh.read(16384)
+    except (OSError, UnicodeDecodeError):
+        return ""
+    fields = {}
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip() in ("IMAGE_ID", "IMAGE_VERSION"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return " ".join(v for k in ("IMAGE_ID", "IMAGE_VERSION") if (v := fields.get(k)))[:120]
 
 
 def _serials(st: dict[str, Any]) -> list[str]:

@@ -396,6 +396,13 @@ def test_the_nodes_driver_cohort_is_published_for_the_controller(node: Node,
     assert section["domains"] == {"driver": "570.124.06", "vbios": "96.00.99.00.01"}
     data = extra.read_check_data("gpu01", slurm.node("gpu01").extra, T0)
     assert dict(data.domains) == {"driver": "570.124.06", "vbios": "96.00.99.00.01"}
+    # An image-based OS names its image in os-release (IMAGE_ID, IMAGE_VERSION): it joins
+    # the cohort, and the change is published at once.
+    (node.root / "etc").mkdir(exist_ok=True)
+    (node.root / "etc/os-release").write_text('NAME="Ubuntu"\nIMAGE_ID=gpu-node\n'
+                                              'IMAGE_VERSION="2026.01.3"\n')
+    check(slurm, now=T0 + timedelta(minutes=1))
+    assert ours(slurm)["domains"]["image"] == "gpu-node 2026.01.3"  # type: ignore[index]
 
 
 def test_machine_identity_is_the_same_for_the_same_gpus_in_any_order() -> None:
