@@ -197,7 +197,7 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
         _end(ws, led, inc, "aged", why)  # the engine hands its held ones over (E1)
         led.record(inc.nodes[0], "notified", "S7", why)
         led.effect("notify", inc.nodes[0], None, f"incident-aged-{inc.id}", why=why,
-                   rule="S7", reason=f"incident:{inc.id}", topic=f"aged:{inc.id}")
+                   rule="S7", reason=f"incident-aged:{inc.id}", topic=f"aged:{inc.id}")
 
 
 def _report_unreadable(led: Ledger) -> None:

@@ -120,9 +120,15 @@ def test_an_incident_past_max_age_is_handed_to_a_person_with_one_notice(
         w.alerts[n] = [ib(n)]
     w.cycle(T0)
     assert kinds(w.cycle(T0 + timedelta(hours=1))) == []
+    before = w.store.load()
     plan = w.cycle(T0 + timedelta(hours=2))
     [inc] = w.incidents()
     assert (inc.state, inc.ended) == ("resolved", "aged")
+    from slurm_heal.notify.events import cycle_events
+
+    [event] = [e for e in cycle_events(before, w.store.load(), plan, plan.effects, w.alerts,
+                                       T0 + timedelta(hours=2)) if e.kind != "outcome"]
+    assert event.kind == "person" and "handed to a person" in event.text
     assert "incidents.max_age = 2h" in inc.resolution
     assert [k for k, _ in kinds(plan)] == ["notify"]  # one notice, no cordon
     assert {w.phase(n) for n in ("gpu01", "gpu02", "gpu03")} == {Phase.CANCELLED}
