@@ -48,6 +48,11 @@ class IncidentView(BaseModel):
     alerts: tuple[IncidentAlert, ...] = ()  # every node's alert, with its evidence (D7)
 
     @property
+    def domain_words(self) -> str:
+        """The cause domain in words ("NVLink domain"); "" for an older store's."""
+        return DOMAIN_WORDS.get(self.domain, self.domain)
+
+    @property
     def words(self) -> str:
         end = ""
         if self.state != "open":
