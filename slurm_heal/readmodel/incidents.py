@@ -43,14 +43,10 @@ class IncidentView(BaseModel):
     # Issue 37: the cause domain's kind (leaf, nvlink, rack, cohort) and how it ended
     # (closed, cleared, released: too few nodes kept the alerts, aged: handed to a person).
     domain: str = ""
+    domain_words: str = ""  # the domain in words ("NVLink domain"); "" in an older store
     ended: str | None = None
     close: str  # the command that closes it
     alerts: tuple[IncidentAlert, ...] = ()  # every node's alert, with its evidence (D7)
-
-    @property
-    def domain_words(self) -> str:
-        """The cause domain in words ("NVLink domain"); "" for an older store's."""
-        return DOMAIN_WORDS.get(self.domain, self.domain)
 
     @property
     def words(self) -> str:
@@ -59,7 +55,7 @@ class IncidentView(BaseModel):
             by = f"closed by {self.resolved_by}" if self.resolved_by else ENDED_WORDS.get(
                 self.ended or "", "the alerts cleared")
             end = f"; ended {_ts(self.resolved)} ({by})"
-        domain = f" ({DOMAIN_WORDS.get(self.domain, self.domain)})" if self.domain else ""
+        domain = f" ({self.domain_words})" if self.domain_words else ""
         return (f"{self.id} on {self.kind} {self.name}{domain}: {', '.join(self.faults)} on "
                 f"{len(self.nodes)} of {self.size} nodes ({self.hosts}) since "
                 f"{_ts(self.opened)}; {len(self.held)} remediation(s) held{end}")
@@ -102,7 +98,8 @@ def view(state: State, inc: Incident) -> IncidentView:
         hosts=_fold(inc.nodes), size=inc.size, state=inc.state, opened=inc.opened,
         resolved=inc.resolved, resolved_by=inc.resolved_by,
         held=held_by(state, inc) if inc.open else (), why=inc.why, resolution=inc.resolution,
-        domain=inc.domain, ended=inc.ended, close=f"slurm-heal incident close {inc.id}", alerts=inc.alerts)
+        domain=inc.domain, domain_words=DOMAIN_WORDS.get(inc.domain, inc.domain),
+        ended=inc.ended, close=f"slurm-heal incident close {inc.id}", alerts=inc.alerts)
 
 
 def shown(state: State, now: datetime) -> tuple[IncidentView, ...]:
