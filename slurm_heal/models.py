@@ -750,6 +750,10 @@ class Incident(Stored):
     # longer qualified (fewer nodes than a rule opens one for), or it reached
     # incidents.max_age and was handed to a person.
     ended: Literal["closed", "cleared", "released", "aged"] | None = None
+    # Since when fewer of its nodes keep the alerts than an incident opens for: it is
+    # released once that lasted incidents.settle (alerts clear node by node as a switch
+    # comes back; the last ones are not rebooted for a check that has not run yet).
+    short_since: datetime | None = None
 
     @property
     def all_groups(self) -> tuple[str, ...]:

@@ -71,9 +71,11 @@ def run(ws: WorkingSet, led: Ledger) -> Plan:
     for node in nodes:
         intake.observe(ws, led, node)
     incidents.correlate(ws, led)  # SPEC S7: before any remediation moves
-    for inc, rem in incidents.aged_now(ws, led):  # SPEC O6: an incident's bound (issue 37)
-        endings.fail_to_person(ws, led, rem, "S7", inc.resolution, inc.resolution,
-                               phase="cancelled", notify=False)
+    for inc in list(led.incidents.values()) if led.incidents_changed else ():
+        if inc.ended == "aged" and inc.resolved == ws.now:  # SPEC O6: max age (issue 37)
+            for rem in incidents.held_rems(ws, led, inc):
+                endings.fail_to_person(ws, led, rem, "S7", inc.resolution, inc.resolution,
+                                       phase="cancelled", notify=False)
     for rem in sorted(led.open_rems(), key=lambda r: (r.created, r.id)):
         if not led.rems[rem.id].phase.terminal:
             lifecycle.advance(ws, led, led.rems[rem.id])

@@ -26,12 +26,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from slurm_heal.config import format_duration
 from slurm_heal.incidentstore import INCIDENTS_KEY as INCIDENTS_KEY
 from slurm_heal.incidentstore import aside as aside
 from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
+from slurm_heal.incidentstore import unreadable
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
 from slurm_heal.policy.domains import DOMAIN_WORDS as DOMAIN_WORDS
 from slurm_heal.policy.domains import a_ as a_
@@ -176,13 +178,25 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
         for node in inc.nodes:
             led.record(node, "withdrawn", "S7", why)
         return
-    if not qualifies(ws, len(still), inc.size):
+    short = not qualifies(ws, len(still), inc.size)
+    if short != (inc.short_since is not None):  # it stopped (or again) qualifying
+        inc = inc.model_copy(update={"short_since": ws.now if short else None,
+                                     "updated": ws.now})
+        led.incidents[inc.id] = inc
+        led.incidents_changed = True
+    if short and inc.short_since is not None:
+        until = inc.short_since + pol.settle
+        if ws.now < until:
+            led.wake(until)  # the other nodes' checks may clear theirs meanwhile
+            return
         held = held_rems(ws, led, inc)
         why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: its alerts remain on "
-               f"{len(still)} of the {inc.size} nodes ({', '.join(still)}), fewer than an "
-               f"incident opens for (incidents.min_nodes = {pol.min_nodes}, min_percent = "
-               f"{pol.min_percent:g}); {len(held)} held remediation(s) go on by their own "
-               "rules")
+               f"{len(still)} of the {inc.size} nodes ({', '.join(still)}) since "
+               f"{inc.short_since.isoformat()}, fewer than an incident opens for "
+               f"(incidents.min_nodes = {pol.min_nodes}, min_percent = "
+               f"{pol.min_percent:g}, for incidents.settle = "
+               f"{format_duration(pol.settle)}); "
+               f"{len(held)} held remediation(s) go on by their own rules")
         _end(ws, led, inc, "released", why)
         for node in inc.nodes:
             led.record(node, "approved", "S7", why)
@@ -190,7 +204,8 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
     if ws.now >= inc.opened + pol.max_age:
         held = held_rems(ws, led, inc)
         why = (f"incident {inc.id} on {inc.kind} {inc.name} has been open "
-               f"{_words(ws.now - inc.opened)} (incidents.max_age = {_words(pol.max_age)}) "
+               f"{format_duration(ws.now - inc.opened)} (incidents.max_age = "
+               f"{format_duration(pol.max_age)}) "
                f"with its alerts on {len(still)} of {len(inc.nodes)} nodes: handed to a "
                f"person with its {len(held)} held remediation(s); nothing automatic starts "
                "on its nodes until a person acts")
@@ -203,8 +218,6 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
 def _report_unreadable(led: Ledger) -> None:
     """SPEC O6 (issue 37): stored incident entries that cannot be read are said once
     (and kept in the store, `incidentstore.dump`), never dropped without a word."""
-    from slurm_heal.incidentstore import unreadable
-
     bad = unreadable(led.incidents_raw) if led.incidents_raw else []
     if bad and led.once(notice("incident-unreadable"), len(bad)):
         led.record("-", "alert", "S7", f"{len(bad)} stored incident entr"
@@ -309,7 +322,8 @@ def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
     faults = sorted({a.fault for _, a in alerts})
     what = domain_words(ws, c)
     why = (f"{', '.join(faults)} on {len(nodes)} of the {len(c.nodes)} nodes under "
-           f"{c.label} ({', '.join(nodes)}) within {_words(pol.window)}: one incident on the "
+           f"{c.label} ({', '.join(nodes)}) within {format_duration(pol.window)}: one "
+           "incident on the "
            f"{c.kind} (SPEC S7, incidents.min_nodes = {pol.min_nodes}, min_percent = "
            f"{pol.min_percent:g}); {a_(what)} can cause {group_words(group)} "
            f"(incidents.domains.{domain or '-'}); their own remediations are held, a "
@@ -332,16 +346,3 @@ def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
     led.effect("notify", nodes[0], None, f"incident-{iid}", why=told, rule="S7",
                reason=f"incident:{iid}")
     return inc
-
-
-def _words(d: Any) -> str:
-    from slurm_heal.config import format_duration
-
-    return format_duration(d)
-
-
-def aged_now(ws: WorkingSet, led: Ledger) -> list[tuple[Incident, Remediation]]:
-    """The remediations held by incidents that reached incidents.max_age in this call
-    (SPEC O6): the engine hands them to a person (policy/endings.py)."""
-    return [(i, r) for i in led.incidents.values() if i.ended == "aged" and i.resolved ==
-            ws.now for r in held_rems(ws, led, i)]

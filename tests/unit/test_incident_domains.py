@@ -101,10 +101,16 @@ def test_an_incident_that_no_longer_qualifies_releases_its_held_remediations(
         w.alerts[n] = [ib(n)]
     w.cycle(T0)
     del w.alerts["gpu02"], w.alerts["gpu03"]
-    plan = w.cycle(T0 + timedelta(minutes=20))
+    # Alerts clear node by node as a switch comes back: the last one is not released at
+    # once, but once it stayed alone for incidents.settle (5m).
+    short = w.cycle(T0 + timedelta(minutes=20))
+    [inc] = w.incidents()
+    assert inc.open and inc.short_since == T0 + timedelta(minutes=20)
+    assert kinds(short) == [] and short.next_wake == T0 + timedelta(minutes=25)
+    plan = w.cycle(T0 + timedelta(minutes=25))
     [inc] = w.incidents()
     assert (inc.state, inc.ended) == ("resolved", "released")
-    assert "remain on 1 of the 4 nodes (gpu01)" in inc.resolution
+    assert "remain on 1 of the 4 nodes (gpu01) since" in inc.resolution
     assert ("cordon", "gpu01") in kinds(plan)  # gpu01's own remediation goes on
     from slurm_heal.readmodel.incidents import view
 
@@ -216,3 +222,21 @@ def test_a_flood_of_distinct_xids_on_one_cohort_is_one_incident_not_thirty(
     assert len(cohort) == 1 and len(cohort[0].groups) == 30
     # Xid 74/155 are the NVLink domain's, 79 a rack's: no such domain here, no incident.
     assert [i.domain for i in incs] == ["cohort"]
+
+
+def test_a_short_incident_that_qualifies_again_stays_open(tmp_path: Path) -> None:
+    """O6: the grace is for alerts clearing node by node; when the nodes show the alert
+    again (the leaf flaps), the incident qualifies again and keeps holding them."""
+    w = World(tmp_path)
+    for n in ("gpu01", "gpu02", "gpu03"):
+        w.alerts[n] = [ib(n)]
+    w.cycle(T0)
+    gone = w.alerts.pop("gpu02"), w.alerts.pop("gpu03")
+    w.cycle(T0 + timedelta(minutes=10))
+    assert w.incidents()[0].short_since is not None
+    w.alerts["gpu02"], w.alerts["gpu03"] = gone
+    plan = w.cycle(T0 + timedelta(minutes=12))
+    [inc] = w.incidents()
+    assert inc.open and inc.short_since is None
+    w.cycle(T0 + timedelta(minutes=30))
+    assert w.incidents()[0].open and not [k for k in kinds(plan) if k[0] == "cordon"]
