@@ -9,7 +9,9 @@ tests/unit/test_import_layers.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +62,57 @@ class Topology:
 
     def __bool__(self) -> bool:
         return bool(self.components)
+
+
+class Shared(Protocol):
+    """What the incident rules read of the components (a `Topology`, or one with the
+    domains the node check publishes: `WithPublished`)."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def problem(self) -> str: ...
+
+    def of(self, node: str) -> tuple[Component, ...]: ...
+
+    def __bool__(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WithPublished:
+    """A topology plus the domains the node check publishes (SPEC S7, D12; issue 37): an
+    NVLink domain per ClusterUUID/CliqueId, a cohort per driver. Its components are made
+    on first use, for the nodes asked about: at 100,000 nodes an index of every node's
+    published domains would cost a good part of a second each cycle."""
+
+    base: Topology | None
+    members: Mapping[tuple[str, str], Collection[str]]  # (kind, name) -> its nodes
+    keys_of: Callable[[str], tuple[tuple[str, str], ...]]  # a node's (kind, name) keys
+    _made: dict[tuple[str, str], Component] = field(default_factory=dict, repr=False,
+                                                   compare=False)
+
+    @property
+    def source(self) -> str:
+        return self.base.source if self.base else "node check"
+
+    @property
+    def problem(self) -> str:
+        return self.base.problem if self.base else ""
+
+    def _component(self, key: tuple[str, str]) -> Component:
+        got = self._made.get(key)
+        if got is None:
+            got = self._made[key] = Component(key[0], key[1], frozenset(self.members[key]))
+        return got
+
+    def of(self, node: str) -> tuple[Component, ...]:
+        """The components ``node`` is under, smallest first."""
+        base = self.base.of(node) if self.base else ()
+        own = tuple(self._component(k) for k in self.keys_of(node) if k in self.members)
+        if not own:
+            return base
+        return tuple(sorted(base + own, key=lambda c: (len(c.nodes), c.id)))
+
+    def __bool__(self) -> bool:
+        return bool(self.base) or bool(self.members)

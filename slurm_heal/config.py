@@ -348,14 +348,53 @@ class Pools(Section):
 
 
 # SPEC S7: the related faults that, seen together under one component, are one incident.
-# Each group is a list of fault globs; a group named in ``each_fault`` correlates each of
-# its faults only with itself (the same Xid code on several nodes, not any two Xids).
+# Each group is a list of fault globs (a fault class); a group named in ``each_fault``
+# correlates each of its faults only with itself (the same Xid code on several nodes, not
+# any two Xids). A fault may be in several groups (an Xid 79 is off-the-bus power, and an
+# Xid of a driver cohort); each group is counted over the domains that can cause it.
+# NVIDIA's NVLink-domain Xids: 74 (NVLink error), 144-150 (NVLink 5), 155 (NVLink
+# software-defined error): on GB200/GB300 the NVLink domain, not the node, is suspect.
+NVLINK_XIDS = tuple(f"gpu.xid.{n}" for n in (74, 144, 145, 146, 147, 148, 149, 150, 155))
 DEFAULT_RELATED: dict[str, tuple[str, ...]] = {
     "ib": ("ib.link_down", "ib.link_degraded"),
     "unreachable": ("host.unreachable",),
-    "nvlink": ("gpu.nvlink.down",),
+    "nvlink": ("gpu.nvlink.down", "gpu.fabric.*", "nvswitch.sxid.fatal", "fabric.*",
+               *NVLINK_XIDS),
+    "power": ("gpu.off_bus", "gpu.xid.79"),
     "xid": ("gpu.xid.*",),
 }
+
+
+class IncidentDomain(Section):
+    """SPEC S7 (issue 37): one kind of cause domain, what it is made of and which fault
+    classes (groups of ``incidents.related``) it can cause."""
+
+    # The groups of incidents.related this kind of domain can cause ([] turns it off).
+    faults: tuple[str, ...] = ()
+    # The component kinds that are such a domain: Slurm's ("switch" from topology/tree,
+    # "block" from topology/block), a feature prefix's name ("leaf", "rack", "block"), or
+    # what the node check publishes ("nvlink": the GPUs' ClusterUUID + CliqueId;
+    # "cohort": the driver version, VBIOS and image).
+    components: tuple[str, ...] = ()
+    # Whether a lone fault of these classes waits incidents.settle for others (a fleet-wide
+    # cohort never delays a GPU-local fault: its incident forms as the fault repeats).
+    settle: bool = True
+    # Whether the blast radius (topology.blast_radius) counts per domain of this kind.
+    blast_radius: bool = True
+
+
+# The default cause domains (docs/policy.md's [incidents] table says them in words).
+DEFAULT_DOMAINS: dict[str, dict[str, Any]] = {
+    "leaf": {"faults": ("ib", "unreachable"), "components": ("switch", "leaf")},
+    "nvlink": {"faults": ("nvlink",), "components": ("block", "nvlink")},
+    "rack": {"faults": ("power", "unreachable"), "components": ("rack",)},
+    "cohort": {"faults": ("xid",), "components": ("cohort",), "settle": False,
+               "blast_radius": False},
+}
+
+
+def _default_domains() -> dict[str, IncidentDomain]:
+    return {k: IncidentDomain(**v) for k, v in DEFAULT_DOMAINS.items()}
 
 
 class TopologyConf(Section):
@@ -381,17 +420,31 @@ class TopologyConf(Section):
 
 
 class Incidents(Section):
-    """SPEC S7: one incident per cause, on the component the nodes share."""
+    """SPEC S7: one incident per cause, on the domain that can cause it."""
 
     enabled: bool = True
     related: dict[str, tuple[str, ...]] = Field(default_factory=lambda: dict(DEFAULT_RELATED))
     each_fault: tuple[str, ...] = ("xid",)
+    # The cause domains (issue 37): a site's table for one kind replaces that kind's
+    # defaults; the kinds it does not name keep theirs.
+    domains: dict[str, IncidentDomain] = Field(default_factory=_default_domains)
     min_nodes: int = Field(default=3, ge=2)  # K nodes of one component ...
     min_percent: float = Field(default=50.0, gt=0, le=100)  # ... or X % of them (>= 2 nodes)
     window: Duration = timedelta(minutes=10)  # their alerts first seen within this
     # A related fault's remediation waits this long after its alert was first seen, so that
-    # a component's failure can show on its other nodes before one of them is cordoned.
+    # a domain's failure can show on its other nodes before one of them is cordoned; only
+    # where a domain that can cause the fault could still form an incident (issue 37).
     settle: Duration = timedelta(minutes=5)
+    # SPEC O6: an incident open this long is handed to a person with a notice, and its
+    # held remediations with it (a wait with a bound).
+    max_age: Duration = timedelta(hours=24)
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _with_defaults(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {**DEFAULT_DOMAINS, **value}
+        return value
 
     @model_validator(mode="after")
     def _groups(self) -> Incidents:
@@ -403,15 +456,47 @@ class Incidents(Section):
         empty = [g for g, globs in self.related.items() if not globs]
         if empty:
             raise ValueError(f"related.{empty[0]} lists no fault")
+        for kind, dom in self.domains.items():
+            # A default domain may name a group a site's own ``related`` does not have
+            # (it names nothing then); a domain the site wrote must name its groups.
+            if kind in DEFAULT_DOMAINS and dom == IncidentDomain(**DEFAULT_DOMAINS[kind]):
+                continue
+            bad = [g for g in dom.faults if g not in self.related]
+            if bad:
+                raise ValueError(f"domains.{kind}.faults names {bad[0]!r}, which is not a "
+                                 "group of incidents.related")
         return self
 
     def group_of(self, fault: str) -> str | None:
-        """The correlation key of ``fault``: its group, or ``group:fault`` for a group of
-        ``each_fault``; None when the fault is related to nothing."""
-        for name, globs in self.related.items():
-            if any(fnmatch.fnmatchcase(fault, g) for g in globs):
-                return f"{name}:{fault}" if name in self.each_fault else name
-        return None
+        """The first correlation key of ``fault`` (`groups_of`); None: related to nothing."""
+        groups = self.groups_of(fault)
+        return groups[0] if groups else None
+
+    def groups_of(self, fault: str) -> tuple[str, ...]:
+        """The correlation keys of ``fault``: each group it is in, or ``group:fault`` for a
+        group of ``each_fault``; () when the fault is related to nothing."""
+        return _groups_of(self.related_key, fault)
+
+    @functools.cached_property
+    def related_key(self) -> tuple[tuple[str, tuple[str, ...], bool], ...]:
+        return tuple((name, globs, name in self.each_fault)
+                     for name, globs in self.related.items())
+
+    def domains_of(self, group: str) -> tuple[str, ...]:
+        """The domain kinds that can cause a correlation key's faults (its group's)."""
+        name = group.partition(":")[0]
+        return tuple(k for k, d in self.domains.items() if name in d.faults)
+
+    def domain_of_component(self, kind: str) -> str | None:
+        """The domain kind a component kind is (a "switch" is a network leaf)."""
+        return next((k for k, d in self.domains.items() if kind in d.components), None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _groups_of(related: tuple[tuple[str, tuple[str, ...], bool], ...],
+               fault: str) -> tuple[str, ...]:
+    return tuple(f"{name}:{fault}" if each else name for name, globs, each in related
+                 if any(fnmatch.fnmatchcase(fault, g) for g in globs))
 
 
 # SPEC E6: the GPU reset's reservation is this prefix + the node (fixed, slurm_heal.gpureset).

@@ -262,6 +262,15 @@ def _check_topology(policy: Policy, source: str, fault_ids: list[str],
                 report.warnings.append(
                     f"{source}: incidents.related.{group}: {glob!r} matches no fault of the "
                     "catalog: it relates nothing")
+    # Issue 37: a component kind no cause domain names counts no fault class of a domain.
+    named = {k for d in policy.incidents.domains.values() for k in d.components}
+    for prefix in policy.topology.feature_prefixes:
+        kind = prefix.rstrip("=:")
+        if kind not in named:
+            report.warnings.append(
+                f"{source}: topology.feature_prefixes: {prefix!r} names components of kind "
+                f"{kind!r}, which no incidents.domains.*.components lists: only the blast "
+                "radius and groups no domain names count over them")
     if policy.topology.file and policy.topology.source in ("auto", "file"):
         from slurm_heal.errors import TopologyError
         from slurm_heal.topology import parse_topology

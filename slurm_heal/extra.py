@@ -164,7 +164,8 @@ def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str,
 def our_section(alerts: list[Alert], checked_at: datetime,
                 machine: dict[str, Any] | None = None,
                 acknowledged: list[Alert] | None = None,
-                heartbeat: float | None = None) -> dict[str, Any]:
+                heartbeat: float | None = None,
+                domains: dict[str, str] | None = None) -> dict[str, Any]:
     """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
     ``host`` (read by the controller as the machine identity) and ``machine``.
     ``acknowledged`` (SPEC S8): alerts a person's resume acknowledged, published under
@@ -178,6 +179,8 @@ def our_section(alerts: list[Alert], checked_at: datetime,
         out["heartbeat_s"] = int(heartbeat) if float(heartbeat).is_integer() else heartbeat
     if acknowledged:
         out["acknowledged"] = [alert_to_json(a) for a in acknowledged]
+    if domains:  # SPEC S7, D12: the cause domains the node is in (issue 37)
+        out["domains"] = {k: v for k, v in domains.items() if k in DOMAIN_KEYS and v}
     if machine:
         if machine.get("host"):
             out["host"] = machine["host"]
@@ -195,6 +198,12 @@ class CheckData:
     acknowledged: tuple[Alert, ...] = ()
     host: str | None = None  # machine identity: ``slurm_heal_host.host``, else ``slurm_heal.host``
     problem: str | None = None  # the first field that is wrong; None when all is well
+    # SPEC S7, D12 (issue 37): the cause domains the node check found the node in, as
+    # (key, value) pairs of ``slurm_heal.domains``: "nvlink" (the GPUs' ClusterUUID and
+    # CliqueId), "driver", "vbios", "image" (its cohort).
+    domains: tuple[tuple[str, str], ...] = ()
+    # The same as one string (its hash kept): what 100,000 nodes are grouped by each cycle.
+    domains_key: str = ""
 
 
 class _Bad(Exception):
@@ -293,6 +302,27 @@ def _alert(node: str, raw: Any, where: str, ctx: _Ctx) -> Alert:
                                 for i, e in enumerate(evidence)))
 
 
+DOMAIN_KEYS = ("nvlink", "driver", "vbios", "image")  # what `domains` may say
+MAX_DOMAIN = 120  # characters of one domain's value
+
+
+def _domains(raw: Any) -> tuple[tuple[str, str], ...]:
+    """``slurm_heal.domains``: an object of known keys to short strings (issue 37)."""
+    if raw is None:
+        return ()
+    _want(raw, dict, f"{KEY}.domains", "an object")
+    out = []
+    for k in DOMAIN_KEYS:
+        v = raw.get(k)
+        if v is None or v == "":
+            continue
+        _want(v, str, f"{KEY}.domains.{k}", "a string")
+        if len(v) > MAX_DOMAIN:
+            raise _Bad(f"{KEY}.domains.{k}: longer than {MAX_DOMAIN} characters")
+        out.append((k, v))
+    return tuple(out)
+
+
 def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
     host: str | None = None
     moved = extra.get(HOST_KEY)
@@ -318,9 +348,11 @@ def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
     if acked is None:
         acked = []
     _want(acked, list, f"{KEY}.acknowledged", "a list")
+    domains = _domains(ours.get("domains"))
     return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
                                   for i, a in enumerate(alerts)),
-                     checked_at=checked, host=host,
+                     checked_at=checked, host=host, domains=domains,
+                     domains_key="\x1f".join(f"{k}={v}" for k, v in domains),
                      acknowledged=tuple(_alert(node, a, f"{KEY}.acknowledged[{i}]", ctx)
                                         for i, a in enumerate(acked)))
 

@@ -52,17 +52,33 @@ def unreadable(raw: Any) -> list[str]:
     return out
 
 
-def dump(incidents: Iterable[Incident]) -> list[dict[str, Any]]:
-    """Open incidents and the newest KEEP_RESOLVED ended ones, oldest first, as JSON."""
+def aside(raw: Any) -> list[Any]:
+    """The stored entries `load` cannot read (at most KEEP_RESOLVED): kept in the store as
+    they are, for a person (issue 37, SPEC O6: reported, never dropped without a word)."""
+    if not isinstance(raw, list):
+        return []
+    out = []
+    for item in raw:
+        try:
+            Incident.model_validate(item)
+        except ValidationError:
+            out.append(item)
+    return out[-KEEP_RESOLVED:]
+
+
+def dump(incidents: Iterable[Incident], kept: Iterable[Any] = ()) -> list[Any]:
+    """Open incidents and the newest KEEP_RESOLVED ended ones, oldest first, as JSON;
+    then ``kept``: entries that cannot be read, as they were (`aside`)."""
     items = list(incidents)
     ended = sorted((i for i in items if not i.open), key=lambda i: (i.resolved or i.updated,
                                                                     i.id))
     keep = {i.id for i in ended[-KEEP_RESOLVED:]} | {i.id for i in items if i.open}
-    return [i.model_dump(mode="json") for i in sorted(items, key=lambda i: (i.opened, i.id))
-            if i.id in keep]
+    out: list[Any] = [i.model_dump(mode="json") for i in sorted(
+        items, key=lambda i: (i.opened, i.id)) if i.id in keep]
+    return out + list(kept)
 
 
-def merge(stored: Any, planned: Any) -> list[dict[str, Any]]:
+def merge(stored: Any, planned: Any) -> list[Any]:
     """What the store keeps when a plan writes incidents (SPEC S6): every incident either
     side has; for one id an ended one wins over an open one, else the later update."""
     have = load(stored)
@@ -71,4 +87,6 @@ def merge(stored: Any, planned: Any) -> list[dict[str, Any]]:
         if old is None or (old.open and not inc.open) or (
                 old.open == inc.open and inc.updated >= old.updated):
             have[inc.id] = inc
-    return dump(have.values())
+    kept = aside(stored)
+    kept += [i for i in aside(planned) if i not in kept]
+    return dump(have.values(), kept)

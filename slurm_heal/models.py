@@ -758,7 +758,7 @@ class IncidentAlert(Stored):
 
 class Incident(Stored):
     """One incident on a shared component (SPEC S7): related alerts on several nodes under
-    one switch, block or rack, for a person; the nodes' own remediations are held while it
+    one switch, NVLink domain, rack or driver cohort, for a person; the nodes' own remediations are held while it
     is open. Kept in the store (``data["incidents"]``), its id deterministic (SPEC S6)."""
 
     id: str
@@ -766,6 +766,10 @@ class Incident(Stored):
     kind: str
     name: str
     group: str  # the related faults' group (incidents.related), "xid:gpu.xid.79" per fault
+    # Issue 37: the cause domain's kind ("leaf", "nvlink", "rack", "cohort"; "" in an
+    # older store) and every group it took in (its first is ``group``; new groups join).
+    domain: str = ""
+    groups: tuple[str, ...] = ()
     size: int  # nodes under the component
     source: str = ""  # where the topology came from
     opened: datetime
@@ -777,6 +781,18 @@ class Incident(Stored):
     resolved_by: str | None = None  # the person who closed it; None: the alerts cleared
     why: str = ""  # why it opened
     resolution: str = ""  # why it ended
+    # How it ended (SPEC O6, issue 37): closed by a person, its alerts cleared, it no
+    # longer qualified (fewer nodes than a rule opens one for), or it reached
+    # incidents.max_age and was handed to a person.
+    ended: Literal["closed", "cleared", "released", "aged"] | None = None
+    # Since when fewer of its nodes keep the alerts than an incident opens for: it is
+    # released once that lasted incidents.settle (alerts clear node by node as a switch
+    # comes back; the last ones are not rebooted for a check that has not run yet).
+    short_since: datetime | None = None
+
+    @property
+    def all_groups(self) -> tuple[str, ...]:
+        return self.groups or (self.group,)
 
     @property
     def open(self) -> bool:

@@ -98,6 +98,8 @@ class Scenario:
     # The fault catalog the scenario was read with, and decide() is given (issue 20).
     catalog: catalog_mod.Catalog | None = None
     gate_duration: timedelta = DEFAULT_GATE_DURATION  # SPEC V4: a gate run, queued to verdict
+    # SPEC S7, D12: the domains each node's check publishes (NVLink domain, driver cohort).
+    domains: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _time(value: Any, start: datetime | None, where: str) -> datetime:
@@ -154,6 +156,7 @@ def parse_scenario(data: Any, source: str = "<scenario>",
     if not isinstance(nodes_raw, list) or not nodes_raw:
         raise ScenarioError(f"{source}: nodes: a non-empty list of {{\"name\", \"pool\"}}")
     nodes: list[tuple[str, str, tuple[str, ...]]] = []
+    domains: dict[str, dict[str, str]] = {}
     names: set[str] = set()
     for i, n in enumerate(nodes_raw):
         where = f"{source}: nodes[{i}]"
@@ -168,6 +171,15 @@ def parse_scenario(data: Any, source: str = "<scenario>",
         if "pool" in n and not isinstance(n["pool"], str):
             raise ScenarioError(f"{where}.pool: {n['pool']!r} must be a string")
         nodes.append((n["name"], str(n.get("pool", "default")), tuple(str(f) for f in feats)))
+        said = n.get("domains")  # SPEC S7, D12: what the node check publishes (issue 37)
+        if said is not None:
+            from slurm_heal.extra import DOMAIN_KEYS
+
+            if not isinstance(said, dict) or any(
+                    k not in DOMAIN_KEYS or not isinstance(v, str) for k, v in said.items()):
+                raise ScenarioError(f"{where}.domains: an object of {', '.join(DOMAIN_KEYS)} "
+                                    "to strings (what the node check publishes)")
+            domains[n["name"]] = dict(said)
     events: list[Event] = []
     cat = catalog if catalog is not None else catalog_mod.load()
     events_raw = data.get("events") or []
@@ -256,6 +268,7 @@ def parse_scenario(data: Any, source: str = "<scenario>",
         raise ScenarioError(f"{source}: sim: a duration longer than "
                             f"{MAX_SIM_DURATION.days}d")
     return Scenario(start=start, until=until, policy=policy, nodes=tuple(nodes),
+                    domains=domains,
                     events=tuple(sorted(events, key=lambda ev: (ev.at, ev.seq))),
                     interval=interval, durations=durations,
                     expect=tuple(data.get("expect") or ()),
@@ -511,6 +524,8 @@ class Simulation:
             states.discard("IDLE")
             states.add("ALLOCATED")
         extra: dict[str, Any] = {"slurm_heal": {"v": 1, "host": n.host}}
+        if n.name in self.sc.domains:
+            extra["slurm_heal"]["domains"] = self.sc.domains[n.name]
         if n.checked_at is not None:
             extra["slurm_heal"]["checked_at"] = n.checked_at.isoformat()
         return NodeInfo(name=n.name, states=frozenset(states), reason=n.reason,

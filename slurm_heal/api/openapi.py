@@ -196,8 +196,9 @@ def document() -> dict[str, Any]:
               "schema": {"type": "integer", "enum": [7, 30, 90], "default": 30}}]),
         "/api/v1/incidents": _read(
             "Incidents (`incidents`)", "SPEC S7: related alerts on several nodes under one "
-            "switch, block or rack, held as one cause for a person: the component, its "
-            "nodes, every node's alert with its evidence, the remediations held, how it "
+            "switch, NVLink domain, rack or driver cohort, held as one cause for a person: "
+            "the component, its nodes, every node's alert with its evidence, the "
+            "remediations held, how it "
             "ended. Open ones and those ended in the last day (all=true: every one kept).",
             [{"name": "all", "in": "query", "required": False,
               "schema": {"type": "boolean"}}]),

@@ -168,8 +168,55 @@ def parse_systemctl_show(text: str) -> dict[str, int]:
     return out
 
 
+# SPEC D12: the NVLink fabric's services, checked where a site enabled them (a GB200
+# compute tray may have nvidia-fabricmanager installed and disabled: its NVSwitches are
+# managed off the node, so an installed, disabled unit says nothing).
+FABRIC_UNITS = {"nvidia-fabricmanager.service": "fabric.manager.down",
+                "nvidia-imex.service": "fabric.imex.down"}
+
+
+def parse_unit_states(text: str) -> dict[str, tuple[str, str]]:
+    """``systemctl show -p Id,LoadState,ActiveState,UnitFileState`` -> unit -> (ActiveState,
+    UnitFileState), for the units systemd knows."""
+    out: dict[str, tuple[str, str]] = {}
+    for block in text.strip().split("\n\n"):
+        props = dict(line.partition("=")[::2] for line in block.splitlines())
+        unit = props.get("Id", "").strip()
+        if unit and props.get("LoadState", "loaded").strip() != "not-found":
+            out[unit] = (props.get("ActiveState", "").strip(),
+                         props.get("UnitFileState", "").strip())
+    return out
+
+
+def evaluate_fabric_units(states: dict[str, tuple[str, str]], node: str,
+                          now: datetime) -> list[Finding]:
+    """SPEC D12 (pure): an enabled fabric manager or IMEX unit that is not active."""
+    out = []
+    for unit, fault in FABRIC_UNITS.items():
+        active, enabled = states.get(unit, ("", ""))
+        if enabled == "enabled" and active and active not in ("active", "reloading",
+                                                               "activating"):
+            out.append(Finding(
+                fault=fault, severity=Severity.CRITICAL,
+                summary=f"{unit} is enabled but {active}: the GPUs' NVLink fabric "
+                        "(its NVLink domain) cannot work without it",
+                detector="services", node=node,
+                evidence=(Evidence(source="systemctl",
+                                   text=f"{unit} ActiveState={active} UnitFileState={enabled}",
+                                   at=now.isoformat(),
+                                   data={"unit": unit, "active_state": active}),)))
+    return out
+
+
 def gather_restarts(units: tuple[str, ...], timeout: float) -> dict[str, int]:
     """NRestarts of each unit; Unsupported where there is no running systemd."""
+    return gather_units(units, timeout)[0]
+
+
+def gather_units(units: tuple[str, ...], timeout: float) -> tuple[dict[str, int],
+                                                                  dict[str, tuple[str, str]]]:
+    """NRestarts of each unit, and the fabric units' states (D12), in one systemctl
+    call; Unsupported where there is no running systemd."""
     # sd_booted(): systemd is PID 1 exactly when this directory exists. Checking it
     # first saves a process start on nodes without systemd (containers).
     if not os.path.isdir(paths.host_path("/run/systemd/system")):
@@ -177,14 +224,18 @@ def gather_restarts(units: tuple[str, ...], timeout: float) -> dict[str, int]:
     if proc.which("systemctl") is None:
         raise Unsupported("systemctl not found on PATH")
     names = [u if "." in u else u + ".service" for u in units]
+    names += [u for u in FABRIC_UNITS if u not in names]
     res = proc.run(["systemctl", "show", "-p", "Id", "-p", "LoadState", "-p", "NRestarts",
-                    "--", *names], timeout)
+                    "-p", "ActiveState", "-p", "UnitFileState", "--", *names], timeout)
     if res.returncode != 0:
         err = res.stderr.strip()
         if "not been booted with systemd" in err or "Failed to connect to bus" in err:
             raise Unsupported("systemd is not running on this node")
         raise CheckError(f"systemctl show failed (exit {res.returncode}): {err[:200]}")
-    return parse_systemctl_show(res.stdout)
+    fabric = {u: st for u, st in parse_unit_states(res.stdout).items() if u in FABRIC_UNITS}
+    counts = {u: n for u, n in parse_systemctl_show(res.stdout).items()
+              if u not in FABRIC_UNITS or u in units}
+    return counts, fabric
 
 
 def evaluate_restarts(history: dict[str, list[list[float]]], counts: dict[str, int],

@@ -294,7 +294,8 @@ def _fingerprint(e: Evidence) -> str:
     return hashlib.sha256(f"{e.source}\0{e.at or ''}\0{e.text}".encode()).hexdigest()[:16]
 
 
-def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str]) -> str:
+def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str],
+         domains: dict[str, str] | None = None) -> str:
     """What our key in Extra says, as a short digest (issue 43; pure): per alert (the
     active ones and the acknowledged ones apart) its fault, severity, detector and first
     seen, and its evidence: each event of an event detector (`EVENT_DETECTORS`: a new
@@ -311,6 +312,8 @@ def said(alerts: list[Alert], acknowledged: list[Alert], gpu_serials: list[str])
 
     doc = [sorted(one(a) for a in alerts), sorted(one(a) for a in acknowledged),
            sorted({s.strip() for s in gpu_serials})]
+    if domains:  # SPEC S7, D12: the node's NVLink domain and cohort (issue 37)
+        doc.append(sorted(domains.items()))
     text = json.dumps(doc, separators=(",", ":"))
     if len(text) <= 400:
         return text
@@ -334,6 +337,34 @@ def beat_due(pub: dict[str, Any], now: datetime, heartbeat: float) -> bool:
         return True
     age = (now - at).total_seconds()
     return age < 0 or age >= heartbeat
+
+
+def _domains(st: dict[str, Any]) -> dict[str, str]:
+    """SPEC S7, D12: the cause domains the GPU detectors found the node in (issue 37),
+    and the OS image it runs where os-release names one."""
+    out: dict[str, str] = {}
+    for key in ("nvidia_state", "amd_state"):
+        out.update((st.get(key) or {}).get("domains") or {})
+    image = os_image()
+    if image and out:  # a GPU node's cohort: its driver, VBIOS and image
+        out["image"] = image
+    return out
+
+
+def os_image(path: str = "/etc/os-release") -> str:
+    """``IMAGE_ID`` and ``IMAGE_VERSION`` of os-release (the fields an image-based OS
+    build sets, os-release(5)), ``"gpu-node 2026.01.3"``; "" where it names none."""
+    try:
+        with open(paths.host_path(path), encoding="utf-8") as fh:
+            text = fh.read(16384)
+    except (OSError, UnicodeDecodeError):
+        return ""
+    fields = {}
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip() in ("IMAGE_ID", "IMAGE_VERSION"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return " ".join(v for k in ("IMAGE_ID", "IMAGE_VERSION") if (v := fields.get(k)))[:120]
 
 
 def _serials(st: dict[str, Any]) -> list[str]:
@@ -660,7 +691,8 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
 
     pub = st.setdefault("published", {"extra": False, "drained": ""})
     serials = _serials(st)
-    digest = said(alerts, acknowledged or [], serials)
+    domains = _domains(st)
+    digest = said(alerts, acknowledged or [], serials, domains)
     # A state that published for another name (the machine renamed, its disk kept) has
     # published nothing for this one.
     write = refresh or digest != pub.get("said") or not existed \
@@ -672,7 +704,8 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # controller sees the health check ran after its action (SPEC L5; a reboot
             # is a new boot, which always writes) and that the check is alive (O1).
             client.set_extra(name, extra.KEY, extra.our_section(
-                alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat))
+                alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat,
+                domains=domains))
             if alerts or acknowledged:
                 if not pub.get("extra"):
                     result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
@@ -796,7 +829,8 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
             # new boot or state. Prolog and epilog on a healthy node never call it.
             beat = publish or (mode in REFRESH_MODES and only is None
                                and beat_due(pub, now, cfg.heartbeat))
-            changed = said(result.alerts, result.acknowledged, _serials(st)) != pub.get("said")
+            changed = said(result.alerts, result.acknowledged, _serials(st),
+                           _domains(st)) != pub.get("said")
             needs_slurm = changed or beat or any(cordons(f) for f in result.findings) \
                 or bool(pub.get("drained")) or not existed or pub.get("boot") != st.get("boot_id") \
                 or pub.get("node") != node_name

@@ -153,7 +153,8 @@ def _is_detector_state(value: Any) -> bool:
                         and all(_is_number(x) for x in s))
             and _is_map(value.get("since", {}), _is_number)
             and isinstance(value.get("serials", []), list)
-            and all(isinstance(s, str) for s in value.get("serials", [])))
+            and all(isinstance(s, str) for s in value.get("serials", []))
+            and _is_map(value.get("domains", {}), lambda d: isinstance(d, str)))
 
 
 # Per-detector counter state: one top-level key each, so detectors running in parallel

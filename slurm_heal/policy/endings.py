@@ -102,17 +102,17 @@ def end_and_release(ws: WorkingSet, led: Ledger, rem: Remediation,
 
 def fail_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str, why: str,
                    tell: str, *, phase: Literal["failed", "cancelled"] = "failed",
-                   tell_rule: str | None = None) -> None:
+                   tell_rule: str | None = None, notify: bool = True) -> None:
     """The remediation ends (``failed``, or ``cancelled`` where a person ended our work)
     under ``rule`` with ``why``, and is handed to a person, who is told ``tell`` (under
     ``tell_rule``, default ``rule``): nothing automatic starts on the node until a person
     acts (SPEC E1, L1, L5, P3, S8, V4, D5). The one place of that ending."""
     rem = led.step(rem, phase, rule, why, data={"handed_to_person": True})
-    hand_to_person(ws, led, rem, tell_rule or rule, tell)
+    hand_to_person(ws, led, rem, tell_rule or rule, tell, notify=notify)
 
 
 def hand_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str,
-                   msg: str) -> None:
+                   msg: str, notify: bool = True) -> None:
     """The end of automatic work on a node: an ``escalated`` step and a notification.
     The remediation carries ``handed_to_person``; nothing automatic starts on the node
     until a person acts (E1)."""
@@ -123,4 +123,5 @@ def hand_to_person(ws: WorkingSet, led: Ledger, rem: Remediation, rule: str,
         "handed_to_person": True, "seen_evidence": person.seen_now(ws, rem.node),
         "handed_out_of_service": node is None or node.drained or node.down,
         "handed_reason": node.reason if node is not None else ""})
-    led.effect("notify", rem.node, rem, "notify", why=msg, rule=rule)
+    if notify:  # (S7 max age: the incident's one notice says it for all its nodes)
+        led.effect("notify", rem.node, rem, "notify", why=msg, rule=rule)

@@ -37,7 +37,7 @@ from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
 from slurm_heal.config import Policy
 from slurm_heal.models import Plan, State
-from slurm_heal.policy import acting, incidents, intake, lifecycle, requests
+from slurm_heal.policy import acting, endings, incidents, intake, lifecycle, requests
 from slurm_heal.policy.facts import host_of, is_automatic
 from slurm_heal.policy.records import Records
 from slurm_heal.policy.working import Ledger, WorkingSet
@@ -71,6 +71,11 @@ def run(ws: WorkingSet, led: Ledger) -> Plan:
     for node in nodes:
         intake.observe(ws, led, node)
     incidents.correlate(ws, led)  # SPEC S7: before any remediation moves
+    for inc in list(led.incidents.values()) if led.incidents_changed else ():
+        if inc.ended == "aged" and inc.resolved == ws.now:  # SPEC O6: max age (issue 37)
+            for rem in incidents.held_rems(ws, led, inc):
+                endings.fail_to_person(ws, led, rem, "S7", inc.resolution, inc.resolution,
+                                       phase="cancelled", notify=False)
     for rem in sorted(led.open_rems(), key=lambda r: (r.created, r.id)):
         if not led.rems[rem.id].phase.terminal:
             lifecycle.advance(ws, led, led.rems[rem.id])
@@ -85,7 +90,8 @@ def run(ws: WorkingSet, led: Ledger) -> Plan:
     if led.noted != led.old_noted or led.incidents_changed:
         data = {**ws.state.data, "noted": led.noted}
         if led.incidents_changed:
-            data[incidents.INCIDENTS_KEY] = incidents.dump(led.incidents.values())
+            data[incidents.INCIDENTS_KEY] = incidents.dump(  # unreadable ones kept (O6)
+                led.incidents.values(), incidents.aside(led.incidents_raw))
     return Plan(
         updates=tuple(led.rems[i] for i in led.changed),
         effects=tuple(effects),

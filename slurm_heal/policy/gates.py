@@ -194,7 +194,7 @@ def room_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | None:
 
 def blast_hold(ws: WorkingSet, rem: Remediation, started: list[Remediation]) -> Hold | None:
     """SPEC S7: at most topology.blast_radius disruptive remediations at once under one
-    switch, block or rack."""
+    switch, block, NVLink domain or rack (a cohort is no place: not counted)."""
     comps = incidents.components(ws, rem.node) if started else ()
     limit = ws.policy.topology.blast_radius
     for c in comps:
@@ -219,10 +219,12 @@ def incident_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | None:
     settle = incidents.settle_until(ws, rem)
     if settle is not None:
         until, comp = settle
-        return Hold("S7", f"{fault} is a fault a shared component can cause: waits until "
+        what = incidents.a_(incidents.domain_words(ws, comp))
+        return Hold("S7", f"{fault} is a fault {what} can cause: waits until "
                     f"{iso(until)} (incidents.settle = "
                     f"{format_duration(ws.policy.incidents.settle)}) to see whether other "
-                    f"nodes under {comp.label} show it too (then it is one incident)",
+                    f"nodes under {comp.label} ({len(comp.nodes)} nodes) show it too (then "
+                    "it is one incident)",
                     wake=until, subject="settle", label=f"settle wait under {comp.label}",
                     lifts=f"by itself at {iso(until)} (incidents.settle), unless other "
                     f"nodes under {comp.label} show it too (then an incident holds it)")

@@ -1,41 +1,50 @@
-"""One incident per cause (SPEC S7): related alerts on several nodes under one shared
-component open one incident on the component, for a person.
+"""One incident per cause (SPEC S7, O6): related alerts on several nodes under one domain
+that can cause them open one incident on it, for a person.
 
-Functions of the working set and the ledger, fed by the topology (slurm_heal.topology: the view's,
-else the nodes' features). One decide() call:
+Functions of the working set and the ledger; which components can cause which faults is
+policy/domains.py's (issue 37). One decide() call:
 
 1. a person's ``close_incident`` command ends an incident (`close`);
-2. `correlate`: an open incident takes in the related alerts that appear on more of its
-   component's nodes and ends when none of its nodes has one left (the alerts cleared);
-   related alerts, first seen within ``incidents.window``, on at least
-   ``incidents.min_nodes`` nodes (or ``min_percent`` % of them, and never fewer than two)
-   of one component open one incident on it: its nodes' remediations are held (recorded
-   once on each), a person is notified once with every node's evidence;
-3. the start gate (policy/gates.py) holds a remediation of a node in an open incident
-   (``S7``), and a related fault's remediation until its alert is ``incidents.settle``
-   old, so a component's failure can show on its other nodes before one is cordoned.
+2. `correlate`: an open incident takes in its faults on more of its domain's nodes, and
+   ends (`_bound`) when its alerts cleared, when fewer of its nodes keep them than an
+   incident opens for (the held remediations go on by their own rules), or at
+   ``incidents.max_age`` (handed to a person, with one notice); related alerts first seen
+   within ``incidents.window`` on ``incidents.min_nodes`` nodes (or ``min_percent`` %,
+   never fewer than two) of one domain open one incident, at most one open per component
+   and domain kind (a new group of faults joins it): its nodes' remediations are held, a
+   person is notified once with the domain's nodes and every node's evidence;
+3. the start gate (policy/gates.py) holds a node's remediation while an open incident
+   holds it, and a fault a domain can cause until ``incidents.settle`` after it showed,
+   only where that domain could still form an incident (`domains.settle_until`).
 
-An alert an incident took in (open or ended) never counts towards another, so a person's
-close is not undone by the same alerts the next cycle: the held remediations go on by
-their own rules (withdrawn by L4 where the alerts cleared). Incidents live in the store
-(``data["incidents"]``) with deterministic ids: two controllers open the same one (S6),
-and `merge` joins what two plans wrote.
+An alert an incident took in never counts towards another. Incidents live in the store
+(``data["incidents"]``) with deterministic ids: two controllers open the same one (S6).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from slurm_heal.config import format_duration
 from slurm_heal.incidentstore import INCIDENTS_KEY as INCIDENTS_KEY
+from slurm_heal.incidentstore import aside as aside
 from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
+from slurm_heal.incidentstore import unreadable
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
+from slurm_heal.policy.domains import DOMAIN_WORDS as DOMAIN_WORDS
+from slurm_heal.policy.domains import a_ as a_
+from slurm_heal.policy.domains import causes, qualifies
+from slurm_heal.policy.domains import components as components
+from slurm_heal.policy.domains import domain_words as domain_words
+from slurm_heal.policy.domains import settle_until as settle_until
+from slurm_heal.policy.domains import topology_of as topology_of
 from slurm_heal.policy.holds import Hold
 from slurm_heal.policy.notices import notice
-from slurm_heal.topology import Component, Topology, from_features
+from slurm_heal.topology import Component
 from slurm_heal.types import Alert
 
 if TYPE_CHECKING:
@@ -47,30 +56,6 @@ BEFORE_START = frozenset({Phase.PROPOSED, Phase.APPROVED})
 def incident_id(component: str, group: str, since: datetime) -> str:
     raw = f"{component}|{group}|{since.isoformat()}"
     return "i-" + hashlib.sha256(raw.encode()).hexdigest()[:12]
-
-
-def topology_of(ws: WorkingSet) -> Topology | None:
-    """The topology this call decides with: the view's (Slurm's or a file's), else the
-    nodes' features (topology.source auto or features); None when there is none."""
-    if ws.topology_read:
-        return ws.topology
-    ws.topology_read = True
-    conf = ws.policy.topology
-    topo = ws.view.topology
-    if conf.source == "none":
-        topo = None
-    elif (topo is None or topo.problem) and conf.source in ("auto", "features") \
-            and conf.feature_prefixes:
-        found = from_features(ws.view.nodes, conf.feature_prefixes)
-        if found:
-            topo = found
-    ws.topology = topo
-    return topo
-
-
-def components(ws: WorkingSet, node: str) -> tuple[Component, ...]:
-    topo = topology_of(ws)
-    return topo.of(node) if topo else ()
 
 
 def _key(node: str, fault: str, first_seen: datetime) -> tuple[str, str, str]:
@@ -90,31 +75,37 @@ def group_words(group: str) -> str:
     return fault or name
 
 
+def _related(ws: WorkingSet, fault: str, inc: Incident) -> bool:
+    return not set(ws.policy.incidents.groups_of(fault)).isdisjoint(inc.all_groups)
+
+
 def held_rems(ws: WorkingSet, led: Ledger, inc: Incident) -> list[Remediation]:
-    """The open remediations an incident holds: its nodes', for its group's faults,
+    """The open remediations an incident holds: its nodes', for its groups' faults,
     before their start."""
-    pol = ws.policy.incidents
     out = []
     for node in inc.nodes:
         for rem in led.open_on(node):
             fault = rem.data.evidence_fault or rem.fault
-            if rem.phase in BEFORE_START and pol.group_of(fault) == inc.group:
+            if rem.phase in BEFORE_START and _related(ws, fault, inc):
                 out.append(rem)
     return out
 
 
 def open_incident_of(ws: WorkingSet, led: Ledger, node: str, fault: str) -> Incident | None:
     """The open incident that holds ``node``'s remediation for ``fault``, if any."""
-    group = ws.policy.incidents.group_of(fault)
-    if group is None:
+    if not ws.policy.incidents.groups_of(fault):
         return None
     return next((i for i in led.incidents.values()
-                 if i.open and i.group == group and node in i.nodes), None)
+                 if i.open and node in i.nodes and _related(ws, fault, i)), None)
+
+
+def _faults_words(inc: Incident) -> str:
+    return ", ".join(group_words(g) for g in inc.all_groups)
 
 
 def hold_words(inc: Incident) -> str:
     return (f"held by incident {inc.id} on {inc.kind} {inc.name} ({len(inc.nodes)} of "
-            f"{inc.size} nodes, {group_words(inc.group)}): one cause, one ticket for a person; "
+            f"{inc.size} nodes, {_faults_words(inc)}): one cause, one ticket for a person; "
             f"this node's own remediation waits until the incident ends (slurm-heal "
             f"incident close {inc.id}, or the alerts clear)")
 
@@ -124,7 +115,8 @@ def hold_of(inc: Incident) -> Hold:
     return Hold("S7", hold_words(inc), subject=inc.id, incident=inc.id,
                 label=f"incident {inc.id}",
                 lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
-                "or its alerts clear", command=f"slurm-heal incident close {inc.id}")
+                "its alerts clear, or too few of its nodes keep them (then each goes on by "
+                "its own rules)", command=f"slurm-heal incident close {inc.id}")
 
 
 def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> None:
@@ -136,6 +128,15 @@ def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> N
             rem = led.step(rem, "blocked", "S7", hold.why, mark=hold.key)
             led.put(rem.model_copy(update={"data": rem.data.but(blocked=hold.key,
                                                                 hold=hold.held())}))
+
+
+def _end(ws: WorkingSet, led: Ledger, inc: Incident, how: str, why: str,
+         by: str | None = None) -> Incident:
+    inc = inc.model_copy(update={"state": "resolved", "resolved": ws.now, "updated": ws.now,
+                                 "resolved_by": by, "resolution": why, "ended": how})
+    led.incidents[inc.id] = inc
+    led.incidents_changed = True
+    return inc
 
 
 def close(ws: WorkingSet, led: Ledger, cmd: Command) -> None:
@@ -152,12 +153,76 @@ def close(ws: WorkingSet, led: Ledger, cmd: Command) -> None:
     why = (f"incident {inc.id} on {inc.kind} {inc.name} closed by {cmd.by}"
            + (f": {cmd.reason}" if cmd.reason else "")
            + f"; {len(held)} held remediation(s) go on by their own rules")
-    inc = inc.model_copy(update={"state": "resolved", "resolved": ws.now, "updated": ws.now,
-                                 "resolved_by": cmd.by, "resolution": why})
-    led.incidents[inc.id] = inc
-    led.incidents_changed = True
+    inc = _end(ws, led, inc, "closed", why, by=cmd.by)
     for node in inc.nodes:
         led.record(node, "approved", "S7", why)
+
+
+def _still(ws: WorkingSet, inc: Incident) -> list[str]:
+    """The incident's nodes that keep one of its alerts (or whose check data cannot be
+    read: no news, not a cleared alert, SPEC I2, L4)."""
+    return [n for n in inc.nodes if ws.check_of(n).problem
+            or any(_related(ws, a.fault, inc) for a in ws.active(n))]
+
+
+def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
+    """SPEC S7, O6 (issue 37): an open incident ends when its alerts cleared, when too few
+    of its nodes keep them (the rest go on by their own rules), or when it reached
+    incidents.max_age (handed to a person with a notice)."""
+    pol = ws.policy.incidents
+    still = _still(ws, inc)
+    if not still:
+        why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
+               f"{_faults_words(inc)} alerts cleared on all {len(inc.nodes)} nodes")
+        _end(ws, led, inc, "cleared", why)
+        for node in inc.nodes:
+            led.record(node, "withdrawn", "S7", why)
+        return
+    short = not qualifies(ws, len(still), inc.size)
+    if short != (inc.short_since is not None):  # it stopped (or again) qualifying
+        inc = inc.model_copy(update={"short_since": ws.now if short else None,
+                                     "updated": ws.now})
+        led.incidents[inc.id] = inc
+        led.incidents_changed = True
+    if short and inc.short_since is not None:
+        until = inc.short_since + pol.settle
+        if ws.now < until:
+            led.wake(until)  # the other nodes' checks may clear theirs meanwhile
+            return
+        held = held_rems(ws, led, inc)
+        why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: its alerts remain on "
+               f"{len(still)} of the {inc.size} nodes ({', '.join(still)}) since "
+               f"{inc.short_since.isoformat()}, fewer than an incident opens for "
+               f"(incidents.min_nodes = {pol.min_nodes}, min_percent = "
+               f"{pol.min_percent:g}, for incidents.settle = "
+               f"{format_duration(pol.settle)}); "
+               f"{len(held)} held remediation(s) go on by their own rules")
+        _end(ws, led, inc, "released", why)
+        for node in inc.nodes:
+            led.record(node, "approved", "S7", why)
+        return
+    if ws.now >= inc.opened + pol.max_age:
+        held = held_rems(ws, led, inc)
+        why = (f"incident {inc.id} on {inc.kind} {inc.name} has been open "
+               f"{format_duration(ws.now - inc.opened)} (incidents.max_age = "
+               f"{format_duration(pol.max_age)}) "
+               f"with its alerts on {len(still)} of {len(inc.nodes)} nodes: handed to a "
+               f"person with its {len(held)} held remediation(s); nothing automatic starts "
+               "on its nodes until a person acts")
+        _end(ws, led, inc, "aged", why)  # the engine hands its held ones over (E1)
+        led.record(inc.nodes[0], "notified", "S7", why)
+        led.effect("notify", inc.nodes[0], None, f"incident-aged-{inc.id}", why=why,
+                   rule="S7", reason=f"incident-aged:{inc.id}", topic=f"aged:{inc.id}")
+
+
+def _report_unreadable(led: Ledger) -> None:
+    """SPEC O6 (issue 37): stored incident entries that cannot be read are said once
+    (and kept in the store, `incidentstore.dump`), never dropped without a word."""
+    bad = unreadable(led.incidents_raw) if led.incidents_raw else []
+    if bad and led.once(notice("incident-unreadable"), len(bad)):
+        led.record("-", "alert", "S7", f"{len(bad)} stored incident entr"
+                   f"{'y' if len(bad) == 1 else 'ies'} cannot be read and are kept aside "
+                   f"unchanged: {'; '.join(bad[:3])} (slurm-heal incidents lists them)")
 
 
 def correlate(ws: WorkingSet, led: Ledger) -> None:
@@ -173,22 +238,14 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
     related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
     for name, alerts in ws.alerts.items():
         for a in alerts:
-            group = pol.group_of(a.fault)
-            if group is not None:
+            for group in pol.groups_of(a.fault):
                 related.setdefault(group, []).append((name, a))
     if not related and not led.any_open_incident:
         return  # a quiet cycle: nothing to correlate, nothing open to end
+    _report_unreadable(led)
     for inc in list(led.incidents.values()):
-        # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
-        if inc.open and not any(ws.check_of(n).problem or any(
-                pol.group_of(a.fault) == inc.group for a in ws.active(n)) for n in inc.nodes):
-            why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
-                   f"{group_words(inc.group)} alerts cleared on all {len(inc.nodes)} nodes")
-            led.incidents[inc.id] = inc.model_copy(update={
-                "state": "resolved", "resolved": ws.now, "updated": ws.now, "resolution": why})
-            led.incidents_changed = True
-            for node in inc.nodes:
-                led.record(node, "withdrawn", "S7", why)
+        if inc.open:
+            _bound(ws, led, inc)
     if not related:
         return
     topo = topology_of(ws)
@@ -196,111 +253,96 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
         return
     covered = {_key(a.node, a.fault, a.first_seen)
                for inc in led.incidents.values() for a in inc.alerts}
-    opened = {(i.component, i.group): i for i in led.incidents.values() if i.open}
+    # SPEC O6 (issue 37): one open incident per component and domain kind.
+    opened = {(i.component, i.domain): i for i in led.incidents.values() if i.open}
     for group, found in sorted(related.items()):
+        domain, kinds = causes(ws, group)
         by_comp: dict[str, list[tuple[str, Alert]]] = {}
         comps: dict[str, Component] = {}
         for name, a in found:
             if _key(name, a.fault, a.first_seen) in covered:
                 continue
             for c in topo.of(name):
+                if kinds is None:
+                    if pol.domain_of_component(c.kind) == "cohort":
+                        continue
+                elif c.kind not in kinds:
+                    continue  # a kind of component that cannot cause this fault
                 comps[c.id] = c
                 by_comp.setdefault(c.id, []).append((name, a))
         # Smallest component first: the most specific cause takes the alerts.
         for cid in sorted(by_comp, key=lambda i: (len(comps[i].nodes), i)):
             c = comps[cid]
+            dom = pol.domain_of_component(c.kind) or domain or ""
             fresh = [(n, a) for n, a in by_comp[cid]
                      if _key(n, a.fault, a.first_seen) not in covered]
-            current = opened.get((cid, group))
-            if current is not None:
-                if fresh:
-                    _grow(ws, led, current, fresh, covered)
+            if not fresh:
+                continue
+            current = opened.get((cid, dom))
+            if current is not None and group in current.all_groups:
+                opened[(cid, dom)] = _grow(ws, led, current, group, fresh, covered)
                 continue
             recent = [(n, a) for n, a in fresh if a.first_seen >= ws.now - pol.window]
-            nodes = {n for n, _ in recent}
-            if len(nodes) < 2 or (len(nodes) < pol.min_nodes
-                                  and len(nodes) * 100 < pol.min_percent * len(c.nodes)):
+            if not qualifies(ws, len({n for n, _ in recent}), len(c.nodes)):
                 continue
-            _open(ws, led, c, group, recent, topo.source)
+            if current is not None:  # a new group of faults on the same domain joins it
+                opened[(cid, dom)] = _grow(ws, led, current, group, recent, covered)
+                continue
+            opened[(cid, dom)] = _open(ws, led, c, dom, group, recent, topo.source)
             covered.update(_key(n, a.fault, a.first_seen) for n, a in recent)
 
 
-def _grow(ws: WorkingSet, led: Ledger, inc: Incident, fresh: list[tuple[str, Alert]],
-          covered: set[tuple[str, str, str]]) -> None:
+def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: str,
+          fresh: list[tuple[str, Alert]], covered: set[tuple[str, str, str]]) -> Incident:
     new_nodes = sorted({n for n, _ in fresh} - set(inc.nodes))
+    groups = inc.all_groups if group in inc.all_groups else (*inc.all_groups, group)
     inc = inc.model_copy(update={
         "nodes": tuple(sorted(set(inc.nodes) | set(new_nodes))), "updated": ws.now,
-        "alerts": inc.alerts + tuple(_carried(a) for _, a in fresh)})
+        "groups": groups, "alerts": inc.alerts + tuple(_carried(a) for _, a in fresh)})
     led.incidents[inc.id] = inc
     led.incidents_changed = True
     covered.update(_key(n, a.fault, a.first_seen) for n, a in fresh)
     for node in new_nodes:
         led.record(node, "alert", "S7", f"{node} joins incident {inc.id} on {inc.kind} "
-                   f"{inc.name} ({group_words(inc.group)}; now {len(inc.nodes)} of {inc.size} "
+                   f"{inc.name} ({group_words(group)}; now {len(inc.nodes)} of {inc.size} "
                    "nodes)")
-    _hold(ws, led, inc, new_nodes)
+    _hold(ws, led, inc, inc.nodes if len(groups) > 1 else new_nodes)
+    return inc
 
 
-def _open(ws: WorkingSet, led: Ledger, c: Component, group: str, alerts: list[tuple[str, Alert]],
-          source: str) -> None:
+def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
+          alerts: list[tuple[str, Alert]], source: str) -> Incident:
     pol = ws.policy.incidents
     since = min(a.first_seen for _, a in alerts)
     nodes = tuple(sorted({n for n, _ in alerts}))
     iid = incident_id(c.id, group, since)
     old = led.incidents.get(iid)
     if old is not None:  # another replica opened it (S6): the same incident
-        return
+        return old
     faults = sorted({a.fault for _, a in alerts})
+    what = domain_words(ws, c)
     why = (f"{', '.join(faults)} on {len(nodes)} of the {len(c.nodes)} nodes under "
-           f"{c.label} ({', '.join(nodes)}) within {_words(pol.window)}: one incident on the "
+           f"{c.label} ({', '.join(nodes)}) within {format_duration(pol.window)}: one "
+           "incident on the "
            f"{c.kind} (SPEC S7, incidents.min_nodes = {pol.min_nodes}, min_percent = "
-           f"{pol.min_percent:g}); their own remediations are held, a person looks at the "
-           f"{c.kind}")
+           f"{pol.min_percent:g}); {a_(what)} can cause {group_words(group)} "
+           f"(incidents.domains.{domain or '-'}); their own remediations are held, a "
+           f"person looks at the {what}")
     inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group,
-                   size=len(c.nodes), source=source, opened=ws.now, updated=ws.now,
-                   nodes=nodes, alerts=tuple(_carried(a) for _, a in alerts), why=why)
+                   domain=domain, groups=(group,), size=len(c.nodes), source=source,
+                   opened=ws.now, updated=ws.now, nodes=nodes,
+                   alerts=tuple(_carried(a) for _, a in alerts), why=why)
     led.incidents[iid] = inc
     led.incidents_changed = True
     for node in nodes:
         led.record(node, "alert", "S7", f"incident {iid}: {why}")
     _hold(ws, led, inc, nodes)
-    # One notice for the incident (its first node carries it: an effect names a node).
-    notice = (f"incident {iid} on {c.label}: {why}; close it with: slurm-heal incident "
-              f"close {iid}")
-    led.record(nodes[0], "notified", "S7", notice)
-    led.effect("notify", nodes[0], None, f"incident-{iid}", why=notice, rule="S7",
+    # One notice for the incident (its first node carries it: an effect names a node),
+    # with every node of the domain (SPEC S7, issue 37 item 4).
+    members = ", ".join(sorted(c.nodes)) if len(c.nodes) <= 72 else f"{len(c.nodes)} nodes"
+    told = (f"incident {iid} on {c.label}: {why}; the {what}'s nodes: {members}; close it "
+            f"with: slurm-heal incident close {iid}")
+    led.record(nodes[0], "notified", "S7", told)
+    led.effect("notify", nodes[0], None, f"incident-{iid}", why=told, rule="S7",
                reason=f"incident:{iid}")
-
-
-def _words(d: Any) -> str:
-    from slurm_heal.config import format_duration
-
-    return format_duration(d)
-
-
-def settle_until(ws: WorkingSet, rem: Remediation) -> tuple[datetime, Component] | None:
-    """When a related fault's remediation may start (``incidents.settle`` after its
-    alert was first seen), and the component it waits on; None when it need not wait."""
-    pol = ws.policy.incidents
-    if not pol.enabled or rem.origin != "alert":
-        return None
-    fault = rem.data.evidence_fault or rem.fault
-    if pol.group_of(fault) is None:
-        return None
-    comps = components(ws, rem.node)
-    if not comps:
-        return None
-    seen = [a.first_seen for a in ws.active(rem.node, fault)]
-    if not seen:
-        return None
-    until = min(seen) + pol.settle
-    return (until, comps[0]) if ws.now < until else None
-
-
-def by_node(incidents: Mapping[str, Incident]) -> dict[str, list[Incident]]:
-    """Incidents by each of their nodes (newest first): the read model's index."""
-    out: dict[str, list[Incident]] = {}
-    for inc in sorted(incidents.values(), key=lambda i: (i.opened, i.id), reverse=True):
-        for n in inc.nodes:
-            out.setdefault(n, []).append(inc)
-    return out
+    return inc

@@ -35,6 +35,7 @@ NoticeKind = Literal[
     "unrecorded",  # I5: our marker naming a remediation with no record
     "provider",  # O6: a provider that does not answer an act
     "topology-problem",  # S7: the topology cannot be read
+    "incident-unreadable",  # S7, O6: stored incident entries that cannot be read
 ]
 
 

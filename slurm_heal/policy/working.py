@@ -24,6 +24,7 @@ import slurm_heal.policy.facts as facts
 import slurm_heal.policy.sitealerts as sitealerts
 from slurm_heal import catalog as catalog_mod
 from slurm_heal import extra as extra_mod
+from slurm_heal.components import Shared
 from slurm_heal.config import Policy
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.incidentstore import load as load_incidents
@@ -45,7 +46,6 @@ from slurm_heal.policy.facts import BUSY_JOB_STATES, NO_CHECK_DATA, PHASES, host
 from slurm_heal.policy.notices import Notice
 from slurm_heal.policy.records import Records
 from slurm_heal.sources import nhc
-from slurm_heal.topology import Topology
 from slurm_heal.types import Action, Alert, ClusterView, JobInfo, NodeInfo
 
 _NAME = operator.attrgetter("name")
@@ -94,7 +94,7 @@ class WorkingSet:
         self.alerts: dict[str, list[Alert]] = {}
         # SPEC S7: the topology, read on first use (policy/incidents.topology_of).
         self.topology_read = False
-        self.topology: Topology | None = None
+        self.topology: Shared | None = None  # with the node check's domains (issue 37)
         # SPEC I2: each node's Extra is validated once here (extra.read_check_data never
         # raises); a node with bad data has none, and a problem that names the field.
         # Issue 20: the caller passes ``checks`` validated once per change of a node's

@@ -10,9 +10,14 @@ from pydantic import BaseModel, ConfigDict
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
 from slurm_heal.incidentstore import unreadable as _unreadable
 from slurm_heal.models import Incident, IncidentAlert, Phase, State
+from slurm_heal.policy.domains import DOMAIN_WORDS
 from slurm_heal.readmodel.words import held
 
 ENDED_SHOWN = timedelta(days=1)  # ended incidents the overview still shows
+# How an incident ended, in words (SPEC O6, issue 37); a person's close names them.
+ENDED_WORDS = {"cleared": "the alerts cleared",
+               "released": "too few of its nodes kept the alerts: each went on by its own rules",
+               "aged": "open past incidents.max_age: handed to a person"}
 
 
 class IncidentView(BaseModel):
@@ -35,6 +40,11 @@ class IncidentView(BaseModel):
     held: tuple[str, ...] = ()  # remediation ids it holds now
     why: str
     resolution: str = ""
+    # Issue 37: the cause domain's kind (leaf, nvlink, rack, cohort) and how it ended
+    # (closed, cleared, released: too few nodes kept the alerts, aged: handed to a person).
+    domain: str = ""
+    domain_words: str = ""  # the domain in words ("NVLink domain"); "" in an older store
+    ended: str | None = None
     close: str  # the command that closes it
     alerts: tuple[IncidentAlert, ...] = ()  # every node's alert, with its evidence (D7)
 
@@ -42,9 +52,11 @@ class IncidentView(BaseModel):
     def words(self) -> str:
         end = ""
         if self.state != "open":
-            by = f"closed by {self.resolved_by}" if self.resolved_by else "the alerts cleared"
+            by = f"closed by {self.resolved_by}" if self.resolved_by else ENDED_WORDS.get(
+                self.ended or "", "the alerts cleared")
             end = f"; ended {_ts(self.resolved)} ({by})"
-        return (f"{self.id} on {self.kind} {self.name}: {', '.join(self.faults)} on "
+        domain = f" ({self.domain_words})" if self.domain_words else ""
+        return (f"{self.id} on {self.kind} {self.name}{domain}: {', '.join(self.faults)} on "
                 f"{len(self.nodes)} of {self.size} nodes ({self.hosts}) since "
                 f"{_ts(self.opened)}; {len(self.held)} remediation(s) held{end}")
 
@@ -86,7 +98,8 @@ def view(state: State, inc: Incident) -> IncidentView:
         hosts=_fold(inc.nodes), size=inc.size, state=inc.state, opened=inc.opened,
         resolved=inc.resolved, resolved_by=inc.resolved_by,
         held=held_by(state, inc) if inc.open else (), why=inc.why, resolution=inc.resolution,
-        close=f"slurm-heal incident close {inc.id}", alerts=inc.alerts)
+        domain=inc.domain, domain_words=DOMAIN_WORDS.get(inc.domain, inc.domain),
+        ended=inc.ended, close=f"slurm-heal incident close {inc.id}", alerts=inc.alerts)
 
 
 def shown(state: State, now: datetime) -> tuple[IncidentView, ...]:

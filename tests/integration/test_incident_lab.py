@@ -140,9 +140,19 @@ def test_ib_ports_down_on_three_of_four_nodes_under_one_switch_is_one_incident(
         second = ctl.cycle()
         operations = sim.operations()
     state = Store(tmp_path / "state").load()
+    if component.startswith("block:"):
+        # Issue 37 (SPEC S7 as amended): an NVLink block does not take IB links down:
+        # no incident on it, and no settle wait (no domain that can cause it is known);
+        # the nodes' own remediations go on, one at a time under the block.
+        assert not load(state.data.get(INCIDENTS_KEY))
+        assert not any(r.data.blocked == mark("S7", "settle") for r in state.remediations)
+        cordons = [e.effect.node for e in (*first.executed, *second.executed)
+                   if e.effect.kind == "cordon"]
+        assert cordons and set(cordons) <= {"gpu01", "gpu02", "gpu03"}
+        return
     [inc] = load(state.data.get(INCIDENTS_KEY)).values()
-    assert (inc.component, inc.nodes, inc.size, inc.source) == (
-        component, ("gpu01", "gpu02", "gpu03"), 4, "scontrol show topology")
+    assert (inc.component, inc.nodes, inc.size, inc.source, inc.domain) == (
+        component, ("gpu01", "gpu02", "gpu03"), 4, "scontrol show topology", "leaf")
     assert all(a.evidence for a in inc.alerts)  # each node's evidence, as the check wrote it
     executed = [e.effect.kind for e in (*first.executed, *second.executed)]
     assert executed == ["notify"], executed  # one notice; no cordon, no reboot
@@ -265,3 +275,70 @@ def test_two_unrelated_faults_under_one_switch_are_two_remediations_one_at_a_tim
                for s in second.steps), second.steps
     for node in roots:
         assert "DRAIN" not in slurm.node(node).states
+
+
+NV = Path(__file__).resolve().parents[1] / "data" / "nvidia"
+NVL = "6a130f54-faaa-4b8f-847f-be44ab70f917/32766"  # the domain the XML files name
+
+
+def fabric_node(base: Path, failed: bool) -> Path:
+    """A replayed node whose `nvidia-smi` prints 8 GPUs registered with one NVLink domain
+    (`failed`: every registration failed, Insufficient Resources), IB healthy."""
+    root = replayed_node(base, down=False)
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    xml = NV / ("smi-q-x-fabric-failed.xml" if failed else "smi-q-x-fabric-ok.xml")
+    stub = bin_dir / "nvidia-smi"
+    stub.write_text(f'#!/bin/sh\ncase "$1" in\n  -q) /bin/cat "{xml}";;\n'
+                    f'  nvlink) /bin/cat "{NV / "nvlink-s-healthy-8.txt"}";;\nesac\n')
+    stub.chmod(0o755)
+    return root
+
+
+@pytest.mark.skipif(not IB.is_dir() and os.environ.get("CI") != "true", reason=MISSING)
+def test_an_nvlink_domain_losing_its_fabric_is_one_incident_on_it_and_no_reboot(
+        topo_lab: tuple[Lab, str], tmp_path: Path) -> None:
+    """SPEC S7 as amended, D12 (issue 37): the real node check reads each GPU's fabric
+    state (nvidia-smi -q -x) and publishes gpu.fabric.failed and the node's NVLink domain
+    (ClusterUUID/CliqueId). Three of the four nodes lose their fabric: one incident on
+    the NVLink domain — Slurm's topology/block block where there is one, else the domain
+    the node check published (never the tree's leaf switch, which cannot cause it) —
+    one notice, no cordon, no reboot."""
+    lab, component = topo_lab
+    lab.reset()
+    slurm = CliSlurm(slurm_conf=str(lab.conf))
+    for i, node in enumerate(lab.nodes[:4]):
+        root = fabric_node(tmp_path / node, failed=i < 3)
+        env = dict(lab.env, SLURM_HEAL_ROOT=str(root),
+                   PATH=f"{tmp_path / node / 'bin'}:{lab.path_prefix}/usr/bin:/bin")
+        out = subprocess.run([sys.executable, "-m", "slurm_heal.checks", "--node", node],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == (1 if i < 3 else 0), out.stdout + out.stderr
+        ours = (slurm.node(node).extra or {})["slurm_heal"]
+        assert ours["domains"]["nvlink"] == NVL
+    faults = {n: sorted({a["fault"] for a in (slurm.node(n).extra or {})["slurm_heal"]["alerts"]})
+              for n in lab.nodes[:4]}
+    assert faults == {"gpu01": ["gpu.fabric.failed"], "gpu02": ["gpu.fabric.failed"],
+                      "gpu03": ["gpu.fabric.failed"], "gpu04": []}
+
+    notices = Notices()
+    clock = [datetime.now(timezone.utc)]
+    with SimulatorServer(port=0, duration=0.0) as sim:
+        ctl = Controller(slurm=slurm, provider=HttpProvider(sim.url, attempts=1),
+                         store=Store(tmp_path / "state"), policy=policy_from_dict(POLICY),
+                         clock=lambda: clock[0], notifier=notices)
+        first = ctl.cycle()
+        clock[0] += timedelta(hours=1)
+        second = ctl.cycle()
+        operations = sim.operations()
+    state = Store(tmp_path / "state").load()
+    [inc] = load(state.data.get(INCIDENTS_KEY)).values()
+    where = component if component.startswith("block:") else f"nvlink:{NVL}"
+    assert (inc.component, inc.domain, inc.nodes) == (
+        where, "nvlink", ("gpu01", "gpu02", "gpu03")), inc
+    assert "an NVLink domain can cause nvlink" in inc.why
+    executed = [e.effect.kind for e in (*first.executed, *second.executed)]
+    assert executed == ["notify"], executed
+    assert len(notices.sent) == 1 and "gpu04" in notices.sent[0].why  # the domain's nodes
+    assert operations == []
+    assert all(r.data.blocked == mark("S7", inc.id) for r in state.remediations)

@@ -246,3 +246,36 @@ def test_the_gpu_count_comes_from_gres_conf_when_not_configured(
                                    datetime.now(timezone.utc))
     (f,) = found
     assert f.fault == "gpu.missing" and f.evidence[0].data == {"visible": 3, "expected": 8}
+
+
+def test_an_enabled_fabric_manager_that_is_not_running_is_critical_a_disabled_one_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D12 (issue 37): the fabric manager and IMEX are checked where the site enabled
+    them: enabled and failed is a critical alert; installed and disabled (a GB200 compute
+    tray, whose NVSwitches are managed off the node) says nothing. A stand-in systemctl
+    prints `systemctl show`'s properties (written for this test)."""
+    from slurm_heal.checks import runner
+
+    root = tmp_path / "root"
+    (root / "run/systemd/system").mkdir(parents=True)  # sd_booted()
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("b1\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(
+        "#!/bin/sh\n"
+        "printf 'Id=slurmd.service\\nLoadState=loaded\\nNRestarts=0\\nActiveState=active\\n"
+        "UnitFileState=enabled\\n\\n'\n"
+        "printf 'Id=nvidia-fabricmanager.service\\nLoadState=loaded\\nNRestarts=0\\n"
+        "ActiveState=failed\\nUnitFileState=enabled\\n\\n'\n"
+        "printf 'Id=nvidia-imex.service\\nLoadState=loaded\\nNRestarts=0\\n"
+        "ActiveState=inactive\\nUnitFileState=disabled\\n'\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    monkeypatch.setenv("SLURM_HEAL_ROOT", str(root))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    cfg = config.parse_config({"kernel_log": {"enabled": False}})
+    result = runner.run_check(cfg, node_name="n1", dry_run=True, now=T0)
+    (finding,) = result.findings
+    assert (finding.fault, finding.severity.value) == ("fabric.manager.down", "critical")
+    assert "nvidia-fabricmanager.service is enabled but failed" in finding.summary
+    assert node.parse_unit_states("Id=nvidia-imex.service\nLoadState=not-found\n") == {}

@@ -384,6 +384,27 @@ def test_gpu_serials_are_published_as_the_machine_identity(node: Node,
     assert host_of(slurm.node("gpu01"), "gpu01") == section["host"]
 
 
+def test_the_nodes_driver_cohort_is_published_for_the_controller(node: Node,
+                                                                 slurm: MemorySlurm) -> None:
+    """SPEC S7, D12 (issue 37): the node check publishes the domains the node is in (its
+    driver version and VBIOS here; no NVLink domain on a board without one), and the
+    controller reads them back."""
+    _nvidia_smi_stub(node)
+    check(slurm)
+    section = ours(slurm)
+    assert section is not None
+    assert section["domains"] == {"driver": "570.124.06", "vbios": "96.00.99.00.01"}
+    data = extra.read_check_data("gpu01", slurm.node("gpu01").extra, T0)
+    assert dict(data.domains) == {"driver": "570.124.06", "vbios": "96.00.99.00.01"}
+    # An image-based OS names its image in os-release (IMAGE_ID, IMAGE_VERSION): it joins
+    # the cohort, and the change is published at once.
+    (node.root / "etc").mkdir(exist_ok=True)
+    (node.root / "etc/os-release").write_text('NAME="Ubuntu"\nIMAGE_ID=gpu-node\n'
+                                              'IMAGE_VERSION="2026.01.3"\n')
+    check(slurm, now=T0 + timedelta(minutes=1))
+    assert ours(slurm)["domains"]["image"] == "gpu-node 2026.01.3"  # type: ignore[index]
+
+
 def test_machine_identity_is_the_same_for_the_same_gpus_in_any_order() -> None:
     a = extra.machine_identity(["B2", "A1", " A1 "])
     b = extra.machine_identity(["A1", "B2"])

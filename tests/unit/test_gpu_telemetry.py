@@ -297,3 +297,34 @@ def test_nvml_an_ecc_query_that_fails_is_cannot_tell_and_not_supported_is_silent
     assert found[0].evidence[0].data["gpus"] == [2]
     assert "Unknown Error" in found[0].summary
     assert update[gpu.NOTE].startswith("ECC not readable on GPU 2: nvml gave an NVML error")
+
+
+def test_nvml_fabric_info_is_read_as_nvidia_smi_prints_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """SPEC D12 (issue 37): NVML's nvmlDeviceGetGpuFabricInfo fills NVIDIA's own struct
+    (c_nvmlGpuFabricInfo_t: clusterUuid bytes, status, cliqueId, state): the same words
+    and domain as nvidia-smi -q -x gives for the same GPUs (tests/data/nvidia)."""
+    nv = pytest.importorskip("pynvml")
+    from_xml = xml("smi-q-x-fabric-failed.xml")
+    _fake_nvml(monkeypatch, from_xml)
+    uuid = bytes.fromhex("6a130f54faaa4b8f847fbe44ab70f917")
+
+    def fabric(h: object, out: object) -> int:
+        info = out._obj  # type: ignore[attr-defined]  # ctypes.byref's target
+        info.clusterUuid[:] = list(uuid)
+        info.cliqueId, info.state = 32766, 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+        info.status = 0 if h.g.index == 0 else nv.NVML_ERROR_INSUFFICIENT_RESOURCES  # type: ignore[attr-defined]
+        return 0
+
+    monkeypatch.setattr(nv, "nvmlDeviceGetGpuFabricInfo", fabric)
+    monkeypatch.setattr(nv, "nvmlErrorString", lambda code: b"Insufficient Resources")
+    monkeypatch.setattr(nv, "nvmlSystemGetDriverVersion", lambda: b"570.124.06")
+    monkeypatch.setattr(nv, "nvmlDeviceGetVbiosVersion", lambda h: "96.00.99.00.01")
+    from_nvml = nvidia.gather_nvml()
+    assert (from_nvml[0].fabric_state, from_nvml[0].fabric_status) == ("Completed", "Success")
+    assert [(g.fabric_status, g.nvlink_domain) for g in from_nvml[1:]] == [
+        (x.fabric_status, x.nvlink_domain) for x in from_xml[1:]]
+    assert gpu.domains_of(from_nvml) == gpu.domains_of(from_xml) == {
+        "nvlink": "6a130f54-faaa-4b8f-847f-be44ab70f917/32766", "driver": "570.124.06",
+        "vbios": "96.00.99.00.01"}
+    assert [f.fault for f in judge(from_nvml).findings] == ["gpu.fabric.failed"] * 7

@@ -94,6 +94,9 @@ def test_the_console_shows_the_incident_on_the_overview_and_the_node_page(
     overview = s.get(srv.url + "/", timeout=10).text
     assert 'id="incidents"' in overview and "INCIDENT on switch <strong>leaf1</strong>" in overview
     assert "3 node remediations held" in overview and "slurm-heal incident close i-" in overview
+    # Issue 37: the incident says its domain and why that domain.
+    assert "<strong>leaf1</strong> (network leaf switch)" in overview
+    assert "a network leaf switch can cause ib" in overview
     node = s.get(srv.url + "/nodes/gpu02", timeout=10).text
     assert "INCIDENT on switch <strong>leaf1</strong>" in node
     assert "gpu02's own remediation is held" in node

@@ -26,6 +26,7 @@ T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 TREE = parse_topology("SwitchName=leaf1 Nodes=gpu[01-04]\nSwitchName=leaf2 Nodes=gpu[05-08]\n"
                       "SwitchName=spine Switches=leaf[1-2]\n")
 NAMES = [f"gpu{i:02d}" for i in range(1, 9)]
+NVL = "gpu.nvlink.down"
 
 
 def pol(**over: Any) -> Policy:
@@ -43,8 +44,13 @@ class World:
     """The nodes (drained by our cordon when one is planned), the store, the clock."""
 
     def __init__(self, tmp: Path, topology: Topology | None = TREE,
-                 policy: Policy | None = None) -> None:
+                 policy: Policy | None = None,
+                 published: dict[str, dict[str, str]] | None = None,
+                 features: dict[str, tuple[str, ...]] | None = None) -> None:
         self.store = Store(tmp)
+        self.features = features or {}
+        # What each node's check published of its domains (issue 37, D12).
+        self.published = published or {}
         self.topology = topology
         self.policy = policy or pol()
         self.drained: dict[str, str] = {}
@@ -54,7 +60,10 @@ class World:
         return ClusterView(nodes=tuple(
             NodeInfo(name=n, states=frozenset({"IDLE", "DRAIN"} if n in self.drained
                                               else {"IDLE"}),
-                     reason=self.drained.get(n, ""), partitions=("a",)) for n in NAMES),
+                     reason=self.drained.get(n, ""), partitions=("a",),
+                     features=self.features.get(n, ()),
+                     extra={"slurm_heal": {"v": 1, "domains": self.published[n]}}
+                     if n in self.published else None) for n in NAMES),
             topology=self.topology)
 
     def cycle(self, now: datetime) -> Plan:
@@ -123,13 +132,14 @@ def test_one_faulty_node_waits_the_settle_time_then_goes_on_alone(tmp_path: Path
 
 def test_two_nodes_of_a_two_node_block_are_half_of_it_one_node_never_is(
         tmp_path: Path) -> None:
+    # Issue 37: NVLink faults are counted under the NVLink block (an IB link is not).
     topo = parse_topology("BlockName=b1 Nodes=gpu[01-02]\nBlockName=b2 Nodes=gpu[03-08]\n")
     w = World(tmp_path, topology=topo)
-    w.alerts["gpu03"] = [ib("gpu03")]  # 1 of 6: no incident
-    w.alerts["gpu01"] = [ib("gpu01")]  # 1 of 2 = 50 %, but one node is no incident
+    w.alerts["gpu03"] = [ib("gpu03", fault=NVL)]  # 1 of 6: no incident
+    w.alerts["gpu01"] = [ib("gpu01", fault=NVL)]  # 1 of 2 = 50 %, but one node is no incident
     w.cycle(T0)
     assert w.incidents() == []
-    w.alerts["gpu02"] = [ib("gpu02", T0 + timedelta(minutes=1))]  # 2 of 2
+    w.alerts["gpu02"] = [ib("gpu02", T0 + timedelta(minutes=1), fault=NVL)]  # 2 of 2
     w.cycle(T0 + timedelta(minutes=1))
     assert [(i.component, i.nodes) for i in w.incidents()] == [("block:b1", ("gpu01", "gpu02"))]
 
@@ -146,19 +156,24 @@ def test_alerts_first_seen_further_apart_than_the_window_are_no_incident(
     assert [e.node for e in plan.effects if e.kind == "cordon"] == ["gpu01"]
 
 
-def test_different_xid_codes_are_not_related_the_same_code_is(tmp_path: Path) -> None:
-    w = World(tmp_path)
+def test_different_xid_codes_are_not_related_the_same_code_is_a_cohort_incident(
+        tmp_path: Path) -> None:
+    """Issue 37: the same Xid on several nodes is counted over their driver cohort
+    (published by the node check), across leaves; different codes are not related."""
+    w = World(tmp_path, published={n: {"driver": "570.124.06"} for n in NAMES})
     w.alerts = {"gpu01": [ib("gpu01", fault="gpu.xid.79")],
                 "gpu02": [ib("gpu02", fault="gpu.xid.48")],
                 "gpu03": [ib("gpu03", fault="gpu.xid.119")]}
     w.cycle(T0)
     assert w.incidents() == []
-    w.alerts["gpu04"] = [ib("gpu04", T0 + timedelta(minutes=1), fault="gpu.xid.79")]
-    w.alerts["gpu05"] = [ib("gpu05", T0 + timedelta(minutes=1), fault="gpu.xid.79")]
+    w.alerts["gpu05"] = [ib("gpu05", T0 + timedelta(minutes=1), fault="gpu.xid.119")]
+    w.alerts["gpu06"] = [ib("gpu06", T0 + timedelta(minutes=1), fault="gpu.xid.119")]
     w.cycle(T0 + timedelta(minutes=1))
-    # gpu01 and gpu04 share leaf1 (2 of 4 = 50 %); gpu05 is under leaf2 alone.
-    assert [(i.group, i.nodes) for i in w.incidents()] == [
-        ("xid:gpu.xid.79", ("gpu01", "gpu04"))]
+    # gpu03 under leaf1, gpu05 and gpu06 under leaf2: one driver cohort, 3 nodes.
+    [inc] = w.incidents()
+    assert (inc.group, inc.domain, inc.component, inc.nodes) == (
+        "xid:gpu.xid.119", "cohort", "cohort:driver=570.124.06", ("gpu03", "gpu05", "gpu06"))
+    assert "driver/firmware/image cohort can cause gpu.xid.119" in inc.why
 
 
 def test_a_persons_close_lets_the_held_remediations_go_on_one_per_switch(
@@ -264,7 +279,8 @@ def test_node_features_are_the_topology_when_slurm_has_none() -> None:
     view = ClusterView(nodes=tuple(
         NodeInfo(name=n, states=frozenset({"IDLE"}), partitions=("a",),
                  features=("rack=r1",)) for n in ("gpu01", "gpu02", "gpu03")))
-    alerts = {n: [ib(n)] for n in ("gpu01", "gpu02", "gpu03")}
+    # Issue 37: a rack can cause hosts to be unreachable (not an IB link down).
+    alerts = {n: [ib(n, fault="host.unreachable")] for n in ("gpu01", "gpu02", "gpu03")}
     plan = decide(view, State(), T0, pol(), alerts)
     assert plan.data is not None
     [inc] = load(plan.data[INCIDENTS_KEY]).values()

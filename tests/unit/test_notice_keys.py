@@ -99,6 +99,8 @@ OLDER_KEYS = [
     (notice("unrecorded", "gpu01"), "unrecorded:gpu01"),
     (notice("provider", "r-4441c4df3e85"), "provider:r-4441c4df3e85"),
     (notice("topology-problem"), "topology-problem"),
+    # Issue 37 (new): stored incident entries that cannot be read, said once.
+    (notice("incident-unreadable"), "incident-unreadable"),
 ]
 
 

@@ -75,7 +75,10 @@ ALL_ON: dict[str, Any] = {
                "incidents": {"enabled": True}, "topology": {"source": "features"}},
     "nodes": [{"name": f"gpu0{i}", "pool": p, "features": ["rack=r1"]}
               for i, p in enumerate("abcd", 1)],
-    "events": [{"at": "+0s", "type": "alert", "node": "gpu01", "fault": "gpu.xid.119"}],
+    # Issue 37: an Xid 119 is GPU-local (never delayed); a host unreachable is a fault
+    # the rack could cause: it takes the settle wait.
+    "events": [{"at": "+0s", "type": "alert", "node": "gpu01", "fault": "gpu.xid.119"},
+               {"at": "+0s", "type": "alert", "node": "gpu02", "fault": "host.unreachable"}],
     "until": "+2h"}
 
 
@@ -96,10 +99,10 @@ def test_policy_core_stays_pure_with_incidents_gate_lemon_and_reset_on() -> None
     S7 settle wait (a fault a rack could cause), the GPU reset (E6) as the action, the
     post-repair gate (V4) before the resume, the lemon ledger (E7) counted."""
     records = _probe(ALL_ON)
-    assert ["reset_gpu", "blocked", "S7"] in records
+    assert ["reboot", "blocked", "S7"] in records
     assert ["reset_gpu", "acting", "L1"] in records
     assert ["reset_gpu", "returning", "V4"] in records
-    assert records[-1] == ["reset_gpu", "done", "L5"]
+    assert ["reset_gpu", "done", "L5"] in records
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="the WorkingSet (policy/working.py) loads the packaged "

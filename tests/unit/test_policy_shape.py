@@ -64,6 +64,7 @@ RANKS: tuple[tuple[str, ...], ...] = (
     ("facts", "holds", "notices"),  # pure facts; the Hold value; what a notice is about
     ("records", "sitealerts"),  # the store's index; the site's own alerts (D13)
     ("working",),  # the WorkingSet and the Ledger
+    ("domains",),  # S7's cause domains: which components can cause which faults (issue 37)
     ("cordon", "person", "lemon", "incidents", "escalation"),  # rules on the two values
     ("gates",),  # START_GATES: each returns a Hold, writes nothing
     ("holding", "endings"),  # a Hold applied; the end of automatic work

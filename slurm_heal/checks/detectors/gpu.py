@@ -74,6 +74,34 @@ class GpuReading:
     # the ECC / row-remap counters the source printed an error for, "<counter>: <words>"
     # (nvidia-smi's "[Unknown Error]"): cannot tell, never clean (gpu.ecc.unreadable)
     unreadable: tuple[str, ...] = ()
+    # SPEC D12: the GPU's NVLink fabric (nvidia-smi -q "Fabric", NVML's fabric info):
+    # State (Not Supported, Not Started, In Progress, Completed), Status (Success or
+    # NVML's error words), CliqueId and ClusterUUID, the health's Bandwidth; None: not said.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    clique_id: str | None = None
+    cluster_uuid: str | None = None
+    fabric_bandwidth: str | None = None
+    fabric_health: str | None = None  # the health's Summary (Healthy, Unhealthy)
+    driver: str = ""  # the driver version the source reports (the node's cohort, S7)
+    vbios: str = ""
+
+    @property
+    def nvlink_domain(self) -> str:
+        """``ClusterUUID/CliqueId`` of a GPU registered in a multi-node NVLink domain, else
+        "" (N/A, or the all-zero UUID an HGX board's local NVSwitch fabric reports)."""
+        uuid, clique = (self.cluster_uuid or "").strip(), (self.clique_id or "").strip()
+        if not uuid or not clique or uuid.upper().startswith("N/A") \
+                or not uuid.replace("0", "").replace("-", ""):
+            return ""
+        return f"{uuid}/{clique}"
+
+    @property
+    def fabric_failed(self) -> bool:
+        """SPEC D12: the fabric registration ended and did not succeed."""
+        status = (self.fabric_status or "").strip()
+        return (self.fabric_state or "").strip().lower() == "completed" and bool(status) \
+            and status.lower() not in ("success", "n/a")
 
     def ident(self) -> dict[str, Any]:
         """Index, UUID, PCI bus id and serial, as far as they are known."""
@@ -222,6 +250,24 @@ def evaluate(readings: list[GpuReading], counters: dict[str, list[float]],
         for inc in g.incidents:
             add(inc.fault, inc.severity, f"{g.describe()}: {inc.system}: {inc.text[:160]}",
                 g, inc.text, system=inc.system)
+        if g.fabric_failed:  # SPEC D12: critical, naming the GPU and its NVLink domain
+            domain = g.nvlink_domain or (f"{g.cluster_uuid}/{g.clique_id}"
+                                         if g.cluster_uuid else "unknown")
+            add("gpu.fabric.failed", Severity.CRITICAL,
+                f"{g.describe()} NVLink fabric registration failed ({g.fabric_status}) in "
+                f"NVLink domain {domain}", g,
+                f"Fabric State {g.fabric_state}, Status {g.fabric_status}, CliqueId "
+                f"{g.clique_id}, ClusterUUID {g.cluster_uuid}",
+                fabric_state=g.fabric_state, fabric_status=g.fabric_status,
+                nvlink_domain=domain)
+        elif (g.fabric_bandwidth or "").strip().lower() == "degraded" \
+                or (g.fabric_health or "").strip().lower() == "unhealthy":
+            add("gpu.fabric.degraded", Severity.WARNING,
+                f"{g.describe()} NVLink fabric health {g.fabric_health}, bandwidth "
+                f"{g.fabric_bandwidth} in NVLink domain {g.nvlink_domain or 'unknown'}", g,
+                f"Fabric Health Summary {g.fabric_health}, Bandwidth {g.fabric_bandwidth}",
+                fabric_health=g.fabric_health, fabric_bandwidth=g.fabric_bandwidth,
+                nvlink_domain=g.nvlink_domain)
     if th.expected > 0 and len(readings) < th.expected:
         seen = ", ".join(str(g.index) for g in readings) or "none"
         out.append(Finding(
@@ -234,3 +280,18 @@ def evaluate(readings: list[GpuReading], counters: dict[str, list[float]],
                                      "indexes": seen,
                                      "serials": [g.serial for g in readings if g.serial]}),)))
     return Outcome(out, new_counters, new_since)
+
+
+def domains_of(readings: list[GpuReading]) -> dict[str, str]:
+    """SPEC S7, D12 (issue 37): the cause domains a node's GPUs say it is in, for the
+    controller: its NVLink domain (the GPUs' ClusterUUID/CliqueId, when one), its driver
+    version and VBIOS (its cohort; "mixed" VBIOS is no cohort of one)."""
+    out: dict[str, str] = {}
+    nvl = sorted({g.nvlink_domain for g in readings if g.nvlink_domain})
+    if len(nvl) == 1:
+        out["nvlink"] = nvl[0]
+    for key, values in (("driver", {g.driver for g in readings if g.driver}),
+                        ("vbios", {g.vbios for g in readings if g.vbios})):
+        if len(values) == 1:
+            out[key] = values.pop()[:120]
+    return out

@@ -64,22 +64,26 @@ class Gpus:
 
 
 class Services:
-    """SPEC D4: slurmd/munge/kubelet/containerd restarting in a loop."""
+    """SPEC D4: slurmd/munge/kubelet/containerd restarting in a loop; D12: an enabled
+    NVLink fabric manager or IMEX service that is not running."""
 
     name = "services"
     settings = ServicesConfig
     modes = ServicesConfig().modes
 
     def gather(self, cfg: CheckConfig, st: State, name: str,
-               now: datetime) -> dict[str, int]:
-        return node.gather_restarts(cfg.services.units, cfg.services.timeout)
+               now: datetime) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+        return node.gather_units(cfg.services.units, cfg.services.timeout)
 
     def evaluate(self, cfg: CheckConfig, st: State, name: str, now: datetime,
-                 seen: dict[str, int]) -> tuple[list[Finding], Update]:
+                 seen: tuple[dict[str, int], dict[str, tuple[str, str]]],
+                 ) -> tuple[list[Finding], Update]:
         sc = cfg.services
-        found, hist = node.evaluate_restarts(node.history_json(st.get("services")), seen, now,
-                                             sc.window, sc.max_restarts, name)
-        return found, {"services": hist}
+        counts, fabric = seen
+        found, hist = node.evaluate_restarts(node.history_json(st.get("services")), counts,
+                                             now, sc.window, sc.max_restarts, name)
+        # SPEC D12: the fabric manager and IMEX, where the site enabled them
+        return found + node.evaluate_fabric_units(fabric, name, now), {"services": hist}
 
 
 MOUNTS = Mounts()

@@ -38,6 +38,7 @@ from slurm_heal.checks.detectors.gpu import (
     Incident,
     LinkReading,
     Thresholds,
+    domains_of,
     ecc_note,
     ecc_unreadable,
 )
@@ -138,6 +139,7 @@ def parse_xml(text: str) -> list[GpuReading]:
     except ElementTree.ParseError as exc:
         raise CheckError(f"nvidia-smi -q -x printed XML that does not parse: {exc}") from None
     out = []
+    driver = (_text(root, "driver_version") or "").strip()
     for index, gpu in enumerate(root.findall("gpu")):
         vol = gpu.find("ecc_errors/volatile")
         dbe = _sum([_int(_text(vol, k)) for k in _XML_UNCORRECTABLE])
@@ -167,7 +169,13 @@ def parse_xml(text: str) -> list[GpuReading]:
             pcie_replays=_int(_text(gpu, "pci/replay_counter")),
             hw_thermal=_flag(_text(reasons, prefix + "hw_thermal_slowdown")),
             sw_thermal=_flag(_text(reasons, prefix + "sw_thermal_slowdown")),
-            unreadable=unreadable)
+            unreadable=unreadable,
+            fabric_state=_text(gpu, "fabric/state"), fabric_status=_text(gpu, "fabric/status"),
+            clique_id=_text(gpu, "fabric/cliqueId"),
+            cluster_uuid=_text(gpu, "fabric/clusterUuid"),
+            fabric_bandwidth=_text(gpu, "fabric/health/bandwidth"),
+            fabric_health=_text(gpu, "fabric/health/summary"), driver=driver,
+            vbios=(_text(gpu, "vbios_version") or "").strip())
         out.append(_with_excerpt(reading))
     return out
 
@@ -217,10 +225,13 @@ def parse_text(text: str) -> list[GpuReading]:
     """``nvidia-smi -q`` (the text some sites collect instead of ``-x``) -> readings, in
     the tool's order. Older drivers' ``Double Bit`` ECC and ``Clocks Throttle Reasons``
     are read as well as today's names."""
-    return [_text_reading(index, bus, v) for index, (bus, v) in enumerate(_text_tree(text))]
+    found = re.search(r"^Driver Version\s*: *(\S+)", text, re.MULTILINE)
+    driver = found.group(1) if found else ""
+    return [_text_reading(index, bus, v, driver)
+            for index, (bus, v) in enumerate(_text_tree(text))]
 
 
-def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
+def _text_reading(index: int, bus: str, v: dict[str, str], driver: str = "") -> GpuReading:
     def one(*paths: str) -> str | None:
         return next((v[p] for p in paths if p in v), None)
 
@@ -244,7 +255,12 @@ def _text_reading(index: int, bus: str, v: dict[str, str]) -> GpuReading:
         remap_pending=_flag(one("Remapped Rows/Pending")),
         pcie_replays=_int(one("PCI/Replays Since Reset", "PCI/Replays since reset")),
         hw_thermal=thermal("HW"), sw_thermal=thermal("SW"),
-        unreadable=_errors([*((p, v.get(p)) for p in _TEXT_MEMORY), *counts])))
+        unreadable=_errors([*((p, v.get(p)) for p in _TEXT_MEMORY), *counts]),
+        fabric_state=one("Fabric/State"), fabric_status=one("Fabric/Status"),
+        clique_id=one("Fabric/CliqueId"), cluster_uuid=one("Fabric/ClusterUUID"),
+        fabric_bandwidth=one("Fabric/Health/Bandwidth"),
+        fabric_health=one("Fabric/Health/Summary"), driver=driver,
+        vbios=(one("VBIOS Version") or "").strip()))
 
 
 # The memory sections and flags a whole-value error replaces in ``nvidia-smi -q``.
@@ -457,6 +473,7 @@ def _nvml_reading(nv: Any, i: int, h: Any) -> GpuReading:
                 if value is not None:
                     errors[name] = int(value)
         links.append(LinkReading(link=link, up=bool(state), errors=errors))
+    fabric = _nvml_fabric(nv, h)
     return GpuReading(
         index=i, uuid=_str(_call(nv, nv.nvmlDeviceGetUUID, h)),
         pci=_str(pci.busId).lower() if pci is not None else "",
@@ -468,7 +485,41 @@ def _nvml_reading(nv: Any, i: int, h: Any) -> GpuReading:
         pcie_replays=_call(nv, nv.nvmlDeviceGetPcieReplayCounter, h),
         hw_thermal=bool(reasons & 0x40) if reasons is not None else None,  # HwThermalSlowdown
         sw_thermal=bool(reasons & 0x20) if reasons is not None else None,  # SwThermalSlowdown
-        links=tuple(links), unreadable=dbe_error + remap_error)
+        links=tuple(links), unreadable=dbe_error + remap_error, **fabric,
+        driver=_str(_call(nv, nv.nvmlSystemGetDriverVersion)),
+        vbios=_str(_call(nv, nv.nvmlDeviceGetVbiosVersion, h)))
+
+
+# NVML's nvmlGpuFabricState_t, in nvidia-smi's words (SPEC D12).
+_FABRIC_STATES = {0: "Not Supported", 1: "Not Started", 2: "In Progress", 3: "Completed"}
+
+
+def _nvml_fabric(nv: Any, h: Any) -> dict[str, Any]:
+    """SPEC D12: NVML's fabric info of a GPU (nvmlDeviceGetGpuFabricInfo), in the words
+    nvidia-smi -q prints; {} where this NVML or GPU has none."""
+    fn = getattr(nv, "nvmlDeviceGetGpuFabricInfo", None)
+    kind = getattr(nv, "c_nvmlGpuFabricInfo_t", None)
+    if fn is None or kind is None:
+        return {}  # an NVML binding older than the fabric (R535)
+    import ctypes  # pynvml's own dependency: already loaded on this path
+
+    info = kind()
+    try:
+        fn(h, ctypes.byref(info))
+    except (nv.NVMLError, TypeError, ctypes.ArgumentError):
+        return {}  # no fabric on this GPU (NVML_ERROR_NOT_SUPPORTED) or no NVML at all
+    state = int(getattr(info, "state", 0))
+    status = int(getattr(info, "status", 0))
+    raw = bytes(getattr(info, "clusterUuid", b"") or b"")
+    uuid = raw.hex() if raw else ""
+    if len(uuid) == 32:
+        uuid = f"{uuid[:8]}-{uuid[8:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:]}"
+    words = "Success" if status == 0 else _str(_call(nv, nv.nvmlErrorString, status)) \
+        or f"NVML error {status}"
+    if state != 3:
+        words = "N/A"
+    return {"fabric_state": _FABRIC_STATES.get(state, str(state)), "fabric_status": words,
+            "clique_id": str(getattr(info, "cliqueId", "")), "cluster_uuid": uuid}
 
 
 # ------------------------------------------------------------------ nvidia-smi nvlink -s
@@ -592,7 +643,8 @@ class Nvidia:
         out = evaluate_readings(readings, counters, since, now, th, name, "nvidia", source)
         serials = sorted({g.serial for g in readings if g.serial})
         update: dict[str, Any] = {"nvidia_state": {"counters": out.counters, "since": out.since,
-                                                   "serials": serials}}
+                                                   "serials": serials,
+                                                   "domains": domains_of(readings)}}
         findings = list(out.findings)
         blind = [g for g in readings if g.unreadable and not g.lost]
         if blind:
