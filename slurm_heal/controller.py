@@ -172,9 +172,11 @@ class Controller:
                  gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
-            # cycles (validated once per change of its Extra).
+            # cycles (validated once per change of its Extra). The catalog is read here,
+            # once, at the edge: decide() opens no file (issue 33).
+            from slurm_heal import catalog
             from slurm_heal.policy.incremental import Decide
-            decide = Decide()
+            decide = Decide(catalog.load())
         self.slurm = slurm
         self.provider = provider
         self.store = store
