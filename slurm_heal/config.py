@@ -18,6 +18,7 @@ import functools
 import math
 import re
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -379,6 +380,25 @@ class TopologyConf(Section):
         return value
 
 
+@dataclass(frozen=True, slots=True)
+class FaultGroup:
+    """SPEC S7: what related faults correlate by (issue 33: a value, never a string split
+    back): the group of ``incidents.related``, and for a group of ``each_fault`` the fault
+    itself. ``key`` is how an incident stores it (`models.Incident.group`, compared whole,
+    hashed into its id), ``words`` how its sentences name it."""
+
+    name: str
+    fault: str = ""  # only for a group of each_fault
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.fault}" if self.fault else self.name
+
+    @property
+    def words(self) -> str:
+        return self.fault or self.name
+
+
 class Incidents(Section):
     """SPEC S7: one incident per cause, on the component the nodes share."""
 
@@ -404,13 +424,18 @@ class Incidents(Section):
             raise ValueError(f"related.{empty[0]} lists no fault")
         return self
 
-    def group_of(self, fault: str) -> str | None:
-        """The correlation key of ``fault``: its group, or ``group:fault`` for a group of
+    def group_of(self, fault: str) -> FaultGroup | None:
+        """What ``fault`` correlates by: its group, with the fault for a group of
         ``each_fault``; None when the fault is related to nothing."""
         for name, globs in self.related.items():
             if any(fnmatch.fnmatchcase(fault, g) for g in globs):
-                return f"{name}:{fault}" if name in self.each_fault else name
+                return FaultGroup(name, fault if name in self.each_fault else "")
         return None
+
+    def key_of(self, fault: str) -> str | None:
+        """The stored key of ``fault``'s group (`FaultGroup.key`), None when unrelated."""
+        group = self.group_of(fault)
+        return group.key if group is not None else None
 
 
 # SPEC E6: the GPU reset's reservation is this prefix + the node (fixed, slurm_heal.gpureset).

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from slurm_heal.config import FaultGroup
+from slurm_heal.config import Incidents as IncidentsConf
 from slurm_heal.incidentstore import INCIDENTS_KEY as INCIDENTS_KEY
 from slurm_heal.incidentstore import dump as dump
 from slurm_heal.incidentstore import load as load
@@ -85,9 +87,15 @@ def _carried(a: Alert) -> IncidentAlert:
                          evidence=tuple(alert_to_json(a).get("evidence") or ()))
 
 
-def group_words(group: str) -> str:
-    name, _, fault = group.partition(":")
-    return fault or name
+def group_words(pol: IncidentsConf, inc: Incident) -> str:
+    """How an incident's sentences name its group (`FaultGroup.words`): the group of the
+    faults it carries whose key is the incident's, compared whole (issue 33: the stored
+    key is never split back); the key itself if the policy no longer has that group."""
+    for a in inc.alerts:
+        group = pol.group_of(a.fault)
+        if group is not None and group.key == inc.group:
+            return group.words
+    return inc.group
 
 
 def held_rems(ws: WorkingSet, led: Ledger, inc: Incident) -> list[Remediation]:
@@ -98,30 +106,30 @@ def held_rems(ws: WorkingSet, led: Ledger, inc: Incident) -> list[Remediation]:
     for node in inc.nodes:
         for rem in led.open_on(node):
             fault = rem.data.evidence_fault or rem.fault
-            if rem.phase in BEFORE_START and pol.group_of(fault) == inc.group:
+            if rem.phase in BEFORE_START and pol.key_of(fault) == inc.group:
                 out.append(rem)
     return out
 
 
 def open_incident_of(ws: WorkingSet, led: Ledger, node: str, fault: str) -> Incident | None:
     """The open incident that holds ``node``'s remediation for ``fault``, if any."""
-    group = ws.policy.incidents.group_of(fault)
+    group = ws.policy.incidents.key_of(fault)
     if group is None:
         return None
     return next((i for i in led.incidents.values()
                  if i.open and i.group == group and node in i.nodes), None)
 
 
-def hold_words(inc: Incident) -> str:
+def hold_words(pol: IncidentsConf, inc: Incident) -> str:
     return (f"held by incident {inc.id} on {inc.kind} {inc.name} ({len(inc.nodes)} of "
-            f"{inc.size} nodes, {group_words(inc.group)}): one cause, one ticket for a person; "
+            f"{inc.size} nodes, {group_words(pol, inc)}): one cause, one ticket for a person; "
             f"this node's own remediation waits until the incident ends (slurm-heal "
             f"incident close {inc.id}, or the alerts clear)")
 
 
-def hold_of(inc: Incident) -> Hold:
+def hold_of(pol: IncidentsConf, inc: Incident) -> Hold:
     """The hold an open incident puts on its nodes' own remediations (O6: what lifts it)."""
-    return Hold("S7", hold_words(inc), subject=inc.id, incident=inc.id,
+    return Hold("S7", hold_words(pol, inc), subject=inc.id, incident=inc.id,
                 label=f"incident {inc.id}",
                 lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
                 "or its alerts clear", command=f"slurm-heal incident close {inc.id}")
@@ -130,7 +138,7 @@ def hold_of(inc: Incident) -> Hold:
 def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> None:
     """Record once on each of ``nodes``' held remediations that the incident holds it."""
     wanted = set(nodes)
-    hold = hold_of(inc)
+    hold = hold_of(ws.policy.incidents, inc)
     for rem in held_rems(ws, led, inc):
         if rem.node in wanted and rem.data.blocked != hold.key:
             rem = led.step(rem, "blocked", "S7", hold.why, mark=hold.key)
@@ -170,7 +178,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
                                                             told.problem):
         led.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
                    "incidents and the blast radius work without it until it can")
-    related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
+    related: dict[FaultGroup, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
     for name, alerts in ws.alerts.items():
         for a in alerts:
             group = pol.group_of(a.fault)
@@ -181,9 +189,9 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
     for inc in list(led.incidents.values()):
         # Check data that cannot be read is no news, not a cleared alert (SPEC I2, L4).
         if inc.open and not any(ws.check_of(n).problem or any(
-                pol.group_of(a.fault) == inc.group for a in ws.active(n)) for n in inc.nodes):
+                pol.key_of(a.fault) == inc.group for a in ws.active(n)) for n in inc.nodes):
             why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
-                   f"{group_words(inc.group)} alerts cleared on all {len(inc.nodes)} nodes")
+                   f"{group_words(pol, inc)} alerts cleared on all {len(inc.nodes)} nodes")
             led.incidents[inc.id] = inc.model_copy(update={
                 "state": "resolved", "resolved": ws.now, "updated": ws.now, "resolution": why})
             led.incidents_changed = True
@@ -197,7 +205,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
     covered = {_key(a.node, a.fault, a.first_seen)
                for inc in led.incidents.values() for a in inc.alerts}
     opened = {(i.component, i.group): i for i in led.incidents.values() if i.open}
-    for group, found in sorted(related.items()):
+    for group, found in sorted(related.items(), key=lambda kv: kv[0].key):
         by_comp: dict[str, list[tuple[str, Alert]]] = {}
         comps: dict[str, Component] = {}
         for name, a in found:
@@ -211,7 +219,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
             c = comps[cid]
             fresh = [(n, a) for n, a in by_comp[cid]
                      if _key(n, a.fault, a.first_seen) not in covered]
-            current = opened.get((cid, group))
+            current = opened.get((cid, group.key))
             if current is not None:
                 if fresh:
                     _grow(ws, led, current, fresh, covered)
@@ -236,17 +244,17 @@ def _grow(ws: WorkingSet, led: Ledger, inc: Incident, fresh: list[tuple[str, Ale
     covered.update(_key(n, a.fault, a.first_seen) for n, a in fresh)
     for node in new_nodes:
         led.record(node, "alert", "S7", f"{node} joins incident {inc.id} on {inc.kind} "
-                   f"{inc.name} ({group_words(inc.group)}; now {len(inc.nodes)} of {inc.size} "
+                   f"{inc.name} ({group_words(ws.policy.incidents, inc)}; now {len(inc.nodes)} of {inc.size} "
                    "nodes)")
     _hold(ws, led, inc, new_nodes)
 
 
-def _open(ws: WorkingSet, led: Ledger, c: Component, group: str, alerts: list[tuple[str, Alert]],
-          source: str) -> None:
+def _open(ws: WorkingSet, led: Ledger, c: Component, group: FaultGroup,
+          alerts: list[tuple[str, Alert]], source: str) -> None:
     pol = ws.policy.incidents
     since = min(a.first_seen for _, a in alerts)
     nodes = tuple(sorted({n for n, _ in alerts}))
-    iid = incident_id(c.id, group, since)
+    iid = incident_id(c.id, group.key, since)
     old = led.incidents.get(iid)
     if old is not None:  # another replica opened it (S6): the same incident
         return
@@ -256,7 +264,7 @@ def _open(ws: WorkingSet, led: Ledger, c: Component, group: str, alerts: list[tu
            f"{c.kind} (SPEC S7, incidents.min_nodes = {pol.min_nodes}, min_percent = "
            f"{pol.min_percent:g}); their own remediations are held, a person looks at the "
            f"{c.kind}")
-    inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group,
+    inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group.key,
                    size=len(c.nodes), source=source, opened=ws.now, updated=ws.now,
                    nodes=nodes, alerts=tuple(_carried(a) for _, a in alerts), why=why)
     led.incidents[iid] = inc
