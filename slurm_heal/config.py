@@ -37,6 +37,7 @@ from slurm_heal.durations import (  # the one duration syntax; re-exported for i
 from slurm_heal.durations import parse_duration as parse_duration
 from slurm_heal.durations import parse_duration_knob
 from slurm_heal.errors import ConfigError, not_toml
+from slurm_heal.providerconf import check_table
 from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
     ApiSettings,  # are re-exported for their importers
     ControllerSettings,
@@ -509,6 +510,10 @@ def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
     if jsonsafe.depth_exceeds(data):
         raise ConfigError(f"nested more than {jsonsafe.MAX_DEPTH} levels deep", file=source)
     sections = read_sections(data, file=source)  # each in its reader's words (issue 21)
+    if isinstance(data.get("provider"), dict):
+        # Issue 33: the provider's table as `policy check`'s construction reads it (its
+        # type, its own model, what spans its keys), in its words; the machine aside.
+        check_table(data["provider"], file=source)
     try:
         return Policy.model_validate({**data, **sections, "source": source})
     except ValidationError as exc:

@@ -52,6 +52,8 @@ RANKS: dict[str, int] = {
     "slurm_heal.sinks": 1,
     # 2-3 the config: the sections other parts own, then the whole file.
     "slurm_heal.sections": 2,
+    # each provider type's table, read by the policy loader (issue 33)
+    "slurm_heal.providerconf": 2,
     "slurm_heal.config": 3,
     # 4-5 adapters' bases and the controller's models and files.
     "slurm_heal.slurm": 4, "slurm_heal.topology": 4, "slurm_heal.models": 4,
