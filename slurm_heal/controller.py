@@ -5,7 +5,7 @@ One cycle, short and imperative; all deciding happens in the pure `decide()`:
     1. now   = clock()                      read once
     2. view  = slurm.snapshot()             nodes, reasons, Extra, jobs
     3. state = store.load()                 a corrupt store fails closed (nothing runs)
-    4. plan  = decide(view, state, now, policy)
+    4. plan  = decide(view, state, now, policy, catalog)
     5. store.apply(plan)                    updates + every effect's intent, BEFORE acting;
                                             returns the effects this replica won (S6)
     6. execute them through Slurm / the provider, each isolated (one failure does not

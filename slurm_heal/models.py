@@ -7,7 +7,7 @@ the controller cycle (`controller.py`), `simulate` and the CLI. Fields may be ad
 
 How a cycle uses it (ARCHITECTURE "the flow")::
 
-    plan = decide(view, state, now, policy)           # pure
+    plan = decide(view, state, now, policy, catalog=catalog)  # pure
     state = store.apply(plan)                         # updates + intents, before acting
     for effect in plan.effects: outcome = execute(effect)
         store.record_outcome(effect, outcome)         # Attempt.outcome filled in

@@ -1,4 +1,4 @@
-"""The pure decision core: ``decide(view, state, now, policy) -> Plan`` (ARCHITECTURE).
+"""The pure decision core: ``decide(view, state, now, policy, catalog) -> Plan`` (ARCHITECTURE).
 
 No I/O, no clock, no randomness: everything comes in as arguments, everything goes out
 in the Plan. Same input, same plan, same remediation ids and idempotency keys (SPEC S6),
