@@ -39,6 +39,7 @@ sys.path.insert(0, str(HERE))
 
 import scale  # noqa: E402
 
+from slurm_heal.catalog import load as load_catalog  # noqa: E402
 from slurm_heal.config import policy_from_dict  # noqa: E402
 from slurm_heal.models import Plan, Remediation, State  # noqa: E402
 from slurm_heal.policy import decide, decide_counted  # noqa: E402
@@ -49,6 +50,7 @@ from slurm_heal.store import DEFAULT_AUDIT_RETENTION, DEFAULT_KEEP, Store, archi
 from slurm_heal.types import ClusterView  # noqa: E402
 
 POLICY = policy_from_dict({"approvals": {"default": "auto"}})
+CATALOG = load_catalog()  # an input of decide(), read once at the edge (issue 33)
 Row = tuple[str, str, str, str]  # benchmark, result, target (met / MISSED), notes
 
 
@@ -103,7 +105,7 @@ def cycle_after(runs: int, before: tuple[ClusterView, State, datetime],
     wall, cpu = [], []
     plan = Plan()
     for _ in range(runs):
-        run = Decide()
+        run = Decide(CATALOG)
         run(*before, POLICY)
         gc.collect()
         gc.freeze()
@@ -144,10 +146,11 @@ def decide_rows(sizes: tuple[int, ...], quick: bool) -> list[Row]:
                      f"{cpu:.0f} ms", verdict(cpu, limits[2], f"<= {limits[2]:.0f} ms"),
                      f"CPU median of {runs}; wall {wall:.0f} ms"))
         if n == 10_000:
-            _, touched_year = decide_counted(view, year, scale.NOW, POLICY)
-            _, touched_none = decide_counted(view, State(), scale.NOW, POLICY)
+            _, touched_year = decide_counted(view, year, scale.NOW, POLICY, catalog=CATALOG)
+            _, touched_none = decide_counted(view, State(), scale.NOW, POLICY, catalog=CATALOG)
             empty = State()
-            _, cpu0, _ = timed(partial(decide, view, empty, scale.NOW, POLICY), runs)
+            _, cpu0, _ = timed(partial(decide, view, empty, scale.NOW, POLICY, catalog=CATALOG),
+                               runs)
             rows.append((f"decide(), {n:,} nodes, no history, every Extra validated "
                          "(the bare call)", f"{cpu0:.0f} ms", "",
                          f"remediations the rules looked at: {touched_none} without history, "
@@ -199,7 +202,7 @@ def one_cycle(base: Path, state_dir: Path) -> dict[str, float]:
     store = Store(state_dir)
     state = store.load()
     t2 = time.perf_counter()
-    plan = Decide()(view, state, scale.NOW, POLICY)  # what Controller.cycle calls
+    plan = Decide(CATALOG)(view, state, scale.NOW, POLICY)  # what Controller.cycle calls
     t3 = time.perf_counter()
     store.apply(plan, scale.NOW)
     t4 = time.perf_counter()

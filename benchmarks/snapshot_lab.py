@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 
 import scale  # noqa: E402
 
+from slurm_heal.catalog import load as load_catalog  # noqa: E402
 from slurm_heal.config import policy_from_dict  # noqa: E402
 from slurm_heal.policy.incremental import Decide  # noqa: E402
 from slurm_heal.slurm import text  # noqa: E402
@@ -71,7 +72,7 @@ def cycle_cost(lab: Lab, seed: Path, work: Path, runs: int) -> dict[str, float]:
     check data, validated once per change of its Extra) from cycle to cycle: one cycle
     before the timed ones primes it (its CPU is the ``first`` figure)."""
     parts: list[dict[str, float]] = []
-    decide = Decide()
+    decide = Decide(load_catalog())
     for i in range(-1, runs):
         state_dir = work / f"run{i}"
         shutil.copytree(seed, state_dir)

@@ -18,6 +18,7 @@ import functools
 import math
 import re
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -36,6 +37,7 @@ from slurm_heal.durations import (  # the one duration syntax; re-exported for i
 from slurm_heal.durations import parse_duration as parse_duration
 from slurm_heal.durations import parse_duration_knob
 from slurm_heal.errors import ConfigError, not_toml
+from slurm_heal.providerconf import check_table
 from slurm_heal.sections import (  # the typed sections; Duration, Seconds and read_section
     ApiSettings,  # are re-exported for their importers
     ControllerSettings,
@@ -419,6 +421,25 @@ class TopologyConf(Section):
         return value
 
 
+@dataclass(frozen=True, slots=True)
+class FaultGroup:
+    """SPEC S7: what related faults correlate by (issue 33: a value, never a string split
+    back): the group of ``incidents.related``, and for a group of ``each_fault`` the fault
+    itself. ``key`` is how an incident stores it (`models.Incident.group`, compared whole,
+    hashed into its id), ``words`` how its sentences name it."""
+
+    name: str
+    fault: str = ""  # only for a group of each_fault
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}:{self.fault}" if self.fault else self.name
+
+    @property
+    def words(self) -> str:
+        return self.fault or self.name
+
+
 class Incidents(Section):
     """SPEC S7: one incident per cause, on the domain that can cause it."""
 
@@ -467,14 +488,25 @@ class Incidents(Section):
                                  "group of incidents.related")
         return self
 
-    def group_of(self, fault: str) -> str | None:
-        """The first correlation key of ``fault`` (`groups_of`); None: related to nothing."""
+    def group_of(self, fault: str) -> FaultGroup | None:
+        """The first group of ``fault`` (`groups_of`); None: related to nothing."""
         groups = self.groups_of(fault)
         return groups[0] if groups else None
 
-    def groups_of(self, fault: str) -> tuple[str, ...]:
-        """The correlation keys of ``fault``: each group it is in, or ``group:fault`` for a
-        group of ``each_fault``; () when the fault is related to nothing."""
+    def key_of(self, fault: str) -> str | None:
+        """The stored key of ``fault``'s first group (`FaultGroup.key`), None when
+        unrelated."""
+        group = self.group_of(fault)
+        return group.key if group is not None else None
+
+    def keys_of(self, fault: str) -> tuple[str, ...]:
+        """The stored keys of every group of ``fault`` (`FaultGroup.key`)."""
+        return tuple(g.key for g in self.groups_of(fault))
+
+    def groups_of(self, fault: str) -> tuple[FaultGroup, ...]:
+        """What ``fault`` correlates by: each group it is in, with the fault itself for a
+        group of ``each_fault`` (issue 33: a value, never a string split back); () when
+        the fault is related to nothing."""
         return _groups_of(self.related_key, fault)
 
     @functools.cached_property
@@ -482,10 +514,9 @@ class Incidents(Section):
         return tuple((name, globs, name in self.each_fault)
                      for name, globs in self.related.items())
 
-    def domains_of(self, group: str) -> tuple[str, ...]:
-        """The domain kinds that can cause a correlation key's faults (its group's)."""
-        name = group.partition(":")[0]
-        return tuple(k for k, d in self.domains.items() if name in d.faults)
+    def domains_of(self, group: FaultGroup) -> tuple[str, ...]:
+        """The domain kinds that can cause a group's faults."""
+        return tuple(k for k, d in self.domains.items() if group.name in d.faults)
 
     def domain_of_component(self, kind: str) -> str | None:
         """The domain kind a component kind is (a "switch" is a network leaf)."""
@@ -494,8 +525,8 @@ class Incidents(Section):
 
 @functools.lru_cache(maxsize=4096)
 def _groups_of(related: tuple[tuple[str, tuple[str, ...], bool], ...],
-               fault: str) -> tuple[str, ...]:
-    return tuple(f"{name}:{fault}" if each else name for name, globs, each in related
+               fault: str) -> tuple[FaultGroup, ...]:
+    return tuple(FaultGroup(name, fault if each else "") for name, globs, each in related
                  if any(fnmatch.fnmatchcase(fault, g) for g in globs))
 
 
@@ -571,6 +602,10 @@ def policy_from_dict(data: dict[str, Any], source: str = "<dict>") -> Policy:
     if jsonsafe.depth_exceeds(data):
         raise ConfigError(f"nested more than {jsonsafe.MAX_DEPTH} levels deep", file=source)
     sections = read_sections(data, file=source)  # each in its reader's words (issue 21)
+    if isinstance(data.get("provider"), dict):
+        # Issue 33: the provider's table as `policy check`'s construction reads it (its
+        # type, its own model, what spans its keys), in its words; the machine aside.
+        check_table(data["provider"], file=source)
     try:
         return Policy.model_validate({**data, **sections, "source": source})
     except ValidationError as exc:

@@ -5,7 +5,7 @@ One cycle, short and imperative; all deciding happens in the pure `decide()`:
     1. now   = clock()                      read once
     2. view  = slurm.snapshot()             nodes, reasons, Extra, jobs
     3. state = store.load()                 a corrupt store fails closed (nothing runs)
-    4. plan  = decide(view, state, now, policy)
+    4. plan  = decide(view, state, now, policy, catalog)
     5. store.apply(plan)                    updates + every effect's intent, BEFORE acting;
                                             returns the effects this replica won (S6)
     6. execute them through Slurm / the provider, each isolated (one failure does not
@@ -193,9 +193,11 @@ class Controller:
                  gpu_reset: Provider | None = None) -> None:
         if decide is None:
             # Issue 20: the real decide(), with each node's check data kept between
-            # cycles (validated once per change of its Extra).
+            # cycles (validated once per change of its Extra). The catalog is read here,
+            # once, at the edge: decide() opens no file (issue 33).
+            from slurm_heal import catalog
             from slurm_heal.policy.incremental import Decide
-            decide = Decide()
+            decide = Decide(catalog.load())
         self.slurm = slurm
         self.provider = provider
         self.store = store

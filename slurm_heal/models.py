@@ -7,7 +7,7 @@ the controller cycle (`controller.py`), `simulate` and the CLI. Fields may be ad
 
 How a cycle uses it (ARCHITECTURE "the flow")::
 
-    plan = decide(view, state, now, policy)           # pure
+    plan = decide(view, state, now, policy, catalog=catalog)  # pure
     state = store.apply(plan)                         # updates + intents, before acting
     for effect in plan.effects: outcome = execute(effect)
         store.record_outcome(effect, outcome)         # Attempt.outcome filled in
@@ -176,6 +176,21 @@ def without_mark(out: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+class MarkedRecord(Stored):
+    """What an audit entry that may carry a hold's mark shares (`Step`, `Decision`; issue
+    33): an older build's settle-wait record is given its mark at load, and the mark is
+    written only when set. Each subclass declares its own ``mark`` field, in its place."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settle_of_old(cls, data: Any) -> Any:
+        return marked_by_words(data)
+
+    @model_serializer(mode="wrap")
+    def _mark_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return without_mark(handler(self))
+
+
 class Phase(str, enum.Enum):
     """Phases of a remediation (SPEC L1). Terminal: done, failed, cancelled, withdrawn, denied."""
 
@@ -218,7 +233,7 @@ RecordPhase = Literal[
 ]
 
 
-class Step(Stored):
+class Step(MarkedRecord):
     """One entry of a remediation's audit trail (SPEC P4)."""
 
     at: datetime
@@ -229,15 +244,6 @@ class Step(Stored):
     # A "blocked" step: the hold it records (its rule and which hold of it, O6), which
     # the console's badge reads (issue 33); None for every other step.
     mark: Mark | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _settle_of_old(cls, data: Any) -> Any:
-        return marked_by_words(data)
-
-    @model_serializer(mode="wrap")
-    def _mark_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_mark(handler(self))
 
 
 # The words an Attempt.detail starts with when the controller did not send the step at
@@ -683,7 +689,7 @@ class Effect(Frozen):
     resend: bool = False
 
 
-class Decision(Stored):
+class Decision(MarkedRecord):
     """One decision record: what `simulate --json` prints and the daemon logs."""
 
     at: datetime
@@ -694,15 +700,6 @@ class Decision(Stored):
     rule: str
     why: str
     mark: Mark | None = None  # a "blocked" record: the hold it records (as Step.mark)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _settle_of_old(cls, data: Any) -> Any:
-        return marked_by_words(data)
-
-    @model_serializer(mode="wrap")
-    def _mark_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        return without_mark(handler(self))
 
 
 class Plan(Frozen):

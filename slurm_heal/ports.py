@@ -9,8 +9,8 @@ their own Protocols beside their adapters; these three had none (the controller 
 
 * `StatePort`: the JSON store (`store.Store`): load, apply a plan and record intents,
   record outcomes and provider errors, follow the clock, retention (SPEC I5, S6, L1).
-* `DecidePort`: the pure core, ``decide(view, state, now, policy) -> Plan``
-  (`policy.incremental.Decide`, or `policy.decide` itself).
+* `DecidePort`: the pure core, ``decide(view, state, now, policy) -> Plan`` (its catalog bound)
+  (`policy.incremental.Decide`, or `policy.decide` with the catalog its caller loaded).
 * `ValidatorPort`: the validation flow of vacated machines and the post-repair gate
   (`validation.service.Validator`, SPEC V1, V2, V4).
 """

@@ -39,7 +39,7 @@ One JSON document (`models.State`) in a state directory next to slurmctld. The r
 The daemon's cycle (ARCHITECTURE "the flow")::
 
     state = store.load()
-    plan = decide(view, state, now, policy)
+    plan = decide(view, state, now, policy, catalog=catalog)
     state, effects = store.apply(plan, now)          # intents persisted before acting
     for effect in effects:
         ... execute ...

@@ -46,6 +46,9 @@ class Action(str, enum.Enum):
 
 # Actions a request (CLI, API, reason string) may ask for (SPEC Q2).
 REQUESTABLE_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
+# The slurm provider's default reboot timeout in seconds (its ``timeout`` setting):
+# read by its table (providerconf.py) and by `install-node`, which has no pydantic.
+SLURM_REBOOT_TIMEOUT = 1800.0
 
 
 @dataclass(frozen=True, slots=True)

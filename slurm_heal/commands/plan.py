@@ -22,6 +22,7 @@ def plan(config_path: str | None, state_dir: str | None, as_json: bool) -> None:
     Nothing is written and nothing is executed: the same `decide()` the daemon runs,
     on the same inputs, so an operator sees each step's rule and why before it happens.
     """
+    from slurm_heal import catalog
     from slurm_heal.config import load_policy
     from slurm_heal.errors import ConfigError
     from slurm_heal.location import DEFAULT_CONFIG, ENV_CONFIG
@@ -42,7 +43,7 @@ def plan(config_path: str | None, state_dir: str | None, as_json: bool) -> None:
     from slurm_heal.topology import TopologyReader
 
     view = TopologyReader(client).attach(view, policy.topology, now)
-    result = decide(view, store.load(), now, policy)
+    result = decide(view, store.load(), now, policy, catalog=catalog.load())
     if as_json:
         _emit_json({
             "at": now.isoformat(),

@@ -20,6 +20,7 @@ from slurm_heal.models import Remediation
 from slurm_heal.topology import Component, from_features
 
 if TYPE_CHECKING:
+    from slurm_heal.config import FaultGroup
     from slurm_heal.policy.working import WorkingSet
 
 
@@ -121,7 +122,7 @@ def qualifies(ws: WorkingSet, nodes: int, size: int) -> bool:
     return nodes >= 2 and (nodes >= pol.min_nodes or nodes * 100 >= pol.min_percent * size)
 
 
-def causes(ws: WorkingSet, group: str) -> tuple[str | None, frozenset[str] | None]:
+def causes(ws: WorkingSet, group: FaultGroup) -> tuple[str | None, frozenset[str] | None]:
     """The component kinds that can cause a group's faults (issue 37): its domains'; a
     group no domain names (a site's own) is counted over every component as before
     (None), except the cohorts."""

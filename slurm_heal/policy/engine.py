@@ -1,4 +1,4 @@
-"""The pure decision core: ``decide(view, state, now, policy) -> Plan`` (ARCHITECTURE).
+"""The pure decision core: ``decide(view, state, now, policy, catalog) -> Plan`` (ARCHITECTURE).
 
 No I/O, no clock, no randomness: everything comes in as arguments, everything goes out
 in the Plan. Same input, same plan, same remediation ids and idempotency keys (SPEC S6),
@@ -106,32 +106,34 @@ def run(ws: WorkingSet, led: Ledger) -> Plan:
 
 
 def begin(view: ClusterView, state: State, now: datetime, policy: Policy,
-          alerts: Mapping[str, Sequence[Alert]] | None = None,
-          catalog: catalog_mod.Catalog | None = None,
+          alerts: Mapping[str, Sequence[Alert]] | None = None, *,
+          catalog: catalog_mod.Catalog,
           checks: Mapping[str, extra_mod.CheckData] | None = None,
           records: Records | None = None) -> tuple[WorkingSet, Ledger]:
     """The working set and the empty ledger of one decide() call."""
     led = Ledger(state, now, policy, records)
-    return WorkingSet(view, state, now, policy, alerts, catalog, checks), led
+    return WorkingSet(view, state, now, policy, alerts, catalog=catalog, checks=checks), led
 
 
 def decide(view: ClusterView, state: State, now: datetime, policy: Policy,
            alerts: Mapping[str, Sequence[Alert]] | None = None, *,
-           catalog: catalog_mod.Catalog | None = None,
+           catalog: catalog_mod.Catalog,
            checks: Mapping[str, extra_mod.CheckData] | None = None,
            records: Records | None = None) -> Plan:
     """Decide what happens next. Pure: no I/O, no clock, no randomness (ARCHITECTURE).
 
     ``alerts`` overrides the alerts read from each node's Extra (simulate passes its
-    own). ``catalog``: the fault catalog (the controller and simulate pass the one they
-    loaded; omitted, the shipped one is loaded once per process). ``checks``: each
+    own). ``catalog``: the fault catalog, an input like the others (issue 33): the caller
+    loads it at its edge (the controller, the daemon, simulate, `plan`, the tests) and
+    decide() opens no file for it. ``checks``: each
     node's validated check data (`extra.CheckCache`, once per change of its Extra);
     omitted, every node's Extra is validated here. ``records``: the index of the last
     cycle's store (`Records`), from which this store's is built where records are the
     same objects; omitted, it is built afresh. None of them changes the Plan: the
     same arguments always give the same Plan, ids and keys (SPEC S6).
     """
-    return run(*begin(view, state, now, policy, alerts, catalog, checks, records))
+    return run(*begin(view, state, now, policy, alerts, catalog=catalog, checks=checks,
+                      records=records))
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +147,20 @@ class Effort:
 
 def decide_effort(view: ClusterView, state: State, now: datetime, policy: Policy,
                   alerts: Mapping[str, Sequence[Alert]] | None = None, *,
-                  catalog: catalog_mod.Catalog | None = None,
+                  catalog: catalog_mod.Catalog,
                   checks: Mapping[str, extra_mod.CheckData] | None = None,
                   records: Records | None = None) -> tuple[Plan, Effort]:
     """`decide`, and what it looked at: a cycle's work must follow the open work and
     the nodes that changed, not the cluster's size (the tests hold it to that)."""
-    ws, led = begin(view, state, now, policy, alerts, catalog, checks, records)
+    ws, led = begin(view, state, now, policy, alerts, catalog=catalog, checks=checks,
+                    records=records)
     plan = run(ws, led)
     return plan, Effort(looked=led.touched, contexts=tuple(ws.contexts))
 
 
 def decide_counted(view: ClusterView, state: State, now: datetime, policy: Policy,
-                   alerts: Mapping[str, Sequence[Alert]] | None = None) -> tuple[Plan, int]:
+                   alerts: Mapping[str, Sequence[Alert]] | None = None, *,
+                   catalog: catalog_mod.Catalog) -> tuple[Plan, int]:
     """`decide`, plus how many stored remediations its rules looked at (issue 13).
 
     The count is what a cycle's work is made of beyond the one pass that indexes the
@@ -165,5 +169,5 @@ def decide_counted(view: ClusterView, state: State, now: datetime, policy: Polic
     the tests hold it to that. (The indexing pass itself is linear in the store, whose
     size the daemon's retention bounds: docs/store.md.)
     """
-    plan, effort = decide_effort(view, state, now, policy, alerts)
+    plan, effort = decide_effort(view, state, now, policy, alerts, catalog=catalog)
     return plan, effort.looked

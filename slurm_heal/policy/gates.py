@@ -235,7 +235,7 @@ def open_incident_hold(ws: WorkingSet, led: Ledger, rem: Remediation) -> Hold | 
     """SPEC S7: the open incident that holds ``rem`` (its node's, for its fault's group)."""
     fault = rem.data.evidence_fault or rem.fault
     inc = incidents.open_incident_of(ws, led, rem.node, fault) if led.any_open_incident else None
-    return incidents.hold_of(inc) if inc is not None else None
+    return incidents.hold_of(ws.policy.incidents, inc) if inc is not None else None
 
 
 StartGate = Callable[[WorkingSet, Ledger, Remediation], Hold | None]

@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from slurm_heal.config import format_duration
+from slurm_heal.config import FaultGroup, format_duration
+from slurm_heal.config import Incidents as IncidentsConf
 from slurm_heal.incidentstore import INCIDENTS_KEY as INCIDENTS_KEY
 from slurm_heal.incidentstore import aside as aside
 from slurm_heal.incidentstore import dump as dump
@@ -70,13 +71,21 @@ def _carried(a: Alert) -> IncidentAlert:
                          evidence=tuple(alert_to_json(a).get("evidence") or ()))
 
 
-def group_words(group: str) -> str:
-    name, _, fault = group.partition(":")
-    return fault or name
+def group_words(pol: IncidentsConf, inc: Incident, key: str | None = None) -> str:
+    """How an incident's sentences name one of its groups (``key``, default its first:
+    `FaultGroup.words`): the group of the faults it carries whose stored key is that one,
+    compared whole (issue 33: a stored key is never split back); the key itself if the
+    policy no longer has that group."""
+    key = inc.group if key is None else key
+    for a in inc.alerts:
+        for group in pol.groups_of(a.fault):
+            if group.key == key:
+                return group.words
+    return key
 
 
 def _related(ws: WorkingSet, fault: str, inc: Incident) -> bool:
-    return not set(ws.policy.incidents.groups_of(fault)).isdisjoint(inc.all_groups)
+    return not set(ws.policy.incidents.keys_of(fault)).isdisjoint(inc.all_groups)
 
 
 def held_rems(ws: WorkingSet, led: Ledger, inc: Incident) -> list[Remediation]:
@@ -99,20 +108,20 @@ def open_incident_of(ws: WorkingSet, led: Ledger, node: str, fault: str) -> Inci
                  if i.open and node in i.nodes and _related(ws, fault, i)), None)
 
 
-def _faults_words(inc: Incident) -> str:
-    return ", ".join(group_words(g) for g in inc.all_groups)
+def _faults_words(pol: IncidentsConf, inc: Incident) -> str:
+    return ", ".join(group_words(pol, inc, g) for g in inc.all_groups)
 
 
-def hold_words(inc: Incident) -> str:
+def hold_words(pol: IncidentsConf, inc: Incident) -> str:
     return (f"held by incident {inc.id} on {inc.kind} {inc.name} ({len(inc.nodes)} of "
-            f"{inc.size} nodes, {_faults_words(inc)}): one cause, one ticket for a person; "
+            f"{inc.size} nodes, {_faults_words(pol, inc)}): one cause, one ticket for a person; "
             f"this node's own remediation waits until the incident ends (slurm-heal "
             f"incident close {inc.id}, or the alerts clear)")
 
 
-def hold_of(inc: Incident) -> Hold:
+def hold_of(pol: IncidentsConf, inc: Incident) -> Hold:
     """The hold an open incident puts on its nodes' own remediations (O6: what lifts it)."""
-    return Hold("S7", hold_words(inc), subject=inc.id, incident=inc.id,
+    return Hold("S7", hold_words(pol, inc), subject=inc.id, incident=inc.id,
                 label=f"incident {inc.id}",
                 lifts=f"a person closes incident {inc.id} once the {inc.kind} is looked at, "
                 "its alerts clear, or too few of its nodes keep them (then each goes on by "
@@ -122,7 +131,7 @@ def hold_of(inc: Incident) -> Hold:
 def _hold(ws: WorkingSet, led: Ledger, inc: Incident, nodes: Iterable[str]) -> None:
     """Record once on each of ``nodes``' held remediations that the incident holds it."""
     wanted = set(nodes)
-    hold = hold_of(inc)
+    hold = hold_of(ws.policy.incidents, inc)
     for rem in held_rems(ws, led, inc):
         if rem.node in wanted and rem.data.blocked != hold.key:
             rem = led.step(rem, "blocked", "S7", hold.why, mark=hold.key)
@@ -173,7 +182,7 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
     still = _still(ws, inc)
     if not still:
         why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
-               f"{_faults_words(inc)} alerts cleared on all {len(inc.nodes)} nodes")
+               f"{_faults_words(pol, inc)} alerts cleared on all {len(inc.nodes)} nodes")
         _end(ws, led, inc, "cleared", why)
         for node in inc.nodes:
             led.record(node, "withdrawn", "S7", why)
@@ -235,7 +244,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
                                                             told.problem):
         led.record("-", "alert", "S7", f"the topology cannot be read ({told.problem}); "
                    "incidents and the blast radius work without it until it can")
-    related: dict[str, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
+    related: dict[FaultGroup, list[tuple[str, Alert]]] = {}  # group -> (node, alert)
     for name, alerts in ws.alerts.items():
         for a in alerts:
             for group in pol.groups_of(a.fault):
@@ -255,7 +264,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
                for inc in led.incidents.values() for a in inc.alerts}
     # SPEC O6 (issue 37): one open incident per component and domain kind.
     opened = {(i.component, i.domain): i for i in led.incidents.values() if i.open}
-    for group, found in sorted(related.items()):
+    for group, found in sorted(related.items(), key=lambda kv: kv[0].key):
         domain, kinds = causes(ws, group)
         by_comp: dict[str, list[tuple[str, Alert]]] = {}
         comps: dict[str, Component] = {}
@@ -279,7 +288,7 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
             if not fresh:
                 continue
             current = opened.get((cid, dom))
-            if current is not None and group in current.all_groups:
+            if current is not None and group.key in current.all_groups:
                 opened[(cid, dom)] = _grow(ws, led, current, group, fresh, covered)
                 continue
             recent = [(n, a) for n, a in fresh if a.first_seen >= ws.now - pol.window]
@@ -292,10 +301,11 @@ def correlate(ws: WorkingSet, led: Ledger) -> None:
             covered.update(_key(n, a.fault, a.first_seen) for n, a in recent)
 
 
-def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: str,
+def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: FaultGroup,
           fresh: list[tuple[str, Alert]], covered: set[tuple[str, str, str]]) -> Incident:
     new_nodes = sorted({n for n, _ in fresh} - set(inc.nodes))
-    groups = inc.all_groups if group in inc.all_groups else (*inc.all_groups, group)
+    groups = inc.all_groups if group.key in inc.all_groups \
+        else (*inc.all_groups, group.key)
     inc = inc.model_copy(update={
         "nodes": tuple(sorted(set(inc.nodes) | set(new_nodes))), "updated": ws.now,
         "groups": groups, "alerts": inc.alerts + tuple(_carried(a) for _, a in fresh)})
@@ -304,18 +314,18 @@ def _grow(ws: WorkingSet, led: Ledger, inc: Incident, group: str,
     covered.update(_key(n, a.fault, a.first_seen) for n, a in fresh)
     for node in new_nodes:
         led.record(node, "alert", "S7", f"{node} joins incident {inc.id} on {inc.kind} "
-                   f"{inc.name} ({group_words(group)}; now {len(inc.nodes)} of {inc.size} "
+                   f"{inc.name} ({group.words}; now {len(inc.nodes)} of {inc.size} "
                    "nodes)")
     _hold(ws, led, inc, inc.nodes if len(groups) > 1 else new_nodes)
     return inc
 
 
-def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
+def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: FaultGroup,
           alerts: list[tuple[str, Alert]], source: str) -> Incident:
     pol = ws.policy.incidents
     since = min(a.first_seen for _, a in alerts)
     nodes = tuple(sorted({n for n, _ in alerts}))
-    iid = incident_id(c.id, group, since)
+    iid = incident_id(c.id, group.key, since)
     old = led.incidents.get(iid)
     if old is not None:  # another replica opened it (S6): the same incident
         return old
@@ -325,11 +335,11 @@ def _open(ws: WorkingSet, led: Ledger, c: Component, domain: str, group: str,
            f"{c.label} ({', '.join(nodes)}) within {format_duration(pol.window)}: one "
            "incident on the "
            f"{c.kind} (SPEC S7, incidents.min_nodes = {pol.min_nodes}, min_percent = "
-           f"{pol.min_percent:g}); {a_(what)} can cause {group_words(group)} "
+           f"{pol.min_percent:g}); {a_(what)} can cause {group.words} "
            f"(incidents.domains.{domain or '-'}); their own remediations are held, a "
            f"person looks at the {what}")
-    inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group,
-                   domain=domain, groups=(group,), size=len(c.nodes), source=source,
+    inc = Incident(id=iid, component=c.id, kind=c.kind, name=c.name, group=group.key,
+                   domain=domain, groups=(group.key,), size=len(c.nodes), source=source,
                    opened=ws.now, updated=ws.now, nodes=nodes,
                    alerts=tuple(_carried(a) for _, a in alerts), why=why)
     led.incidents[iid] = inc

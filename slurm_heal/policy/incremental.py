@@ -26,8 +26,8 @@ from slurm_heal.types import Alert, ClusterView
 class Decide:
     """``decide(view, state, now, policy[, alerts])`` with the check data kept."""
 
-    def __init__(self, catalog: catalog_mod.Catalog | None = None) -> None:
-        self.catalog = catalog if catalog is not None else catalog_mod.load()
+    def __init__(self, catalog: catalog_mod.Catalog) -> None:
+        self.catalog = catalog  # loaded by the caller, at its edge (issue 33)
         self.checks = CheckCache()
         self.records: Records | None = None
 

@@ -76,14 +76,14 @@ class WorkingSet:
     """One decide() call's inputs and their indexes (read by the rules, never written)."""
 
     def __init__(self, view: ClusterView, state: State, now: datetime, policy: Policy,
-                 alerts: Mapping[str, Sequence[Alert]] | None = None,
-                 catalog: catalog_mod.Catalog | None = None,
+                 alerts: Mapping[str, Sequence[Alert]] | None = None, *,
+                 catalog: catalog_mod.Catalog,
                  checks: Mapping[str, extra_mod.CheckData] | None = None) -> None:
         self.view = view
         self.state = state
         self.now = now
         self.policy = policy
-        self.catalog = catalog if catalog is not None else catalog_mod.load()
+        self.catalog = catalog  # an input (issue 33): decide() opens no file
         # The passes over every node run in C (map, zip, compress), not in Python: at
         # 100,000 nodes a Python loop is a good part of a quiet cycle (issue 20).
         self.names = list(map(_NAME, view.nodes))

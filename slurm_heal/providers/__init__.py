@@ -147,8 +147,8 @@ def _check_url(url: str, key: str) -> str:
 
 def _make_http(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                state_dir: Path | None) -> Provider:
+    from slurm_heal.providerconf import read_provider_section
     from slurm_heal.providers.http import HttpProvider, HttpSettings
-    from slurm_heal.providers.settings import read_provider_section
 
     s = read_provider_section(HttpSettings, cfg)
     return HttpProvider(s.url, **s.client_kwargs())
@@ -158,17 +158,14 @@ def _make_simulator(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
     """An http provider against a simulator: the one at ``url``, or (no url) one started
     in this process on 127.0.0.1 (for the demo); `close()` stops it."""
+    from slurm_heal.providerconf import read_provider_section, simulator_keys
     from slurm_heal.providers.http import HttpProvider, SimulatorSettings
-    from slurm_heal.providers.settings import read_provider_section
     from slurm_heal.providers.simulator import LabHook, SimulatorServer
 
     s = read_provider_section(SimulatorSettings, cfg)
     kwargs = s.client_kwargs()
     if s.url is not None:
-        for embedded_only in ("duration", "lab_dir", "scratch_root", "port"):
-            if embedded_only in cfg:
-                raise ConfigError("only applies to an embedded simulator (no url)",
-                                  key=f"{SECTION}.{embedded_only}")
+        simulator_keys(s, cfg)
         return HttpProvider(s.url, **kwargs)
     try:
         hook = LabHook(s.lab_dir, scratch_root=s.scratch_root, slurm=slurm) \
@@ -206,39 +203,28 @@ class _EmbeddedSimulator:
 
 def _make_exec(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                state_dir: Path | None) -> Provider:
-    from slurm_heal.providers.script import EXEC_ACTIONS, ExecProvider, ExecSettings
-    from slurm_heal.providers.settings import read_provider_section, supported_action, words_of
+    from slurm_heal.providerconf import exec_actions, read_provider_section
+    from slurm_heal.providers.script import ExecProvider, ExecSettings
 
     s = read_provider_section(ExecSettings, cfg)
-    scripts: dict[Action, str] = {}
-    for name, path in s.scripts.items():
-        key = f"{SECTION}.scripts.{name}"
-        action = supported_action(name, EXEC_ACTIONS)
-        if action is None:
-            raise ConfigError(f"not an action; one of {words_of(EXEC_ACTIONS)}", key=key)
+    scripts = exec_actions(s)  # each names an action (the file); each runs (the machine):
+    for action, path in scripts.items():
         if not os.path.isfile(path) or not os.access(path, os.X_OK):
-            raise ConfigError(f"{path} is not an executable file", key=key)
-        scripts[action] = path
+            raise ConfigError(f"{path} is not an executable file",
+                              key=f"{SECTION}.scripts.{action.value}")
     return ExecProvider(scripts, state_dir=state_dir, timeout=s.timeout, env=s.env)
 
 
 def _make_slurm(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                 state_dir: Path | None) -> Provider:
-    from slurm_heal.providers.settings import read_provider_section
+    from slurm_heal.providerconf import read_provider_section, slurm_nextstate
     from slurm_heal.providers.slurm import SlurmRebootProvider, SlurmSettings
 
     s = read_provider_section(SlurmSettings, cfg)
     if slurm is None:
         raise ConfigError("the slurm provider needs a Slurm client (none was given)",
                           key=f"{SECTION}.type")
-    nextstate = s.nextstate.upper()
-    if nextstate != "DRAIN":
-        # SPEC L5: RESUME let Slurm put the node back to IDLE ~5 s before the health
-        # check; DOWN comes back by itself under ReturnToService=2 (both seen on the lab).
-        raise ConfigError(f"{nextstate!r} would let Slurm return the node to service before "
-                          "slurm-heal's health check (SPEC L5); remove the key: the node "
-                          "stays drained through the reboot and slurm-heal resumes it after "
-                          "the check", key=f"{SECTION}.nextstate")
+    slurm_nextstate(s)
     return SlurmRebootProvider(slurm, state_dir=state_dir, nextstate="DRAIN",
                                timeout=s.timeout)
 
@@ -247,8 +233,8 @@ def _make_openstack(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
                     state_dir: Path | None) -> Provider:
     _need("openstack", "openstack")
     _refuse_resending_sdk()
+    from slurm_heal.providerconf import read_provider_section
     from slurm_heal.providers.openstack import OpenStackProvider, OpenStackSettings
-    from slurm_heal.providers.settings import read_provider_section
 
     s = read_provider_section(OpenStackSettings, cfg)
     if s.connect_timeout is not None:
@@ -388,13 +374,10 @@ def _refuse_resending_sdk() -> None:
 def _make_aws(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
     _need("boto3", "aws")
+    from slurm_heal.providerconf import read_provider_section, refuse_secrets
     from slurm_heal.providers.aws import AwsProvider, AwsSettings
-    from slurm_heal.providers.settings import read_provider_section
 
-    for secret in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
-        if secret in cfg:
-            raise ConfigError("AWS credentials never go in this file: use the environment, "
-                              "a profile or the instance role", key=f"{SECTION}.{secret}")
+    refuse_secrets("aws", cfg)
     s = read_provider_section(AwsSettings, cfg)
     return AwsProvider(
         region=s.region, profile=s.profile, endpoint_url=s.endpoint_url,
@@ -412,11 +395,10 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
     """BMCs from ``[provider.bmcs.NODE]`` tables and/or ``bmcs_file`` (TOML, same tables
     at its top level; only there may a ``password`` be written out). A BMC with
     ``protocol = "ipmi"`` is driven over IPMI (pyghmi) instead of Redfish (sushy)."""
+    from slurm_heal.providerconf import read_provider_section, refuse_secrets
     from slurm_heal.providers.redfish import Bmc, RedfishProvider, RedfishSettings
-    from slurm_heal.providers.settings import read_provider_section
 
-    if "password" in cfg:
-        raise ConfigError("never in this file: use password_file", key=f"{SECTION}.password")
+    refuse_secrets("redfish", cfg)
     s = read_provider_section(RedfishSettings, cfg)
     entries: dict[str, tuple[Mapping[str, Any], str]] = {}
     bmcs_file = s.bmcs_file
@@ -504,8 +486,8 @@ def _make_redfish(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
 def _make_gcp(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
               state_dir: Path | None) -> Provider:
     _need("google.cloud.compute_v1", "gcp")
+    from slurm_heal.providerconf import read_provider_section
     from slurm_heal.providers.gcp import GcpProvider, GcpSettings
-    from slurm_heal.providers.settings import read_provider_section
 
     s = read_provider_section(GcpSettings, cfg)
     return GcpProvider(

@@ -38,30 +38,18 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import AWS_ACTIONS as AWS_ACTIONS
+from slurm_heal.providerconf import AwsSettings as AwsSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    LongTimeout,
-    ProviderSettings,
-    StrTable,
-    Text,
-    Timeout,
-    Url,
-    actions_of,
-)
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.slurm.base import SlurmClient
 
-AWS_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 # Answers that mean "not now, ask again later": nothing ran.
 THROTTLING = frozenset({
     "RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled",
@@ -383,18 +371,3 @@ def _snake(op: str) -> str:
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
-
-class AwsSettings(ProviderSettings):
-    """``type = "aws"`` (docs/providers.md); credentials never in the file."""
-
-    region: Text | None = None
-    profile: Text | None = None
-    endpoint_url: Url | None = None
-    instances: StrTable = Field(default_factory=dict)
-    image: Text | None = None
-    connect_timeout: Timeout = 3.0
-    read_timeout: Timeout = 15.0
-    attempts: Count = 4
-    deadline: LongTimeout = 60.0
-    backoff: Duration = 0.5
-    actions: Annotated[frozenset[Action], actions_of(AWS_ACTIONS)] = AWS_ACTIONS

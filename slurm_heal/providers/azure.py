@@ -48,34 +48,19 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import AZURE_ACTIONS as AZURE_ACTIONS
+from slurm_heal.providerconf import AzureSettings as AzureSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import Deadline, call_within, plain_reason
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    Flag,
-    LongTimeout,
-    ProviderSettings,
-    RequiredText,
-    StrTable,
-    Text,
-    Timeout,
-    Url,
-    Verify,
-    actions_of,
-)
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.slurm.base import SlurmClient
 
-AZURE_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 STEPS = {Action.REBOOT: ["restart"], Action.MIGRATE: ["redeploy"],
          Action.REBUILD: ["reimage"], Action.POWER_CYCLE: ["deallocate", "start"]}
 # A step whose answer was lost and that the VM does not show ended within this long is
@@ -523,25 +508,3 @@ def _seconds(value: Any) -> float | None:
     return float(text) if text.replace(".", "", 1).isdigit() else None
 
 
-class AzureSettings(ProviderSettings):
-    """``type = "azure"`` (docs/providers.md): the VM mapping, and the identity as a
-    managed identity (default), or an app registration's secret in a file."""
-
-    subscription_id: RequiredText = Field(default=None, validate_default=True)
-    resource_group: RequiredText = Field(default=None, validate_default=True)
-    vm_name: Text = "{node}"
-    tag: Text | None = None
-    scale_set: Text | None = None
-    vms: StrTable = Field(default_factory=dict)
-    power_cycle: Flag = False
-    tenant_id: Text | None = None
-    client_id: Text | None = None
-    client_secret_file: Text | None = None
-    authority: Url | None = None  # Entra ID's host (sovereign clouds)
-    base_url: Url | None = None  # Resource Manager's endpoint (sovereign clouds)
-    verify: Verify = True
-    read_timeout: Timeout = 30.0
-    deadline: LongTimeout = 60.0
-    attempts: Count = 4
-    backoff: Duration = 0.5
-    actions: Annotated[frozenset[Action], actions_of(AZURE_ACTIONS)] = AZURE_ACTIONS

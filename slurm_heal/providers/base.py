@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from slurm_heal.types import SLURM_REBOOT_TIMEOUT as SLURM_REBOOT_TIMEOUT
 from slurm_heal.types import Action
 
 OperationStatus = Literal["pending", "running", "succeeded", "failed"]
 
-# The slurm provider's default reboot timeout (its ``timeout`` setting), here where
-# `install-node` reads it on a node install, which has no pydantic (issue 38).
-SLURM_REBOOT_TIMEOUT = 1800.0
+# SLURM_REBOOT_TIMEOUT (imported above, re-exported): the slurm provider's default reboot
+# timeout, which `install-node` reads on a node install (no pydantic, issue 38); it lives
+# with the values (types.py), where the provider's table (providerconf.py) reads it too.
 
 
 @dataclass(frozen=True, slots=True)

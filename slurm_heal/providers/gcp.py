@@ -29,27 +29,16 @@ import uuid
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import Field, field_validator
+from typing import Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import FAULT_BEHAVIORS as FAULT_BEHAVIORS
+from slurm_heal.providerconf import GCP_ACTIONS as GCP_ACTIONS
+from slurm_heal.providerconf import GcpSettings as GcpSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Duration,
-    LongTimeout,
-    ProviderSettings,
-    RequiredText,
-    StrTable,
-    Text,
-    Timeout,
-    Url,
-    actions_of,
-)
 from slurm_heal.types import Action
 
-GCP_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 _NAMESPACE = uuid.UUID("6f3c1a52-8d1e-4c3b-9a57-2f0e5d7c4b11")
 
 
@@ -259,28 +248,4 @@ class GcpProvider(SteppedOperations):
         return (zone or self.zone), name
 
 
-FAULT_BEHAVIORS = ("UNRECOVERABLE_GPU_ERROR", "PERFORMANCE", "SILENT_DATA_CORRUPTION",
-                   "CHIP_ERROR", "BEHAVIOR_UNSPECIFIED")
 
-
-class GcpSettings(ProviderSettings):
-    """``type = "gcp"`` (docs/providers.md)."""
-
-    project: RequiredText = Field(default=None, validate_default=True)
-    zone: RequiredText = Field(default=None, validate_default=True)
-    instances: StrTable = Field(default_factory=dict)
-    instance_group_manager: Text | None = None
-    fault_behavior: Text = "UNRECOVERABLE_GPU_ERROR"
-    api_endpoint: Url | None = None
-    credentials_file: Text | None = None
-    read_timeout: Timeout = 30.0
-    deadline: LongTimeout = 90.0
-    backoff: Duration = 0.5
-    actions: Annotated[frozenset[Action], actions_of(GCP_ACTIONS)] = GCP_ACTIONS
-
-    @field_validator("fault_behavior")
-    @classmethod
-    def _behavior(cls, value: str) -> str:
-        if value not in FAULT_BEHAVIORS:
-            raise ValueError(f"{value!r} is not a reportHostAsFaulty behavior")
-        return value

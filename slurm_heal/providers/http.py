@@ -28,34 +28,22 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import quote
 
-from pydantic import Field, field_validator
-
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import CALL_TIMEOUT as CALL_TIMEOUT
+from slurm_heal.providerconf import HTTP_ACTIONS as HTTP_ACTIONS
+from slurm_heal.providerconf import HttpSettings as HttpSettings
+from slurm_heal.providerconf import SimulatorSettings as SimulatorSettings
 from slurm_heal.providers._records import not_enabled, require_key
 from slurm_heal.providers._transport import Answer, Deadline, TransportError, exchange
 from slurm_heal.providers.base import Operation, OperationStatus
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    Port,
-    ProviderSettings,
-    RequiredUrl,
-    Text,
-    Timeout,
-    Url,
-    actions_of,
-)
 from slurm_heal.types import Action
 
-HTTP_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 _STATUSES: tuple[OperationStatus, ...] = ("pending", "running", "succeeded", "failed")
 # Never sleep longer than this between two tries, whatever Retry-After says.
 MAX_BACKOFF = 30.0
-# The whole of one call, retries and their waits included.
-CALL_TIMEOUT = 60.0
 
 
 class TokenFile:
@@ -281,39 +269,3 @@ def _operation(raw: Any, where: str) -> Operation:
 
 
 # -- the [provider] section of type "http" (issue 21: the provider owns its settings) ----
-class HttpSettings(ProviderSettings):
-    """``type = "http"``: our provider API at ``url`` (docs/providers.md)."""
-
-    url: RequiredUrl = Field(default=None, validate_default=True)
-    token_file: Text | None = None
-    connect_timeout: Timeout = 3.0
-    read_timeout: Timeout = 10.0
-    attempts: Count = 5
-    backoff: Duration = 0.5
-    call_timeout: Timeout = CALL_TIMEOUT
-    actions: Annotated[frozenset[Action], actions_of(HTTP_ACTIONS)] = HTTP_ACTIONS
-
-    @field_validator("token_file")
-    @classmethod
-    def _readable(cls, value: str | None) -> str | None:
-        if value is not None and not Path(value).is_file():
-            raise ValueError(f"{value} is not a readable file")
-        return value
-
-    def client_kwargs(self) -> dict[str, Any]:
-        """What HttpProvider takes besides the URL."""
-        return {"token_file": self.token_file, "connect_timeout": self.connect_timeout,
-                "read_timeout": self.read_timeout, "attempts": self.attempts,
-                "backoff": self.backoff, "call_timeout": self.call_timeout,
-                "actions": self.actions}
-
-
-class SimulatorSettings(HttpSettings):
-    """``type = "simulator"``: an http provider against the simulator at ``url``, or
-    (no url) one started in this process on 127.0.0.1 with these knobs."""
-
-    url: Url | None = None  # type: ignore[assignment]
-    duration: Duration = 1.0
-    lab_dir: Text | None = None
-    scratch_root: Text | None = None
-    port: Port = 0

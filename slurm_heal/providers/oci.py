@@ -41,32 +41,19 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import OCI_ACTIONS as OCI_ACTIONS
+from slurm_heal.providerconf import OciSettings as OciSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import Deadline, call_within, plain_reason
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    Flag,
-    LongTimeout,
-    ProviderSettings,
-    StrTable,
-    Text,
-    Timeout,
-    Url,
-    actions_of,
-)
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.slurm.base import SlurmClient
 
-OCI_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 CALLS = {Action.REBOOT: "SOFTRESET", Action.POWER_CYCLE: "RESET",
          Action.MIGRATE: "REBOOTMIGRATE", Action.REBUILD: "replaceBootVolume"}
 _NAMESPACE = uuid.UUID("0c1e4b6a-3f2d-4e8b-9d61-7a5c2e9f0b43")
@@ -364,30 +351,3 @@ def _classify(what: str, exc: BaseException) -> ProviderError:
     raise exc
 
 
-class OciSettings(ProviderSettings):
-    """``type = "oci"`` (docs/providers.md): an API key through the SDK's config file, or
-    the controller's instance principal."""
-
-    auth: Text = "config_file"
-    config_file: Text | None = None
-    profile: Text = "DEFAULT"
-    region: Text | None = None
-    endpoint: Url | None = None
-    instances: StrTable = Field(default_factory=dict)
-    compartment_id: Text | None = None
-    image: Text | None = None
-    preserve_boot_volume: Flag = False
-    delete_local_storage: Flag = False
-    connect_timeout: Timeout = 10.0
-    read_timeout: Timeout = 30.0
-    deadline: LongTimeout = 60.0
-    attempts: Count = 4
-    backoff: Duration = 0.5
-    actions: Annotated[frozenset[Action], actions_of(OCI_ACTIONS)] = OCI_ACTIONS
-
-    @field_validator("auth")
-    @classmethod
-    def _auth(cls, value: str) -> str:
-        if value not in ("config_file", "instance_principal"):
-            raise ValueError(f'must be "config_file" or "instance_principal", not {value!r}')
-        return value

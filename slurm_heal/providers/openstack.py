@@ -50,24 +50,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pydantic import Field, field_validator
-
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import OpenStackSettings as OpenStackSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import Deadline, call_within, plain_reason
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    Flag,
-    LongTimeout,
-    ProviderSettings,
-    StrTable,
-    Text,
-    Timeout,
-    Url,
-    Verify,
-)
 from slurm_heal.types import Action
 
 OPENSTACK_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE})
@@ -496,40 +483,3 @@ def _never_sent(exc: BaseException) -> bool:
     return any(s in text for s in ("NewConnectionError", "Connection refused",
                                    "Name or service not known", "NameResolutionError"))
 
-
-class OpenStackSettings(ProviderSettings):
-    """``type = "openstack"`` (docs/providers.md): a password, a password file, an
-    application credential or a clouds.yaml entry (checked together when it is built)."""
-
-    auth_url: Text | None = None
-    username: Text | None = None
-    password: Text | None = None
-    password_file: Text | None = None
-    project_name: Text | None = None
-    user_domain: Text | None = None
-    project_domain: Text | None = None
-    compute_url: Url | None = None
-    interface: Text | None = None
-    region: Text | None = None
-    image: Text | None = None
-    live: Flag = False
-    servers: StrTable = Field(default_factory=dict)
-    connect_timeout: Timeout | None = None  # not used (openstacksdk: read_timeout)
-    read_timeout: Timeout = 15.0
-    attempts: Count = 4
-    call_timeout: Timeout = 60.0
-    cloud: Text | None = None
-    clouds_yaml: Text | None = None
-    application_credential_id: Text | None = None
-    application_credential_secret_file: Text | None = None
-    reboot: Text = "hard"
-    soft_reboot_timeout: LongTimeout = 300.0
-    backoff: Duration = 0.5
-    verify: Verify | None = None  # None: clouds.yaml's, else true
-
-    @field_validator("reboot")
-    @classmethod
-    def _reboot(cls, value: str) -> str:
-        if value not in ("hard", "soft"):
-            raise ValueError(f"must be \"hard\" or \"soft\", not {value!r}")
-        return value

@@ -38,28 +38,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import Field, field_validator
+from typing import Any
 
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.providerconf import DEFAULT_REBOOT_TYPES as DEFAULT_REBOOT_TYPES
+from slurm_heal.providerconf import REBOOT_TYPES as REBOOT_TYPES
+from slurm_heal.providerconf import REDFISH_ACTIONS as REDFISH_ACTIONS
+from slurm_heal.providerconf import RedfishSettings as RedfishSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import connection_words, plain_reason
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    Count,
-    Duration,
-    LongTimeout,
-    ProviderSettings,
-    Text,
-    Timeout,
-    Verify,
-    actions_of,
-)
 from slurm_heal.types import Action
-
-REDFISH_ACTIONS = frozenset({Action.REBOOT, Action.POWER_CYCLE})
-DEFAULT_REBOOT_TYPES = ("ForceRestart", "GracefulRestart", "PowerCycle")
 
 
 @dataclass(frozen=True)
@@ -413,37 +402,4 @@ def _redfish_message(resp: Any) -> str:
     return str(body)[:300]
 
 
-REBOOT_TYPES = DEFAULT_REBOOT_TYPES
 
-
-class RedfishSettings(ProviderSettings):
-    """``type = "redfish"`` (docs/providers.md): BMCs from ``[provider.bmcs.NODE]``
-    tables and/or ``bmcs_file`` (each BMC's table is checked when it is built)."""
-
-    bmcs: dict[str, Any] = Field(default_factory=dict)
-    bmcs_file: Text | None = None
-    username: Text | None = None
-    password_file: Text | None = None
-    verify: Verify = True
-    reboot_types: list[str] = Field(default_factory=lambda: list(DEFAULT_REBOOT_TYPES))
-    connect_timeout: Timeout = 5.0
-    read_timeout: Timeout = 30.0
-    attempts: Count = 3
-    deadline: LongTimeout = 90.0
-    backoff: Duration = 0.5
-    actions: Annotated[frozenset[Action], actions_of(REDFISH_ACTIONS)] = REDFISH_ACTIONS
-
-    @field_validator("bmcs", mode="before")
-    @classmethod
-    def _table(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            raise ValueError("must be a table of node = {address = ...}")
-        return value
-
-    @field_validator("reboot_types", mode="before")
-    @classmethod
-    def _types(cls, value: Any) -> Any:
-        if not isinstance(value, list) or not value or not all(
-                t in REBOOT_TYPES for t in value):
-            raise ValueError("must be a list of ForceRestart, GracefulRestart, PowerCycle")
-        return value

@@ -31,10 +31,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
-
 from slurm_heal import isotime
 from slurm_heal.errors import ProviderError, ProviderRefused
+from slurm_heal.providerconf import EXEC_ACTIONS as EXEC_ACTIONS
+from slurm_heal.providerconf import ExecSettings as ExecSettings
 from slurm_heal.providers._proc import run
 from slurm_heal.providers._records import (
     KeyRecords,
@@ -43,18 +43,12 @@ from slurm_heal.providers._records import (
     require_key,
 )
 from slurm_heal.providers.base import Operation
-from slurm_heal.providers.settings import (
-    ProviderSettings,
-    StrTable,
-    Timeout,
-)
 from slurm_heal.types import Action
 
 # After the timeout the runner kills the script's process group and writes the outcome;
 # a replica on another host waits this much longer before calling the run lost.
 OTHER_HOST_GRACE = timedelta(seconds=30)
 
-EXEC_ACTIONS = frozenset({Action.REBOOT, Action.REBUILD, Action.MIGRATE, Action.POWER_CYCLE})
 
 
 class ExecProvider(RecordedOperations):
@@ -178,17 +172,3 @@ def _runner_alive(rec: Mapping[str, Any]) -> bool:
         return True
     return True
 
-
-class ExecSettings(ProviderSettings):
-    """``type = "exec"``: one script per action (docs/providers.md)."""
-
-    scripts: StrTable = Field(default=None, validate_default=True)
-    timeout: Timeout = 600.0
-    env: StrTable = Field(default_factory=dict)
-
-    @field_validator("scripts", mode="before")
-    @classmethod
-    def _some(cls, value: Any) -> Any:
-        if not value:  # missing or empty: nothing to run
-            raise ValueError("needs at least one action = \"/path/to/script\"")
-        return value

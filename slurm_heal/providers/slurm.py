@@ -32,6 +32,7 @@ from typing import Any
 
 from slurm_heal import isotime
 from slurm_heal.errors import NotFound, ProviderError, ProviderRefused, SlurmError
+from slurm_heal.providerconf import SlurmSettings as SlurmSettings
 from slurm_heal.providers._records import (
     KeyRecords,
     RecordedOperations,
@@ -39,11 +40,6 @@ from slurm_heal.providers._records import (
     require_key,
 )
 from slurm_heal.providers.base import SLURM_REBOOT_TIMEOUT, Operation
-from slurm_heal.providers.settings import (
-    LongTimeout,
-    ProviderSettings,
-    Text,
-)
 from slurm_heal.reasons import (
     OUR_PREFIX,
     format_marker,
@@ -180,9 +176,3 @@ def _parse(value: Any) -> datetime | None:
         return None
     return _aware(isotime.parse(value))
 
-
-class SlurmSettings(ProviderSettings):
-    """``type = "slurm"``: `scontrol reboot` through slurmctld (docs/providers.md)."""
-
-    nextstate: Text = "DRAIN"
-    timeout: LongTimeout = SLURM_REBOOT_TIMEOUT

@@ -22,13 +22,13 @@ from slurm_heal.api.settings import ApiSettings
 from slurm_heal.commands.serve import wsgi_server
 from slurm_heal.config import policy_from_dict
 from slurm_heal.location import Location
-from slurm_heal.policy import decide
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.topology import parse_topology
 from slurm_heal.types import Alert, ClusterView, Evidence, Severity
 from tests.apiserve import make_tokens
 from tests.browser.test_console_lab import Browser, browser_ok
+from tests.policycore import decide
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 __all__ = ["browser_ok"]  # the fixture, imported for its skip

@@ -28,13 +28,13 @@ from slurm_heal.commands.serve import wsgi_server
 from slurm_heal.config import load_policy
 from slurm_heal.location import Location
 from slurm_heal.models import Phase
-from slurm_heal.policy import decide
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.sources.stored import SOURCES_KEY, load
 from slurm_heal.store import Store
 from slurm_heal.types import ClusterView
 from tests import promstack
 from tests.apiserve import make_tokens
+from tests.policycore import decide
 
 PAGE = (Path(__file__).resolve().parents[1] / "data" / "real" / "dcgm-exporter"
         / "dcgm-exporter-4.x-a100-vgpu-metrics.txt")

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from slurm_heal.incidentstore import INCIDENTS_KEY, load
 from slurm_heal.models import Incident, Phase
-from slurm_heal.policy import decide
 from slurm_heal.simulation import Cycle, Simulation, parse_scenario
+from tests.policycore import decide
 
 LEAF = {f"gpu0{i}": ("l1" if i <= 4 else "l2") for i in range(1, 9)}
 FAULTS = ["ib.link_down", "gpu.xid.79", "gpu.xid.48", "fs.readonly"]

@@ -29,9 +29,10 @@ from hypothesis import strategies as st
 
 from slurm_heal import catalog as catalog_mod
 from slurm_heal.models import Phase, Remediation
-from slurm_heal.policy import decide, is_automatic
+from slurm_heal.policy import is_automatic
 from slurm_heal.simulation import Cycle, Simulation, parse_scenario
 from slurm_heal.types import Action, Alert, NodeInfo, Severity
+from tests.policycore import decide
 
 NODES = [f"gpu0{i}" for i in range(1, 7)]
 FAULTS = ["gpu.xid.48", "gpu.xid.79", "gpu.xid.119", "service.restart_loop",

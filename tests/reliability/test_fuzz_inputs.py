@@ -34,10 +34,10 @@ from slurm_heal.cli import cli
 from slurm_heal.config import load_policy, node_names, policy_from_dict
 from slurm_heal.errors import ConfigError, ReasonError, ScenarioError
 from slurm_heal.models import Attempt, Phase, Remediation, State
-from slurm_heal.policy import decide
 from slurm_heal.simulation import parse_scenario
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action, ClusterView, NodeInfo, Severity
+from tests.policycore import decide
 
 # ------------------------------------------------------------------ hypothesis profiles
 settings.register_profile("slurm-heal-fuzz-ci", max_examples=150, deadline=None,

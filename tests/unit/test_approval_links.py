@@ -26,11 +26,11 @@ from slurm_heal.models import Command, Phase, Plan, Remediation, State
 from slurm_heal.notify import Notifications
 from slurm_heal.notify.events import LINK_MARK, Event, cycle_events
 from slurm_heal.notify.linking import Linker
-from slurm_heal.policy import decide
 from slurm_heal.sections import NotifySettings
 from slurm_heal.store import Store
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, NodeInfo, Severity
 from tests.apiserve import make_tokens
+from tests.policycore import decide
 from tests.unit.test_api_serve import _proposal
 
 NOW = datetime.now(timezone.utc)

@@ -22,13 +22,13 @@ from click.testing import CliRunner
 from slurm_heal.cli import cli
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Phase, State
-from slurm_heal.policy import decide
 from slurm_heal.readmodel import overview
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.topology import parse_topology
 from slurm_heal.types import Alert, ClusterView, Evidence, NodeInfo, Severity
 from tests.apiserve import Serve, make_tokens
+from tests.policycore import decide
 from tests.unit.test_lemon import lemon_history
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)

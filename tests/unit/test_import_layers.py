@@ -57,6 +57,8 @@ RANKS: dict[str, int] = {
     # SPEC D13: the site's monitors: their settings, stored alerts and NHC's reasons (the
     # policy reads them); Alertmanager's mapping uses config's host lists.
     "slurm_heal.sources": 2, "slurm_heal.sources.alertmanager": 4,
+    # each provider type's table, read by the policy loader (issue 33)
+    "slurm_heal.providerconf": 2,
     "slurm_heal.config": 3,
     # 4-5 adapters' bases and the controller's models and files.
     "slurm_heal.slurm": 4, "slurm_heal.topology": 4, "slurm_heal.models": 4,

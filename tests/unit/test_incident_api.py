@@ -14,11 +14,11 @@ import pytest
 import requests
 
 from slurm_heal.config import policy_from_dict
-from slurm_heal.policy import decide
 from slurm_heal.store import Store
 from slurm_heal.topology import parse_topology
 from slurm_heal.types import Alert, ClusterView, Evidence, NodeInfo, Severity
 from tests.apiserve import Serve, make_tokens
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 

@@ -15,11 +15,11 @@ from click.testing import CliRunner, Result
 from slurm_heal.cli import cli
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Phase
-from slurm_heal.policy import decide
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.topology import parse_topology
 from slurm_heal.types import Alert, ClusterView, Evidence, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 TOPO = parse_topology("SwitchName=leaf1 Nodes=gpu[01-04]\n")

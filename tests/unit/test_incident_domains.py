@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_heal.config import policy_from_dict
+from slurm_heal.config import FaultGroup, policy_from_dict
 from slurm_heal.errors import ConfigError
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.models import Phase, Plan
@@ -189,7 +189,7 @@ def test_a_domain_naming_an_unknown_group_is_refused_with_the_key_named() -> Non
     with pytest.raises(ConfigError, match="domains.rack.faults names 'pdu'"):
         policy_from_dict({"incidents": {"domains": {"rack": {"faults": ["pdu"]}}}})
     conf = policy_from_dict({"incidents": {"domains": {"cohort": {"faults": []}}}})
-    assert conf.incidents.domains_of("xid:gpu.xid.119") == ()
+    assert conf.incidents.domains_of(FaultGroup("xid", "gpu.xid.119")) == ()
     assert conf.incidents.domains["leaf"].components == ("switch", "leaf")  # kept
 
 

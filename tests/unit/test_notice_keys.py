@@ -12,10 +12,10 @@ import pytest
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Effect, Plan, State, idempotency_key, remediation_id
 from slurm_heal.notify.events import cycle_events
-from slurm_heal.policy import decide
 from slurm_heal.policy.notices import NoticeKind, notice
 from slurm_heal.policy.working import Ledger, node_key
 from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 POLICY = policy_from_dict({"approvals": {"default": "auto"}})

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from slurm_heal import extra
 from slurm_heal.models import Attempt, Phase, Plan, Remediation, State, ValidationRun
-from slurm_heal.policy import decide
 from slurm_heal.reasons import format_marker
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, NodeInfo, Severity
 from slurm_heal.validation import flow
+from tests.policycore import decide
 from tests.unit.test_policy_engine import T0, apply, kinds, node, phases, pol, rem
 from tests.unit.test_post_repair_gate import NOW, back, decide_on, final, gate_run
 

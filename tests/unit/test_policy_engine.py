@@ -22,9 +22,9 @@ from slurm_heal.models import (
     State,
     idempotency_key,
 )
-from slurm_heal.policy import decide
 from slurm_heal.reasons import format_marker
 from slurm_heal.types import Action, Alert, ClusterView, Evidence, JobInfo, NodeInfo, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 AUTO = {"approvals": {"default": "auto"}}

@@ -16,12 +16,10 @@ from datetime import datetime, timedelta, timezone
 from slurm_heal.config import policy_from_dict
 from slurm_heal.extra import CheckCache, parse_extra, read_check_data
 from slurm_heal.models import Plan, State
-from slurm_heal.policy import decide
-from slurm_heal.policy.engine import decide_effort
-from slurm_heal.policy.incremental import Decide
 from slurm_heal.policy.records import Records
 from slurm_heal.simulation import Simulation, parse_scenario
 from slurm_heal.types import ClusterView, NodeInfo
+from tests.policycore import Decide, decide, decide_effort
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 POLICY = policy_from_dict({"approvals": {"default": "auto"}})

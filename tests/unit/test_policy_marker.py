@@ -9,9 +9,9 @@ import pytest
 
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Attempt, Plan, State
-from slurm_heal.policy import decide
 from slurm_heal.reasons import format_marker
 from slurm_heal.types import Alert, ClusterView, NodeInfo, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 POLICY = policy_from_dict({"approvals": {"default": "auto"}})

@@ -12,10 +12,10 @@ from typing import Any
 from slurm_heal import extra
 from slurm_heal.config import Policy, policy_from_dict
 from slurm_heal.models import NOT_SENT, Attempt, Phase, Plan, Remediation, State, idempotency_key
-from slurm_heal.policy import decide
 from slurm_heal.readmodel.nodes import node_status
 from slurm_heal.reasons import format_marker
 from slurm_heal.types import Alert, ClusterView, Evidence, NodeInfo, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 XID = "gpu.xid.79"

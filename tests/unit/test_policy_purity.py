@@ -20,8 +20,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = textwrap.dedent("""
@@ -105,12 +103,11 @@ def test_policy_core_stays_pure_with_incidents_gate_lemon_and_reset_on() -> None
     assert ["reset_gpu", "done", "L5"] in records
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the WorkingSet (policy/working.py) loads the packaged "
-                   "catalog when decide() is given none: issue 33 makes the catalog an input "
-                   "of decide() (remove this mark with that change)")
 def test_decide_without_a_catalog_opens_no_file() -> None:
     """Issue 33: the catalog is an input of decide(); without one, decide() must not read
-    catalog.toml behind its caller's back (the trap above, no catalog passed)."""
+    catalog.toml behind its caller's back (the trap above, no catalog passed): it is
+    refused by name (a TypeError, not the trap's AssertionError), and the catalog the
+    caller read at its edge decides the same plan as before, the file never opened."""
     head, _sim = PROBE.split("from slurm_heal.policy import decide  # noqa")
     code = head + textwrap.dedent("""
         from slurm_heal.policy import decide
@@ -121,9 +118,16 @@ def test_decide_without_a_catalog_opens_no_file() -> None:
                       for n, p in (("gpu01", "a"), ("gpu02", "b")))
         alert = Alert(node="gpu01", fault="gpu.xid.48", severity=Severity.CRITICAL,
                       summary="", first_seen=t0, last_seen=t0)
-        plan = decide(ClusterView(nodes=nodes), State(), t0,
-                      config.policy_from_dict({"approvals": {"default": "auto"}}),
-                      {"gpu01": [alert]})  # no catalog
+        args = (ClusterView(nodes=nodes), State(), t0,
+                config.policy_from_dict({"approvals": {"default": "auto"}}),
+                {"gpu01": [alert]})
+        try:
+            decide(*args)  # no catalog
+        except TypeError as e:
+            assert "catalog" in str(e), e
+        else:
+            raise AssertionError("decide() ran without a catalog")
+        plan = decide(*args, catalog=cat)
         print(json.dumps([[d.action.value, d.phase, d.rule] for d in plan.records]))
     """)
     assert _probe(DEFAULTS, code)[-1] == ["reboot", "cordoned", "L1"]

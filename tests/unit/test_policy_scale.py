@@ -11,8 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Attempt, Phase, Plan, Remediation, State
-from slurm_heal.policy import decide, decide_counted
 from slurm_heal.types import Action, Alert, ClusterView, NodeInfo, Severity
+from tests.policycore import decide, decide_counted
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 POLICY = policy_from_dict({"approvals": {"default": "auto"}})

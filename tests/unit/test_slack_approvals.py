@@ -347,7 +347,7 @@ def test_without_slack_configured_the_endpoint_says_so(tmp_path: Path) -> None:
 def test_the_press_is_a_decision_the_engine_records_via_slack(site: Site) -> None:
     """The whole way: the press's command, consumed by decide(), is in the audit."""
     from slurm_heal.config import policy_from_dict
-    from slurm_heal.policy import decide
+    from tests.policycore import decide
     from tests.unit.test_approval_links import _view
 
     site.press(site.payload("U0ALICE"))

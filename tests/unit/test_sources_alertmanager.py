@@ -23,7 +23,6 @@ from slurm_heal.config import policy_from_dict
 from slurm_heal.errors import ConfigError
 from slurm_heal.location import Location
 from slurm_heal.models import Phase
-from slurm_heal.policy import decide
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.sources import alertmanager
 from slurm_heal.sources.settings import AlertmanagerSource
@@ -31,6 +30,7 @@ from slurm_heal.sources.stored import SOURCES_KEY, load, merge
 from slurm_heal.store import Store
 from slurm_heal.types import Action, ClusterView, NodeInfo, Severity
 from tests.apiserve import make_tokens
+from tests.policycore import decide
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real" / "alertmanager"
 FIRING = json.loads((REAL / "am-0.25.0-webhook-xid48-firing.json").read_text())

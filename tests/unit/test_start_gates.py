@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from slurm_heal.models import Breaker, Command, Phase, Plan, Remediation, State, mark
-from slurm_heal.policy import decide
-from slurm_heal.policy.engine import begin
 from slurm_heal.policy.gates import START_GATES, start_hold
 from slurm_heal.types import Action, ClusterView
+from tests.policycore import begin, decide
 from tests.unit.test_incidents import NAMES, TREE, ib
 from tests.unit.test_incidents import pol as incident_pol
 from tests.unit.test_lemon import lemon_history

@@ -13,10 +13,10 @@ from slurm_heal.cli import cli
 from slurm_heal.config import Approvals, Policy
 from slurm_heal.extra import KEY, our_section
 from slurm_heal.models import Effect, Phase
-from slurm_heal.policy import decide
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.types import Alert, Severity
+from tests.policycore import decide
 
 T0 = datetime(2026, 1, 5, tzinfo=timezone.utc)
 

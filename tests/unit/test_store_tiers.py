@@ -23,12 +23,12 @@ from slurm_heal.errors import ConfigError, NotFound, StoreCorrupt, StoreError
 from slurm_heal.extra import KEY, our_section
 from slurm_heal.location import Location
 from slurm_heal.models import Attempt, Command, Phase, Plan, Remediation, State, ValidationRun
-from slurm_heal.policy.incremental import Decide
 from slurm_heal.providers.http import HttpProvider
 from slurm_heal.providers.simulator import SimulatorServer
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store, archived
 from slurm_heal.types import Action, Severity
+from tests.policycore import Decide
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 NODES = [("gpu01", "a"), ("gpu02", "a")]

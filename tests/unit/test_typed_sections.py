@@ -108,7 +108,11 @@ def test_a_third_party_provider_section_loads_as_an_envelope_of_its_table() -> N
     table = {"type": "acme", "endpoint": "https://acme.example", "retries": 3}
     p = policy_from_dict({"provider": table})
     assert p.provider.kind == "acme" and dict(p.provider.table) == table
-    assert policy_from_dict({"provider": {"type": 5}}).provider.kind is None
+    assert ProviderSection.of({"type": 5}).kind is None
+    # ... but a table whose type is none is refused when it is loaded, as `policy check`
+    # refuses it (issue 33: the loader reads the provider's table as its construction).
+    with pytest.raises(ConfigError, match=r"provider\.type: missing or not a string"):
+        policy_from_dict({"provider": {"type": 5}})
     from slurm_heal.config import Policy
 
     assert Policy.model_validate({"provider": table}).provider == p.provider

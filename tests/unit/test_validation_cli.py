@@ -8,12 +8,12 @@ from datetime import datetime, timezone
 
 from slurm_heal.config import policy_from_dict
 from slurm_heal.models import Phase, State, Step, ValidationRun
-from slurm_heal.policy import decide
 from slurm_heal.readmodel import overview
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.types import ClusterView
 from slurm_heal.validation.service import Validator
+from tests.policycore import decide
 from tests.unit.test_admin_cli import T0, run, slurm, store  # noqa: F401  (fixtures)
 
 
