@@ -28,7 +28,7 @@ from pathlib import Path
 
 from slurm_heal import extra
 from slurm_heal.incidentstore import INCIDENTS_KEY, dump
-from slurm_heal.models import Incident, IncidentAlert, Phase, Remediation, State, Step
+from slurm_heal.models import Breaker, Incident, IncidentAlert, Phase, Remediation, State, Step
 from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.store import Store
 from slurm_heal.types import Action, Alert, Severity
@@ -94,9 +94,11 @@ def store(state_dir: Path, n: int, now: datetime) -> Store:
         steps=(Step(at=t0, phase="proposed", rule="catalog:gpu.xid.79", why="Xid 79"),
                Step(at=t0, phase="acting", rule="L1", why="reboot started")))
     st = Store(state_dir)
-    old, incidents = history(n, now)
+    old, incidents, openings = history(n, now)
     with st.transaction() as txn:
         txn.state = State(remediations=(rem, *old),
+                          breaker=Breaker(opened_at=openings[-1], openings=openings,
+                                          reset_by="alice", reset_at=openings[-1]),
                           data={INCIDENTS_KEY: dump(incidents)})
     st.prune(now, keep=timedelta(days=14), archive=True)  # the older ones: the archive
     (state_dir / "heartbeat").write_text(now.astimezone(timezone.utc).isoformat())
@@ -110,12 +112,15 @@ HISTORY_DAYS = 90
 PER_DAY = 6
 
 
-def history(n: int, now: datetime) -> tuple[list[Remediation], list[Incident]]:
+def history(n: int, now: datetime
+            ) -> tuple[list[Remediation], list[Incident], tuple[datetime, ...]]:
     """90 days of ended remediations (seeded: the same every run), on the healthy
     nodes n00011-n00060 so a few machines repeat; five ended incidents and the open one
-    on `INCIDENT_BLOCK`; two breaker openings (S5 blocked steps)."""
+    on `INCIDENT_BLOCK`; two breaker openings (S5 blocked steps, and the breaker's
+    history of them)."""
     rnd = random.Random(42)
     rems: list[Remediation] = []
+    openings: list[datetime] = []
     outcomes = ([Phase.DONE] * 14 + [Phase.FAILED] * 2 + [Phase.CANCELLED, Phase.WITHDRAWN,
                                                           Phase.DENIED])
     for day in range(HISTORY_DAYS):
@@ -134,6 +139,7 @@ def history(n: int, now: datetime) -> tuple[list[Remediation], list[Incident]]:
                 steps.append(Step(at=times["acting"], phase="acting", rule="L1",
                                   why=f"{action.value} started"))
             if day in (3, 40) and k == 0:
+                openings.append(start)
                 steps.append(Step(at=start, phase="blocked", rule="S5",
                                   why="5 automatic remediations started within 1h "
                                       "(threshold 5): the breaker opens; automatic "
@@ -164,4 +170,4 @@ def history(n: int, now: datetime) -> tuple[list[Remediation], list[Incident]]:
         alerts=tuple(IncidentAlert(node=m, fault="gpu.xid.79", first_seen=opened)
                      for m in members[:3]),
         why="Xid 79 on 3 nodes of one NVLink block"))
-    return rems, incidents
+    return rems, incidents, tuple(sorted(openings))

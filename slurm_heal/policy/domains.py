@@ -21,6 +21,8 @@ from slurm_heal.topology import Component, from_features
 
 if TYPE_CHECKING:
     from slurm_heal.config import FaultGroup
+    from slurm_heal.config import Incidents as IncidentsConf
+    from slurm_heal.models import Incident
     from slurm_heal.policy.working import WorkingSet
 
 
@@ -166,3 +168,21 @@ def settle_until(ws: WorkingSet, rem: Remediation) -> tuple[datetime, Component]
         return None
     until = min(seen) + pol.settle
     return (until, comps[0]) if ws.now < until else None
+
+
+def group_words(pol: IncidentsConf, inc: Incident, key: str | None = None) -> str:
+    """How an incident's sentences name one of its groups (``key``, default its first:
+    `FaultGroup.words`): the group of the faults it carries whose stored key is that one,
+    compared whole (issue 33: a stored key is never split back); the key itself if the
+    policy no longer has that group."""
+    key = inc.group if key is None else key
+    for a in inc.alerts:
+        for group in pol.groups_of(a.fault):
+            if group.key == key:
+                return group.words
+    return key
+
+
+def faults_words(pol: IncidentsConf, inc: Incident) -> str:
+    """How an incident's sentences name all its groups (`group_words`)."""
+    return ", ".join(group_words(pol, inc, g) for g in inc.all_groups)

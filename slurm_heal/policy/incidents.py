@@ -38,7 +38,7 @@ from slurm_heal.incidentstore import unreadable
 from slurm_heal.models import Command, Incident, IncidentAlert, Phase, Remediation
 from slurm_heal.policy.domains import DOMAIN_WORDS as DOMAIN_WORDS
 from slurm_heal.policy.domains import a_ as a_
-from slurm_heal.policy.domains import causes, qualifies
+from slurm_heal.policy.domains import causes, faults_words, qualifies
 from slurm_heal.policy.domains import components as components
 from slurm_heal.policy.domains import domain_words as domain_words
 from slurm_heal.policy.domains import settle_until as settle_until
@@ -71,19 +71,6 @@ def _carried(a: Alert) -> IncidentAlert:
                          evidence=tuple(alert_to_json(a).get("evidence") or ()))
 
 
-def group_words(pol: IncidentsConf, inc: Incident, key: str | None = None) -> str:
-    """How an incident's sentences name one of its groups (``key``, default its first:
-    `FaultGroup.words`): the group of the faults it carries whose stored key is that one,
-    compared whole (issue 33: a stored key is never split back); the key itself if the
-    policy no longer has that group."""
-    key = inc.group if key is None else key
-    for a in inc.alerts:
-        for group in pol.groups_of(a.fault):
-            if group.key == key:
-                return group.words
-    return key
-
-
 def _related(ws: WorkingSet, fault: str, inc: Incident) -> bool:
     return not set(ws.policy.incidents.keys_of(fault)).isdisjoint(inc.all_groups)
 
@@ -108,13 +95,9 @@ def open_incident_of(ws: WorkingSet, led: Ledger, node: str, fault: str) -> Inci
                  if i.open and node in i.nodes and _related(ws, fault, i)), None)
 
 
-def _faults_words(pol: IncidentsConf, inc: Incident) -> str:
-    return ", ".join(group_words(pol, inc, g) for g in inc.all_groups)
-
-
 def hold_words(pol: IncidentsConf, inc: Incident) -> str:
     return (f"held by incident {inc.id} on {inc.kind} {inc.name} ({len(inc.nodes)} of "
-            f"{inc.size} nodes, {_faults_words(pol, inc)}): one cause, one ticket for a person; "
+            f"{inc.size} nodes, {faults_words(pol, inc)}): one cause, one ticket for a person; "
             f"this node's own remediation waits until the incident ends (slurm-heal "
             f"incident close {inc.id}, or the alerts clear)")
 
@@ -182,7 +165,7 @@ def _bound(ws: WorkingSet, led: Ledger, inc: Incident) -> None:
     still = _still(ws, inc)
     if not still:
         why = (f"incident {inc.id} on {inc.kind} {inc.name} ended: the "
-               f"{_faults_words(pol, inc)} alerts cleared on all {len(inc.nodes)} nodes")
+               f"{faults_words(pol, inc)} alerts cleared on all {len(inc.nodes)} nodes")
         _end(ws, led, inc, "cleared", why)
         for node in inc.nodes:
             led.record(node, "withdrawn", "S7", why)
