@@ -365,6 +365,7 @@ class OciInstance:
     vnics: list[dict[str, Any]] = field(default_factory=list)  # GetVnic bodies, primary first
     launched: dict[str, Any] | None = None  # the LaunchInstance body it was made from
     preserved_boot_volume: bool | None = None  # TerminateInstance's preserveBootVolume
+    fields: dict[str, Any] = field(default_factory=dict)  # more of its GetInstance body
 
 
 class OciCloud(_Server):
@@ -497,7 +498,7 @@ class OciCloud(_Server):
     def _json(self, inst: OciInstance) -> dict[str, Any]:
         out = dict(self.shape, id=inst.id, shape=inst.shape, lifecycleState=inst.state,
                    displayName=inst.display_name, timeMaintenanceRebootDue=inst.maintenance_due,
-                   imageId=inst.image)
+                   imageId=inst.image, **inst.fields)
         out["sourceDetails"] = dict(out["sourceDetails"], imageId=inst.image)
         return out
 

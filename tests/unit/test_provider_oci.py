@@ -388,6 +388,7 @@ def test_a_lost_launch_answer_is_resent_under_the_same_token_and_one_instance_ex
     ("no_vnic", r"found 0 primary VNICs"),
     ("secondary_vnic", r"1 secondary VNICs, which a relaunch would not bring back"),
     ("unknown_cluster", r"GetComputeCluster .*HTTP 404"),
+    ("boot_volume", r"does not give the image it boots from .*set \[provider\] image"),
 ])
 def test_a_relaunch_that_cannot_read_what_it_needs_is_refused_and_nothing_is_sent(
         oci: OciCloud, key: tuple[Path, str], tmp_path: Path, spoil: str,
@@ -399,6 +400,10 @@ def test_a_relaunch_that_cannot_read_what_it_needs_is_refused_and_nothing_is_sen
                    spoil, oci.cluster)()
     if spoil == "no_vnic":
         inst.vnics = []
+    if spoil == "boot_volume":  # launched from a volume: no image to launch again from
+        inst.image = ""
+        inst.fields["sourceDetails"] = {"sourceType": "bootVolume",
+                                        "bootVolumeId": "ocid1.bootvolume.oc1.iad.b"}
     if spoil == "secondary_vnic":
         inst.vnics.append(oci._vnic(inst, {"subnetId": "ocid1.subnet.oc1.iad.b"},
                                     primary=False))
@@ -453,3 +458,35 @@ def test_relaunch_config_is_checked(cfg: dict[str, object], key_name: str, probl
         make_provider({"type": "oci", "auth": "instance_principal", **cfg},
                       state_dir=tmp_path)
     assert err.value.key == key_name
+
+
+def test_a_relaunch_carries_the_flex_shape_placement_and_platform_but_not_the_host(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    """The parts of the Instance that LaunchInstanceDetails takes go over with only the
+    keys it takes (a flexible shape's config without the read-only GPU and disk
+    descriptions); a placement that pins the old bare-metal host never does."""
+    old = oci.instance(shape="VM.Standard.E5.Flex", display_name="cpu01", fields={
+        "shapeConfig": {"ocpus": 8.0, "memoryInGBs": 96.0, "vcpus": 16,
+                        "baselineOcpuUtilization": "BASELINE_1_1", "gpus": 0,
+                        "processorDescription": "4th Gen AMD EPYC", "localDisks": 0},
+        "platformConfig": {"type": "AMD_VM", "isSecureBootEnabled": False,
+                           "isSymmetricMultiThreadingEnabled": True},
+        "clusterPlacementGroupId": "ocid1.clusterplacementgroup.oc1.iad.cpg",
+        "capacityReservationId": "ocid1.capacityreservation.oc1.iad.cr",
+        "placementConstraintDetails": {"type": "COMPUTE_BARE_METAL_HOST",
+                                       "computeBareMetalHostId": "ocid1.computebmh.bad"},
+        "freeformTags": {"cluster_name": "hpc"}})
+    p = _relaunching(oci, key, tmp_path, compartment_id=oci.shape["compartmentId"])
+    p.submit("cpu01", Action.MIGRATE, "r-m7:act:0")
+    assert _finish(p, "r-m7:act:0").status == "succeeded"
+    (_, new_id), = [e for e in oci.executed if e[0] == "LaunchInstance"]
+    sent = oci.instances[new_id].launched
+    assert sent is not None and old.state == "TERMINATED"
+    assert sent["shapeConfig"] == {"ocpus": 8.0, "memoryInGBs": 96.0, "vcpus": 16,
+                                   "baselineOcpuUtilization": "BASELINE_1_1"}
+    assert sent["platformConfig"] == {"type": "AMD_VM", "isSecureBootEnabled": False,
+                                      "isSymmetricMultiThreadingEnabled": True}
+    assert sent["clusterPlacementGroupId"] == "ocid1.clusterplacementgroup.oc1.iad.cpg"
+    assert sent["capacityReservationId"] == "ocid1.capacityreservation.oc1.iad.cr"
+    assert sent["freeformTags"] == {"cluster_name": "hpc"}
+    assert "placementConstraintDetails" not in sent
