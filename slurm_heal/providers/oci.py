@@ -207,9 +207,7 @@ class OciProvider(SteppedOperations):
         """The instance OCID of ``node`` (its machine identity, SPEC D11), followed past
         every relaunch recorded here."""
         found = self._mapped(node)
-        if not self.migrate_relaunch:
-            return found
-        with self.records.locked() as records:
+        with self.records.locked() as records:  # also after migrate_relaunch is off again
             return _oci_relaunch.replaced(records, found)
 
     def _mapped(self, node: str) -> str:
