@@ -379,6 +379,11 @@ class OciSettings(ProviderSettings):
     image: Text | None = None
     preserve_boot_volume: Flag = False
     delete_local_storage: Flag = False
+    # migrate where OCI offers no reboot migration: terminate and relaunch with the same
+    # launch details in ``compute_cluster_id`` (off: a new OCID, new local NVMe, maybe
+    # new IPs; docs/providers.md)
+    migrate_relaunch: Flag = False
+    compute_cluster_id: Text | None = None
     connect_timeout: Timeout = 10.0
     read_timeout: Timeout = 30.0
     deadline: LongTimeout = 60.0

@@ -12,9 +12,11 @@ patched function.
   Shapes: tests/data/real/azure/ (the Compute REST specification's examples) and the ARM
   async-operation documentation (tests/data/real/SOURCES.md).
 - `OciCloud`: HTTP serving the Core Services calls of the oci SDK's ComputeClient
-  (GetInstance, InstanceAction, UpdateInstance) and WorkRequestClient (GetWorkRequest)
-  under ``/20160918``, deduplicating by ``opc-retry-token`` as OCI does, and checking
-  that every call is signed by the test key (its keyId) with the SDK's request signature.
+  (GetInstance, ListInstances, InstanceAction, UpdateInstance, TerminateInstance,
+  LaunchInstance, ListVnicAttachments, GetComputeCluster), VirtualNetworkClient (GetVnic)
+  and WorkRequestClient (GetWorkRequest) under ``/20160918``, deduplicating by
+  ``opc-retry-token`` as OCI does, and checking that every call is signed by the test key
+  (its keyId) with the SDK's request signature.
 
 Both count what really ran (``executed``) and every request they saw (``seen``), and
 play the faults of the provider fault suite: an answer replaced before anything runs
@@ -342,7 +344,12 @@ class AzureCloud(_Server):
 
 # ----------------------------------------------------------------------------------- OCI
 _INSTANCE = r"^/20160918/instances/(?P<id>[^/?]+)$"
+_INSTANCES = r"^/20160918/instances/?$"
 _WORK = r"^/20160918/workRequests/(?P<id>[^/?]+)$"
+_VNIC = r"^/20160918/vnics/(?P<id>[^/?]+)$"
+_CLUSTER = r"^/20160918/computeClusters/(?P<id>[^/?]+)$"
+_NOT_FOUND = Reply(404, {"code": "NotAuthorizedOrNotFound", "message":
+                         "Authorization failed or requested resource not found."})
 
 
 @dataclass
@@ -354,6 +361,11 @@ class OciInstance:
     image: str = "ocid1.image.oc1..aaaaimage"
     looks: int = 0
     host: int = 1
+    display_name: str = ""
+    vnics: list[dict[str, Any]] = field(default_factory=list)  # GetVnic bodies, primary first
+    launched: dict[str, Any] | None = None  # the LaunchInstance body it was made from
+    preserved_boot_volume: bool | None = None  # TerminateInstance's preserveBootVolume
+    fields: dict[str, Any] = field(default_factory=dict)  # more of its GetInstance body
 
 
 class OciCloud(_Server):
@@ -370,11 +382,47 @@ class OciCloud(_Server):
         self.lose: dict[str, Reply] = {}
         self.fail_late: set[str] = set()
         self.shape = json.loads((REAL / "oci" / "instance-action-softstop.json").read_text())
+        self.clusters: dict[str, dict[str, Any]] = {}
 
     def instance(self, shape: str = "BM.GPU.H100.8", **kw: Any) -> OciInstance:
         made = OciInstance(id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}", shape=shape, **kw)
+        made.display_name = made.display_name or made.id[-8:]
+        if not made.vnics:
+            made.vnics = [self._vnic(made, {"subnetId": "ocid1.subnet.oc1.iad.aaaagpu",
+                                            "privateIp": f"10.0.{len(self.instances)}.5",
+                                            "hostnameLabel": made.display_name,
+                                            "nsgIds": ["ocid1.networksecuritygroup.oc1.iad.a"]},
+                                      primary=True)]
         self.instances[made.id] = made
         return made
+
+    def cluster(self, availability_domain: str | None = None,
+                state: str = "ACTIVE") -> str:
+        """A compute cluster (GetComputeCluster), by default in the instances' AD."""
+        cid = f"ocid1.computecluster.oc1.iad.{uuid.uuid4().hex}"
+        self.clusters[cid] = {
+            "id": cid, "availabilityDomain": availability_domain or
+            self.shape["availabilityDomain"], "compartmentId": self.shape["compartmentId"],
+            "displayName": "gpu-cluster", "lifecycleState": state,
+            "timeCreated": "2026-11-01T10:00:00.000Z", "freeformTags": {},
+            "definedTags": {}}
+        return cid
+
+    def _vnic(self, inst: OciInstance, details: dict[str, Any], *,
+              primary: bool) -> dict[str, Any]:
+        return {"id": f"ocid1.vnic.oc1.iad.{uuid.uuid4().hex}",
+                "availabilityDomain": self.shape["availabilityDomain"],
+                "compartmentId": self.shape["compartmentId"],
+                "displayName": details.get("displayName") or inst.display_name,
+                "hostnameLabel": details.get("hostnameLabel"), "isPrimary": primary,
+                "lifecycleState": "AVAILABLE", "macAddress": "02:00:17:00:00:01",
+                "nsgIds": details.get("nsgIds") or [],
+                "privateIp": details.get("privateIp") or "10.0.9.9",
+                "publicIp": "129.0.0.1" if details.get("assignPublicIp") else None,
+                "skipSourceDestCheck": bool(details.get("skipSourceDestCheck")),
+                "subnetId": details["subnetId"], "timeCreated": _now(),
+                "freeformTags": details.get("freeformTags") or {},
+                "definedTags": details.get("definedTags") or {}}
 
     def finish(self) -> None:
         """Every instance action ends (the instances are RUNNING again)."""
@@ -398,16 +446,37 @@ class OciCloud(_Server):
         if injected is not None:
             return injected
         parts = urlsplit(path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         m = re.match(_WORK, parts.path)
         if m and method == "GET":
             return self._work_request(m["id"])
+        if method == "GET" and parts.path == "/20160918/vnicAttachments":
+            return self._vnic_attachments(query)
+        m = re.match(_VNIC, parts.path)
+        if m and method == "GET":
+            found = [v for i in self.instances.values() if i.state != "TERMINATED"
+                     for v in i.vnics if v["id"] == m["id"]]
+            return Reply(200, found[0]) if found else _NOT_FOUND
+        m = re.match(_CLUSTER, parts.path)
+        if m and method == "GET":
+            cluster = self.clusters.get(m["id"])
+            return Reply(200, cluster) if cluster else _NOT_FOUND
+        if re.match(_INSTANCES, parts.path):
+            if method == "GET":
+                return Reply(200, [self._json(i) for i in list(self.instances.values())
+                                   if i.display_name == query.get("displayName",
+                                                                  i.display_name)])
+            if method == "POST":
+                return self._launch(headers.get("opc-retry-token", ""),
+                                    json.loads(body or b"{}"))
         m = re.match(_INSTANCE, parts.path)
         inst = self.instances.get(m["id"]) if m else None
         if inst is None:
-            return Reply(404, {"code": "NotAuthorizedOrNotFound", "message":
-                               "Authorization failed or requested resource not found."})
+            return _NOT_FOUND
         if method == "GET":
             return self._get(inst)
+        if method == "DELETE":
+            return self._terminate(inst, query)
         token = headers.get("opc-retry-token", "")
         with self._lock:
             if token and token in self.by_token:  # OCI answers a repeat from the first
@@ -428,19 +497,74 @@ class OciCloud(_Server):
 
     def _json(self, inst: OciInstance) -> dict[str, Any]:
         out = dict(self.shape, id=inst.id, shape=inst.shape, lifecycleState=inst.state,
-                   displayName=inst.id[-8:], timeMaintenanceRebootDue=inst.maintenance_due)
+                   displayName=inst.display_name, timeMaintenanceRebootDue=inst.maintenance_due,
+                   imageId=inst.image, **inst.fields)
         out["sourceDetails"] = dict(out["sourceDetails"], imageId=inst.image)
         return out
+
+    def _vnic_attachments(self, query: dict[str, str]) -> Reply:
+        """ListVnicAttachments of ``instanceId`` (VnicAttachment, API reference)."""
+        inst = self.instances.get(query.get("instanceId", ""))
+        if inst is None or inst.state == "TERMINATED":
+            return Reply(200, [])
+        return Reply(200, [{
+            "id": f"ocid1.vnicattachment.oc1.iad.{v['id'][-12:]}", "instanceId": inst.id,
+            "availabilityDomain": v["availabilityDomain"], "compartmentId": v["compartmentId"],
+            "displayName": v["displayName"], "lifecycleState": "ATTACHED", "nicIndex": 0,
+            "subnetId": v["subnetId"], "vlanTag": 0, "timeCreated": v["timeCreated"],
+            "vnicId": v["id"]} for v in inst.vnics])
+
+    def _terminate(self, inst: OciInstance, query: dict[str, str]) -> Reply:
+        """TerminateInstance: 204, the instance TERMINATING, then TERMINATED at the next
+        look (a repeat while it goes is answered the same and runs nothing)."""
+        with self._lock:
+            if inst.state not in ("TERMINATING", "TERMINATED"):
+                self.executed.append(("TerminateInstance", inst.id))
+                inst.state = "TERMINATING"
+                inst.preserved_boot_volume = query.get("preserveBootVolume") == "true"
+            lost = self.lose.pop("TerminateInstance", None)
+        return lost if lost is not None else Reply(204, None,
+                                                   {"opc-request-id": uuid.uuid4().hex})
+
+    def _launch(self, token: str, details: dict[str, Any]) -> Reply:
+        """LaunchInstance: a new instance PROVISIONING, its work request in the header; a
+        repeat under the same opc-retry-token is answered with the first."""
+        with self._lock:
+            if token and token in self.by_token:
+                return self.by_token[token]
+        need = ("availabilityDomain", "compartmentId", "shape")
+        if any(not details.get(k) for k in need) or \
+                not (details.get("createVnicDetails") or {}).get("subnetId"):
+            return Reply(400, {"code": "InvalidParameter", "message":
+                               "availabilityDomain, compartmentId, shape and a subnet "
+                               "are required"})
+        cluster = self.clusters.get(details.get("computeClusterId") or "")
+        if details.get("computeClusterId") and cluster is None:
+            return _NOT_FOUND
+        made = OciInstance(id=f"ocid1.instance.oc1.iad.{uuid.uuid4().hex}",
+                           shape=details["shape"], state="PROVISIONING",
+                           image=(details.get("sourceDetails") or {}).get("imageId", ""),
+                           display_name=details.get("displayName") or "", launched=details)
+        made.vnics = [self._vnic(made, details["createVnicDetails"], primary=True)]
+        wr = f"ocid1.coreservicesworkrequest.oc1.iad.{uuid.uuid4().hex}"
+        with self._lock:
+            self.instances[made.id] = made
+            self.executed.append(("LaunchInstance", made.id))
+            self.work[wr] = {"instance": made, "looks": 0, "accepted": _now(), "image": None}
+            reply = Reply(200, self._json(made), {"opc-work-request-id": wr, "etag": "e-l"})
+            if token:
+                self.by_token[token] = reply
+            lost = self.lose.pop("LaunchInstance", None)
+        return lost if lost is not None else reply
 
     def _get(self, inst: OciInstance) -> Reply:
         with self._lock:
             answer = self._json(inst)
             # the platform moves on at each look: STOPPING -> STARTING -> RUNNING
             inst.looks += 1
-            if inst.state == "STOPPING":
-                inst.state = "STARTING"
-            elif inst.state == "STARTING":
-                inst.state = "RUNNING"
+            inst.state = {"STOPPING": "STARTING", "STARTING": "RUNNING",
+                          "PROVISIONING": "STARTING",
+                          "TERMINATING": "TERMINATED"}.get(inst.state, inst.state)
         return Reply(200, answer, {"etag": f"e{inst.looks}"})
 
     def _action(self, inst: OciInstance, action: str, details: dict[str, Any]) -> Reply:

@@ -563,6 +563,20 @@ def _make_oci(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
             raise ConfigError("never in this file: it goes in the oci config file "
                               "(config_file, profile)", key=f"{SECTION}.{secret}")
     s = read_provider_section(OciSettings, cfg)
+    if s.migrate_relaunch:
+        if s.instances:
+            raise ConfigError("not with migrate_relaunch = true: a relaunch gives the node a "
+                              "new instance OCID and this table would name the terminated "
+                              "one; map nodes by Slurm's InstanceId or by display name "
+                              "(compartment_id) instead", key=f"{SECTION}.instances")
+        if not s.compute_cluster_id:
+            raise ConfigError("required with migrate_relaunch = true: OCI's GetInstance does "
+                              "not say which compute cluster an instance is in, so name the "
+                              "cluster the relaunched instance goes into",
+                              key=f"{SECTION}.compute_cluster_id")
+    elif s.compute_cluster_id is not None:
+        raise ConfigError("only with migrate_relaunch = true",
+                          key=f"{SECTION}.compute_cluster_id")
     import oci
 
     config: dict[str, Any]
@@ -590,7 +604,8 @@ def _make_oci(cfg: Mapping[str, Any], *, slurm: SlurmClient | None,
         config=config, signer=signer, endpoint=s.endpoint, instances=s.instances,
         compartment_id=s.compartment_id, image=s.image,
         preserve_boot_volume=s.preserve_boot_volume,
-        delete_local_storage=s.delete_local_storage, slurm=slurm, state_dir=state_dir,
+        delete_local_storage=s.delete_local_storage, migrate_relaunch=s.migrate_relaunch,
+        compute_cluster_id=s.compute_cluster_id, slurm=slurm, state_dir=state_dir,
         connect_timeout=s.connect_timeout, read_timeout=s.read_timeout,
         deadline=s.deadline, attempts=s.attempts, backoff=s.backoff, actions=s.actions)
 

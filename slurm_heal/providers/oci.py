@@ -11,15 +11,16 @@ Actions and the Core Services calls they use:
   ``preserve_boot_volume``; progress from its work request (``GetWorkRequest``);
 - migrate -> ``InstanceAction REBOOTMIGRATE`` (to new hardware) where OCI offers it for
   the instance: when it has a maintenance reboot due (``timeMaintenanceRebootDue``).
-  Otherwise refused with the reason: a terminate and relaunch would give the node a new
-  OCID and new local disks, and nothing in it keeps OCI from placing the new instance on
-  the same bad host; slurm-heal does not do it.
+  Otherwise, with ``migrate_relaunch = true``, terminate and relaunch it with the same
+  launch details in ``compute_cluster_id`` (`_oci_relaunch`: a new OCID, new local NVMe,
+  a new public IP); without it refused with the reason.
   A dense shape's local NVMe is lost in the move: sent with ``deleteLocalStorage`` only
   where ``delete_local_storage = true``.
 
 node -> instance: Slurm's InstanceId when it is an instance OCID, else the ``instances``
-table, else the instance whose display name is the node in ``compartment_id``. The
-instance OCID is the machine identity (D11).
+table, else the instance whose display name is the node in ``compartment_id``; an OCID
+that a relaunch recorded here replaced is followed to its replacement. The instance OCID
+is the machine identity (D11).
 
 Idempotency (SPEC S6): every POST and PUT carries an ``opc-retry-token`` derived from our
 key and the step: OCI answers a repeat with the first answer for 24 hours, so a lost
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
 from slurm_heal.providerconf import OCI_ACTIONS as OCI_ACTIONS
 from slurm_heal.providerconf import OciSettings as OciSettings
+from slurm_heal.providers import _oci_relaunch
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import Deadline, call_within, plain_reason
 from slurm_heal.providers.base import Operation
@@ -86,6 +88,7 @@ class OciProvider(SteppedOperations):
                  endpoint: str | None = None, instances: Mapping[str, str] | None = None,
                  compartment_id: str | None = None, image: str | None = None,
                  preserve_boot_volume: bool = False, delete_local_storage: bool = False,
+                 migrate_relaunch: bool = False, compute_cluster_id: str | None = None,
                  slurm: SlurmClient | None = None,
                  state_dir: str | os.PathLike[str] | None = None,
                  connect_timeout: float = 10.0, read_timeout: float = 30.0,
@@ -99,6 +102,7 @@ class OciProvider(SteppedOperations):
         self.compartment_id, self.image = compartment_id, image
         self.preserve_boot_volume = preserve_boot_volume
         self.delete_local_storage = delete_local_storage
+        self.migrate_relaunch, self.compute_cluster_id = migrate_relaunch, compute_cluster_id
         self.slurm, self.actions = slurm, actions
         self.deadline, self.attempts, self.backoff = deadline, max(1, attempts), backoff
         self._sleep, self._clock = sleep, clock
@@ -109,7 +113,7 @@ class OciProvider(SteppedOperations):
             "timeout": (connect_timeout, read_timeout)}
         if endpoint:
             self._kwargs["service_endpoint"] = endpoint.rstrip("/")
-        self._clients: tuple[Any, Any] | None = None
+        self._clients: tuple[Any, Any, Any] | None = None
         self._lock = threading.Lock()
         self.records = KeyRecords(Path(state_dir) / "oci-provider.json"
                                   if state_dir is not None else None)
@@ -125,7 +129,11 @@ class OciProvider(SteppedOperations):
     def _work(self) -> Any:
         return self._made()[1]
 
-    def _made(self) -> tuple[Any, Any]:
+    @property
+    def _network(self) -> Any:
+        return self._made()[2]
+
+    def _made(self) -> tuple[Any, Any, Any]:
         """The SDK clients, made at the first call: an instance principal's signer asks
         the instance metadata service, which `policy check` off OCI must not wait for.
         ``signer`` may be such a factory (a callable without arguments)."""
@@ -143,7 +151,8 @@ class OciProvider(SteppedOperations):
                 kwargs = dict(self._kwargs, signer=signer)
                 self._clients = (oci.core.ComputeClient(dict(self._config), **kwargs),
                                  oci.work_requests.WorkRequestClient(dict(self._config),
-                                                                     **kwargs))
+                                                                     **kwargs),
+                                 oci.core.VirtualNetworkClient(dict(self._config), **kwargs))
             return self._clients
 
     # --- the protocol -------------------------------------------------------------------
@@ -160,13 +169,14 @@ class OciProvider(SteppedOperations):
             raise ProviderRefused(f"oci provider: {ocid} is {state}")
         image = ""
         if action == Action.MIGRATE and not getattr(inst, "time_maintenance_reboot_due", None):
+            if self.migrate_relaunch:
+                return self._begin(key, self._relaunch_record(node, inst))
             raise ProviderRefused(
                 f"oci provider: OCI offers no reboot migration for {ocid} "
                 f"({getattr(inst, 'shape', '?')}) now: it has no maintenance reboot due "
-                "(timeMaintenanceRebootDue); slurm-heal does not terminate and relaunch "
-                "it instead (a new OCID, new local disks, and nothing keeps OCI from "
-                "placing it on the same host): rebuild it, or ask Oracle support to take "
-                "the host out")
+                "(timeMaintenanceRebootDue), and terminate-and-relaunch is off "
+                "(migrate_relaunch; a new OCID, new local disks): rebuild it, turn "
+                "migrate_relaunch on, or ask Oracle support to take the host out")
         if action == Action.REBUILD:
             source = getattr(inst, "source_details", None)
             image = self.image or str(getattr(source, "image_id", "") or
@@ -182,8 +192,25 @@ class OciProvider(SteppedOperations):
                                "submitted": datetime.now(timezone.utc).isoformat()}
         return self._begin(key, rec)
 
+    def _relaunch_record(self, node: str, inst: Any) -> dict[str, Any]:
+        """The record of a terminate-and-relaunch, its LaunchInstance body read now
+        (ProviderRefused, nothing sent, where something it needs cannot be read)."""
+        return {"id": "oci-" + uuid.uuid4().hex[:12], "node": node,
+                "action": Action.MIGRATE.value, "instance": str(inst.id),
+                "call": _oci_relaunch.CALL, "phase": "terminate", "sent": False,
+                "launch": _oci_relaunch.launch_body(self, inst), "new_instance": "",
+                "preserve_boot_volume": self.preserve_boot_volume, "work_request": "",
+                "status": "running", "detail": "",
+                "submitted": datetime.now(timezone.utc).isoformat()}
+
     def instance_id(self, node: str) -> str:
-        """The instance OCID of ``node`` (its machine identity, SPEC D11)."""
+        """The instance OCID of ``node`` (its machine identity, SPEC D11), followed past
+        every relaunch recorded here."""
+        found = self._mapped(node)
+        with self.records.locked() as records:  # also after migrate_relaunch is off again
+            return _oci_relaunch.replaced(records, found)
+
+    def _mapped(self, node: str) -> str:
         if self.slurm is not None:
             try:
                 found = self.slurm.node(node).instance_id
@@ -211,9 +238,12 @@ class OciProvider(SteppedOperations):
     # --- the steps ----------------------------------------------------------------------
     def _advance(self, key: str, rec: dict[str, Any]) -> Operation:
         try:
-            if not rec["sent"]:
+            if rec["call"] == _oci_relaunch.CALL:
+                _oci_relaunch.advance(self, key, rec, retry_token(key, "LaunchInstance"))
+            elif not rec["sent"]:
                 self._send(key, rec)
-            if rec["status"] == "running" and rec["sent"]:
+            if rec["status"] == "running" and rec["sent"] and \
+                    rec["call"] != _oci_relaunch.CALL:
                 self._poll(rec)
         except ProviderRefused as exc:
             rec.update(status="failed", detail=str(exc))

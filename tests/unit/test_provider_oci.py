@@ -260,3 +260,233 @@ def test_an_action_never_seen_under_way_is_taken_as_done_after_a_while(
     assert op is not None and op.status == "succeeded" and "every look" in op.detail
     # the RESET was answered by the test (RUNNING), not carried out by the local cloud
     assert [a for a, _ in oci.executed] == ["SOFTRESET"]
+
+
+# --- migrate by terminate and relaunch (migrate_relaunch) --------------------------------
+def _relaunching(oci: OciCloud, key: tuple[Path, str], tmp_path: Path, slurm: Any = None,
+                 **extra: Any) -> OciProvider:
+    cfg = oci_config(oci, key[0], migrate_relaunch=True,
+                     compute_cluster_id=extra.pop("compute_cluster_id", None) or oci.cluster(),
+                     **extra)
+    p = make_provider(cfg, slurm=slurm, state_dir=tmp_path)
+    assert isinstance(p, OciProvider)
+    return p
+
+
+def _calls(oci: OciCloud) -> list[str]:
+    """The method and path (no query) of every request, in order."""
+    return [f"{m} {p.split('?')[0]}" for m, p, _, _ in oci.seen]
+
+
+def test_migrate_without_a_reboot_migration_terminates_and_relaunches_the_instance(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    """Issue 41: no maintenance reboot due, migrate_relaunch on: everything the new
+    instance needs is read first, then TerminateInstance, then LaunchInstance with the
+    same details in the compute cluster; the new OCID is the node's machine (D11)."""
+    from slurm_heal.extra import HOST_KEY
+
+    old = oci.instance(display_name="gpu07", image="ocid1.image.oc1.iad.aaaagpuimage")
+    cluster = oci.cluster()
+    slurm = MemorySlurm([("gpu07", "gpu")], clock=lambda: datetime.now(timezone.utc))
+    slurm.set_instance_id("gpu07", old.id)
+    p = _relaunching(oci, key, tmp_path, slurm, compute_cluster_id=cluster)
+    op = p.submit("gpu07", Action.MIGRATE, "r-m1:act:0")
+    assert op.status == "running" and "TerminateInstance accepted" in op.detail
+    calls = _calls(oci)
+    first_write = next(i for i, c in enumerate(calls) if not c.startswith("GET"))
+    assert calls[first_write] == f"DELETE /20160918/instances/{old.id}"
+    assert {"GET /20160918/vnicAttachments", f"GET /20160918/computeClusters/{cluster}",
+            f"GET /20160918/vnics/{old.vnics[0]['id']}"} <= set(calls[:first_write])
+    done = _finish(p, "r-m1:act:0")
+    assert done.status == "succeeded"
+    (_, new_id), = [e for e in oci.executed if e[0] == "LaunchInstance"]
+    assert oci.executed == [("TerminateInstance", old.id), ("LaunchInstance", new_id)]
+    assert new_id in done.detail and old.id in done.detail and cluster in done.detail
+    assert old.state == "TERMINATED" and old.preserved_boot_volume is False
+    new = oci.instances[new_id]
+    assert new.state == "RUNNING" and new.launched is not None
+    sent = new.launched
+    assert sent["computeClusterId"] == cluster and sent["displayName"] == "gpu07"
+    assert sent["availabilityDomain"] == oci.shape["availabilityDomain"]
+    assert sent["compartmentId"] == oci.shape["compartmentId"]
+    assert sent["shape"] == "BM.GPU.H100.8" and "shapeConfig" not in sent  # a fixed shape
+    assert sent["faultDomain"] == oci.shape["faultDomain"]
+    assert sent["metadata"] == oci.shape["metadata"]
+    assert sent["launchOptions"]["firmware"] == "UEFI_64"
+    assert sent["agentConfig"] == {"isMonitoringDisabled": False}
+    assert sent["sourceDetails"] == {"sourceType": "image",
+                                     "imageId": "ocid1.image.oc1.iad.aaaagpuimage"}
+    vnic = old.vnics[0]
+    assert sent["createVnicDetails"] == {
+        "subnetId": vnic["subnetId"], "privateIp": vnic["privateIp"],
+        "hostnameLabel": "gpu07", "nsgIds": vnic["nsgIds"], "assignPublicIp": False,
+        "skipSourceDestCheck": False, "displayName": "gpu07"}
+    (_, headers), = [(p_, h) for p_, h in oci.posts() if p_ == "/20160918/instances"]
+    assert headers["opc-retry-token"] == retry_token("r-m1:act:0", "LaunchInstance")
+    # D11: the node is now the new instance, for the ledger and escalation, and for the
+    # provider (Slurm's InstanceId still names the terminated one)
+    assert slurm.node("gpu07").extra[HOST_KEY] == {"host": f"instance-{new_id}",
+                                                   "previous": f"instance-{old.id}"}
+    assert p.instance_id("gpu07") == new_id
+    # S6: the same key again answers with the same operation, nothing sent
+    before = len(oci.seen)
+    assert p.submit("gpu07", Action.MIGRATE, "r-m1:act:0").id == op.id
+    assert len(oci.seen) == before
+
+
+def test_a_restarted_controller_continues_a_relaunch_and_never_terminates_twice(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    """SPEC S6: the controller dies after TerminateInstance; a new provider over the same
+    records continues with the launch (display-name mapping finds the new instance)."""
+    old = oci.instance(display_name="gpu02")
+    cluster = oci.cluster()
+    first = _relaunching(oci, key, tmp_path, compute_cluster_id=cluster,
+                         compartment_id=oci.shape["compartmentId"], preserve_boot_volume=True)
+    assert first.instance_id("gpu02") == old.id
+    first.submit("gpu02", Action.MIGRATE, "r-m2:act:0")
+    assert oci.executed == [("TerminateInstance", old.id)]
+    assert old.preserved_boot_volume is True
+    del first  # the controller is gone
+    again = _relaunching(oci, key, tmp_path, compute_cluster_id=cluster,
+                         compartment_id=oci.shape["compartmentId"], preserve_boot_volume=True)
+    done = _finish(again, "r-m2:act:0")
+    assert done.status == "succeeded"
+    assert [a for a, _ in oci.executed] == ["TerminateInstance", "LaunchInstance"]
+    assert [m for m, _, _, _ in oci.seen].count("DELETE") == 1
+    new_id = oci.executed[1][1]
+    assert again.instance_id("gpu02") == new_id
+    assert again.submit("gpu02", Action.MIGRATE, "r-m2:act:0").status == "succeeded"
+    assert len(oci.executed) == 2
+
+
+@pytest.mark.parametrize("lost", [LOST, Reply(500, {"code": "InternalServerError",
+                                                    "message": "Internal error"})])
+def test_a_lost_launch_answer_is_resent_under_the_same_token_and_one_instance_exists(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path, lost: Reply) -> None:
+    """SPEC S6: LaunchInstance ran and its answer was lost; the resend carries the same
+    opc-retry-token and is answered with the first instance: one relaunch."""
+    old = oci.instance(display_name="gpu03")
+    p = _relaunching(oci, key, tmp_path, compartment_id=oci.shape["compartmentId"],
+                     attempts=1)
+    oci.lose["LaunchInstance"] = lost
+    p.submit("gpu03", Action.MIGRATE, "r-m3:act:0")
+    with pytest.raises(ProviderError, match="LaunchInstance gpu03: gave up after 1 tries"):
+        _finish(p, "r-m3:act:0")  # terminated at the first look, launch answer lost
+    done = _finish(p, "r-m3:act:0")  # the next poll resends it
+    assert done.status == "succeeded"
+    launches = [h["opc-retry-token"] for p_, h in oci.posts() if p_ == "/20160918/instances"]
+    assert len(launches) == 2 and set(launches) == {retry_token("r-m3:act:0",
+                                                                "LaunchInstance")}
+    new = [i for i in oci.instances.values() if i.display_name == "gpu03" and i.id != old.id]
+    assert len(new) == 1 and new[0].id in done.detail
+    assert [a for a, _ in oci.executed] == ["TerminateInstance", "LaunchInstance"]
+
+
+@pytest.mark.parametrize(("spoil", "problem"), [
+    ("cluster_elsewhere", r"compute cluster .* is ACTIVE in PHX-AD-1, the instance is in"),
+    ("cluster_deleted", r"compute cluster .* is DELETED"),
+    ("no_vnic", r"found 0 primary VNICs"),
+    ("secondary_vnic", r"1 secondary VNICs, which a relaunch would not bring back"),
+    ("unknown_cluster", r"GetComputeCluster .*HTTP 404"),
+    ("boot_volume", r"does not give the image it boots from .*set \[provider\] image"),
+])
+def test_a_relaunch_that_cannot_read_what_it_needs_is_refused_and_nothing_is_sent(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path, spoil: str,
+        problem: str) -> None:
+    inst = oci.instance(display_name="gpu04")
+    cluster = {"cluster_elsewhere": lambda: oci.cluster("PHX-AD-1"),
+               "cluster_deleted": lambda: oci.cluster(state="DELETED"),
+               "unknown_cluster": lambda: "ocid1.computecluster.oc1.iad.gone"}.get(
+                   spoil, oci.cluster)()
+    if spoil == "no_vnic":
+        inst.vnics = []
+    if spoil == "boot_volume":  # launched from a volume: no image to launch again from
+        inst.image = ""
+        inst.fields["sourceDetails"] = {"sourceType": "bootVolume",
+                                        "bootVolumeId": "ocid1.bootvolume.oc1.iad.b"}
+    if spoil == "secondary_vnic":
+        inst.vnics.append(oci._vnic(inst, {"subnetId": "ocid1.subnet.oc1.iad.b"},
+                                    primary=False))
+    p = _relaunching(oci, key, tmp_path, compute_cluster_id=cluster,
+                     compartment_id=oci.shape["compartmentId"])
+    with pytest.raises(ProviderRefused, match=problem):
+        p.submit("gpu04", Action.MIGRATE, "r-m4:act:0")
+    assert oci.executed == [] and oci.posts() == []
+    assert all(m == "GET" for m, _, _, _ in oci.seen)
+    assert p.status("r-m4:act:0") is None  # nothing recorded either
+
+
+def test_a_relaunched_instance_that_ends_terminated_fails_with_words(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    old = oci.instance(display_name="gpu05")
+    p = _relaunching(oci, key, tmp_path, compartment_id=oci.shape["compartmentId"])
+    p.submit("gpu05", Action.MIGRATE, "r-m5:act:0")
+    for _ in range(3):  # TERMINATING, TERMINATED: launched
+        op = p.status("r-m5:act:0")
+        assert op is not None and op.status == "running"
+        if "new instance is" in op.detail:
+            break
+    assert "new instance is" in op.detail
+    new_id = oci.executed[-1][1]
+    oci.instances[new_id].state = "TERMINATED"  # OCI could not place it
+    done = _finish(p, "r-m5:act:0")
+    assert done.status == "failed" and "launch it by hand" in done.detail
+    assert old.state == "TERMINATED"
+
+
+def test_a_reboot_migration_is_still_preferred_with_relaunch_on(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    due = oci.instance(display_name="gpu06", maintenance_due="2026-12-09T02:00:00.000Z")
+    p = _relaunching(oci, key, tmp_path, compartment_id=oci.shape["compartmentId"])
+    p.submit("gpu06", Action.MIGRATE, "r-m6:act:0")
+    assert _finish(p, "r-m6:act:0").status == "succeeded"
+    assert oci.executed == [("REBOOTMIGRATE", due.id)]
+
+
+@pytest.mark.parametrize(("cfg", "key_name", "problem"), [
+    ({"migrate_relaunch": True, "compute_cluster_id": "ocid1.computecluster.oc1..c",
+      "instances": {"gpu01": "ocid1.instance.oc1.iad.x"}}, "provider.instances",
+     "this table would name the terminated one"),
+    ({"migrate_relaunch": True}, "provider.compute_cluster_id",
+     "does not say which compute cluster"),
+    ({"compute_cluster_id": "ocid1.computecluster.oc1..c"}, "provider.compute_cluster_id",
+     "only with migrate_relaunch = true"),
+])
+def test_relaunch_config_is_checked(cfg: dict[str, object], key_name: str, problem: str,
+                                    tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=problem) as err:
+        make_provider({"type": "oci", "auth": "instance_principal", **cfg},
+                      state_dir=tmp_path)
+    assert err.value.key == key_name
+
+
+def test_a_relaunch_carries_the_flex_shape_placement_and_platform_but_not_the_host(
+        oci: OciCloud, key: tuple[Path, str], tmp_path: Path) -> None:
+    """The parts of the Instance that LaunchInstanceDetails takes go over with only the
+    keys it takes (a flexible shape's config without the read-only GPU and disk
+    descriptions); a placement that pins the old bare-metal host never does."""
+    old = oci.instance(shape="VM.Standard.E5.Flex", display_name="cpu01", fields={
+        "shapeConfig": {"ocpus": 8.0, "memoryInGBs": 96.0, "vcpus": 16,
+                        "baselineOcpuUtilization": "BASELINE_1_1", "gpus": 0,
+                        "processorDescription": "4th Gen AMD EPYC", "localDisks": 0},
+        "platformConfig": {"type": "AMD_VM", "isSecureBootEnabled": False,
+                           "isSymmetricMultiThreadingEnabled": True},
+        "clusterPlacementGroupId": "ocid1.clusterplacementgroup.oc1.iad.cpg",
+        "capacityReservationId": "ocid1.capacityreservation.oc1.iad.cr",
+        "placementConstraintDetails": {"type": "COMPUTE_BARE_METAL_HOST",
+                                       "computeBareMetalHostId": "ocid1.computebmh.bad"},
+        "freeformTags": {"cluster_name": "hpc"}})
+    p = _relaunching(oci, key, tmp_path, compartment_id=oci.shape["compartmentId"])
+    p.submit("cpu01", Action.MIGRATE, "r-m7:act:0")
+    assert _finish(p, "r-m7:act:0").status == "succeeded"
+    (_, new_id), = [e for e in oci.executed if e[0] == "LaunchInstance"]
+    sent = oci.instances[new_id].launched
+    assert sent is not None and old.state == "TERMINATED"
+    assert sent["shapeConfig"] == {"ocpus": 8.0, "memoryInGBs": 96.0, "vcpus": 16,
+                                   "baselineOcpuUtilization": "BASELINE_1_1"}
+    assert sent["platformConfig"] == {"type": "AMD_VM", "isSecureBootEnabled": False,
+                                      "isSymmetricMultiThreadingEnabled": True}
+    assert sent["clusterPlacementGroupId"] == "ocid1.clusterplacementgroup.oc1.iad.cpg"
+    assert sent["capacityReservationId"] == "ocid1.capacityreservation.oc1.iad.cr"
+    assert sent["freeformTags"] == {"cluster_name": "hpc"}
+    assert "placementConstraintDetails" not in sent
