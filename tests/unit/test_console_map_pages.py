@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from werkzeug.test import Client
 
+from slurm_heal import isotime
 from slurm_heal.api.auth import add_token
 from slurm_heal.slurm.memory import MemorySlurm
 from tests import consolegen as gen
@@ -132,7 +133,7 @@ def test_the_history_api_and_page_give_repairs_over_time(big: Client) -> None:
 def test_the_history_is_the_last_days_before_now(big: Client) -> None:
     got = big.get("/api/v1/history?days=7", headers=API).json
     assert got is not None
-    first = datetime.fromisoformat(got["since"])
+    first = isotime.parse(got["since"])
     assert first == datetime.combine((NOW - timedelta(days=6)).date(), datetime.min.time(),
                                      tzinfo=timezone.utc)
 

@@ -15,6 +15,7 @@ installed (a type no built-in knows loads: test_typed_sections).
 
 from __future__ import annotations
 
+import importlib.util
 from datetime import timedelta
 from pathlib import Path
 
@@ -117,11 +118,18 @@ def test_every_section_has_the_one_base() -> None:
             assert issubclass(model, Section), f"{name}: {model.__name__}"
 
 
-PROVIDER_BAD = [b for b in BAD if "[provider]" in b[2]]
+# Whether the SDK is installed is the check's alone (above): without openstacksdk (the
+# openstack extra, Python >= 3.11) building the provider stops at the missing package.
+NEEDS_OPENSTACK = pytest.mark.skipif(
+    importlib.util.find_spec("openstack") is None,
+    reason="openstacksdk is not installed (the openstack extra needs Python >= 3.11): "
+           "building the provider stops at the missing package first")
+PROVIDER_BAD = [pytest.param(*b, id=b[0],
+                             marks=[NEEDS_OPENSTACK] if 'type = "openstack"' in b[2] else [])
+                for b in BAD if "[provider]" in b[2]]
 
 
-@pytest.mark.parametrize(("key", "words", "toml"), PROVIDER_BAD,
-                         ids=[b[0] for b in PROVIDER_BAD])
+@pytest.mark.parametrize(("key", "words", "toml"), PROVIDER_BAD)
 def test_the_loader_says_what_building_the_provider_says(
         tmp_path: Path, key: str, words: str, toml: str) -> None:
     """The loader's words for a provider's table are the construction's own (the one

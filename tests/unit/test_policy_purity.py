@@ -25,7 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PROBE = textwrap.dedent("""
     import builtins, json, sys, time, random, datetime as _dt
     # Everything the engine needs from outside is imported before the trap closes.
-    import pydantic, click, ClusterShell.NodeSet, tomllib, json  # noqa
+    import pydantic, click, ClusterShell.NodeSet, json  # noqa
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa
+    else:
+        import tomli  # noqa  # what slurm_heal/config.py reads TOML with on 3.10
     from slurm_heal import catalog, models, config  # the contract, not the core  # noqa
     from slurm_heal.sources import stored  # the site's alerts as stored (D13): a model  # noqa
     cat = catalog.load()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ from slurm_heal.slurm.memory import MemorySlurm
 from slurm_heal.types import Action
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "providers"
+# Building an openstack provider says first that openstacksdk is missing (the openstack
+# extra needs Python >= 3.11, so a 3.10 install never has it): its keys' words need it.
+NEEDS_OPENSTACK = pytest.mark.skipif(
+    importlib.util.find_spec("openstack") is None,
+    reason="openstacksdk is not installed (the openstack extra needs Python >= 3.11): "
+           "building the provider stops at the missing package first")
 
 
 def test_builtin_types_are_listed() -> None:
@@ -51,13 +58,17 @@ def test_registering_a_name_twice_is_refused() -> None:
     ({"type": "exec", "scripts": {"reboot": "/nonexistent/s"}}, "provider.scripts.reboot",
      "not an executable file"),
     ({"type": "slurm"}, "provider.type", "needs a Slurm client"),
-    ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p"},
-     "provider.password_file", "exactly one of password and password_file"),
-    ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p",
-      "password": "x", "reboot": "gentle"}, "provider.reboot", 'must be "hard" or "soft"'),
-    ({"type": "openstack", "auth_url": "http://k", "username": "u", "project_name": "p",
-      "password": "x", "soft_reboot_timeout": 0}, "provider.soft_reboot_timeout",
-     "must be at least 1s"),
+    pytest.param({"type": "openstack", "auth_url": "http://k", "username": "u",
+                  "project_name": "p"},
+                 "provider.password_file", "exactly one of password and password_file",
+                 marks=NEEDS_OPENSTACK),
+    pytest.param({"type": "openstack", "auth_url": "http://k", "username": "u",
+                  "project_name": "p", "password": "x", "reboot": "gentle"},
+                 "provider.reboot", 'must be "hard" or "soft"', marks=NEEDS_OPENSTACK),
+    pytest.param({"type": "openstack", "auth_url": "http://k", "username": "u",
+                  "project_name": "p", "password": "x", "soft_reboot_timeout": 0},
+                 "provider.soft_reboot_timeout", "must be at least 1s",
+                 marks=NEEDS_OPENSTACK),
     ({"type": "simulator", "url": "http://x", "duration": 1}, "provider.duration",
      "only applies to an embedded simulator"),
 ])

@@ -8,6 +8,7 @@ source is read here for what 3.10 lacks, and the one time parser is held to 3.10
 from __future__ import annotations
 
 import ast
+import textwrap
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from slurm_heal import isotime
 
 REPO = Path(__file__).resolve().parents[2]
 TREES = ("slurm_heal", "tests", "benchmarks")
+SELF = "tests/unit/test_python310.py"  # its literals are the scan's own examples
 
 # Names 3.10's standard library does not have: module -> names (3.11 unless marked).
 NEWER = {
@@ -34,7 +36,8 @@ NEWER = {
 NEWER_BUILTINS = {"ExceptionGroup", "BaseExceptionGroup"}
 NEWER_MODULES = {"tomllib", "wsgiref.types"}  # only behind a sys.version_info test
 # Modules that read only times they wrote themselves with isoformat() (never a "Z"); every
-# other time goes through slurm_heal.isotime.
+# other time goes through slurm_heal.isotime, in the tests too (a stored or served time is
+# pydantic's, with a "Z"): there only a literal without one may go to fromisoformat.
 OWN_ISOFORMAT = {"slurm_heal/isotime.py", "slurm_heal/checks/reset.py",
                  "slurm_heal/checks/runner.py", "slurm_heal/checks/sources.py",
                  "slurm_heal/checks/kernlog.py"}
@@ -54,13 +57,38 @@ def _guarded(tree: ast.Module) -> set[int]:
     return inside
 
 
-def _newer_uses(rel: str, text: str) -> list[str]:
-    """What ``text`` (the module at ``rel``) uses that 3.10 lacks, each as "rel:line: use"."""
+def _literal_without_z(tree: ast.Module) -> set[int]:
+    """``fromisoformat`` attributes called on one string literal with no "Z" in it."""
+    return {id(node.func) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and len(node.args) == 1 and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str) and "z" not in node.args[0].value.lower()}
+
+
+def _embedded(node: ast.Constant) -> bool:
+    """Whether a literal is a program with imports (a probe a test runs in a child
+    interpreter of the same Python, `python -c`)."""
+    if not (isinstance(node.value, str) and "import " in node.value):
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(node.value))
+    except SyntaxError:
+        return False
+    return any(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(tree))
+
+
+def _newer_uses(rel: str, text: str, first: int = 1) -> list[str]:
+    """What ``text`` (the module at ``rel``, from its line ``first``) uses that 3.10
+    lacks, each as "rel:line: use"; a program in a string literal is read too."""
     tree = ast.parse(text)
     guarded = _guarded(tree)
+    literal = _literal_without_z(tree)
     found = []
     for node in ast.walk(tree):
-        where = f"{rel}:{getattr(node, 'lineno', '?')}"
+        line = getattr(node, "lineno", None)
+        where = f"{rel}:{'?' if line is None else line + first - 1}"
+        if rel != SELF and isinstance(node, ast.Constant) and _embedded(node):
+            found += _newer_uses(rel, textwrap.dedent(str(node.value)), node.lineno + first - 1)
         if isinstance(node, ast.ImportFrom) and node.module in NEWER:
             found += [f"{where}: from {node.module} import {a.name}" for a in node.names
                       if a.name in NEWER[node.module]]
@@ -76,8 +104,9 @@ def _newer_uses(rel: str, text: str) -> list[str]:
                       if n in NEWER_MODULES]
         if type(node).__name__ == "TryStar":
             found.append(f"{where}: except*")
-        if rel.startswith("slurm_heal/") and rel not in OWN_ISOFORMAT \
-                and isinstance(node, ast.Attribute) and node.attr == "fromisoformat":
+        if rel not in OWN_ISOFORMAT and isinstance(node, ast.Attribute) \
+                and node.attr == "fromisoformat" \
+                and (rel.startswith("slurm_heal/") or id(node) not in literal):
             found.append(f"{where}: fromisoformat (isotime.parse reads a 'Z' on 3.10)")
     return found
 
@@ -103,7 +132,25 @@ def test_the_scan_finds_each_kind_of_use() -> None:
         "slurm_heal/probe.py:9: ExceptionGroup",
     ]
     assert _newer_uses("tests/probe.py", "import datetime\ndatetime.date.fromisoformat('x')\n") \
-        == []  # the fromisoformat rule is the package's
+        == []  # in a test, a literal without a "Z" reads alike on every Python
+
+
+def test_the_scan_reads_the_tests_times_and_the_programs_they_run() -> None:
+    """A test read a stored time (pydantic's, with a "Z") with fromisoformat, and a probe
+    a test runs with `python -c` imported tomllib: both failed on 3.10 only."""
+    text = ('from datetime import datetime\n'
+            'ok = datetime.fromisoformat("2026-01-05T00:00:00+00:00")\n'
+            'at = datetime.fromisoformat(stored["at"])\n'
+            'zed = datetime.fromisoformat("2026-01-05T00:00:00Z")\n'
+            'PROBE = \'\'\'\n    import json, tomllib\n    print(json.dumps({}))\n\'\'\'\n'
+            'GUARDED = \'\'\'\n    import sys\n    if sys.version_info >= (3, 11):\n'
+            '        import tomllib\n\'\'\'\n'
+            'WORDS = "import the site\'s alerts"\n')
+    assert sorted(_newer_uses("tests/probe.py", text)) == [
+        "tests/probe.py:3: fromisoformat (isotime.parse reads a 'Z' on 3.10)",
+        "tests/probe.py:4: fromisoformat (isotime.parse reads a 'Z' on 3.10)",
+        "tests/probe.py:6: import tomllib without a version test",
+    ]
 
 
 @pytest.mark.parametrize("text,offset", [

@@ -5,9 +5,10 @@ restart for a step."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
+from slurm_heal import isotime
 from slurm_heal.clock import Frame, SteadyClock
 from slurm_heal.incidentstore import INCIDENTS_KEY
 from slurm_heal.models import Phase, Remediation, State
@@ -54,9 +55,9 @@ def test_a_step_moves_every_stored_time_once(tmp_path: Path) -> None:
     assert [s.rule for s in by_id["r-open"].steps] == ["P4"]
     assert not by_id["r-done"].steps
     incident, damaged = state.data[INCIDENTS_KEY]
-    assert datetime.fromisoformat(incident["opened"]) == T0 + STEP
+    assert isotime.parse(incident["opened"]) == T0 + STEP
     assert damaged == {"id": "damaged"}
-    assert datetime.fromisoformat(state.data[DECISIONS_KEY][0]["at"]) == T0 + STEP
+    assert isotime.parse(state.data[DECISIONS_KEY][0]["at"]) == T0 + STEP
     assert clock_frame(store.load()) == after
     assert store.load().data["clock"]["steps"][0]["step"] == "+2:00:00"
     again, none = store.follow_clock(after, T0 + STEP)
