@@ -51,6 +51,6 @@ def test_a_malformed_drain_and_a_request_without_evidence_are_said_on_a_real_lab
     assert "ibmön" in explained["alerts"][0]["summary"]
     # notified once (the daemon's log notifier: one line per notice), nothing done
     logs = "\n".join(p.read_text(errors="replace") for p in heal.tmp.glob("daemon-*.log"))
-    assert logs.count("rule=Q1 why=request.malformed") == 1, logs
-    assert logs.count("rule=P1 why=reboot of gpu02") == 1, logs
+    assert logs.count("rule=Q1 effect=notify why=request.malformed") == 1, logs
+    assert logs.count("rule=P1 effect=notify why=reboot of gpu02") == 1, logs
     assert heal.executed() == {}
