@@ -130,7 +130,10 @@ def is_placeholder_serial(serial: str) -> bool:
         bare = bare[2:]
     if bare == "" or set(bare) <= {"0"} or set(bare) <= {"f"}:
         return True
-    return not (2 <= len(text) <= 64 and set(text) <= _SERIAL_CHARS)
+    # The form is read on the value as written: a wrapper stripped above (``[N/A]``) names
+    # a placeholder, never a serial, so what is left of a half-wrapped ``01[`` is no serial.
+    form = raw.lower()
+    return not (2 <= len(form) <= 64 and set(form) <= _SERIAL_CHARS)
 
 
 def machine_identity(gpu_serials: list[str], instance_id: str = "") -> dict[str, Any] | None:
