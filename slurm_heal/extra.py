@@ -168,20 +168,26 @@ def our_section(alerts: list[Alert], checked_at: datetime,
                 machine: dict[str, Any] | None = None,
                 acknowledged: list[Alert] | None = None,
                 heartbeat: float | None = None,
-                domains: dict[str, str] | None = None) -> dict[str, Any]:
+                domains: dict[str, str] | None = None,
+                drained: bool = False) -> dict[str, Any]:
     """Our key's value for a set of active alerts. ``machine`` (`machine_identity`) adds
     ``host`` (read by the controller as the machine identity) and ``machine``.
     ``acknowledged`` (SPEC S8): alerts a person's resume acknowledged, published under
     their own key for people to see; the controller acts only on ``alerts`` (it reads
     ``acknowledged`` to tell a person's resume from a fault that cleared).
     ``heartbeat`` (SPEC O1): the most seconds until the check writes again while nothing
-    changes (``heartbeat_s``; the controller's staleness threshold follows it)."""
+    changes (``heartbeat_s``; the controller's staleness threshold follows it).
+    ``drained`` (SPEC S8): the check's own drain of the node took effect and holds (only
+    ever written after the drain): a node in service again under it was resumed by
+    someone, although the controller may never have seen it drained."""
     out: dict[str, Any] = {"v": VERSION, "checked_at": _ts(checked_at),
                            "alerts": [alert_to_json(a) for a in alerts]}
     if heartbeat is not None:
         out["heartbeat_s"] = int(heartbeat) if float(heartbeat).is_integer() else heartbeat
     if acknowledged:
         out["acknowledged"] = [alert_to_json(a) for a in acknowledged]
+    if drained:  # SPEC S8: the check's own drain holds the node (written after it)
+        out["drained"] = True
     if domains:  # SPEC S7, D12: the cause domains the node is in (issue 37)
         out["domains"] = {k: v for k, v in domains.items() if k in DOMAIN_KEYS and v}
     if machine:
@@ -207,6 +213,8 @@ class CheckData:
     domains: tuple[tuple[str, str], ...] = ()
     # The same as one string (its hash kept): what 100,000 nodes are grouped by each cycle.
     domains_key: str = ""
+    # SPEC S8: the check says its own drain holds the node (written after the drain).
+    drained: bool = False
 
 
 class _Bad(Exception):
@@ -352,7 +360,9 @@ def _read(node: str, extra: dict[str, Any], ctx: _Ctx) -> CheckData:
         acked = []
     _want(acked, list, f"{KEY}.acknowledged", "a list")
     domains = _domains(ours.get("domains"))
-    return CheckData(alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
+    drained = ours.get("drained", False)
+    _want(drained, bool, f"{KEY}.drained", "a boolean")
+    return CheckData(drained=drained, alerts=tuple(_alert(node, a, f"{KEY}.alerts[{i}]", ctx)
                                   for i, a in enumerate(alerts)),
                      checked_at=checked, host=host, domains=domains,
                      domains_key="\x1f".join(f"{k}={v}" for k, v in domains),

@@ -245,6 +245,29 @@ def detector_errors(statuses: list[DetectorStatus], node_name: str,
             for s in statuses if s.status in ("error", "timeout")]
 
 
+def kept_errors(st: dict[str, Any], statuses: list[DetectorStatus]) -> list[DetectorStatus]:
+    """SPEC O1: the detectors whose error stands after this run. A detector's error
+    stands until a run of it works: a run that did not run it (a mode without it, the
+    agent's wake-up for one kernel record) keeps the last error, as it keeps the
+    detector's findings. Otherwise its alert went and came back with every such run, a
+    new alert each time (the deployed suite: a notification to support every few
+    seconds for one nvidia-smi missing). Kept in the state (``detector_errors``)."""
+    saved = st.get("detector_errors")
+    saved = saved if isinstance(saved, dict) else {}
+    kept: dict[str, dict[str, str]] = {}
+    out: list[DetectorStatus] = []
+    for s in statuses:
+        if s.status in ("error", "timeout"):
+            kept[s.name] = {"status": s.status, "message": s.message}
+            out.append(s)
+        elif s.status == "skipped" and isinstance(old := saved.get(s.name), dict) \
+                and old.get("status") in ("error", "timeout"):
+            kept[s.name] = {"status": str(old["status"]), "message": str(old.get("message", ""))}
+            out.append(DetectorStatus(s.name, kept[s.name]["status"], kept[s.name]["message"]))
+    st["detector_errors"] = kept
+    return out
+
+
 def _previous(st: dict[str, Any], det: str, name: str) -> list[Finding]:
     out = []
     for raw in (st.get("findings") or {}).get(det, []):
@@ -421,7 +444,10 @@ class OneRead:
             self._extra = None
 
     def drain(self, node: str, reason: str) -> None:
+        kept = self._extra  # a drain leaves Extra as it was: our write merges into it
         self._forget(node)
+        if node == self.name:
+            self._extra = kept
         self.client.drain(node, reason)
 
     def resume(self, node: str) -> None:
@@ -678,6 +704,38 @@ def _resumed_by_a_person(client: SlurmClient, name: str, findings: list[Finding]
                             "(SPEC S8)")
 
 
+def _holds_drained(st: dict[str, Any]) -> bool:
+    """The check's own drain holds the node on this boot (``published.drained``, the
+    reason it drained with, on the boot it did)."""
+    pub = st.get("published") or {}
+    return bool(pub.get("drained")) and bool(st.get("boot_id")) \
+        and pub.get("held") == st.get("boot_id")
+
+
+def _say_drained(client: SlurmClient, name: str, alerts: list[Alert], now: datetime,
+                 st: dict[str, Any], result: CheckResult,
+                 acknowledged: list[Alert] | None, heartbeat: float | None,
+                 domains: dict[str, str], machine: dict[str, Any] | None) -> None:
+    """SPEC S8: once our drain took effect, Extra says so (``drained``), written after
+    the drain, never before it: a controller that sees the node in service again while
+    Extra says the check drained it knows that someone lifted that drain (a person's
+    resume), even where it never saw the node drained (the drain and the resume between
+    two of its looks, the deployed suite's resume-race). The drain itself does not wait
+    for this write; one that fails only leaves the flag out (noted)."""
+    from slurm_heal import extra
+
+    try:
+        if machine is None:
+            machine = extra.machine_identity(_serials(st), _instance_id(client, name, st))
+        client.set_extra(name, extra.KEY, extra.our_section(
+            alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat,
+            domains=domains, drained=True))
+    except SlurmError as exc:
+        if isinstance(exc, SlurmUnreachable):
+            raise
+        result.notes.append(f"Extra of {name} does not say the check drained it: {exc}")
+
+
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
              refresh: bool = False, acknowledged: list[Alert] | None = None,
@@ -697,6 +755,8 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     # published nothing for this one.
     write = refresh or digest != pub.get("said") or not existed \
         or pub.get("boot") != st.get("boot_id") or pub.get("node") != name
+    worst = [f for f in findings if cordons(f)]
+    machine: dict[str, Any] | None = None
     try:
         if write:
             machine = extra.machine_identity(serials, _instance_id(client, name, st))
@@ -705,7 +765,7 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             # is a new boot, which always writes) and that the check is alive (O1).
             client.set_extra(name, extra.KEY, extra.our_section(
                 alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat,
-                domains=domains))
+                domains=domains, drained=bool(worst) and _holds_drained(st)))
             if alerts or acknowledged:
                 if not pub.get("extra"):
                     result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
@@ -733,7 +793,6 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
         # cannot be published, but a fault that makes the node unusable must still
         # drain it (below).
         result.notes.append(f"evidence not written to {name}'s Extra: {exc}")
-    worst = [f for f in findings if cordons(f)]
     if worst:
         info = client.node(name)
         if info.down or (info.drained and reasons.owner(info.reason) != "ours"):
@@ -762,6 +821,8 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             st["published"] = pub
             client.drain(name, reason)
             result.actions.append(f"drained {name}: {reason}")
+            _say_drained(client, name, alerts, now, st, result, acknowledged, heartbeat,
+                         domains, machine)
         else:
             pub["held"] = st.get("boot_id") or ""  # SPEC S8: ours (ours or the controller's)
         return
@@ -810,7 +871,7 @@ def run_check(cfg: CheckConfig, *, node_name: str, mode: str = "healthcheck",
         # SPEC O1: a detector that failed says so centrally, never "healthy": a record-only
         # warning with its error as evidence (not saved as the detector's findings, so it
         # goes away by itself the first run the detector works again).
-        all_findings.extend(detector_errors(statuses, node_name, now))
+        all_findings.extend(detector_errors(kept_errors(st, statuses), node_name, now))
         alerts = to_alerts(all_findings, st.get("alerts") or {}, now)
         st["alerts"] = {a.fault: a.first_seen.isoformat() for a in alerts}
         # SPEC S8: what a person's resume acknowledged and still stands

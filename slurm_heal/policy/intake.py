@@ -91,7 +91,8 @@ def create_from_alerts(ws: WorkingSet, led: Ledger, node: NodeInfo) -> None:
             "E1" if whys else f"catalog:{alert.fault}"),
         escalated_from=action if chosen is not action else None,
         alert_first_seen=alert.first_seen, created=ws.now, updated=ws.now,
-        data=Work(evidence_fault=alert.fault, held_by_check=person.check_drained(node)))
+        data=Work(evidence_fault=alert.fault, held_by_check=person.check_drained(node)
+                  or person.check_holds(ws, node)))
     led.put(rem)
     rem = led.step(rem, "proposed", rule, why)
     for w in whys:

@@ -27,6 +27,18 @@ def check_drained(node: NodeInfo) -> bool:
     return node.drained and marker is not None and marker.by == "check"
 
 
+def check_holds(ws: WorkingSet, node: NodeInfo) -> bool:
+    """The node check says in Extra that its own drain holds the node (``drained``,
+    written only after that drain took effect), on the boot it published from. Such a
+    node seen in service was resumed by someone, even if the controller never saw it
+    drained (the drain and a person's resume both between two of its looks)."""
+    data = ws.check_of(node.name)
+    if not data.drained:
+        return False
+    return not (node.boot_time is not None and data.checked_at is not None
+                and node.boot_time > data.checked_at)  # a boot since: Slurm's return
+
+
 def person_holds(node: NodeInfo) -> bool:
     """The node is drained (not DOWN) under a person's own reason (`reasons.persons_drain`:
     not a tool's that lifts itself)."""
@@ -54,8 +66,10 @@ def resumed(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -> st
     * our cordon took effect (a started remediation; not one sent in this very call);
     * the act was never sent (acting; one the controller's last look did not send is
       no act);
-    * the node check had drained it before our cordon, and the alert is still there
-      or acknowledged (the check's own release of a fault that cleared is L4's);
+    * the node check had drained it before our cordon (seen drained so, or its Extra
+      says its drain holds: the drain and the resume may both fall between two looks),
+      and the alert is still there or acknowledged (the check's own release of a fault
+      that cleared is L4's);
     * a person had drained it with a reason of their own before our cordon.
     """
     if node.drained or node.down:
@@ -84,7 +98,7 @@ def resumed(ws: WorkingSet, led: Ledger, rem: Remediation, node: NodeInfo) -> st
         # SPEC S8 (issue 32, the deployed suite's own-drain): the person who drained the
         # node while this waited (D5) resumed it: the faults published so far are theirs.
         return f"{name}, drained by a person, was resumed by them before our cordon"
-    if rem.phase in BEFORE_CORDON and rem.data.held_by_check:
+    if rem.phase in BEFORE_CORDON and (rem.data.held_by_check or check_holds(ws, node)):
         ev = rem.data.evidence_fault
         if ev and not ws.check_of(name).problem and not ws.active(name, ev) \
                 and acknowledged(ws, name, ev) is None:

@@ -4,7 +4,8 @@ Counts are behaviour (what the check sends), not timing (SPEC O1, D1, D7, I1, I2
 
 * N healthy runs with nothing changed: no REQUEST_UPDATE_NODE, at most one node read a
   run (there are none: nothing to ask);
-* the run that finds a new Xid 79: one read, the Extra write and the drain, at once;
+* the run that finds a new Xid 79: one read, the Extra write and the drain, at once,
+  then the write that says the drain holds (SPEC S8, ``drained``);
 * the heartbeat (1 s here) when due: one read and one write;
 
 the read being the node's own record (REQUEST_NODE_INFO_SINGLE, `sinfo -n`), never the
@@ -79,7 +80,8 @@ def test_a_new_fault_is_one_read_the_extra_write_and_the_drain_in_one_run(
     res = check(lab, root, node)
     counts = lab.rpc_counts()
     assert res.returncode == 1 and "gpu.xid.79" in res.stdout, res.stdout + res.stderr
-    assert of(counts, NODE_WRITES) == 2, counts  # Extra, then the drain
+    # Extra, then the drain, then Extra's word that the drain holds (S8: `drained`)
+    assert of(counts, NODE_WRITES) == 3, counts
     assert of(counts, NODE_READS) <= 1, counts
     # the node's own record (sinfo -n), not the whole node table (scontrol show node)
     assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts

@@ -300,6 +300,34 @@ def test_a_failing_detector_keeps_the_alert_and_the_drain(node: Node,
     assert slurm.node("gpu01").drained
 
 
+def test_a_detectors_error_stands_through_runs_that_do_not_run_it(node: Node,
+                                                                 slurm: MemorySlurm) -> None:
+    """SPEC O1: the health check's nvidia detector cannot run (the driver loaded,
+    nvidia-smi missing); a prolog run (no nvidia detector in that mode) and the agent's
+    wake-up for one kernel record keep the error's alert as it was (same first seen,
+    nothing written to Slurm), so the controller does not see a new alert, and notify
+    again, after every such run (the deployed suite: one notification every few
+    seconds). A run of it that works ends it."""
+    (node.root / "proc/driver/nvidia").mkdir(parents=True)
+    first = check(slurm)
+    (err,) = [a for a in first.alerts if a.fault == runner.DETECTOR_ERROR]
+    assert "nvidia-smi is not on PATH" in err.summary
+    before = slurm.node("gpu01").extra_raw
+    for mode, minutes in (("prolog", 1), ("epilog", 2)):
+        result = check(slurm, mode=mode, now=T0 + timedelta(minutes=minutes))
+        assert [(a.fault, a.first_seen) for a in result.alerts] == [(runner.DETECTOR_ERROR,
+                                                                     T0)]
+        assert result.exit_code == 0
+    woke = runner.run_check(config.CheckConfig(), node_name="gpu01", mode="agent",
+                            client=slurm, only=frozenset({"kernel_log"}),
+                            now=T0 + timedelta(minutes=3))
+    assert [(a.fault, a.first_seen) for a in woke.alerts] == [(runner.DETECTOR_ERROR, T0)]
+    assert slurm.node("gpu01").extra_raw == before  # nothing changed, nothing written
+    (node.root / "proc/driver/nvidia").rmdir()  # no driver: the detector has nothing to do
+    healthy = check(slurm, now=T0 + timedelta(minutes=4))
+    assert [a.fault for a in healthy.alerts] == []
+
+
 def test_a_read_only_root_file_system_drains_the_node(node: Node, slurm: MemorySlurm) -> None:
     """SPEC D4."""
     (node.root / "proc/mounts").write_text("/dev/sda1 / ext4 ro,relatime 0 0\n")
@@ -453,6 +481,60 @@ def test_a_persons_resume_acknowledges_the_faults_seen_so_far(node: Node,
     result = check(slurm, now=T0 + timedelta(minutes=7))
     assert [a.fault for a in result.alerts] == ["gpu.xid.13"]
     assert [a.fault for a in result.acknowledged] == ["gpu.xid.79"]
+
+
+def test_extra_says_the_checks_drain_holds_only_after_the_drain_and_until_a_resume(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8 (issue 32, the deployed suite's resume-race): the write that publishes a
+    new fault comes before the drain and does not say ``drained``; once the drain took
+    effect Extra says so, for a controller that sees the node in service again without
+    ever having seen it drained. A person's resume ends it (the acknowledgement's
+    write), as does the release of our drain; a warning that drains nothing never says
+    it."""
+    writes: list[dict[str, Any]] = []
+    real_set, real_drain = slurm.set_extra, slurm.drain
+
+    def set_extra(name: str, key: str, value: Any, current: str | None = None) -> None:
+        writes.append({"drained_then": slurm.node(name).drained, **(value or {})})
+        real_set(name, key, value, current=current)
+
+    def drain(name: str, reason: str) -> None:
+        writes.append({"drain": reason})
+        real_drain(name, reason)
+
+    slurm.set_extra = set_extra  # type: ignore[method-assign]
+    slurm.drain = drain  # type: ignore[method-assign]
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    assert [("drain" in w, w.get("drained", False)) for w in writes] == [
+        (False, False), (True, False), (False, True)]
+    assert writes[-1]["drained_then"] and [a["fault"] for a in writes[-1]["alerts"]] \
+        == ["gpu.xid.79"]
+    section = ours(slurm)
+    assert section is not None and section["drained"] is True
+    assert extra.read_check_data("gpu01", slurm.node("gpu01").extra, T0).drained
+    check(slurm, now=T0 + timedelta(minutes=1))  # nothing new: nothing written
+    assert len(writes) == 3 and ours(slurm)["drained"] is True  # type: ignore[index]
+    slurm.resume("gpu01")  # a person's resume
+    check(slurm, now=T0 + timedelta(minutes=2))
+    section = ours(slurm)
+    assert section is not None and "drained" not in section and section["acknowledged"]
+    assert not extra.read_check_data("gpu01", slurm.node("gpu01").extra, T0).drained
+
+
+def test_extra_stops_saying_drained_when_the_check_releases_its_drain(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8, L4: the fault gone (a new boot), the check writes its healthy key
+    (no ``drained``) before it resumes its own drain."""
+    node.kmsg(XID79, append=True)
+    check(slurm)
+    assert ours(slurm)["drained"] is True  # type: ignore[index]
+    node.boot("boot-2")
+    node.kmsg(NOISE)
+    check(slurm, now=T0 + timedelta(minutes=5))
+    assert not slurm.node("gpu01").drained
+    section = ours(slurm)
+    assert section is not None and section["alerts"] == [] and "drained" not in section
 
 
 def test_a_node_the_check_never_held_is_drained_as_before(node: Node,

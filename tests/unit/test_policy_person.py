@@ -30,9 +30,10 @@ def xid(at: datetime = T0, fault: str = XID, line: str = "NVRM: Xid 79") -> Aler
 
 def gpu01(*states: str, reason: str = "", alerts: tuple[Alert, ...] = (),
           acked: tuple[Alert, ...] = (), checked: datetime = T0,
-          boot: datetime | None = None) -> NodeInfo:
+          boot: datetime | None = None, drained: bool = False) -> NodeInfo:
     """gpu01 as Slurm shows it, its Extra as the node check published it."""
-    ours = extra.our_section(list(alerts), checked, acknowledged=list(acked))
+    ours = extra.our_section(list(alerts), checked, acknowledged=list(acked),
+                             drained=drained)
     return NodeInfo(name="gpu01", states=frozenset(states or {"IDLE"}), reason=reason,
                     partitions=("a",), extra={extra.KEY: ours}, boot_time=boot)
 
@@ -146,6 +147,56 @@ def test_an_approved_remediation_held_by_the_pause_does_not_redrain_a_resumed_no
     plan = run(gpu01(alerts=(xid(),)), s, T0 + timedelta(minutes=1))
     assert "cordon" not in kinds(plan) and ("cancelled", "S8") in phases(plan)
     assert [r.phase for r in plan.updates] == [Phase.CANCELLED]
+
+
+def test_a_resume_the_controller_never_saw_drained_is_a_persons_when_extra_says_so() -> None:
+    """SPEC S8 (issue 32, the deployed suite: a person's resume undone by our cordon
+    1.8 s after it): the remediation opened on gpu01 while its Extra was written and the
+    check's drain not yet applied, and waited (paused); the check drained the node and
+    a person resumed it, both between two looks of the controller. Extra says the
+    check's drain holds (``drained``, written after it): the node in service under it
+    was resumed by someone, so no cordon: the remediation ends with S8."""
+    paused = State(paused=True)
+    plan = run(gpu01(alerts=(xid(),)), paused, T0)
+    (opened,) = plan.updates
+    assert opened.phase is Phase.APPROVED and not opened.data.held_by_check
+    s = apply(paused, plan).model_copy(update={"paused": False})
+    later = run(gpu01(alerts=(xid(),), drained=True), s, T0 + timedelta(seconds=3))
+    assert "cordon" not in kinds(later) and phases(later) == [("cancelled", "S8")]
+    (r,) = later.updates
+    assert r.data.resumed_by_person and "drained by the node check" in r.steps[-1].why
+    s = apply(s, later)
+    again = run(gpu01(alerts=(xid(),), drained=True), s, T0 + timedelta(seconds=6))
+    assert kinds(again) == [] and not again.updates
+
+
+def test_without_the_drained_word_the_same_node_is_cordoned_as_before() -> None:
+    """The counterpart: Extra does not say the check's drain holds (a fault just
+    published, its drain in flight): the approved remediation cordons the node."""
+    paused = State(paused=True)
+    s = apply(paused, run(gpu01(alerts=(xid(),)), paused, T0))
+    s = s.model_copy(update={"paused": False})
+    later = run(gpu01(alerts=(xid(),)), s, T0 + timedelta(seconds=3))
+    assert ("cordoned", "L1") in phases(later) and "cordon" in kinds(later)
+
+
+def test_a_new_alert_on_a_node_a_person_resumed_from_the_checks_drain_opens_nothing_disruptive(
+        ) -> None:
+    """SPEC S8: the controller's first look at gpu01 comes after the check drained it
+    and a person resumed it: the alert is still in Extra, and Extra says the check's
+    drain holds. No cordon: what opened is handed to the person at once."""
+    plan = run(gpu01(alerts=(xid(),), drained=True), State(), T0)
+    assert "cordon" not in kinds(plan)
+    assert ("cancelled", "S8") in phases(plan)
+
+
+def test_a_boot_after_the_checks_word_is_slurms_return_not_a_persons_resume() -> None:
+    """A node Slurm returned to service after a reboot (booted after the check last
+    wrote): the old ``drained`` is not a person's resume; the remediation cordons."""
+    boot = T0 + timedelta(seconds=2)
+    plan = run(gpu01(alerts=(xid(),), drained=True, boot=boot), State(),
+               T0 + timedelta(seconds=3))
+    assert ("cordoned", "L1") in phases(plan) and "cordon" in kinds(plan)
 
 
 def test_the_checks_own_release_of_a_cleared_fault_is_still_withdrawn_l4() -> None:
