@@ -144,12 +144,35 @@ class Resume:
     node: str
     at: float
     step: int
-    visible: set[str]  # tags (or "ib.link_down") in the node's Extra alerts before it
+    visible: set[str]  # tags (or "ib.link_down") in the node's Extra before it
     open_rems: set[str]  # remediations open on the node then
     reservations: set[str]  # our reservations holding it then
     phase: dict[str, str]  # rem id -> phase then
     reason: str = ""  # the node's reason the person saw
     ended: float | None = None
+    # the same read right after the resume: what the check may have published between
+    # the person's read and the resume (evidence only; "visible" is what they saw)
+    after: set[str] = field(default_factory=set)
+    alerts: set[str] = field(default_factory=set)  # of ``visible``, what was in alerts
+
+    def saw(self, f: Fault) -> bool:
+        """Whether this person saw the fault ``f`` (`_saw`). A condition without a
+        record of its own (InfiniBand ports down) was seen when its fault id was among
+        the alerts, or acknowledged once it had been published since it began: an
+        acknowledgement of an earlier time the ports were down, still shown because no
+        run of the check saw them up in between, is not this time (the check ends it
+        when the port's down count rises: a new fault)."""
+        if f.tag:
+            return _saw(self.visible, f)
+        return f.fault in self.alerts or (
+            f.fault in self.visible and f.published is not None and f.published < self.at)
+
+    def maybe(self, f: Fault) -> bool:
+        """``f`` was published between the person's read of Extra and their resume, or
+        right after it: the check may rightly count it as seen (S8: what was published
+        before the resume), and this run cannot tell which came first."""
+        return not self.saw(f) and bool({f.tag or f.fault, f"more:{f.fault}"}
+                                        & (self.after - self.visible))
 
 
 @dataclass
@@ -319,7 +342,9 @@ class Driver:
                 key = f.tag or f.fault
                 if f.published is None and key in alerts:
                     f.published = now
-                if f.acked is None and key in acked:
+                if f.acked is None and key in acked and (f.tag or f.published is not None):
+                    # (a condition's fault id acknowledged before this time it began,
+                    # still shown, is no acknowledgement of it: `Resume.saw`)
                     f.acked = now
                     # an Xid's own record (its tag); an IB fault is a condition whose
                     # acknowledgement names only its fault id, which an earlier
@@ -358,7 +383,7 @@ class Driver:
             bound = IB_BOUND if f.fault == "ib.link_down" else DRAIN_BOUND
             if f.reported or f.foreign or f.out_at is not None and f.out_at <= f.at + bound:
                 continue
-            if any(f.tag in r.visible or f.fault in r.visible
+            if any(r.saw(f) or r.maybe(f)
                    for r in self.resumes if r.node == f.node and r.at > f.at):
                 continue  # a person saw it and put the node back: their call
             if f.out_at is None and now <= f.at + bound:
@@ -389,12 +414,16 @@ class Driver:
             return
         seen = [r for r in self.resumes if r.node == f.node and r.at >= f.at - 0.5]
         key = f.tag or f.fault
-        if any(_saw(r.visible, f) for r in seen):
+        if any(r.saw(f) for r in seen):
+            return
+        if any(r.maybe(f) for r in seen):
+            self.skipped["published between a person's read and their resume"] += 1
             return
         self.violate("ack-published", f.node,
                      f"{f.fault} ({key}) injected at step {f.step} acknowledged, but it "
                      "was not published before any person's resume after it", "item1",
-                     resumes_after=[(round(r.at - f.at, 2), sorted(r.visible)) for r in seen],
+                     resumes_after=[(round(r.at - f.at, 2), sorted(r.visible),
+                                     sorted(r.after - r.visible)) for r in seen],
                      published_after=None if f.published is None
                      else round(f.published - f.at, 2),
                      acknowledged=(section or {}).get("acknowledged"))
@@ -429,8 +458,24 @@ class Driver:
                 self.skipped["person-kept (resume)"] += 1
                 continue
             new = [f for f in self.faults if f.node == r.node and (
-                f.at > r.at or f.cleared is None and not _saw(r.visible, f))]
+                f.at > r.at or f.cleared is None and not r.saw(f))]
             if new:  # a fault the person did not see: draining it is right
+                r.ended = now
+                continue
+            after = [o for o in self.ops if o["node"] == r.node
+                     and o["idempotency_key"].split(":", 1)[0] in r.open_rems
+                     and _iso(o["created"]) > r.at]
+            if after:
+                r.ended = now
+                self.violate("person-kept", r.node,
+                             f"a person's resume at step {r.step} undone: the provider was "
+                             f"asked for {after[0]['action']} {_iso(after[0]['created']) - r.at:.1f}s "
+                             "after it", None, operation=after[0], phases=r.phase)
+                continue
+            if info.boot_time is not None and info.boot_time.timestamp() > r.at + 1:
+                # The node booted since (an action sent before the resume, checked just
+                # above): a boot ends every acknowledgement (S8); what the check finds
+                # on the new boot is new.
                 r.ended = now
                 continue
             marker = reasons.marker_of(info.reason) if reasons.is_ours(info.reason) else None
@@ -451,18 +496,10 @@ class Driver:
                              f"a person's resume at step {r.step} undone: drained again "
                              f"{now - r.at:.1f}s later with {info.reason!r}", item,
                              reason_at_resume=r.reason, visible_at_resume=sorted(r.visible),
+                             alerts_at_resume=sorted(r.alerts),
+                             published_right_after=sorted(r.after - r.visible),
                              check_log=self.site.node_log(r.node, "drained"), phases=r.phase,
                              reservations=sorted(self.resv[r.node]))
-                continue
-            after = [o for o in self.ops if o["node"] == r.node
-                     and o["idempotency_key"].split(":", 1)[0] in r.open_rems
-                     and _iso(o["created"]) > r.at]
-            if after:
-                r.ended = now
-                self.violate("person-kept", r.node,
-                             f"a person's resume at step {r.step} undone: the provider was "
-                             f"asked for {after[0]['action']} {_iso(after[0]['created']) - r.at:.1f}s "
-                             "after it", None, operation=after[0], phases=r.phase)
                 continue
             fresh = self.resv[r.node] - r.reservations
             if fresh:
@@ -555,15 +592,22 @@ class Driver:
                 continue
             if f.cleared is not None and f.cleared < start:
                 continue
-            if any(_saw(r.visible, f) for r in self.resumes
+            if any(r.saw(f) for r in self.resumes
                    if r.node == node and f.at < r.at < start):
                 continue  # a person put it back in service knowingly
+            if any(r.maybe(f) for r in self.resumes
+                   if r.node == node and f.at < r.at < start):
+                self.skipped["published between a person's read and their resume"] += 1
+                continue
             # a fault the check acknowledged for an earlier resume: item 1's swallowing
             self.violate("user-job", node,
                          f"user job {j['id']} started {start - f.at:.1f}s after "
                          f"{f.fault} ({f.tag or 'ports down'}, step {f.step}) on its node",
                          "item1" if f.acked is not None else None, job=j,
-                         acknowledged=f.acked is not None)
+                         acknowledged=f.acked is not None,
+                         resumes=[(round(r.at - f.at, 2), sorted(r.visible),
+                                   sorted(r.after - r.visible))
+                                  for r in self.resumes if r.node == node and r.at > f.at])
             return
 
     def _check_rems(self, now: float) -> None:
@@ -754,15 +798,18 @@ class Driver:
             node = self.r.choice(nodes)
         fresh = self.site.slurm.node(node)  # what the person sees now
         section = (fresh.extra or {}).get("slurm_heal")
-        visible = _tags(section, "alerts") | _tags(section, "acknowledged")
+        alerts = _tags(section, "alerts")
+        visible = alerts | _tags(section, "acknowledged")
         open_rems = {r.id: r.phase.value for r in self.state_rems
                      if r.node == node and not r.phase.terminal}
         now = time.time()
         self._end_person(node, now)
         self.site.lab.scontrol("update", f"nodename={node}", "state=resume", check=False)
-        self.resumes.append(Resume(node, time.time(), self.step, visible, set(open_rems),
-                                   set(self.resv.get(node, set())), open_rems,
-                                   fresh.reason))
+        r = Resume(node, time.time(), self.step, visible, set(open_rems),
+                   set(self.resv.get(node, set())), open_rems, fresh.reason, alerts=alerts)
+        self.resumes.append(r)
+        after = (self.site.slurm.node(node).extra or {}).get("slurm_heal")
+        r.after = _tags(after, "alerts") | _tags(after, "acknowledged")
         self.fig.actions["resume"] += 1
 
     def _proposals(self) -> list[dict[str, Any]]:
@@ -939,8 +986,9 @@ class Driver:
                                                   for i in INVARIANTS)
                      + f" (total {len(self.violations)})")
         if self.skipped:
-            lines.append("  checks skipped on a node with someone else's Xid records on the "
-                         "host's /dev/kmsg: " + dump(dict(self.skipped)))
+            lines.append("  checks skipped (someone else's Xid records on the host's "
+                         "/dev/kmsg; a publication between a person's read and their "
+                         "resume): " + dump(dict(self.skipped)))
         known = Counter(v.item for v in self.violations if v.item)
         if known:
             lines.append("  of which known issue 32 items: " + dump(dict(known)))
