@@ -210,8 +210,9 @@ def measure_deb(build_args: list[str]) -> Result:
         # postinst: compileall over $prefix/lib (here with the paths it has when installed)
         subprocess.run([python, "-m", "compileall", "-q", "-s", str(root), "-p", "/",
                         str(prefix / "lib")], check=True, timeout=600, stdout=subprocess.DEVNULL)
-        return weigh(python, prefix, site, f"the .deb ({Path(built).name}, {DEB_PREFIX}, "
-                     "byte-code compiled as its postinst does)", [])
+        return weigh(python, prefix, site, f"the .deb ({Path(built).name}, "
+                     f"{_mb(Path(built).stat().st_size)}; in {DEB_PREFIX}, byte-code "
+                     "compiled as its postinst does)", [])
 
 
 def _mb(n: int) -> str:
