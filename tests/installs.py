@@ -31,11 +31,13 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def pip(python: Path, *args: str, timeout: float = 600) -> str:
-    """``python -m pip ARGS``; skipped (with pip's words) where the package index cannot be
-    reached, outside CI; any other failure fails the test."""
+def pip(python: Path, *args: str, timeout: float = 600,
+        env: dict[str, str] | None = None) -> str:
+    """``python -m pip ARGS`` (``env``: its whole environment, default this process's);
+    skipped (with pip's words) where the package index cannot be reached, outside CI; any
+    other failure fails the test."""
     res = run([str(python), "-m", "pip", "--disable-pip-version-check", *args],
-              timeout=timeout, check=False)
+              timeout=timeout, check=False, env=env)
     if res.returncode != 0:
         said = (res.stderr or res.stdout).strip()
         if not in_ci() and any(s in said for s in _NO_INDEX):

@@ -3,12 +3,20 @@ brings what the check, the agent and install-node need (click, ClusterShell and 
 PyYAML), not the controller's dependencies (pydantic, Apprise, Werkzeug, ... 43 MB on
 every GPU node before); the check runs from it on a replayed node, the agent follows the
 kernel log, and a controller command says which extra it needs instead of a traceback.
+
+PyYAML is there only because ClusterShell requires it: the node's host lists go through
+NodeSet, which never imports it (only ClusterShell's YAML group files would). So the
+README's lighter node install, ``PYYAML_FORCE_LIBYAML=0 pip install --no-binary pyyaml``
+(PyYAML built from its source as pure Python, without the 2.7 MB extension; the node set's
+dependencies 3.0 MB instead of 5.7 MB, benchmarks/node_install.py), loses the node
+nothing: it is installed and its check run here too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +48,37 @@ def node_install(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python.parent
 
 
+@pytest.fixture(scope="module")
+def node_install_pure_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the README's lighter node install: PyYAML from its source without its
+    LibYAML extension (``PYYAML_FORCE_LIBYAML=0``, PyYAML's setup.py switch); its bin/."""
+    base = tmp_path_factory.mktemp("node-install-pure-yaml")
+    checkout = checkout_copy(base / "checkout")
+    python = venv(base / "venv")
+    pip(python, "install", "--quiet", "--no-cache-dir", "--no-binary", "pyyaml",
+        str(checkout), env=dict(os.environ, PYYAML_FORCE_LIBYAML="0"))
+    return python.parent
+
+
+def _gres_node(tmp_path: Path) -> Replay:
+    """A replayed 8-GPU node whose GPU count comes from Slurm's gres.conf, in bracketed
+    host lists (``NodeName=gpu[01-16] ... File=/dev/nvidia[0-7]``: ClusterShell's)."""
+    node = Replay(tmp_path)
+    node.nvidia_node()
+    node.config["gpus"] = {"expected": 0}
+    (node.root / "etc/slurm").mkdir(parents=True)
+    (node.root / "etc/slurm/gres.conf").write_text(
+        "NodeName=gpu[01-16] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
+        "NodeName=cpu[01-04] Name=mps Count=100\n")
+    return node
+
+
+def _imported(stderr: str) -> set[str]:
+    """The modules ``python -X importtime`` says were imported."""
+    return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+
+
 def test_a_node_install_brings_the_node_set_and_nothing_of_the_controller(
         node_install: Path) -> None:
     installed = set(distributions(node_install / "python")) - VENV_OWN
@@ -51,6 +90,39 @@ def test_the_check_from_a_node_install_finds_a_fault_on_a_replayed_node(
     node = Replay(tmp_path)
     node.nvidia_node()
     program = (str(node_install / "slurm-heal"), "check")
+    assert node.run(program)[:2] == (0, [])
+    node.smi(xml="smi-q-x-dbe.xml")
+    code, found, err = node.run(program)
+    assert (code, [f["fault"] for f in found]) == (1, ["gpu.ecc.dbe"]), err
+
+
+def test_the_checks_host_lists_go_through_clustershell_without_yaml(node_install: Path,
+                                                                   tmp_path: Path) -> None:
+    """The GPU count from gres.conf's bracketed host lists (ClusterShell's NodeSet) with a
+    GPU gone: found, and PyYAML never imported (what makes the lighter install honest)."""
+    node = _gres_node(tmp_path)
+    shutil.rmtree(next((node.root / "proc/driver/nvidia/gpus").iterdir()))
+    program = (str(node_install / "python"), "-X", "importtime",
+               str(node_install / "slurm-heal"), "check")
+    code, found, err = node.run(program)
+    assert [(f["fault"], f["evidence"][0]["data"]) for f in found] == [
+        ("gpu.missing", {"visible": 7, "expected": 8})], err
+    imported = _imported(err)
+    assert "ClusterShell.NodeSet" in imported, err[-2000:]
+    assert not {m for m in imported if m.split(".")[0] in ("yaml", "_yaml")}, err[-2000:]
+
+
+def test_the_lighter_node_install_has_pyyaml_without_its_extension_and_checks(
+        node_install_pure_yaml: Path, tmp_path: Path) -> None:
+    python = node_install_pure_yaml / "python"
+    assert set(distributions(python)) - VENV_OWN == NODE_SET
+    site = Path(run([str(python), "-c", "import yaml, os; print(os.path.dirname(yaml.__file__))"]
+                    ).stdout.strip())
+    assert not list(site.glob("*.so")), sorted(p.name for p in site.iterdir())
+    assert run([str(python), "-c", "import yaml; print(yaml.__with_libyaml__)"]
+               ).stdout.strip() == "False"
+    node = _gres_node(tmp_path)
+    program = (str(node_install_pure_yaml / "slurm-heal"), "check")
     assert node.run(program)[:2] == (0, [])
     node.smi(xml="smi-q-x-dbe.xml")
     code, found, err = node.run(program)
