@@ -219,7 +219,7 @@ class Overview(_M):
 
 
 # A name ClusterShell reads as one pattern with one number at its end (``gpu0042``,
-# ``rack-a07``): `fold` writes the runs of these itself, the rest goes name by name.
+# ``rack-a07``): `fold` hands NodeSet the runs of these, the rest name by name.
 _SIMPLE = re.compile(r"([A-Za-z_](?:[A-Za-z_-]*[A-Za-z_])?)([0-9]+)")
 
 
@@ -365,10 +365,6 @@ def _checked_at_in(ex: dict[str, Any] | None) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
-def _checked_at(node: NodeInfo) -> datetime | None:
-    return _checked_at_in(node.extra)
-
-
 def _heartbeat_in(ex: dict[str, Any] | None) -> timedelta:
     section = (ex or {}).get(extra.KEY)
     raw = section.get("heartbeat_s") if isinstance(section, dict) else None
@@ -478,7 +474,7 @@ class NodeChecks:
                 hit = last.get(n.name)
                 if (hit is not None and hit[0] is r and hit[1] == stale and hit[2] == n.states
                         and hit[3] == n.reason and hit[4] == check_stale
-                        and _same(hit[5], mine)):
+                        and (not mine and not hit[5] or _same(hit[5], mine))):
                     line = hit[6]
                 else:
                     line = classify(n, state, now, check_stale, mine, r)
@@ -658,7 +654,7 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
                                    reason=node.reason, user=node.reason_user,
                                    since=node.reason_time, problem=problem,
                                    resolve=malformed_resolve(node.name) if problem else ""))
-        if (u := unrecorded(node, state, known)) is not None:
+        if (node.drained or node.down) and (u := unrecorded(node, state, known)) is not None:
             lost.append(u)
         if all_details or node.name in wanted:
             lines.append(line)
