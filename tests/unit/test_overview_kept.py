@@ -205,3 +205,23 @@ def test_a_store_change_that_changes_no_node_keeps_the_map_it_had(tmp_path: Path
     changed = views.overview(app.src, q)
     assert changed["map"] is not before["map"] and changed["map"] != before["map"]
     assert client.get("/").status_code == 200
+
+
+def test_nothing_stays_out_of_the_collectors_passes_after_an_overview(tmp_path: Path) -> None:
+    """views.heap_frozen: what is alive while an overview is computed is left out of the
+    garbage collector's passes (as the controller's cycle does), and given back by the
+    last thread out, however the computations overlap."""
+    import gc
+
+    slurm = _cluster()
+    _client, app = _serve(tmp_path, slurm, Clock())
+    gc.unfreeze()
+    views.overview(app.src, parse_query({}))
+    views.status(app.src, lambda: None)
+    assert gc.get_freeze_count() == 0
+    with views.heap_frozen():
+        assert gc.get_freeze_count() > 0
+        with views.heap_frozen():  # another request's, inside
+            pass
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
