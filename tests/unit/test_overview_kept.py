@@ -121,14 +121,12 @@ def test_a_name_twice_in_slurms_list_is_read_node_by_node() -> None:
     slurm = _cluster()
     slurm.set_extra("gpu02", extra.KEY, extra.our_section([_alert("gpu02")], NOW))
     nodes = tuple(slurm.nodes())
-    first = next(n for n in nodes if n.name == "gpu01")
     twin = replace(next(n for n in nodes if n.name == "gpu02"), name="gpu01")
     doubled = (*nodes, twin)
     kept = ov.NodeChecks()
     assert _gathered(State(), doubled, NOW, kept) == _gathered(State(), doubled, NOW, None)
     lines = kept.lines(doubled, kept.read(doubled, NOW), {}, State(), NOW)
     assert [ln.category for ln in lines if ln.name == "gpu01"] == ["healthy", "alerting"]
-    assert first.name == "gpu01"
 
 
 class Clock:
@@ -171,7 +169,7 @@ def test_a_store_change_shows_on_the_very_next_request_map_included(tmp_path: Pa
     the store's new bytes alone make the overview, its map and its drawing new."""
     slurm = _cluster()
     clock = Clock()
-    client, app = _serve(tmp_path, slurm, clock)
+    client, _app = _serve(tmp_path, slurm, clock)
     state_dir = tmp_path / "state"
     assert _cells(client.get("/").text)["gpu04"] == "s-healthy"
     _write(state_dir, _rem("r-4", "gpu04", Phase.ACTING))
@@ -187,7 +185,6 @@ def test_a_store_change_shows_on_the_very_next_request_map_included(tmp_path: Pa
     slurm.set_extra("gpu02", extra.KEY, extra.our_section([_alert("gpu02")], NOW))
     clock.now += views.FRESH_S + 0.1
     assert _cells(client.get("/").text)["gpu02"] == "s-alerting"
-    assert clock.now > 0 and app.src.checks is not None
 
 
 def test_a_store_change_that_changes_no_node_keeps_the_map_it_had(tmp_path: Path) -> None:
