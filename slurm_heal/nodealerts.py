@@ -9,6 +9,7 @@ and the console's overview (its "N with alerts" and its Alerts column) count the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from slurm_heal import catalog, reasons
@@ -17,9 +18,13 @@ from slurm_heal.extra import alerts_from_extra
 from slurm_heal.types import Alert, NodeInfo, Severity
 
 
-def node_alerts(n: NodeInfo, at: datetime) -> list[Alert]:
-    """The alerts of node ``n`` at ``at``, as `alerts` lists them."""
-    found = alerts_from_extra(n.name, n.extra, at)
+def node_alerts(n: NodeInfo, at: datetime,
+                found: Sequence[Alert] | None = None) -> list[Alert]:
+    """The alerts of node ``n`` at ``at``, as `alerts` lists them; ``found``: the alerts
+    of its Extra when the caller has read them already (`extra.read_check_data` at
+    ``at``)."""
+    if found is None:
+        found = alerts_from_extra(n.name, n.extra, at)
     out = list(found)
     if not (n.down or n.drained):
         return out

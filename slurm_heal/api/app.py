@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import threading
 import time
@@ -209,9 +210,10 @@ class ApiApp:
         # The overview's and status's JSON text, encoded once per value `views` keeps
         # (10,000 nodes are megabytes to encode; issue 34 item 3).
         self._bodies: Memo[bytes] = Memo(self.src.fresh, self.src.clock)
-        # The fleet map's SVG, drawn once per map `views` keeps (the same for everyone:
-        # nothing in it is the person's; issue 42).
-        self._maps: Memo[Markup] = Memo(self.src.fresh, self.src.clock)
+        # The fleet map's SVG, drawn once per map (the same for everyone: nothing in it is
+        # the person's; issue 42): the template's output is the map's and whether the
+        # page is filtered, so it is kept while they are equal, however old.
+        self._maps: Memo[Markup] = Memo(math.inf, self.src.clock)
         self.secret = secrets.token_bytes(32)
         self.slack_settings: Any = None  # [notify.slack] (SPEC O7): read when first pressed
         self._interactions: Any = None
@@ -872,7 +874,7 @@ class ApiApp:
 
         o = views.overview(self.src, parse_query(request.args))
         fleet = o.get("map")
-        drawn = self._maps.get(("map",), (Same(fleet),), lambda: Markup(
+        drawn = self._maps.get(("map",), (fleet, bool(o["page"]["filtered"])), lambda: Markup(
             self.jinja.get_template("fleetmap.html").render(o=o))) if fleet else Markup("")
         return self._render(request, "overview.html", p, o=o, fleet_map=drawn)
 

@@ -11,8 +11,12 @@ node list change, and at most `FRESH_S` seconds for what depends on the time alo
 
 from __future__ import annotations
 
+import gc
+import math
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,7 @@ from slurm_heal.heartbeat import Heartbeat
 from slurm_heal.location import Location
 from slurm_heal.models import Command, Remediation, State
 from slurm_heal.readmodel.nodepage import NodeQuery
+from slurm_heal.readmodel.overview import NodeChecks
 from slurm_heal.slurm.base import SlurmClient
 from slurm_heal.types import Alert, NodeInfo
 
@@ -61,7 +66,9 @@ class Sources:
 
     What is costly is kept too (`memo`, `slurm_nodes`): at most ``fresh`` seconds old,
     computed once for every request that asks while it is computed (``clock``: the
-    monotonic seconds that age it; a test's own)."""
+    monotonic seconds that age it; a test's own). Each node's Extra is read once per
+    change of its text (`checks`, issue 42): a store change, or a new read of Slurm,
+    re-reads only the nodes whose check published something new."""
 
     loc: Location
     slurm: Callable[[], SlurmClient]  # may raise HealError (SlurmError, ...)
@@ -76,12 +83,18 @@ class Sources:
     _topology: Any = field(default=None, init=False, repr=False)
     memo: Memo[Any] = field(init=False, repr=False)
     _nodes: Memo[SlurmNodes] = field(init=False, repr=False)
+    checks: NodeChecks = field(init=False, repr=False)
+    fleet: Memo[Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Two memos, two locks: a read of Slurm never waits behind an overview, which
         # reads Slurm before it computes.
         self.memo = Memo(self.fresh, self.clock)
         self._nodes = Memo(self.fresh, self.clock)
+        self.checks = NodeChecks()
+        # the last fleet map built (issue 42): a pure function of its inputs, so kept
+        # for as long as they are the same, however old
+        self.fleet = Memo(math.inf, self.clock)
 
     def _the_store(self) -> Store:
         from slurm_heal.store import Store
@@ -186,12 +199,39 @@ def overview(src: Sources, query: NodeQuery | None = None) -> dict[str, Any]:
     bytes, the heartbeat and Slurm's node list are those it was computed from, and for
     at most ``src.fresh`` seconds; requests during its computation wait for it. Callers
     read it, never change it."""
-    state = src.state()
-    beat = src.loc.heartbeat_record()
-    snap = src.slurm_nodes()
-    got: dict[str, Any] = src.memo.get(("overview", query), (Same(state), beat, Same(snap)),
-                                       lambda: _overview(src, state, beat, snap, query))
+    with heap_frozen():
+        state = src.state()
+        beat = src.loc.heartbeat_record()
+        snap = src.slurm_nodes()
+        got: dict[str, Any] = src.memo.get(
+            ("overview", query), (Same(state), beat, Same(snap)),
+            lambda: _overview(src, state, beat, snap, query))
     return got
+
+
+_frozen = 0  # the threads in `heap_frozen` now
+_frozen_lock = threading.Lock()
+
+
+@contextmanager
+def heap_frozen() -> Iterator[None]:
+    """What is alive when an overview is asked (what serve keeps, Slurm's last node
+    list, the modules) is left out of the garbage collector's passes while it is
+    computed, as the controller's cycle does (issue 20): at 10,000 nodes a full pass
+    over it cost about 0.1 s every third overview (issue 42). Nothing is kept longer:
+    the last thread out gives it back to the collector."""
+    global _frozen
+    with _frozen_lock:
+        if _frozen == 0:
+            gc.freeze()
+        _frozen += 1
+    try:
+        yield
+    finally:
+        with _frozen_lock:
+            _frozen -= 1
+            if _frozen == 0:
+                gc.unfreeze()
 
 
 def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNodes,
@@ -209,15 +249,19 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
     # The same overview `slurm-heal status --json` prints (one gathering for both, I4/O5).
     status = status_overview.gather(state, infos, now, heartbeat=beat,
                                     store=src.loc.describe(), slurm_error=slurm_error,
-                                    all_details=query is not None)
-    page = nodepage.page(query, infos or (), status.nodes, now) if query is not None else None
+                                    all_details=query is not None, checks=src.checks)
+    checks = src.checks.read(infos, now) if infos is not None else []  # gather's own
+    page, kept = (nodepage.page_and_selected(query, infos or (), status.nodes, now)
+                  if query is not None else (None, []))
     open_rems = [r for r in state.remediations if not r.phase.terminal]
     waiting = [r for r in open_rems if waits_for_person(r)]
-    fleet = (fleet_map(src, state, infos, status, query, now)
+    fleet = (fleet_map(src, state, infos, status, query, now, kept)
              if query is not None and infos is not None else None)
-    status_json = status.model_dump(mode="json")
-    if query is not None:
-        status_json["nodes"] = []  # the page has them; 10,000 lines are not sent twice
+    if query is not None:  # the page has them; 10,000 lines are not sent twice
+        status_json = status.model_dump(mode="json", exclude={"nodes"})
+        status_json["nodes"] = []
+    else:
+        status_json = status.model_dump(mode="json")
     return {
         "at": now.isoformat(),
         "store": src.loc.as_json(),
@@ -229,7 +273,10 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
             # the nodes `alerts` lists: the node checks' alerts, and a node out of
             # service for a reason (ours, a request, someone else's: D5; issue 25 item 8),
             # counted by the one function the Alerts column shows too (issue 36 item 11)
-            "nodes_with_alerts": sum(1 for n in infos or () if node_alerts(n, now)),
+            # (a node in service with no alert in Extra has none: not asked again)
+            "nodes_with_alerts": sum(1 for n, c in zip(infos or (), checks, strict=True)
+                                     if c.data.alerts or ((n.drained or n.down)
+                                                          and node_alerts(n, now, ()))),
             "foreign_drains": status.counts.get("drained_by_others", 0),
             "open_remediations": len(open_rems),
             "in_progress": sum(1 for r in open_rems if r.phase.disruptive),
@@ -248,27 +295,37 @@ def _overview(src: Sources, state: State, beat: Heartbeat | None, snap: SlurmNod
 
 
 def fleet_map(src: Sources, state: State, infos: tuple[NodeInfo, ...], status: Any,
-              query: NodeQuery, now: datetime) -> Any:
-    """The overview's fleet map (issue 42): the nodes the query's filters keep, on the
-    topology, with the open incidents, the held remediations and the lemons."""
+              query: NodeQuery, now: datetime,
+              kept: list[tuple[NodeInfo, Any]] | None = None) -> Any:
+    """The overview's fleet map (issue 42): the nodes the query's filters keep (``kept``,
+    `nodepage.selected`'s, when the caller has them), on the topology, with the open
+    incidents, the held remediations and the lemons."""
     from dataclasses import replace
 
     from slurm_heal.readmodel import fleetmap, nodepage
     from slurm_heal.readmodel.words import held, waiting_for_evidence
 
-    kept = nodepage.selected(query, infos, status.nodes)
+    if kept is None:
+        kept = nodepage.selected(query, infos, status.nodes)
     topo = src.topology(infos)
     # held as the console's badge says it (`badges.rem_badge`): the engine's hold, or the
     # mark of a store from before it; waiting for a person's approval or for evidence
     held_ids = {r.id for r in state.remediations if not r.phase.terminal
                 and (held(r) is not None or r.data.blocked is not None
                      or waits_for_person(r) or bool(waiting_for_evidence(r)))}
-    got = fleetmap.build(
-        [line for _n, line in kept], {n.name: n.partitions[0] for n, _l in kept
-                                      if n.partitions},
-        topo if topo else None, incidents=status.incidents, held=held_ids,
-        lemons=src.lemons(state, now), expand=query.map,
-        params=replace(query, map="").params())
+    lines = [line for _n, line in kept]
+    pools = {n.name: n.partitions[0] for n, _l in kept if n.partitions}
+    shown = topo if topo else None
+    lemons = src.lemons(state, now)
+    params = replace(query, map="").params()
+    # The map is what these are (compared by equality: the lines `NodeChecks` kept are
+    # the same objects): a store change that changes none of them (most of the daemon's
+    # cycles) costs a comparison, not the map.
+    got = src.fleet.get(
+        ("map",), (lines, pools, shown, status.incidents, held_ids, lemons, query.map, params),
+        lambda: fleetmap.build(lines, pools, shown, incidents=status.incidents,
+                               held=held_ids, lemons=lemons, expand=query.map,
+                               params=params))
     if topo is not None and topo.problem and not got.problem:
         got = replace(got, problem=f"the topology could not be read ({topo.problem}); "
                                    "nodes are grouped by partition")
@@ -288,12 +345,15 @@ def status(src: Sources, policy: Callable[[], Any]) -> dict[str, Any]:
         from slurm_heal.readmodel import overview as status_overview
 
         now = _now()
-        ov = status_overview.gather(state, snap.nodes, now, heartbeat=beat,
-                                    store=src.loc.describe(), policy=policy(),
-                                    slurm_error=snap.error)
+        ov = status_overview.gather(
+            state, snap.nodes, now, heartbeat=beat, store=src.loc.describe(),
+            policy=policy(), slurm_error=snap.error,
+            checks=src.checks)
         return status_overview.as_json(ov, src.loc.as_json(), snap.nodes, now)
 
-    got: dict[str, Any] = src.memo.get(("status",), (Same(state), beat, Same(snap)), compute)
+    with heap_frozen():
+        got: dict[str, Any] = src.memo.get(("status",), (Same(state), beat, Same(snap)),
+                                           compute)
     return got
 
 

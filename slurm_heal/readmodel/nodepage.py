@@ -154,6 +154,13 @@ def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
          now: datetime) -> dict[str, Any]:
     """One page of nodes, attention first then by name, and what the page's controls need:
     the counts, the pools and categories to choose from, the links (``?...``)."""
+    return page_and_selected(q, infos, lines, now)[0]
+
+
+def page_and_selected(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
+                      now: datetime) -> tuple[dict[str, Any], list[tuple[NodeInfo, NodeLine]]]:
+    """`page` and `selected` in one pass over the nodes (the overview with its fleet map
+    asks both: issue 42)."""
     from slurm_heal.nodealerts import node_alerts
     from slurm_heal.readmodel.nodes import node_status
 
@@ -176,6 +183,7 @@ def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
         if _matches(q, line, node, r, hosts):
             ranked.append((r, node.name, node, line))
             attention += r < ATTENTION_BELOW
+    kept = [(node, line) for _r, _n, node, line in ranked]  # in Slurm's order
     ranked.sort(key=lambda t: (t[0], t[1]))
     matched = len(ranked)
     pages = max(1, -(-matched // q.per))
@@ -213,4 +221,4 @@ def page(q: NodeQuery, infos: Sequence[NodeInfo], lines: Sequence[NodeLine],
             "last": q.params(page=pages) if current < pages else None,
             "clear": NodeQuery(per=q.per).params(),
         },
-    }
+    }, kept

@@ -28,7 +28,11 @@ plus the slack, `stale_after`, or it never published) and ``check_erroring`` (a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+import re
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -214,12 +218,60 @@ class Overview(_M):
         return self.controller.healthy
 
 
+# A name ClusterShell reads as one pattern with one number at its end (``gpu0042``,
+# ``rack-a07``): `fold` hands NodeSet the runs of these, the rest name by name.
+_SIMPLE = re.compile(r"([A-Za-z_](?:[A-Za-z_-]*[A-Za-z_])?)([0-9]+)")
+
+
+def _runs(digits: list[str]) -> str:
+    """``00001-00499,00501``: the numbers (as written) in runs of consecutive values of
+    one width, the way NodeSet reads them back as exactly these strings."""
+    by_width: dict[int, list[str]] = {}
+    for d in digits:
+        by_width.setdefault(len(d), []).append(d)
+    out = []
+    for width in sorted(by_width):
+        ds = sorted(set(by_width[width]))  # one width: by the text is by the value
+        start = prev = ds[0]
+        value = int(prev)
+        for d in ds[1:]:
+            v = int(d)
+            if v != value + 1:
+                out.append(start if start == prev else f"{start}-{prev}")
+                start = d
+            prev, value = d, v
+        out.append(start if start == prev else f"{start}-{prev}")
+    return ",".join(out)
+
+
 def fold(names: Iterable[str]) -> str:
-    """``gpu[01-03,07]``: ClusterShell's folding of a host list."""
+    """``gpu[01-03,07]``: ClusterShell's folding of a host list.
+
+    The same text NodeSet gives name by name, at a fraction of its cost for 10,000 names
+    (issue 42: the overview folds every node once per store change): names of one prefix
+    and a trailing number are handed to NodeSet as their runs (``n[00001-04999]``, one
+    parse), so NodeSet folds and writes them (its own order and padding rules), and any
+    other name (``c1n2``, ``node-1``, ...) is added one by one as before. The last
+    lists folded are remembered (serve folds the same 9,000 healthy nodes again after
+    each store change)."""
+    return _fold(tuple(names))
+
+
+@functools.lru_cache(maxsize=16)
+def _fold(names: tuple[str, ...]) -> str:
     from ClusterShell.NodeSet import NodeSet
 
-    ns = NodeSet()
+    runs: dict[str, list[str]] = {}
+    other: list[str] = []
     for n in names:
+        m = _SIMPLE.fullmatch(n)
+        if m is None:
+            other.append(n)
+        else:
+            runs.setdefault(m[1], []).append(m[2])
+    ns = NodeSet(",".join(f"{p}[{_runs(ds)}]" for p, ds in runs.items())) if runs \
+        else NodeSet()
+    for n in other:
         ns.update(n)
     return str(ns)
 
@@ -301,8 +353,8 @@ def _phase_since(rem: Remediation) -> datetime:
     return rem.phase_times.get(rem.phase.value) or rem.updated
 
 
-def _checked_at(node: NodeInfo) -> datetime | None:
-    section = (node.extra or {}).get(extra.KEY)
+def _checked_at_in(ex: dict[str, Any] | None) -> datetime | None:
+    section = (ex or {}).get(extra.KEY)
     raw = section.get("checked_at") if isinstance(section, dict) else None
     if not isinstance(raw, str):
         return None
@@ -313,20 +365,132 @@ def _checked_at(node: NodeInfo) -> datetime | None:
     return at if at.tzinfo else at.replace(tzinfo=timezone.utc)
 
 
-def heartbeat_of(node: NodeInfo) -> timedelta:
-    """The heartbeat the node's check published (``heartbeat_s``; 0 when none or not a
-    positive number), at most `MAX_HEARTBEAT`."""
-    section = (node.extra or {}).get(extra.KEY)
+def _heartbeat_in(ex: dict[str, Any] | None) -> timedelta:
+    section = (ex or {}).get(extra.KEY)
     raw = section.get("heartbeat_s") if isinstance(section, dict) else None
     if not isinstance(raw, (int, float)) or isinstance(raw, bool) or not raw > 0:
         return timedelta(0)
     return timedelta(seconds=min(float(raw), MAX_HEARTBEAT.total_seconds()))
 
 
+def heartbeat_of(node: NodeInfo) -> timedelta:
+    """The heartbeat the node's check published (``heartbeat_s``; 0 when none or not a
+    positive number), at most `MAX_HEARTBEAT`."""
+    return _heartbeat_in(node.extra)
+
+
 def stale_after(node: NodeInfo, slack: timedelta = CHECK_STALE) -> timedelta:
     """SPEC O1: how long after its ``checked_at`` the node's check counts as stale: its
     heartbeat plus ``slack`` (50 min at the default heartbeat of 30 min)."""
     return heartbeat_of(node) + slack
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    """What the overview reads of one node's Extra: its check data (alerts, the
+    acknowledged ones; `extra.read_check_data`), when its check last published and the
+    heartbeat it published (`heartbeat_of`)."""
+
+    data: extra.CheckData
+    checked_at: datetime | None
+    heartbeat: timedelta
+
+
+def node_check(node: NodeInfo, now: datetime) -> NodeCheck:
+    """One node's `NodeCheck`, read now."""
+    ex = node.extra
+    return NodeCheck(extra.read_check_data(node.name, ex, now), _checked_at_in(ex),
+                     _heartbeat_in(ex))
+
+
+class NodeChecks:
+    """What serve keeps of each node from one overview to the next (issue 42), so that
+    a store change (the daemon writes it every cycle) or a new read of Slurm costs the
+    nodes that changed, not the cluster: each node's `NodeCheck`, read once per change
+    of its Extra text (`read`), and its `NodeLine`, classified again only when what it
+    is classified from changed (`lines`). The check data is `extra.CheckCache`'s (the
+    controller's own: the result `read_check_data` gives at ``now``, time-dependent data
+    read again); the published time and heartbeat depend on the text alone.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._cache = extra.CheckCache()
+        # node -> (Extra text, Extra object when there is no text, its NodeCheck)
+        self._seen: dict[str, tuple[str, object, NodeCheck]] = {}
+        # the last read: (the nodes, now, its NodeChecks)
+        self._last: tuple[Sequence[NodeInfo], datetime, list[NodeCheck]] | None = None
+        # node -> (its NodeCheck, stale?, Slurm states, reason, the slack, its
+        # remediations, its line): what its line was classified from, and the line
+        self._lines: dict[str, tuple[Any, ...]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, nodes: Sequence[NodeInfo], now: datetime) -> list[NodeCheck]:
+        """Each node's NodeCheck at ``now``, in the order of ``nodes`` (a name that
+        appears twice is read node by node, as `node_check` reads it)."""
+        with self._lock:
+            last = self._last
+            if last is not None and last[0] is nodes and last[1] == now:
+                return last[2]
+            data = self._cache.read_view(nodes, now)
+            seen: dict[str, tuple[str, object, NodeCheck]] = {}
+            out: list[NodeCheck] = []
+            twice: set[str] = set()
+            for n in nodes:
+                if n.name in seen:
+                    twice.add(n.name)
+                raw = n.extra_raw
+                d = data[n.name]
+                hit = self._seen.get(n.name)
+                if hit is None or hit[0] != raw or (not raw and hit[1] is not n.extra):
+                    ex = n.peek_extra() if raw else n.extra
+                    hit = (raw, None if raw else n.extra,
+                           NodeCheck(d, _checked_at_in(ex), _heartbeat_in(ex)))
+                elif hit[2].data is not d:
+                    hit = (hit[0], hit[1], NodeCheck(d, hit[2].checked_at, hit[2].heartbeat))
+                seen[n.name] = hit
+                out.append(hit[2])
+            self._seen = seen
+            if twice:
+                out = [node_check(n, now) if n.name in twice else c
+                       for n, c in zip(nodes, out, strict=True)]
+            self._last = (nodes, now, out)
+            return out
+
+    def lines(self, nodes: Sequence[NodeInfo], reads: Sequence[NodeCheck],
+              by_node: Mapping[str, Sequence[Remediation]], state: State, now: datetime,
+              check_stale: timedelta = CHECK_STALE) -> list[NodeLine]:
+        """Each node's line (`classify`), in the order of ``nodes``: the one of the last
+        call when the node's Slurm state and reason, its NodeCheck (the same object: the
+        same Extra), its remediations (the same objects) and whether its check is stale
+        are those it was classified from."""
+        with self._lock:
+            last = self._lines
+            kept: dict[str, tuple[Any, ...]] = {}
+            out: list[NodeLine] = []
+            for n, r in zip(nodes, reads, strict=True):
+                mine = by_node.get(n.name, ())
+                at = r.checked_at
+                stale = at is None or now - at > r.heartbeat + check_stale
+                hit = last.get(n.name)
+                if (hit is not None and hit[0] is r and hit[1] == stale and hit[2] == n.states
+                        and hit[3] == n.reason and hit[4] == check_stale
+                        and (not mine and not hit[5] or _same(hit[5], mine))):
+                    line = hit[6]
+                else:
+                    line = classify(n, state, now, check_stale, mine, r)
+                    # the same object for the same line, whatever it was made from
+                    if hit is not None and hit[6] == line:
+                        line = hit[6]
+                    hit = (r, stale, n.states, n.reason, check_stale, tuple(mine), line)
+                kept[n.name] = hit
+                out.append(line)
+            self._lines = kept
+            return out
+
+
+def _same(kept: tuple[Remediation, ...], mine: Sequence[Remediation]) -> bool:
+    """The very same remediations (kept alive by the key, so an id is never another's)."""
+    return len(kept) == len(mine) and all(a is b for a, b in zip(kept, mine, strict=True))
 
 
 def _foreign(node: NodeInfo) -> bool:
@@ -338,14 +502,18 @@ def _foreign(node: NodeInfo) -> bool:
 
 def classify(node: NodeInfo, state: State, now: datetime,
              check_stale: timedelta = CHECK_STALE,
-             mine: Sequence[Remediation] | None = None) -> NodeLine:
+             mine: Sequence[Remediation] | None = None,
+             read: NodeCheck | None = None) -> NodeLine:
     """One node's category and flags (see the module docstring). ``mine``: the node's
-    remediations, when the caller has them indexed already."""
+    remediations, when the caller has them indexed already; ``read``: its Extra, when
+    the caller has read it already (`NodeChecks`)."""
     if mine is None:
         mine = [r for r in state.remediations if r.node == node.name]
-    open_ = [r for r in mine if not r.phase.terminal]
+    open_ = [r for r in mine if not r.phase.terminal] if mine else []
     last = max(mine, key=lambda r: r.updated) if mine else None
-    check = extra.read_check_data(node.name, node.extra, now)
+    if read is None:
+        read = node_check(node, now)
+    check = read.data
     alerts = check.alerts
     out_of_service = node.drained or node.down
     faults = tuple(a.fault for a in alerts)
@@ -367,13 +535,13 @@ def classify(node: NodeInfo, state: State, now: datetime,
         category = "alerting"
     else:
         category = "healthy"
-    checked = _checked_at(node)
+    checked = read.checked_at
     rem = open_[0] if open_ else None
     return NodeLine(
         name=node.name, category=category, states=tuple(sorted(node.states)),
         reason=node.reason, alerts=faults,
         acknowledged=tuple(a.fault for a in check.acknowledged), checked_at=checked,
-        check_stale=checked is None or now - checked > stale_after(node, check_stale),
+        check_stale=checked is None or now - checked > read.heartbeat + check_stale,
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
 
@@ -432,10 +600,12 @@ def _from(source: str) -> str:
 def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
            heartbeat: Heartbeat | None, store: str = "", policy: Any = None,
            slurm_error: str | None = None, details: Iterable[str] = (),
-           all_details: bool = False, check_stale: timedelta = CHECK_STALE) -> Overview:
+           all_details: bool = False, check_stale: timedelta = CHECK_STALE,
+           checks: NodeChecks | None = None) -> Overview:
     """The whole overview. ``nodes`` is None when Slurm did not answer (``slurm_error``
     says why); the store's part is shown anyway. ``details`` names the nodes whose lines
-    are included (``status --node``)."""
+    are included (``status --node``); ``checks``: what is kept of each node between
+    gatherings (serve's), else each node is read and classified here."""
     # the typed [controller] section (issue 21); its default is the view's own 30s
     interval = getattr(getattr(policy, "controller", None), "interval", None)
     ctl = controller_view(heartbeat, state, now, _interval_s(interval))
@@ -465,8 +635,13 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
     by_node: dict[str, list[Remediation]] = {}
     for r in state.remediations:  # one pass: 1,000 nodes x thousands of records
         by_node.setdefault(r.node, []).append(r)
-    for node in nodes or ():
-        line = classify(node, state, now, check_stale, by_node.get(node.name, []))
+    if checks is not None and nodes is not None:
+        classified = checks.lines(nodes, checks.read(nodes, now), by_node, state, now,
+                                  check_stale)
+    else:
+        classified = [classify(n, state, now, check_stale, by_node.get(n.name, ()))
+                      for n in nodes or ()]
+    for node, line in zip(nodes or (), classified, strict=True):
         counts[line.category] += 1
         groups[line.category].append(node.name)
         if line.check_stale:
@@ -479,7 +654,7 @@ def gather(state: State, nodes: Sequence[NodeInfo] | None, now: datetime, *,
                                    reason=node.reason, user=node.reason_user,
                                    since=node.reason_time, problem=problem,
                                    resolve=malformed_resolve(node.name) if problem else ""))
-        if (u := unrecorded(node, state, known)) is not None:
+        if (node.drained or node.down) and (u := unrecorded(node, state, known)) is not None:
             lost.append(u)
         if all_details or node.name in wanted:
             lines.append(line)
