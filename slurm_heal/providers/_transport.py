@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from slurm_heal import jsonsafe
 from slurm_heal.errors import ProviderError, ProviderTimeout
@@ -123,6 +123,33 @@ class Retryable(ProviderError):
 
 class Spent(Exception):  # noqa: N818 - a signal to `retrying`, never seen outside it
     """The deadline was spent before a try: the tries end, the last reason stands."""
+
+
+def try_within(fn: Callable[[], T], deadline: Deadline, *, who: str, what: str,
+               read: bool, classify: Callable[[BaseException], ProviderError],
+               unknown: Callable[[str], ProviderError],
+               on_timeout: Callable[[], None] | None = None) -> T:
+    """One try of an SDK call for `retrying`: ``fn()`` in a worker thread (`call_within`)
+    waited for at most what is left of ``deadline``. The deadline spent before the try,
+    or a read still running at it: `Retryable` (timed out); an action still running at
+    it: ``unknown(message)`` (it may have been sent: never tried again, SPEC S6), after
+    ``on_timeout()``; what ``fn`` raised: ``classify(error)``."""
+    left = deadline.left()
+    if left <= 0:
+        raise Retryable(f"{who}: {what}: the deadline of {deadline.seconds:g}s is spent",
+                        timed_out=True)
+    call = call_within(fn, left, f"{who}-call")
+    if not call.done:
+        if on_timeout is not None:
+            on_timeout()
+        message = (f"{who}: {what}: timed out: no complete answer within the deadline "
+                   f"of {deadline.seconds:g}s")
+        if read:
+            raise Retryable(message, timed_out=True)
+        raise unknown(message)
+    if call.error is not None:
+        raise classify(call.error) from call.error
+    return cast(T, call.value)
 
 
 def pause(attempt: int, delay: float | None, deadline: Deadline, *, attempts: int,

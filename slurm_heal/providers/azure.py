@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import AZURE_ACTIONS as AZURE_ACTIONS
@@ -56,9 +56,9 @@ from slurm_heal.providers._records import KeyRecords, SteppedOperations, operati
 from slurm_heal.providers._transport import (
     Deadline,
     Retryable,
-    call_within,
     plain_reason,
     retrying,
+    try_within,
 )
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
@@ -387,21 +387,10 @@ class AzureProvider(SteppedOperations):
                         backoff=self.backoff, sleep=self._sleep,
                         give_up=lambda n, last: f"azure: {gave_up} after {n} tries: {last}")
 
-    def _call(self, what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
-        left = deadline.left()
-        if left <= 0:
-            raise Retryable(f"azure: {what}: the deadline of {deadline.seconds:g}s is "
-                            "spent", timed_out=True)
-        call = call_within(fn, left, "azure-call")
-        if not call.done:
-            message = (f"azure: {what}: timed out: no complete answer within the deadline "
-                       f"of {deadline.seconds:g}s")
-            if read:
-                raise Retryable(message, timed_out=True)
-            raise _Unknown(message)
-        if call.error is not None:
-            raise _classify(what, call.error, read=read) from call.error
-        return cast(T, call.value)
+    @staticmethod
+    def _call(what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
+        return try_within(fn, deadline, who="azure", what=what, read=read, unknown=_Unknown,
+                          classify=lambda exc: _classify(what, exc, read=read))
 
 
 def _where(rec: dict[str, Any]) -> str:

@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import OpenStackSettings as OpenStackSettings
@@ -55,9 +55,9 @@ from slurm_heal.providers._records import KeyRecords, SteppedOperations, operati
 from slurm_heal.providers._transport import (
     Deadline,
     Retryable,
-    call_within,
     plain_reason,
     retrying,
+    try_within,
 )
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
@@ -361,26 +361,17 @@ class OpenStackProvider(SteppedOperations):
     def _call(self, what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
         """Run one SDK call in a worker thread, waiting at most until ``deadline``, and
         map what it raised onto _Refused / Retryable / _Unknown / ProviderError."""
-        left = deadline.left()
-        if left <= 0:
-            raise Retryable(f"openstack: {what}: the deadline of {deadline.seconds:g}s "
-                            "is spent", timed_out=True)
-        call = call_within(fn, left, "openstack-call")
-        if not call.done:
-            # The worker keeps only its own thread until requests' read timeout ends it,
-            # and the connection it holds: keystoneauth's auth plugin locks while it
-            # fetches a token, so a trickled token answer would block every later call.
-            # The next call builds a fresh connection.
-            with self._conn_lock:
-                self._conn = None
-            message = (f"openstack: {what}: timed out: no complete answer within the "
-                       f"deadline of {deadline.seconds:g}s")
-            if read:
-                raise Retryable(message, timed_out=True)
-            raise _Unknown(message)
-        if call.error is not None:
-            raise _classify(what, call.error, read=read) from call.error
-        return cast(T, call.value)
+        return try_within(fn, deadline, who="openstack", what=what, read=read,
+                          unknown=_Unknown, on_timeout=self._drop_connection,
+                          classify=lambda exc: _classify(what, exc, read=read))
+
+    def _drop_connection(self) -> None:
+        """After a call that did not end in time: the worker keeps only its own thread
+        until requests' read timeout ends it, and the connection it holds: keystoneauth's
+        auth plugin locks while it fetches a token, so a trickled token answer would block
+        every later call. The next call builds a fresh connection."""
+        with self._conn_lock:
+            self._conn = None
 
 
 def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
