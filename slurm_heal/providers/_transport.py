@@ -9,17 +9,24 @@ chunks, and the answer is capped in size. An answer that is not what a provider 
 send (not JSON, nested deeper than `jsonsafe.MAX_DEPTH`, truncated, too big) is a
 `ProviderError` for that call; never a RecursionError or a hang of the daemon.
 
+`retrying` is the one retry loop of the SDK providers (azure, oci, openstack, aws): a
+call tried again while a try raises `Retryable`, at most ``attempts`` times within its
+deadline, with full-jitter exponential back-off capped at 30 s (`pause`); a server's
+``Retry-After`` is honoured, and no pause runs past the deadline. What a provider may try
+again is its own to say (SPEC S6: an action only while it certainly did not run).
+
 ``requests`` is imported lazily (see providers/http.py).
 """
 
 from __future__ import annotations
 
 import http.client
+import random
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from slurm_heal import jsonsafe
 from slurm_heal.errors import ProviderError, ProviderTimeout
@@ -27,6 +34,8 @@ from slurm_heal.errors import ProviderError, ProviderTimeout
 # No provider answer we read is anywhere near this; more is a broken or hostile server.
 MAX_ANSWER = 4 << 20
 _CHUNK = 16384
+# The longest pause between two tries, whatever the back-off or Retry-After says.
+MAX_PAUSE = 30.0
 
 
 class Deadline:
@@ -98,6 +107,96 @@ def call_within(fn: Callable[[], T], seconds: float, name: str) -> Call[T]:
     if worker.is_alive():
         return Call()  # not the worker's own: it may still finish and fill that one in
     return call
+
+
+class Retryable(ProviderError):
+    """One try failed in a way another may mend: nothing ran (or a read may simply be
+    asked again). ``retry_after``: the server's Retry-After in seconds; ``timed_out``: the
+    try ran out of time (giving up is then a ProviderTimeout); ``final``: no further try
+    (a call still running at the deadline)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 timed_out: bool = False, final: bool = False):
+        super().__init__(message)
+        self.retry_after, self.timed_out, self.final = retry_after, timed_out, final
+
+
+class Spent(Exception):  # noqa: N818 - a signal to `retrying`, never seen outside it
+    """The deadline was spent before a try: the tries end, the last reason stands."""
+
+
+def try_within(fn: Callable[[], T], deadline: Deadline, *, who: str, what: str,
+               read: bool, classify: Callable[[BaseException], ProviderError],
+               unknown: Callable[[str], ProviderError],
+               on_timeout: Callable[[], None] | None = None) -> T:
+    """One try of an SDK call for `retrying`: ``fn()`` in a worker thread (`call_within`)
+    waited for at most what is left of ``deadline``. The deadline spent before the try,
+    or a read still running at it: `Retryable` (timed out); an action still running at
+    it: ``unknown(message)`` (it may have been sent: never tried again, SPEC S6), after
+    ``on_timeout()``; what ``fn`` raised: ``classify(error)``."""
+    left = deadline.left()
+    if left <= 0:
+        raise Retryable(f"{who}: {what}: the deadline of {deadline.seconds:g}s is spent",
+                        timed_out=True)
+    call = call_within(fn, left, f"{who}-call")
+    if not call.done:
+        if on_timeout is not None:
+            on_timeout()
+        message = (f"{who}: {what}: timed out: no complete answer within the deadline "
+                   f"of {deadline.seconds:g}s")
+        if read:
+            raise Retryable(message, timed_out=True)
+        raise unknown(message)
+    if call.error is not None:
+        raise classify(call.error) from call.error
+    return cast(T, call.value)
+
+
+def pause(attempt: int, delay: float | None, deadline: Deadline, *, attempts: int,
+          backoff: float, sleep: Callable[[float], None], shorten: bool = False) -> bool:
+    """Back off after try ``attempt`` (counted from 0) failed; False when there is no try
+    left. ``delay`` is the server's Retry-After, else a full-jitter exponential back-off
+    (uniform up to ``backoff * 2**attempt``); either is capped at `MAX_PAUSE`. A pause
+    as long as the time left ends the tries, or with ``shorten`` is cut to the time left
+    (the next try is still made)."""
+    if attempt + 1 >= attempts:
+        return False
+    if delay is None:
+        delay = random.uniform(0, backoff * (2 ** attempt))  # noqa: S311
+    delay, left = min(delay, MAX_PAUSE), deadline.left()
+    if shorten and left > 0:
+        delay = min(delay, left)
+    elif delay >= left:
+        return False
+    sleep(delay)
+    return True
+
+
+def retrying(once: Callable[[Deadline], T], *, deadline: Deadline, attempts: int,
+             backoff: float, sleep: Callable[[float], None],
+             give_up: Callable[[int, str], str], shorten: bool = False) -> T:
+    """``once(deadline)`` until it returns, raises anything but `Retryable`, or the
+    tries run out: ``attempts`` of them, a `pause` between two, none past ``deadline``.
+    ``once`` says what may be tried again by raising `Retryable` (SPEC S6: an action only
+    while it certainly did not run), `Spent` when the deadline ended before the try.
+
+    Giving up raises ProviderTimeout when the last failed try timed out, else
+    ProviderError, with ``give_up(tries, last)`` for its message (``last``: the last
+    `Retryable`'s message, "" when there was none)."""
+    failed: Retryable | None = None
+    attempt = 0
+    for attempt in range(attempts):
+        try:
+            return once(deadline)
+        except Spent:
+            break
+        except Retryable as exc:
+            failed = exc
+            if exc.final or not pause(attempt, exc.retry_after, deadline, attempts=attempts,
+                                      backoff=backoff, sleep=sleep, shorten=shorten):
+                break
+    error = ProviderTimeout if failed is not None and failed.timed_out else ProviderError
+    raise error(give_up(attempt + 1, str(failed) if failed is not None else ""))
 
 
 def exchange(session: Any, method: str, url: str, *, deadline: Deadline,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,10 +39,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import AWS_ACTIONS as AWS_ACTIONS
 from slurm_heal.providerconf import AwsSettings as AwsSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
+from slurm_heal.providers._transport import Deadline, Retryable, retrying
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -300,67 +300,65 @@ class AwsProvider(SteppedOperations):
 
     def _call(self, client: Any, op: str, params: dict[str, Any], *,
               repeatable: bool) -> dict[str, Any]:
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            ConnectTimeoutError,
-            EndpointConnectionError,
-            NoCredentialsError,
-            ReadTimeoutError,
-        )
-
         method = getattr(client, _snake(op))
-        end = time.monotonic() + self.deadline
-        last = ""
-        timed_out = False
         # Repeatable calls are retried inside botocore (standard mode, same bound); ours
-        # only where botocore must not: a call without a ClientToken.
-        tries = 1 if repeatable else self.attempts
-        attempt = 0
-        for attempt in range(tries):
-            try:
-                result: dict[str, Any] = method(**params)
-                return result
-            except NoCredentialsError as exc:
-                raise ProviderError(f"aws provider: {exc} (credentials come from the "
-                                    "environment, a profile or the instance role)") from exc
-            except ClientError as exc:
-                err = exc.response.get("Error", {})
-                code = str(err.get("Code", ""))
-                message = f"ec2 {op}: {code}: {err.get('Message', '')}"
-                status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-                if code in THROTTLING or status == 429:
-                    last, timed_out = message, False  # refused for now: nothing ran
-                elif code in CAPACITY:
-                    raise _Capacity(message) from exc
-                elif code.startswith(("AuthFailure", "UnauthorizedOperation",
-                                      "InvalidClientTokenId", "SignatureDoesNotMatch")):
-                    raise ProviderError(f"{message} (check the IAM policy, "
-                                        "docs/providers.md)") from exc
-                elif status >= 500 or status == 0:
-                    if not repeatable:
-                        raise _Unknown(message) from exc
-                    last = message
-                else:
-                    raise ProviderRefused(message) from exc  # a definite no: nothing ran
-            except (EndpointConnectionError, ConnectTimeoutError) as exc:
-                last, timed_out = f"ec2 {op}: {exc}", isinstance(exc, ConnectTimeoutError)
-            except ReadTimeoutError as exc:
-                if not repeatable:
-                    raise _Unknown(f"ec2 {op}: {exc}") from exc
-                last, timed_out = f"ec2 {op}: {exc}", True
-            except BotoCoreError as exc:
-                # A connection reset mid-answer, an answer we cannot parse: it was sent.
-                if not repeatable:
-                    raise _Unknown(f"ec2 {op}: {exc}") from exc
-                last = f"ec2 {op}: {exc}"
-            left = end - time.monotonic()
-            if attempt + 1 >= tries or left <= 0:
-                break
-            delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-            self._sleep(min(delay, left, 30.0))
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"{last}; gave up after {attempt + 1} tries")
+        # only where botocore must not: a call without a ClientToken. A pause longer than
+        # the time left is cut to it.
+        return retrying(lambda d: _try(op, method, params, repeatable=repeatable),
+                        deadline=Deadline(self.deadline),
+                        attempts=1 if repeatable else self.attempts, backoff=self.backoff,
+                        sleep=self._sleep, shorten=True,
+                        give_up=lambda n, last: f"{last}; gave up after {n} tries")
+
+
+def _try(op: str, method: Callable[..., dict[str, Any]], params: dict[str, Any], *,
+         repeatable: bool) -> dict[str, Any]:
+    """One try of an EC2 call: Retryable where it certainly did not run (or may be
+    repeated), _Unknown where an action's answer was lost."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        ReadTimeoutError,
+    )
+
+    try:
+        return method(**params)
+    except NoCredentialsError as exc:
+        raise ProviderError(f"aws provider: {exc} (credentials come from the "
+                            "environment, a profile or the instance role)") from exc
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code", ""))
+        message = f"ec2 {op}: {code}: {err.get('Message', '')}"
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+        if code in THROTTLING or status == 429:
+            raise Retryable(message) from exc  # refused for now: nothing ran
+        if code in CAPACITY:
+            raise _Capacity(message) from exc
+        if code.startswith(("AuthFailure", "UnauthorizedOperation",
+                            "InvalidClientTokenId", "SignatureDoesNotMatch")):
+            raise ProviderError(f"{message} (check the IAM policy, "
+                                "docs/providers.md)") from exc
+        if status >= 500 or status == 0:
+            if not repeatable:
+                raise _Unknown(message) from exc
+            raise Retryable(message) from exc
+        raise ProviderRefused(message) from exc  # a definite no: nothing ran
+    except (EndpointConnectionError, ConnectTimeoutError) as exc:
+        raise Retryable(f"ec2 {op}: {exc}",
+                        timed_out=isinstance(exc, ConnectTimeoutError)) from exc
+    except ReadTimeoutError as exc:
+        if not repeatable:
+            raise _Unknown(f"ec2 {op}: {exc}") from exc
+        raise Retryable(f"ec2 {op}: {exc}", timed_out=True) from exc
+    except BotoCoreError as exc:
+        # A connection reset mid-answer, an answer we cannot parse: it was sent.
+        if not repeatable:
+            raise _Unknown(f"ec2 {op}: {exc}") from exc
+        raise Retryable(f"ec2 {op}: {exc}") from exc
 
 
 def _snake(op: str) -> str:

@@ -41,20 +41,25 @@ thread the caller waits for at most ``deadline``.
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import AZURE_ACTIONS as AZURE_ACTIONS
 from slurm_heal.providerconf import AzureSettings as AzureSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline, call_within, plain_reason
+from slurm_heal.providers._transport import (
+    Deadline,
+    Retryable,
+    plain_reason,
+    retrying,
+    try_within,
+)
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -71,15 +76,6 @@ T = TypeVar("T")
 
 class _Refused(ProviderError):
     """ARM answered no (4xx): nothing ran."""
-
-
-class _Retryable(ProviderError):
-    """Nothing ran (or a read may simply be asked again)."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None,
-                 timed_out: bool = False):
-        super().__init__(message)
-        self.retry_after, self.timed_out = retry_after, timed_out
 
 
 class _Unknown(ProviderError):
@@ -374,60 +370,27 @@ class AzureProvider(SteppedOperations):
     def _read(self, what: str, fn: Callable[[], T], *, refusal: bool = False) -> T:
         """A read: retried on anything transient within the deadline; a 4xx is a
         ProviderRefused when ``refusal`` (a VM that is not there), else a ProviderError."""
-        deadline = Deadline(self.deadline)
-        last, timed_out, attempt = "", False, 0
-        for attempt in range(self.attempts):
-            try:
-                return self._call(what, fn, deadline, read=True)
-            except _Retryable as exc:
-                last, timed_out, delay = str(exc), exc.timed_out, exc.retry_after
-            except _Refused as exc:
-                raise (ProviderRefused if refusal else ProviderError)(str(exc)) from None
-            if not self._pause(attempt, delay, deadline):
-                break
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"azure: {what}: gave up after {attempt + 1} tries: {last}")
+        try:
+            return self._retrying(lambda d: self._call(what, fn, d, read=True),
+                                  f"{what}: gave up")
+        except _Refused as exc:
+            raise (ProviderRefused if refusal else ProviderError)(str(exc)) from None
 
     def _act(self, what: str, fn: Callable[[], T]) -> T:
         """An action POST: retried only while it certainly did not run."""
-        deadline = Deadline(self.deadline)
-        last, timed_out, attempt = "", False, 0
-        for attempt in range(self.attempts):
-            try:
-                return self._call(what, fn, deadline, read=False)
-            except _Retryable as exc:
-                last, timed_out, delay = str(exc), exc.timed_out, exc.retry_after
-            if not self._pause(attempt, delay, deadline):
-                break
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"azure: {what}: not sent after {attempt + 1} tries: {last}")
+        return self._retrying(lambda d: self._call(what, fn, d, read=False),
+                              f"{what}: not sent")
 
-    def _pause(self, attempt: int, delay: float | None, deadline: Deadline) -> bool:
-        if attempt + 1 >= self.attempts:
-            return False
-        if delay is None:
-            delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-        delay = min(delay, 30.0)
-        if delay >= deadline.left():
-            return False
-        self._sleep(delay)
-        return True
+    def _retrying(self, once: Callable[[Deadline], T], gave_up: str) -> T:
+        """`retrying` with this provider's deadline, tries, back-off and sleep."""
+        return retrying(once, deadline=Deadline(self.deadline), attempts=self.attempts,
+                        backoff=self.backoff, sleep=self._sleep,
+                        give_up=lambda n, last: f"azure: {gave_up} after {n} tries: {last}")
 
-    def _call(self, what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
-        left = deadline.left()
-        if left <= 0:
-            raise _Retryable(f"azure: {what}: the deadline of {deadline.seconds:g}s is "
-                             "spent", timed_out=True)
-        call = call_within(fn, left, "azure-call")
-        if not call.done:
-            message = (f"azure: {what}: timed out: no complete answer within the deadline "
-                       f"of {deadline.seconds:g}s")
-            if read:
-                raise _Retryable(message, timed_out=True)
-            raise _Unknown(message)
-        if call.error is not None:
-            raise _classify(what, call.error, read=read) from call.error
-        return cast(T, call.value)
+    @staticmethod
+    def _call(what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
+        return try_within(fn, deadline, who="azure", what=what, read=read, unknown=_Unknown,
+                          classify=lambda exc: _classify(what, exc, read=read))
 
 
 def _where(rec: dict[str, Any]) -> str:
@@ -470,21 +433,21 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
         headers = getattr(response, "headers", None) or {}
         message = _arm_message(exc)
         if code in (429, 503) or (read and (code >= 500 or code == 408)):
-            return _Retryable(f"{prefix}: HTTP {code}: {message}",
-                              retry_after=_seconds(headers.get("Retry-After")))
+            return Retryable(f"{prefix}: HTTP {code}: {message}",
+                             retry_after=_seconds(headers.get("Retry-After")))
         if code == 403:
             return ProviderError(f"{prefix}: HTTP 403: {message} (the role lacks this "
                                  "action: docs/providers.md)")
         if 400 <= code < 500:
             return _Refused(f"{prefix}: HTTP {code}: {message}")
         return _Unknown(f"{prefix}: HTTP {code}: {message}") if not read else \
-            _Retryable(f"{prefix}: HTTP {code}: {message}")
+            Retryable(f"{prefix}: HTTP {code}: {message}")
     if isinstance(exc, az.ServiceRequestError):  # the request never left
-        return _Retryable(f"{prefix}: connection failed: {plain_reason(exc)}",
-                          timed_out="timed out" in plain_reason(exc))
+        return Retryable(f"{prefix}: connection failed: {plain_reason(exc)}",
+                         timed_out="timed out" in plain_reason(exc))
     if isinstance(exc, az.ServiceResponseError):  # sent, no (complete) answer
         if read:
-            return _Retryable(f"{prefix}: no answer: {plain_reason(exc)}")
+            return Retryable(f"{prefix}: no answer: {plain_reason(exc)}")
         return _Unknown(f"{prefix}: no answer ({plain_reason(exc)})")
     if isinstance(exc, (az.AzureError, ValueError, KeyError, TypeError, AttributeError)):
         text = f"{prefix}: unexpected answer: {exc.__class__.__name__}: {str(exc)[:300]}"

@@ -35,7 +35,6 @@ keep to our deadlines, and each SDK call runs in a worker thread waited for at m
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 import uuid
@@ -44,12 +43,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import OCI_ACTIONS as OCI_ACTIONS
 from slurm_heal.providerconf import OciSettings as OciSettings
 from slurm_heal.providers import _oci_relaunch
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline, call_within, plain_reason
+from slurm_heal.providers._transport import (
+    Deadline,
+    Retryable,
+    Spent,
+    call_within,
+    plain_reason,
+    retrying,
+)
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -70,13 +76,6 @@ def retry_token(key: str, step: str) -> str:
     """The opc-retry-token of one step of the operation of ``key`` (at most 64 characters,
     stable across restarts)."""
     return "sh-" + str(uuid.uuid5(_NAMESPACE, f"{key}/{step}"))
-
-
-class _Retryable(ProviderError):
-    def __init__(self, message: str, *, retry_after: float | None = None,
-                 timed_out: bool = False):
-        super().__init__(message)
-        self.retry_after, self.timed_out = retry_after, timed_out
 
 
 class OciProvider(SteppedOperations):
@@ -325,33 +324,24 @@ class OciProvider(SteppedOperations):
         """One SDK call, retried with backoff on 429, 5xx and lost connections within
         the deadline (safe: every write carries its retry token). A 4xx is
         ProviderRefused (nothing ran), 401 a ProviderError about the credentials."""
-        deadline = Deadline(self.deadline)
-        last, timed_out, attempt = "", False, 0
-        for attempt in range(self.attempts):
-            left = deadline.left()
-            if left <= 0:
-                break
-            call = call_within(fn, left, "oci-call")
-            if not call.done:
-                last, timed_out = (f"no complete answer within the deadline of "
-                                   f"{deadline.seconds:g}s"), True
-                break
-            if call.error is None:
-                return cast(T, call.value)
-            err = _classify(what, call.error)
-            if not isinstance(err, _Retryable):
-                raise err from call.error
-            last, timed_out, delay = str(err), err.timed_out, err.retry_after
-            if attempt + 1 >= self.attempts:
-                break
-            if delay is None:
-                delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-            delay = min(delay, 30.0)
-            if delay >= deadline.left():
-                break
-            self._sleep(delay)
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"oci: {what}: gave up after {attempt + 1} tries: {last}")
+        return retrying(lambda d: self._try(what, fn, d), deadline=Deadline(self.deadline),
+                        attempts=self.attempts, backoff=self.backoff, sleep=self._sleep,
+                        give_up=lambda n, last: f"oci: {what}: gave up after {n} tries: "
+                                                f"{last}")
+
+    @staticmethod
+    def _try(what: str, fn: Callable[[], T], deadline: Deadline) -> T:
+        """One try of `_call`; a call still running at the deadline is not tried again."""
+        left = deadline.left()
+        if left <= 0:
+            raise Spent
+        call = call_within(fn, left, "oci-call")
+        if not call.done:
+            raise Retryable(f"no complete answer within the deadline of "
+                            f"{deadline.seconds:g}s", timed_out=True, final=True)
+        if call.error is not None:
+            raise _classify(what, call.error) from call.error
+        return cast(T, call.value)
 
 
 def _classify(what: str, exc: BaseException) -> ProviderError:
@@ -366,16 +356,16 @@ def _classify(what: str, exc: BaseException) -> ProviderError:
         if status == 429 or status >= 500 or status == 0:
             headers = exc.headers or {}
             value = str(headers.get("retry-after") or headers.get("Retry-After") or "")
-            return _Retryable(text, retry_after=float(value)
-                              if value.replace(".", "", 1).isdigit() else None)
+            return Retryable(text, retry_after=float(value)
+                             if value.replace(".", "", 1).isdigit() else None)
         if status == 401:
             return ProviderError(f"{text} (OCI refused the credentials: check the API key "
                                  "or the instance principal's dynamic group)")
         return ProviderRefused(text)
     if isinstance(exc, (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout,
                         OSError)):
-        return _Retryable(f"{prefix}: connection failed: {plain_reason(exc)}",
-                          timed_out="timed out" in plain_reason(exc))
+        return Retryable(f"{prefix}: connection failed: {plain_reason(exc)}",
+                         timed_out="timed out" in plain_reason(exc))
     if isinstance(exc, Exception):
         return ProviderError(f"{prefix}: {exc.__class__.__name__}: {str(exc)[:300]}")
     raise exc

@@ -40,7 +40,6 @@ stays running and ``status`` asks the server what happened, never posting again.
 from __future__ import annotations
 
 import os
-import random
 import re
 import threading
 import time
@@ -48,12 +47,18 @@ import uuid
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from slurm_heal.errors import ProviderError, ProviderRefused, ProviderTimeout
+from slurm_heal.errors import ProviderError, ProviderRefused
 from slurm_heal.providerconf import OpenStackSettings as OpenStackSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
-from slurm_heal.providers._transport import Deadline, call_within, plain_reason
+from slurm_heal.providers._transport import (
+    Deadline,
+    Retryable,
+    plain_reason,
+    retrying,
+    try_within,
+)
 from slurm_heal.providers.base import Operation
 from slurm_heal.types import Action
 
@@ -73,16 +78,6 @@ def nova_request_id(key: str, call: str = "") -> str:
 
 class _Refused(ProviderError):
     """Nova answered with a refusal (4xx): nothing ran."""
-
-
-class _Retryable(ProviderError):
-    """Nothing ran and trying again may help: 429/503, refused connection, connect
-    timeout (for a read also any 5xx and a read timeout)."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None,
-                 timed_out: bool = False):
-        super().__init__(message)
-        self.retry_after, self.timed_out = retry_after, timed_out
 
 
 class _Unknown(ProviderError):
@@ -266,7 +261,7 @@ class OpenStackProvider(SteppedOperations):
             if "HTTP 409" not in str(exc):
                 rec["detail"] = f"nova: confirmResize of {server}: {exc}; again later"
                 return
-        except (_Unknown, _Retryable) as exc:
+        except (_Unknown, Retryable) as exc:
             rec["detail"] = f"nova: confirmResize of {server}: {exc}; again later"
             return
         rec["detail"] = f"nova: migration of {server} confirmed (confirmResize)"
@@ -337,20 +332,12 @@ class OpenStackProvider(SteppedOperations):
 
     def _read(self, what: str, fn: Callable[[Any], T]) -> T:
         """A read (or the auth and discovery it needs): retried on anything transient."""
-        deadline = Deadline(self.call_timeout)
-        last, timed_out = "", False
-        for attempt in range(self.attempts):
-            try:
-                return self._call(what, lambda: fn(self._connection()), deadline, read=True)
-            except _Retryable as exc:
-                last, timed_out = str(exc), exc.timed_out
-                delay = exc.retry_after
-            except _Refused as exc:
-                raise ProviderError(str(exc)) from None
-            if not self._pause(attempt, delay, deadline):
-                break
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"openstack: {what}: gave up after {attempt + 1} tries: {last}")
+        try:
+            return self._retrying(
+                lambda d: self._call(what, lambda: fn(self._connection()), d, read=True),
+                Deadline(self.call_timeout), f"{what}: gave up")
+        except _Refused as exc:
+            raise ProviderError(str(exc)) from None
 
     def _act(self, what: str, request_id: str, fn: Callable[[Any], None]) -> None:
         """An action POST with global request id ``request_id``: retried only while it
@@ -359,55 +346,32 @@ class OpenStackProvider(SteppedOperations):
         # Authenticate and discover first (reads, retried), so that the POST's own
         # failures are about the POST.
         self._read("authenticate", lambda c: c.compute.get_endpoint_data())
-        last, timed_out = "", False
-        for attempt in range(self.attempts):
-            try:
-                self._call(what, lambda: fn(self._connection().global_request(request_id)),
-                           deadline, read=False)
-                return
-            except _Retryable as exc:
-                last, timed_out = str(exc), exc.timed_out
-                delay = exc.retry_after
-            if not self._pause(attempt, delay, deadline):
-                break
-        error = ProviderTimeout if timed_out else ProviderError
-        raise error(f"openstack: {what}: not sent after {attempt + 1} tries: {last}")
+        self._retrying(lambda d: self._call(
+            what, lambda: fn(self._connection().global_request(request_id)), d, read=False),
+            deadline, f"{what}: not sent")
 
-    def _pause(self, attempt: int, delay: float | None, deadline: Deadline) -> bool:
-        """Back off before try ``attempt + 1``; False when there is none left."""
-        if attempt + 1 >= self.attempts:
-            return False
-        if delay is None:
-            delay = random.uniform(0, self.backoff * (2 ** attempt))  # noqa: S311
-        delay = min(delay, 30.0)
-        if delay >= deadline.left():
-            return False
-        self._sleep(delay)
-        return True
+    def _retrying(self, once: Callable[[Deadline], T], deadline: Deadline,
+                  gave_up: str) -> T:
+        """`retrying` with this provider's tries, back-off and sleep."""
+        return retrying(once, deadline=deadline, attempts=self.attempts,
+                        backoff=self.backoff, sleep=self._sleep,
+                        give_up=lambda n, last: f"openstack: {gave_up} after {n} tries: "
+                                                f"{last}")
 
     def _call(self, what: str, fn: Callable[[], T], deadline: Deadline, *, read: bool) -> T:
         """Run one SDK call in a worker thread, waiting at most until ``deadline``, and
-        map what it raised onto _Refused / _Retryable / _Unknown / ProviderError."""
-        left = deadline.left()
-        if left <= 0:
-            raise _Retryable(f"openstack: {what}: the deadline of {deadline.seconds:g}s "
-                             "is spent", timed_out=True)
-        call = call_within(fn, left, "openstack-call")
-        if not call.done:
-            # The worker keeps only its own thread until requests' read timeout ends it,
-            # and the connection it holds: keystoneauth's auth plugin locks while it
-            # fetches a token, so a trickled token answer would block every later call.
-            # The next call builds a fresh connection.
-            with self._conn_lock:
-                self._conn = None
-            message = (f"openstack: {what}: timed out: no complete answer within the "
-                       f"deadline of {deadline.seconds:g}s")
-            if read:
-                raise _Retryable(message, timed_out=True)
-            raise _Unknown(message)
-        if call.error is not None:
-            raise _classify(what, call.error, read=read) from call.error
-        return cast(T, call.value)
+        map what it raised onto _Refused / Retryable / _Unknown / ProviderError."""
+        return try_within(fn, deadline, who="openstack", what=what, read=read,
+                          unknown=_Unknown, on_timeout=self._drop_connection,
+                          classify=lambda exc: _classify(what, exc, read=read))
+
+    def _drop_connection(self) -> None:
+        """After a call that did not end in time: the worker keeps only its own thread
+        until requests' read timeout ends it, and the connection it holds: keystoneauth's
+        auth plugin locks while it fetches a token, so a trickled token answer would block
+        every later call. The next call builds a fresh connection."""
+        with self._conn_lock:
+            self._conn = None
 
 
 def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
@@ -427,8 +391,8 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
         code = int(getattr(exc, "status_code", None) or getattr(exc, "http_status", 0) or 0)
         message = _message(exc)
         if code in (429, 503) or (read and (code >= 500 or code == 408)):
-            return _Retryable(f"{prefix}: HTTP {code}: {message}",
-                              retry_after=_retry_after(exc))
+            return Retryable(f"{prefix}: HTTP {code}: {message}",
+                             retry_after=_retry_after(exc))
         if code == 401:
             return _Refused(f"{prefix}: HTTP 401 (Keystone refused the credentials): "
                             f"{message}")
@@ -436,17 +400,17 @@ def _classify(what: str, exc: BaseException, *, read: bool) -> ProviderError:
             return _Refused(f"{prefix}: HTTP {code}: {message}")
         return _Unknown(f"{prefix}: HTTP {code}: {message}")
     if isinstance(exc, ksa.DiscoveryFailure) and "HTTP 5" in str(exc):
-        return _Retryable(f"{prefix}: {exc}")
+        return Retryable(f"{prefix}: {exc}")
     if isinstance(exc, ksa.SSLError):
         return _Refused(f"{prefix}: TLS failed ({exc}); set [provider] verify to a CA bundle")
     if isinstance(exc, ksa.ConnectTimeout):
-        return _Retryable(f"{prefix}: connect timed out: {plain_reason(exc)}", timed_out=True)
+        return Retryable(f"{prefix}: connect timed out: {plain_reason(exc)}", timed_out=True)
     if isinstance(exc, ksa.ConnectFailure) and (read or _never_sent(exc)):
-        return _Retryable(f"{prefix}: connection failed: {plain_reason(exc)}")
+        return Retryable(f"{prefix}: connection failed: {plain_reason(exc)}")
     if isinstance(exc, ksa.ConnectionError):
         # A reset or a read timeout after the request went out.
         if read:
-            return _Retryable(f"{prefix}: {exc}", timed_out="imed out" in str(exc))
+            return Retryable(f"{prefix}: {exc}", timed_out="imed out" in str(exc))
         return _Unknown(f"{prefix}: no answer ({exc})")
     if isinstance(exc, (ksa.EndpointNotFound, sdk.EndpointNotFound)):
         return _Refused(f"{prefix}: no compute endpoint ({exc}); check interface and "
