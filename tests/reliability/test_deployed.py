@@ -154,6 +154,7 @@ class Resume:
     # the person's read and the resume (evidence only; "visible" is what they saw)
     after: set[str] = field(default_factory=set)
     alerts: set[str] = field(default_factory=set)  # of ``visible``, what was in alerts
+    checked: float | None = None  # when the check had written the Extra the person saw
 
     def saw(self, f: Fault) -> bool:
         """Whether this person saw the fault ``f`` (`_saw`). A condition without a
@@ -472,10 +473,12 @@ class Driver:
                              f"asked for {after[0]['action']} {_iso(after[0]['created']) - r.at:.1f}s "
                              "after it", None, operation=after[0], phases=r.phase)
                 continue
-            if info.boot_time is not None and info.boot_time.timestamp() > r.at + 1:
-                # The node booted since (an action sent before the resume, checked just
-                # above): a boot ends every acknowledgement (S8); what the check finds
-                # on the new boot is new.
+            if info.boot_time is not None \
+                    and info.boot_time.timestamp() + 1 > (r.checked or r.at):
+                # The node booted after what the person saw was written (our reboot, sent
+                # before the resume, in flight; Slurm's boot time is in whole seconds): a
+                # boot ends every acknowledgement (S8), and what the check finds on the
+                # new boot is new.
                 r.ended = now
                 continue
             marker = reasons.marker_of(info.reason) if reasons.is_ours(info.reason) else None
@@ -812,7 +815,8 @@ class Driver:
         self._end_person(node, now)
         self.site.lab.scontrol("update", f"nodename={node}", "state=resume", check=False)
         r = Resume(node, time.time(), self.step, visible, set(open_rems),
-                   set(self.resv.get(node, set())), open_rems, fresh.reason, alerts=alerts)
+                   set(self.resv.get(node, set())), open_rems, fresh.reason, alerts=alerts,
+                   checked=_aware(str((section or {}).get("checked_at", ""))))
         self.resumes.append(r)
         after = (self.site.slurm.node(node).extra or {}).get("slurm_heal")
         r.after = _tags(after, "alerts") | _tags(after, "acknowledged")
