@@ -473,6 +473,11 @@ class Driver:
                              f"asked for {after[0]['action']} {_iso(after[0]['created']) - r.at:.1f}s "
                              "after it", None, operation=after[0], phases=r.phase)
                 continue
+            if "NOT_RESPONDING" in info.states:
+                # Rebooting (our action, sent before the resume): the check of the new
+                # boot may drain the node before its slurmd registers and Slurm shows
+                # the new boot time. Judged once it responds again.
+                continue
             if info.boot_time is not None \
                     and info.boot_time.timestamp() + 1 > (r.checked or r.at):
                 # The node booted after what the person saw was written (our reboot, sent
