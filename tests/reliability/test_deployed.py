@@ -38,10 +38,10 @@ Profiles: CI drives for ``DRIVE`` seconds (about 90) and lets it settle; ``SLURM
 RELIABILITY=long`` (`make reliability`) drives 20 minutes. ``SLURM_HEAL_DEPLOYED_SECONDS``
 sets the driving time.
 
-Known defects (``KNOWN``): a violation whose signature is one of issue 32's items not yet
-fixed on main is reported but does not fail the run (the test ends as xfail naming the
-items seen). Remove an item from ``KNOWN`` when its fix merges; from then on it fails the
-run. ``SLURM_HEAL_DEPLOYED_STRICT=1`` fails on every violation.
+Known defects (``KNOWN``): a violation whose signature is a filed defect not yet fixed on
+main is reported but does not fail the run (the test ends as xfail naming it). Empty
+now: every violation fails the run. ``SLURM_HEAL_DEPLOYED_STRICT=1`` fails on every
+violation whatever ``KNOWN`` holds.
 """
 
 from __future__ import annotations
@@ -88,33 +88,13 @@ STRICT = os.environ.get("SLURM_HEAL_DEPLOYED_STRICT", "") not in ("", "0")
 INVARIANTS = ("drain-bound", "ack-published", "person-kept", "user-job", "ends",
               "our-jobs", "act-once")
 
-# Issue 32's items known broken on main (other branches fix them): a violation with one
-# of these signatures is reported, not failed. Remove an entry when its fix is merged.
-KNOWN = {
-    # Issue 32 items 2, 3, 4, 8, 9 and 10 are fixed (merged): their violations fail.
-    # Item 1 is fixed for a person's resume of the check's own drain (the lab tests of
-    # tests/integration/test_node_shared_lab.py); what this suite still sees with the
-    # agent, HealthCheckProgram and the controller together: an Xid acknowledged that no
-    # person's resume saw, and IB ports down again under an acknowledgement (S8; open).
-    "item1": "issue 32 item 1, the rest: a fault acknowledged that no person's resume saw, "
-             "with the agent, the HealthCheckProgram and the controller together (S8)",
-    "item12": "issue 32 item 12: fault to drain slower than the agent's bound",
-    # Found by this suite, not in issue 32's list: after a person's resume, the node
-    # check (a run in flight, or the agent and HealthCheckProgram in turn) drains the node
-    # again for evidence that was published before the resume, or the controller opens
-    # a new remediation for an alert still published and cordons it (then cancels it
-    # under S8).
-    "resume-race": "a person's resume is undone for what was published before it, by "
-                   "the node check or by a new remediation of the controller (found by "
-                   "this suite; S8)",
-    # Found by this suite on main: a person drains a node whose faults are published
-    # (often with our remediation open), later resumes it; the node check or the
-    # controller drains it again for the faults seen before (S8: "the faults seen so far
-    # do not drain the node again"; the check acknowledges only on a node it held itself,
-    # runner._resumed_by_a_person).
-    "own-drain": "a person's resume of their own drain, over published faults, is undone "
-                 "by the check or the controller (found by this suite; S8)",
-}
+# Issue 32's items known broken on main: a violation with one of these signatures is
+# reported, not failed. Empty: every item of issue 32 is fixed, and so are the defects
+# this suite found itself (resume-race, own-drain); a long run of 20 minutes showed none
+# (docs/reliability.md). A violation is still signed with the item it looks like (the
+# `item` of each line), so a regression names where to look; add an entry here only for
+# a defect filed and not yet fixed.
+KNOWN: dict[str, str] = {}
 OURS_JOB = "slurm-heal-"
 OURS_RESV = "slurm-heal-"
 OUT_FLAGS = {"DRAIN", "DOWN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED", "POWERED_DOWN",
