@@ -712,30 +712,6 @@ def _holds_drained(st: dict[str, Any]) -> bool:
         and pub.get("held") == st.get("boot_id")
 
 
-def _say_drained(client: SlurmClient, name: str, alerts: list[Alert], now: datetime,
-                 st: dict[str, Any], result: CheckResult,
-                 acknowledged: list[Alert] | None, heartbeat: float | None,
-                 domains: dict[str, str], machine: dict[str, Any] | None) -> None:
-    """SPEC S8: once our drain took effect, Extra says so (``drained``), written after
-    the drain, never before it: a controller that sees the node in service again while
-    Extra says the check drained it knows that someone lifted that drain (a person's
-    resume), even where it never saw the node drained (the drain and the resume between
-    two of its looks, the deployed suite's resume-race). The drain itself does not wait
-    for this write; one that fails only leaves the flag out (noted)."""
-    from slurm_heal import extra
-
-    try:
-        if machine is None:
-            machine = extra.machine_identity(_serials(st), _instance_id(client, name, st))
-        client.set_extra(name, extra.KEY, extra.our_section(
-            alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat,
-            domains=domains, drained=True))
-    except SlurmError as exc:
-        if isinstance(exc, SlurmUnreachable):
-            raise
-        result.notes.append(f"Extra of {name} does not say the check drained it: {exc}")
-
-
 def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list[Finding],
              st: dict[str, Any], existed: bool, now: datetime, result: CheckResult,
              refresh: bool = False, acknowledged: list[Alert] | None = None,
@@ -756,16 +732,19 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
     write = refresh or digest != pub.get("said") or not existed \
         or pub.get("boot") != st.get("boot_id") or pub.get("node") != name
     worst = [f for f in findings if cordons(f)]
-    machine: dict[str, Any] | None = None
+
+    def section(drained: bool) -> dict[str, Any]:
+        """Our key's value; ``drained`` (SPEC S8): our drain holds the node."""
+        machine = extra.machine_identity(serials, _instance_id(client, name, st))
+        return extra.our_section(alerts, now, machine, acknowledged=acknowledged,
+                                 heartbeat=heartbeat, domains=domains, drained=drained)
+
     try:
         if write:
-            machine = extra.machine_identity(serials, _instance_id(client, name, st))
             # Healthy: our key stays, with no alerts and the time of this write, so the
             # controller sees the health check ran after its action (SPEC L5; a reboot
             # is a new boot, which always writes) and that the check is alive (O1).
-            client.set_extra(name, extra.KEY, extra.our_section(
-                alerts, now, machine, acknowledged=acknowledged, heartbeat=heartbeat,
-                domains=domains, drained=bool(worst) and _holds_drained(st)))
+            client.set_extra(name, extra.KEY, section(bool(worst) and _holds_drained(st)))
             if alerts or acknowledged:
                 if not pub.get("extra"):
                     result.actions.append(f"wrote {len(alerts)} alert(s) into {name}'s Extra")
@@ -821,8 +800,18 @@ def _publish(client: SlurmClient, name: str, alerts: list[Alert], findings: list
             st["published"] = pub
             client.drain(name, reason)
             result.actions.append(f"drained {name}: {reason}")
-            _say_drained(client, name, alerts, now, st, result, acknowledged, heartbeat,
-                         domains, machine)
+            # SPEC S8: once our drain took effect, Extra says so, written after it, never
+            # before: a controller that sees the node in service again under that word
+            # knows someone lifted our drain (a person's resume), even where it never saw
+            # the node drained (the drain and the resume between two of its looks). The
+            # drain does not wait for this write; one that fails only leaves the word out.
+            try:
+                client.set_extra(name, extra.KEY, section(True))
+            except SlurmError as exc:
+                if isinstance(exc, SlurmUnreachable):
+                    raise
+                result.notes.append(f"Extra of {name} does not say the check drained it: "
+                                    f"{exc}")
         else:
             pub["held"] = st.get("boot_id") or ""  # SPEC S8: ours (ours or the controller's)
         return
