@@ -395,6 +395,11 @@ class NodeCheck:
     checked_at: datetime | None
     heartbeat: timedelta
 
+    def stale(self, now: datetime, slack: timedelta = CHECK_STALE) -> bool:
+        """SPEC O1: the check never published, or not within its heartbeat plus
+        ``slack`` (`stale_after`)."""
+        return self.checked_at is None or now - self.checked_at > self.heartbeat + slack
+
 
 def node_check(node: NodeInfo, now: datetime) -> NodeCheck:
     """One node's `NodeCheck`, read now."""
@@ -469,8 +474,7 @@ class NodeChecks:
             out: list[NodeLine] = []
             for n, r in zip(nodes, reads, strict=True):
                 mine = by_node.get(n.name, ())
-                at = r.checked_at
-                stale = at is None or now - at > r.heartbeat + check_stale
+                stale = r.stale(now, check_stale)
                 hit = last.get(n.name)
                 if (hit is not None and hit[0] is r and hit[1] == stale and hit[2] == n.states
                         and hit[3] == n.reason and hit[4] == check_stale
@@ -541,7 +545,7 @@ def classify(node: NodeInfo, state: State, now: datetime,
         name=node.name, category=category, states=tuple(sorted(node.states)),
         reason=node.reason, alerts=faults,
         acknowledged=tuple(a.fault for a in check.acknowledged), checked_at=checked,
-        check_stale=checked is None or now - checked > read.heartbeat + check_stale,
+        check_stale=read.stale(now, check_stale),
         check_erroring=any(a.fault == DETECTOR_ERROR for a in alerts),
         remediation=rem.id if rem else None, phase=rem.phase.value if rem else None)
 
