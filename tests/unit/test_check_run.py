@@ -522,6 +522,54 @@ def test_extra_says_the_checks_drain_holds_only_after_the_drain_and_until_a_resu
     assert not extra.read_check_data("gpu01", slurm.node("gpu01").extra, T0).drained
 
 
+def test_a_refused_write_after_the_drain_leaves_the_node_drained_and_says_why(
+        node: Node, slurm: MemorySlurm) -> None:
+    """SPEC S8, D1: Slurm refuses the write that says our drain holds (it took the drain):
+    the node stays drained, the run still reports the fault, and its notes say that
+    Extra does not carry the word; nothing is half-written (the alert is published)."""
+    real_set = slurm.set_extra
+    calls: list[int] = []
+
+    def set_extra(name: str, key: str, value: Any, current: str | None = None) -> None:
+        calls.append(1)
+        if len(calls) == 2:
+            raise SlurmError("scontrol: error: Invalid node state specified")
+        real_set(name, key, value, current=current)
+
+    slurm.set_extra = set_extra  # type: ignore[method-assign]
+    node.kmsg(XID79, append=True)
+    result = check(slurm)
+    assert result.exit_code == runner.EXIT_FINDINGS and slurm.node("gpu01").drained
+    assert any("does not say the check drained it" in n for n in result.notes)
+    section = ours(slurm)
+    assert section is not None and "drained" not in section
+    assert [a["fault"] for a in section["alerts"]] == ["gpu.xid.79"]  # type: ignore[index]
+
+
+def test_a_malformed_drained_word_is_a_problem_named_not_a_resume() -> None:
+    """SPEC S8, I2: ``drained`` that is not a boolean (a hand edit, another tool) makes
+    the node's check data unreadable, naming the field; never taken for our word."""
+    bad = extra.read_check_data("gpu01", {extra.KEY: {
+        "v": 1, "checked_at": T0.isoformat(), "alerts": [], "drained": "yes"}}, T0)
+    assert not bad.drained and bad.problem is not None and "drained" in bad.problem
+    assert "a boolean" in bad.problem
+
+
+def test_a_detectors_kept_error_survives_a_garbled_state() -> None:
+    """SPEC O1: the state's record of the last errors, garbled (a hand edit, a state of
+    another build), is no error: a skipped detector keeps nothing from it, and a run
+    that sees the error records it afresh."""
+    skipped = [runner.DetectorStatus("nvidia", "skipped", "not run in prolog mode")]
+    for garbage in ("text", ["nvidia"], {"nvidia": "error"}, {"nvidia": {"status": "ok"}}):
+        st: dict[str, Any] = {"detector_errors": garbage}
+        assert runner.kept_errors(st, skipped) == [] and st["detector_errors"] == {}
+    st = {"detector_errors": "text"}
+    failed = [runner.DetectorStatus("nvidia", "error", "nvidia-smi is not on PATH")]
+    assert runner.kept_errors(st, failed) == failed
+    assert runner.kept_errors(st, skipped) == [
+        runner.DetectorStatus("nvidia", "error", "nvidia-smi is not on PATH")]
+
+
 def test_extra_stops_saying_drained_when_the_check_releases_its_drain(
         node: Node, slurm: MemorySlurm) -> None:
     """SPEC S8, L4: the fault gone (a new boot), the check writes its healthy key
