@@ -157,31 +157,28 @@ def usable_state_dir(path: Path, create: bool = True) -> None:
     the path and why otherwise (issue 22: a file, a read-only file system, /proc), never
     a traceback. The directory is created when missing and a probe file written and
     removed, because permission bits do not tell (root ignores them). Without ``create``
-    (``policy check``) whatever was created for the probe is removed again."""
+    (``policy check``, and the daemon's own config check) nothing is created: a missing
+    directory is judged by a probe file in its nearest existing parent, where it would be
+    made. (Before, the check made the directory and removed it again: a second daemon
+    starting beside it on the same fresh state_dir could find its directory gone between
+    its mkdir and its first file, and exit 5; a 25.11 rest pass lost a replica so.)"""
     import tempfile
 
     if path.exists() and not path.is_dir():
         raise StoreError(f"state_dir {path} is not a directory; slurm-heal keeps its store "
                          "there: point [controller] state_dir (or $SLURM_HEAL_STATE_DIR) at "
                          "a directory")
-    missing = []
-    here = path
-    while not here.exists() and here != here.parent:
-        missing.append(here)
-        here = here.parent
+    probe_dir = path
+    if not create:
+        while not probe_dir.exists() and probe_dir != probe_dir.parent:
+            probe_dir = probe_dir.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=path)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=probe_dir)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise StoreError(f"state_dir {path} cannot be written ({exc.strerror or exc}); "
                          "slurm-heal keeps its store there: make it a writable directory "
                          "or point [controller] state_dir elsewhere") from None
-    finally:
-        if not create:
-            for made in missing:  # innermost first
-                try:
-                    made.rmdir()
-                except OSError:
-                    break

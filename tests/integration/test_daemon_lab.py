@@ -378,7 +378,8 @@ def test_two_daemons_make_one_remediation_and_one_action(lab: Lab, heal: Heal) -
     _wait_resumed(lab, node)
     assert len(heal.rems(node)) == 1
     assert list(heal.executed().values()) == [1]
-    assert all(p.poll() is None for p in heal.daemons)  # neither crashed
+    assert all(p.poll() is None for p in heal.daemons), (  # neither crashed
+        f"exit statuses {[p.poll() for p in heal.daemons]}\n{heal.logs()}")
     assert "standby: another controller holds" in heal.logs()  # one leader, one standby
     # the leader dies: the standby takes over and works on the next fault
     active = next(p for p in heal.daemons

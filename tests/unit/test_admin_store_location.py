@@ -185,3 +185,66 @@ def test_json_errors_are_one_json_object_with_the_exit_status(tmp_path: Path) ->
                 {"SLURM_HEAL_STATE_DIR": str(state)})
     assert usage.exit_code == 2
     assert json.loads(usage.stdout)["error"]["kind"] == "UsageError"
+
+
+def test_the_config_check_creates_nothing_so_a_replica_starting_beside_it_keeps_its_dir(
+        tmp_path: Path) -> None:
+    """SPEC S6, issue 22: two replicas start on one fresh state_dir (the lab's
+    two-daemon test under a loaded CI). Each checks its config (`usable_state_dir`
+    without create: nothing is made, the nearest existing parent is probed) and then
+    makes the directory and writes in it. Before, the check made the directory and
+    removed it again, so the other replica could find its directory gone between its
+    mkdir and its first file and exit 5. Here one thread checks over and over while
+    the other makes the directory and writes a file in it, 300 times."""
+    import threading
+
+    from slurm_heal.location import usable_state_dir
+
+    state = tmp_path / "var" / "state"
+    usable_state_dir(state, create=False)
+    assert not (tmp_path / "var").exists()  # the check made nothing
+    assert [p.name for p in tmp_path.iterdir()] == []  # and left no probe
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    current = [state]  # each round a fresh state_dir, the checker on the same one
+
+    def check() -> None:
+        while not stop.is_set():
+            try:
+                usable_state_dir(current[0], create=False)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+                return
+
+    checker = threading.Thread(target=check)
+    checker.start()
+    lost = []
+    try:
+        for i in range(300):
+            current[0] = fresh = tmp_path / f"var{i}" / "state"
+            usable_state_dir(fresh)  # what the daemon does, then its first write
+            try:
+                (fresh / "heartbeat").write_text(f"{i}\n")
+            except FileNotFoundError as exc:
+                lost.append(exc)
+    finally:
+        stop.set()
+        checker.join()
+    assert not errors and not lost, (errors, lost[:3])
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_the_config_check_refuses_a_state_dir_that_cannot_be_made(tmp_path: Path,
+                                                                 where: str) -> None:
+    """Issue 22 item 9 without creating anything: a file, or a path under a file, is a
+    StoreError naming the path, with or without create."""
+    from slurm_heal.errors import StoreError
+    from slurm_heal.location import usable_state_dir
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("not a directory\n")
+    bad = blocker if where == "a file" else blocker / "state"
+    for create in (False, True):
+        with pytest.raises(StoreError, match="state_dir"):
+            usable_state_dir(bad, create=create)
+    assert blocker.read_text() == "not a directory\n"
