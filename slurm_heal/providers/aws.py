@@ -44,7 +44,7 @@ from slurm_heal.providerconf import AWS_ACTIONS as AWS_ACTIONS
 from slurm_heal.providerconf import AwsSettings as AwsSettings
 from slurm_heal.providers._records import KeyRecords, SteppedOperations, operation
 from slurm_heal.providers._transport import Deadline, Retryable, retrying
-from slurm_heal.providers.base import Operation
+from slurm_heal.providers.base import Operation, slurm_instance_id
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
@@ -151,13 +151,8 @@ class AwsProvider(SteppedOperations):
 
     def instance_id(self, node: str) -> str:
         """The EC2 instance id of ``node``: Slurm's InstanceId, else the config map."""
-        if self.slurm is not None:
-            try:
-                found = self.slurm.node(node).instance_id
-            except Exception:  # noqa: BLE001 - the map below is the fallback
-                found = ""
-            if found and found.startswith("i-"):
-                return found
+        if (found := slurm_instance_id(self.slurm, node)).startswith("i-"):
+            return found
         if node in self.instances:
             return self.instances[node]
         raise ProviderRefused(f"aws provider: no instance id for {node}: Slurm has no "

@@ -60,7 +60,7 @@ from slurm_heal.providers._transport import (
     retrying,
     try_within,
 )
-from slurm_heal.providers.base import Operation
+from slurm_heal.providers.base import Operation, slurm_instance_id
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
@@ -337,12 +337,7 @@ class AzureProvider(SteppedOperations):
 
     def _check_identity(self, node: str, vm_id: str, target: dict[str, str]) -> None:
         """Slurm's InstanceId of the node, where set, is the vmId of the VM we act on."""
-        if self.slurm is None:
-            return
-        try:
-            known = self.slurm.node(node).instance_id
-        except Exception:  # noqa: BLE001 - the mapping above stands without it
-            return
+        known = slurm_instance_id(self.slurm, node)  # "": the mapping stands without it
         if known and vm_id and known.lower() != vm_id.lower():
             raise ProviderRefused(f"azure provider: {target['vm']} has vmId {vm_id}, but "
                                   f"Slurm's InstanceId of {node} is {known}: another VM "

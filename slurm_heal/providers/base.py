@@ -9,10 +9,13 @@ is how a restarted controller resolves an attempt left in flight.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from slurm_heal.types import SLURM_REBOOT_TIMEOUT as SLURM_REBOOT_TIMEOUT
 from slurm_heal.types import Action
+
+if TYPE_CHECKING:
+    from slurm_heal.slurm.base import SlurmClient
 
 OperationStatus = Literal["pending", "running", "succeeded", "failed"]
 
@@ -61,3 +64,15 @@ class Provider(Protocol):
     def status(self, key: str) -> Operation | None:
         """The operation created with ``key``; None when the provider never saw it."""
         ...
+
+
+def slurm_instance_id(slurm: SlurmClient | None, node: str) -> str:
+    """Slurm's InstanceId of ``node`` (its machine identity, SPEC D11), or "" where there
+    is no Slurm client or it cannot say: a cloud provider's own table of nodes stands
+    without it (aws, oci and azure each read it so)."""
+    if slurm is None:
+        return ""
+    try:
+        return slurm.node(node).instance_id or ""
+    except Exception:  # noqa: BLE001 - the provider's table is the fallback
+        return ""

@@ -56,7 +56,7 @@ from slurm_heal.providers._transport import (
     plain_reason,
     retrying,
 )
-from slurm_heal.providers.base import Operation
+from slurm_heal.providers.base import Operation, slurm_instance_id
 from slurm_heal.types import Action
 
 if TYPE_CHECKING:
@@ -210,13 +210,8 @@ class OciProvider(SteppedOperations):
             return _oci_relaunch.replaced(records, found)
 
     def _mapped(self, node: str) -> str:
-        if self.slurm is not None:
-            try:
-                found = self.slurm.node(node).instance_id
-            except Exception:  # noqa: BLE001 - the table below is the fallback
-                found = ""
-            if found and found.startswith("ocid1.instance."):
-                return found
+        if (found := slurm_instance_id(self.slurm, node)).startswith("ocid1.instance."):
+            return found
         if node in self.instances:
             return self.instances[node]
         if self.compartment_id:
