@@ -29,6 +29,7 @@ from slurm_heal.types import Action
 
 if TYPE_CHECKING:
     from slurm_heal.controller import ControllerSettings
+    from slurm_heal.sections import NotifySettings
     from slurm_heal.siteconf import SitePlan
     from slurm_heal.slurm.base import SlurmClient
 
@@ -135,7 +136,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     from slurm_heal.metrics import metrics_settings, web_config
     from slurm_heal.notify import notify_settings
 
-    notify_settings(policy.notify, source)  # SPEC O3: a bad URL or kind: exit 2
+    notify = notify_settings(policy.notify, source)  # SPEC O3: a bad URL or kind: exit 2
     # SPEC O4; its TLS files and users (issue 38): a bad one is exit 2 before the start
     web_config(metrics_settings(policy.metrics, source), source)
     from slurm_heal.validation.suite import validation_from
@@ -149,6 +150,7 @@ def check_config(path: str | Path, slurm: SlurmClient | None = None, *,
     else:
         kind = str(policy.provider.kind)
     report = ConfigReport(file=source, policy=policy, settings=settings, provider_type=kind)
+    _check_slack_twice(notify, source, report)
     # Issue 22: a state_dir the daemon cannot use is exit 5 here too, never "OK".
     from slurm_heal.location import ENV_STATE_DIR, usable_state_dir
 
@@ -391,3 +393,36 @@ def _check_links(policy: Any, source: str, report: ConfigReport) -> None:
             report.warnings.append(
                 f"{source}: notify.slack.users is empty: no Slack user maps to a console "
                 "user, so every press of Approve or Deny is refused (SPEC O7)")
+
+
+def _slack_url(url: str) -> bool:
+    """An Apprise URL that posts to Slack (``slack://``, or a Slack webhook's own URL)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    return parts.scheme.lower() == "slack" or (
+        parts.scheme.lower() in ("http", "https") and
+        (parts.hostname or "").lower() == "hooks.slack.com")
+
+
+def _check_slack_twice(notify: NotifySettings, source: str, report: ConfigReport) -> None:
+    """SPEC O3, O7: an Apprise route to Slack that takes the kinds ``[notify.slack]``
+    posts as well sends each such event to Slack twice (an approval once as text, once
+    with its buttons): a warning naming the route and the kinds both take."""
+    if notify.slack is None:
+        return
+    slack_kinds = set(notify.slack.kinds)
+    shortcut = 1 if notify.urls else 0
+    for i, route in enumerate(notify.all_routes()):
+        if not any(_slack_url(u) for u in route.urls):
+            continue
+        where = "notify.urls" if i < shortcut else f"notify.routes[{i - shortcut}]"
+        kinds = set(route.kinds)
+        both = (sorted(slack_kinds) if "*" in kinds else sorted(kinds) if "*" in slack_kinds
+                else sorted(kinds & slack_kinds))
+        if both:
+            report.warnings.append(
+                f"{source}: {where} posts to Slack through Apprise and [notify.slack] posts "
+                f"too: each {', '.join(both)} event reaches Slack twice (an approval once "
+                "as text, once with its buttons); leave those kinds out of the route's "
+                "kinds, or drop one of the two")

@@ -415,6 +415,32 @@ def test_the_documented_slack_setup_loads_and_policy_check_says_what_is_missing(
                                                "users": {"alice": "alice"}}}})
 
 
+@pytest.mark.parametrize(("routes", "twice"), [
+    ('urls = ["slack://T000/B000/XXXX"]\n', "notify.urls"),
+    ('[[notify.routes]]\nurls = ["https://hooks.slack.com/services/T0/B0/XX"]\n'
+     'kinds = ["approval", "alert"]\n', "notify.routes[0]"),
+    ('[[notify.routes]]\nurls = ["slack://T000/B000/XXXX"]\nkinds = ["alert"]\n', None),
+    ('urls = ["mailto://ops:pw@example.org"]\n', None),
+])
+def test_policy_check_warns_when_apprise_and_notify_slack_both_post_an_event(
+        tmp_path: Path, routes: str, twice: str | None) -> None:
+    """SPEC O3, O7: an Apprise route to Slack that takes a kind [notify.slack] posts
+    (approvals by default) would send each such event to Slack twice: `policy check`
+    names the route and the kinds; a route of other kinds, or to elsewhere, is quiet."""
+    from slurm_heal.configcheck import check_config
+
+    cfg = tmp_path / "heal.toml"
+    cfg.write_text(f'[controller]\nstate_dir = "{tmp_path}"\n[notify]\n{routes}'
+                   '[notify.slack]\ntoken_file = "/x"\nchannel = "C1"\n'
+                   'signing_secret_file = "/y"\n[notify.slack.users]\nU0123ABCD = "alice"\n')
+    said = [w for w in check_config(cfg, build_provider=False).warnings if "twice" in w]
+    if twice is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(f"{cfg}: {twice} posts to Slack")
+        assert "each approval event reaches Slack twice" in said[0]
+
+
 def test_two_operators_pressing_at_once_make_one_decision(site: Site, tmp_path: Path) -> None:
     from slurm_heal.api.auth import add_token
 
