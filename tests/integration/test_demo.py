@@ -17,9 +17,16 @@ def test_demo_runs_fault_to_resume_and_exits_zero() -> None:
     # the story, in order: fault, proposal, approval rule, cordon, wait, act, return, done
     marks = ["FAULT", "[proposed] reboot", "rule=P2:approvals[0]", "[cordoned]", "[waiting]",
              "executing reboot", "[acting]", "[returning]", "booted", "[done]"]
-    positions = [out.find(m) for m in marks]
-    assert all(p >= 0 for p in positions), dict(zip(marks, positions, strict=True))
-    assert positions == sorted(positions)
+    positions = dict(zip(marks, (out.find(m) for m in marks), strict=True))
+    assert all(p >= 0 for p in positions.values()), positions
+    # The node's boot and the controller's [returning] are two clocks: the simulated
+    # reboot ends 2 s after the act, the next cycle after the provider said done, and on
+    # a loaded machine (a CI run's unit pass beside three lab passes) the boot was told
+    # first. Either order is the same story; both come after the act and before [done].
+    story = [positions[m] for m in marks if m not in ("[returning]", "booted")]
+    assert story == sorted(story), positions
+    for m in ("[returning]", "booted"):
+        assert positions["[acting]"] < positions[m] < positions["[done]"], positions
     assert "gpu02 was repaired and is back in service" in out
     # the action ran exactly once through the provider (SPEC S6)
     assert "executed per idempotency key: {'r-" in out and "': 1}" in out
