@@ -213,10 +213,10 @@ def snippet(prefix: Path) -> str:
             "SchedulerParameters=nohold_on_prolog_fail\n")
 
 
-def _run(argv: list[str], what: str) -> None:
+def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT,
-                              check=False)  # argv list, never a shell
+                              check=False, env=env)  # argv list, never a shell
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HealError(f"{what} failed: {exc}") from None
     if proc.returncode != 0:
@@ -288,8 +288,7 @@ def make_venv(prefix: Path, source: str | None, out: Installed, role: str = "nod
         if not python.exists():
             _run([sys.executable, "-m", "venv", str(prefix)], f"python3 -m venv {prefix}")
             out.say(f"created the virtual environment {prefix}")
-        _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-              "--upgrade", what], f"pip install {what} into {prefix}")
+        _pip_install(python, what, role, prefix, out)
         if not (prefix / "bin" / "slurm-heal").exists():
             raise HealError(f"pip installed {what} but {prefix}/bin/slurm-heal is missing")
     except HealError as exc:
@@ -298,6 +297,28 @@ def make_venv(prefix: Path, source: str | None, out: Installed, role: str = "nod
             raise HealError(f"{exc}; the half-made {prefix} was removed") from None
         raise
     out.say(f"installed slurm-heal ({what}) into {prefix}")
+
+
+def _pip_install(python: Path, what: str, role: str, prefix: Path, out: Installed) -> None:
+    """pip-install ``what`` into the venv of ``python``. On a node (issue 38) PyYAML, which
+    ClusterShell requires and the node never imports, is built from its source as pure
+    Python (``PYYAML_FORCE_LIBYAML=0 --no-binary pyyaml``: 3 MB of dependencies where its
+    wheel alone is 3.2 MB), as the README's node line does; where that build cannot be
+    had (a mirror with wheels only: it needs PyYAML's sdist, setuptools and Cython) the
+    wheel is installed instead, and said."""
+    argv = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+            "--upgrade", what]
+    if role == "node":
+        try:
+            # pip's wheel cache may hold a PyYAML built with LibYAML from the same sdist
+            _run(argv[:-1] + ["--no-binary", "pyyaml", "--no-cache-dir", what],
+                 f"pip install {what} (PyYAML pure Python) into {prefix}",
+                 env=dict(os.environ, PYYAML_FORCE_LIBYAML="0"))
+            return
+        except HealError as exc:
+            out.say(f"the install with PyYAML as pure Python failed ({exc}); trying again "
+                    "with PyYAML's wheel (2.7 MB more; the node never imports PyYAML)")
+    _run(argv, f"pip install {what} into {prefix}")
 
 
 def program(prefix: Path, venv: bool) -> Path:

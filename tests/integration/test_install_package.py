@@ -10,6 +10,7 @@ this checkout (the copy: pip builds in the source tree, and it is removed below)
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -38,12 +39,21 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return venv / "bin" / "slurm-heal", checkout
 
 
-def install_node(program: Path, prefix: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def install_node(program: Path, prefix: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     conf = prefix.parent / "slurm.conf"
     conf.write_text("ClusterName=pkg\n")
     return subprocess.run([str(program), "install-node", "--prefix", str(prefix),
                            "--slurm-conf", str(conf), *extra], capture_output=True,
-                          text=True, timeout=600, check=False)
+                          text=True, timeout=600, check=False,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def pyyaml_extension(prefix: Path) -> list[Path]:
+    """PyYAML's compiled LibYAML extension in the venv at ``prefix`` (none: pure Python)."""
+    found = list(prefix.glob("lib/python3*/site-packages/yaml/__init__.py"))
+    assert found, f"no PyYAML in {prefix}"
+    return list(found[0].parent.glob("_yaml*.so"))
 
 
 def test_install_node_from_a_package_installs_what_it_was_installed_from(
@@ -54,6 +64,9 @@ def test_install_node_from_a_package_installs_what_it_was_installed_from(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"installed slurm-heal ({checkout}) into {prefix}" in done.stdout
     assert (prefix / "bin" / "slurm-heal").exists()
+    # issue 38: the node set as the README's node line installs it, PyYAML pure Python
+    assert pyyaml_extension(prefix) == [], done.stdout
+    assert "PyYAML's wheel" not in done.stdout
     glue = (prefix / "libexec" / "slurm-heal-healthcheck").read_text()
     assert f'SLURM_HEAL_BIN="{prefix}/bin/slurm-heal"' in glue
 
@@ -81,3 +94,24 @@ def test_install_node_refuses_clearly_when_its_source_is_gone(
     assert done.returncode == 2, done.stdout + done.stderr
     assert "not from a source checkout" in done.stderr and "--source" in done.stderr
     assert not prefix.exists()
+
+
+def test_install_node_from_a_mirror_of_wheels_installs_pyyaml_s_wheel_and_says_so(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 38: where PyYAML cannot be built from its source (a site's mirror of wheels
+    only, no PyYAML sdist nor Cython), install-node installs its wheel instead and says
+    so, rather than failing the node's install."""
+    program, checkout = installed
+    wheels = tmp_path / "wheels"
+    run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
+         "-d", str(wheels), "setuptools>=77", "click", "ClusterShell", "PyYAML"], timeout=300)
+    prefix = tmp_path / "opt"
+    done = install_node(program, prefix, env={"PIP_NO_INDEX": "1",
+                                              "PIP_FIND_LINKS": str(wheels)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trying again with PyYAML's wheel" in done.stdout, done.stdout
+    assert f"installed slurm-heal ({checkout}) into {prefix}" in done.stdout
+    assert pyyaml_extension(prefix), "the wheel's extension"
+    check = subprocess.run([str(prefix / "bin" / "slurm-heal"), "check", "--help"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert check.returncode == 0, check.stderr
