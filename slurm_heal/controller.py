@@ -209,7 +209,7 @@ class Controller:
         self.stop = threading.Event()
         # SPEC O1: what the daemon loop last said about this controller (its heartbeat)
         self.liveness: Heartbeat | None = None
-        self.last_failure: HealError | None = None  # why the last cycle tried failed
+        self.last_failure: Exception | None = None  # why the last cycle tried failed
         # Issue 13: retention runs in the daemon (at most hourly); None = never (tests).
         # [controller] hot_retention (issue 26), a typed duration (issue 33).
         self.hot_retention = hot_retention
@@ -677,6 +677,7 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
     cycles = 0
     standby = False
     problem = ""
+    told = ""  # the last unexpected failure whose traceback was logged
     if heartbeat is not None and controller.liveness is None:
         # SPEC O1: a restarted daemon (or the next `--once` from cron) keeps the last
         # success its predecessor recorded, so a blind start does not erase it.
@@ -732,6 +733,24 @@ def run_forever(controller: Controller, interval: float, heartbeat: Path | None 
             # atomic); skip the cycle and try again, never a crash loop under systemd.
             log.error("cycle skipped, the store cannot be used: %s", exc)
             error = f"store cannot be used: {exc}"
+        except Exception as exc:  # noqa: BLE001 - a bug in one cycle never ends the daemon
+            # One bad input never stops a daemon: an exception nobody raised on purpose (a
+            # bug, met on some node's data) ends this cycle only. decide() is pure and the
+            # store's writes are atomic, so what was not recorded is decided again next
+            # cycle; each effect already fails alone (`_run`). The heartbeat says it
+            # (`status`, sd_notify's STATUS, the HeartbeatStale alert); the traceback is
+            # logged once per distinct error, a line each time after that. (Before: the
+            # daemon ended, and systemd restarted it into the same error.)
+            error = f"cycle failed unexpectedly: {type(exc).__name__}: {exc}"[:500]
+            controller.last_failure = exc
+            if error != told:
+                told = error
+                log.exception("%s (a bug in slurm-heal: please report it with this "
+                              "traceback); the next cycle tries again", error)
+            else:
+                log.error("%s (again; the traceback is logged above)", error)
+        else:
+            told = ""
         cycles += 1
         # SPEC O1: the heartbeat says when a cycle last succeeded and what failed since; a
         # cycle that could not read Slurm is not a success (a blind daemon looks blind).
