@@ -36,11 +36,13 @@ if [ -f "$dir/sleep" ]; then sleep "$(cat "$dir/sleep")"; fi
 cat "$dir/say" 2>/dev/null
 exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
 """
-# The stub gate tool: says what it was asked, sleeps and exits as the files beside it say.
+# The stub gate tool: says what it was asked, sleeps and exits as the files beside it say;
+# while it sleeps, a file `sleeping` beside it says so (a test that ends the sleep early
+# waits for that first: a job RUNNING in squeue may not have reached the tool yet).
 DCGMI = """#!/bin/sh
 dir=$(dirname "$0")
 echo "dcgmi (stub) $*"
-if [ -f "$dir/sleep" ]; then sleep "$(cat "$dir/sleep")"; fi
+if [ -f "$dir/sleep" ]; then touch "$dir/sleeping"; sleep "$(cat "$dir/sleep")"; fi
 exit "$(cat "$dir/rc" 2>/dev/null || echo 0)"
 """
 

@@ -116,6 +116,10 @@ def test_an_interrupted_gate_job_is_retried_once_and_the_retry_resumes_the_node(
                                                 "%T"], check=False).stdout, timeout=60,
                  what="job running")
     assert "DRAIN" not in lab.state(node)  # lifted for the job; the reservation holds it
+    # the job's tool sleeping (a RUNNING job may still be starting its runner: the sleep
+    # taken away before the tool read it, the first run passed and there was no retry)
+    lab.wait_for(lambda: (gated.bin / "sleeping").exists(), timeout=60,
+                 what="the gate's tool sleeping")
     (gated.bin / "sleep").unlink()
     # the job's runner dies (its pid found by its own results directory, killed by id)
     pids = lab.run(["pgrep", "-f", f"slurm_heal.validation.runner --spec {first.results_dir}/"],
