@@ -20,6 +20,11 @@ import pytest
 
 from tests.lab import run
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the 3.10 the package declares: tomli, as slurm_heal reads TOML there
+    import tomli as tomllib
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,10 +108,12 @@ def test_install_node_from_a_mirror_of_wheels_installs_pyyaml_s_wheel_and_says_s
     so, rather than failing the node's install."""
     program, checkout = installed
     wheels = tmp_path / "wheels"
+    # the mirror holds what pyproject.toml says the build and the node set need (with
+    # their markers: tomli before 3.11), and PyYAML's wheel (ClusterShell's dependency)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
     run([sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
-         "-d", str(wheels), "setuptools>=77", "click", "ClusterShell", "PyYAML",
-         # the node set's own marker (pyproject.toml): on 3.10 the mirror needs tomli too
-         "tomli>=2.0; python_version < '3.11'"], timeout=300)
+         "-d", str(wheels), *project["build-system"]["requires"],
+         *project["project"]["dependencies"], "PyYAML"], timeout=300)
     prefix = tmp_path / "opt"
     done = install_node(program, prefix, env={"PIP_NO_INDEX": "1",
                                               "PIP_FIND_LINKS": str(wheels)})
